@@ -1,0 +1,191 @@
+"""Client plumbing shared by the admin commands: connection options, client properties,
+and librdkafka errors turned into one-line messages.
+
+Every command takes the same connection options as Kafka's tools:
+`--bootstrap-server` (default `$ONCELOG_BOOTSTRAP`, else `localhost:9092`),
+`--command-config FILE` (a Java-style properties file of client properties) and
+`-X key=value` (one librdkafka/Kafka client property, repeatable; wins over the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from oncelog.cli import CommandError
+
+DEFAULT_BOOTSTRAP = "localhost:9092"
+
+# Kafka's `Topic.INTERNAL_TOPICS`: librdkafka's metadata does not expose the
+# is_internal flag, and these are the only topics Kafka itself marks internal.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+# How long a command waits for the cluster before giving up with a one-line error.
+CONNECT_TIMEOUT_S = 15.0
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        default=os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="broker(s) to connect to (default: $ONCELOG_BOOTSTRAP or %(default)s)",
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="properties file with extra client properties (key=value per line)",
+    )
+    parser.add_argument(
+        "-X",
+        dest="client_properties",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra client property, repeatable; overrides --command-config",
+    )
+
+
+def parse_key_value(text: str, option: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise CommandError(f"{option} expects KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a Java `.properties` file: `key=value` or `key: value`, `#`/`!` comments,
+    backslash line continuations. Enough for client and server configs."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise CommandError(f"cannot read properties file {str(path)!r}: {error.strerror}") from None
+    properties: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        if not line or line[0] in "#!":
+            continue
+        positions = [p for p in (line.find("="), line.find(":")) if p >= 0]
+        if not positions:
+            properties[line] = ""
+            continue
+        split_at = min(positions)
+        properties[line[:split_at].strip()] = line[split_at + 1 :].strip()
+    if pending:
+        key, _, value = pending.partition("=")
+        properties[key.strip()] = value.strip()
+    return properties
+
+
+def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
+    """Client properties for one command, lowest precedence first: the command's own
+    defaults, `--bootstrap-server`, `--command-config`, then `-X`."""
+    config: dict[str, Any] = dict(defaults)
+    config["bootstrap.servers"] = args.bootstrap_server
+    if args.command_config:
+        config.update(read_properties_file(args.command_config))
+    for item in args.client_properties:
+        key, value = parse_key_value(item, "-X")
+        config[key] = value
+    config.setdefault("client.id", f"oncelog-{args.command}")
+    # librdkafka logs every refused connection on stderr; commands report failures
+    # themselves, one line each. `-X debug=...` brings the log back.
+    config["logger"] = _librdkafka_logger(verbose="debug" in config)
+    return config
+
+
+def _librdkafka_logger(*, verbose: bool) -> logging.Logger:
+    logger = logging.getLogger("oncelog.librdkafka")
+    if verbose:
+        if not logger.handlers:
+            logger.addHandler(logging.StreamHandler())
+        logger.setLevel(logging.DEBUG)
+    else:
+        logger.setLevel(logging.CRITICAL + 1)
+    logger.propagate = False
+    return logger
+
+
+def make_client(factory: Any, config: dict[str, Any]) -> Any:
+    """Construct a confluent-kafka client, turning bad properties into a CommandError."""
+    try:
+        return factory(config)
+    except (KafkaException, ValueError, TypeError) as error:
+        raise CommandError(f"invalid client configuration: {_error_text(error)}") from None
+
+
+def _error_text(error: BaseException) -> str:
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return error.args[0].str()
+    return str(error)
+
+
+_UNREACHABLE = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._RESOLVE,
+}
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+
+
+def describe_kafka_error(
+    error: KafkaError | KafkaException | BaseException,
+    *,
+    topic: str | None = None,
+    bootstrap: str | None = None,
+) -> str:
+    """One line for a librdkafka error, with Kafka's wording for the common cases."""
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        error = error.args[0]
+    if not isinstance(error, KafkaError):
+        return str(error)
+    code = error.code()
+    if code in _UNKNOWN_TOPIC and topic is not None:
+        return f"topic {topic!r} does not exist"
+    if code == KafkaError.TOPIC_ALREADY_EXISTS and topic is not None:
+        return f"topic {topic!r} already exists"
+    if code in _UNREACHABLE and bootstrap is not None:
+        return f"cannot reach bootstrap server(s) {bootstrap}: {error.str()}"
+    text = error.str()
+    name = error.name()
+    return text if name in text else f"{name}: {text}"
+
+
+def command_error(
+    error: BaseException, *, topic: str | None = None, bootstrap: str | None = None
+) -> CommandError:
+    return CommandError(describe_kafka_error(error, topic=topic, bootstrap=bootstrap))
+
+
+def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = None) -> Any:
+    """Cluster metadata (all topics, or one), or a one-line error if the cluster is not
+    reachable. Never creates the topic: callers that need it must create it."""
+    try:
+        if topic is None:
+            return client.list_topics(timeout=CONNECT_TIMEOUT_S)
+        return client.list_topics(topic=topic, timeout=CONNECT_TIMEOUT_S)
+    except KafkaException as error:
+        raise command_error(error, bootstrap=args.bootstrap_server) from None
+
+
+def topic_partitions(metadata: Any, topic: str) -> list[int]:
+    """Partition ids of an existing topic, or CommandError if the topic is unknown."""
+    topic_metadata = metadata.topics.get(topic)
+    if topic_metadata is None:
+        raise CommandError(f"topic {topic!r} does not exist")
+    if topic_metadata.error is not None:
+        raise command_error(topic_metadata.error, topic=topic)
+    if not topic_metadata.partitions:
+        raise CommandError(f"topic {topic!r} does not exist")
+    return sorted(topic_metadata.partitions)

@@ -1,0 +1,180 @@
+"""The broker: owns the configuration, the logs and the waiting fetches, on one event loop.
+
+Everything here runs on the broker's single asyncio loop; handlers call these methods
+and never share state across threads. Timers (flush, retention, checkpoints) post
+their work back onto the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.server import KafkaServer
+from oncelog.storage.config import LogConfig
+from oncelog.storage.manager import LogManager
+
+log = logging.getLogger("oncelog.broker")
+
+TopicPartition = tuple[str, int]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id: int = config.node_id
+        self.cluster_id: str = ""
+        self.host = ""
+        self.port = 0
+        self.logs: LogManager | None = None
+        self.server = KafkaServer(self)
+        self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        self._timers: list[asyncio.Task] = []
+        self._stopped = asyncio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        for directory in self.config.log_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_or_create_meta_properties()
+        try:
+            defaults = LogConfig().with_overrides(self.config.log_defaults())
+        except Exception as error:
+            raise ConfigError(f"invalid log settings: {error}") from None
+        self.logs = LogManager(self.config.log_dirs, defaults)
+        self.logs.load()
+        listener = self.config.listener
+        bound_host, self.port = await self.server.start(listener.host, listener.port)
+        advertised = self.config.advertised
+        if advertised is not None:
+            self.host, self.port = advertised.host, advertised.port or self.port
+        else:
+            self.host = listener.host or bound_host
+        self._timers = [
+            asyncio.create_task(self._every(self.config["log.flush.scheduler.interval.ms"], self._flush_due)),
+            asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
+            asyncio.create_task(self._every(60_000, self._checkpoint)),
+        ]
+        log.info(
+            "broker %d of cluster %s listening on %s:%d (started in %.0f ms)",
+            self.node_id, self.cluster_id, self.host, self.port, (time.perf_counter() - started) * 1000,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting requests, then flush and close every log with checkpoints."""
+        for task in self._timers:
+            task.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        await self.server.close()
+        for waiters in self._fetch_waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.cancel()
+        if self.logs is not None:
+            self.logs.close()
+        self._stopped.set()
+        log.info("broker %d stopped cleanly", self.node_id)
+
+    async def _every(self, interval_ms: int, work) -> None:
+        interval = max(interval_ms, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                work()
+            except Exception:
+                log.exception("periodic task %s failed", work.__name__)
+
+    def _flush_due(self) -> None:
+        self.logs.flush_due(now_ms())
+
+    def _retention(self) -> None:
+        self.logs.apply_retention(now_ms())
+
+    def _checkpoint(self) -> None:
+        self.logs.checkpoint()
+
+    def _load_or_create_meta_properties(self) -> str:
+        """meta.properties in each log dir, as Kafka writes it; all dirs must agree."""
+        configured = self.config["cluster.id"]
+        found: set[str] = set()
+        for directory in self.config.log_dirs:
+            path = directory / "meta.properties"
+            if path.exists():
+                values = dict(
+                    line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#")
+                )
+                if values.get("node.id") and int(values["node.id"]) != self.node_id:
+                    raise ConfigError(
+                        f"{path} belongs to node.id {values['node.id']}, this broker is node.id {self.node_id}"
+                    )
+                found.add(values["cluster.id"])
+        if len(found) > 1:
+            raise ConfigError(f"log.dirs belong to different clusters: {sorted(found)}")
+        if configured and found and configured not in found:
+            raise ConfigError(f"cluster.id={configured} but log.dirs belong to cluster {found.pop()}")
+        cluster_id = configured or (found.pop() if found else _new_cluster_id())
+        for directory in self.config.log_dirs:
+            path = directory / "meta.properties"
+            if not path.exists():
+                temporary = path.with_suffix(".tmp")
+                temporary.write_text(
+                    "#\n#Written by oncelog\nversion=1\n"
+                    f"cluster.id={cluster_id}\nnode.id={self.node_id}\n"
+                    f"directory.id={_new_cluster_id()}\n"
+                )
+                temporary.replace(path)
+        return cluster_id
+
+    # ---- fetch long-polling ----------------------------------------------------------
+
+    def partition_appended(self, topic: str, partition: int) -> None:
+        """Wake the fetches waiting on this partition."""
+        waiters = self._fetch_waiters.pop((topic, partition), None)
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float) -> None:
+        """Return when any of `partitions` gets new data, or after `timeout_s`."""
+        if timeout_s <= 0:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        for key in partitions:
+            self._fetch_waiters[key].add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for key in partitions:
+                waiters = self._fetch_waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._fetch_waiters[key]
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def data_dir_config(data_dir: Path, **overrides: str) -> dict[str, str]:
+    """Settings for a broker on loopback with a free port and its logs under data_dir."""
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "log.dirs": str(data_dir),
+        **overrides,
+    }

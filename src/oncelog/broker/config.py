@@ -1,0 +1,254 @@
+"""Broker configuration: Kafka's own keys, from a server.properties file plus overrides.
+
+`BrokerConfig.load(path, overrides)` reads the file the way kafka-server-start.sh does,
+applies `--override key=value` on top, and checks every key against `SETTINGS`.
+Keys Kafka knows but oncelog has no use for (thread counts, socket buffer sizes,
+ZooKeeper and SASL settings) are accepted and listed as ignored; any other key is an
+error naming it, so a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger("oncelog.config")
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration a user must fix; the message names the key."""
+
+
+def _int(value: str) -> int:
+    return int(value.strip())
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return lowered == "true"
+
+
+def _str(value: str) -> str:
+    return value.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    key: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+
+
+SETTINGS: Mapping[str, Setting] = {
+    s.key: s
+    for s in (
+        Setting("node.id", _int, "1", "This broker's id."),
+        Setting("broker.id", _int, "-1", "Older name of node.id; used when node.id is not set."),
+        Setting("listeners", _str, "PLAINTEXT://127.0.0.1:9092", "Where to accept connections; port 0 picks a free port."),
+        Setting("advertised.listeners", _str, "", "Address clients are told to use; defaults to listeners."),
+        Setting("log.dirs", _str, "/tmp/oncelog-logs", "Comma-separated data directories."),
+        Setting("log.dir", _str, "", "Single data directory, used when log.dirs is not set."),
+        Setting("num.partitions", _int, "1", "Partitions of an auto-created topic or a CreateTopics with -1."),
+        Setting("default.replication.factor", _int, "1", "Replication factor of auto-created topics."),
+        Setting("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
+        Setting("delete.topic.enable", _bool, "true", "Allow DeleteTopics."),
+        Setting("log.segment.bytes", _int, str(1 << 30), "Roll a segment at this size."),
+        Setting("log.roll.ms", _int, "-1", "Roll a segment after this time (overrides log.roll.hours)."),
+        Setting("log.roll.hours", _int, "168", "Roll a segment after this many hours."),
+        Setting("log.retention.ms", _int, "-2", "Delete segments older than this (-1: keep forever)."),
+        Setting("log.retention.minutes", _int, "-2", "Retention in minutes, if log.retention.ms is unset."),
+        Setting("log.retention.hours", _int, "168", "Retention in hours, if neither of the above is set."),
+        Setting("log.retention.bytes", _int, "-1", "Delete oldest segments while a partition is larger."),
+        Setting("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
+        Setting("log.flush.interval.messages", _int, str(LONG_MAX), "fsync after this many messages."),
+        Setting("log.flush.interval.ms", _int, "-1", "fsync after this long (-1: use log.flush.scheduler.interval.ms policy off)."),
+        Setting("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush timer looks at partitions."),
+        Setting("log.index.interval.bytes", _int, "4096", "Bytes of log between offset index entries."),
+        Setting("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
+        Setting("log.message.timestamp.type", _str, "CreateTime", "Default message.timestamp.type of topics."),
+        Setting("message.max.bytes", _int, "1048588", "Largest record batch a topic accepts by default."),
+        Setting("socket.request.max.bytes", _int, "104857600", "Largest request frame; larger closes the connection."),
+        Setting("max.connections", _int, "2147483647", "Connections accepted at once."),
+        Setting("cluster.id", _str, "", "Cluster id; generated and stored in meta.properties when empty."),
+    )
+}
+
+# Kafka settings that configure machinery oncelog does not have; accepted so a Kafka
+# server.properties works unchanged, and reported once at start-up.
+IGNORED_KAFKA_KEYS = frozenset(
+    {
+        "num.network.threads",
+        "num.io.threads",
+        "num.replica.fetchers",
+        "num.recovery.threads.per.data.dir",
+        "background.threads",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "socket.listen.backlog.size",
+        "queued.max.requests",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "min.insync.replicas",
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "listener.security.protocol.map",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+        "group.initial.rebalance.delay.ms",
+        "confluent.support.metrics.enable",
+        "log.preallocate",
+        "unclean.leader.election.enable",
+        "auto.leader.rebalance.enable",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listener(value: str, key: str) -> Listener:
+    first = value.split(",")[0].strip()
+    if "://" not in first:
+        raise ConfigError(f"{key}: expected NAME://host:port, got {value!r}")
+    name, _, address = first.partition("://")
+    parts = urlsplit(f"//{address}")
+    if parts.port is None:
+        raise ConfigError(f"{key}: no port in {first!r}")
+    if name.upper() not in ("PLAINTEXT",):
+        raise ConfigError(f"{key}: only PLAINTEXT listeners are supported, got {name!r}")
+    return Listener(name.upper(), parts.hostname or "", parts.port)
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties, the subset Kafka's server.properties files use."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        separator = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if separator < 0:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+        values[line[:separator].strip()] = line[separator + 1 :].strip()
+    return values
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    values = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        values[key.strip()] = value.strip()
+    return values
+
+
+class BrokerConfig:
+    """Parsed, validated broker settings. Read values with `config["log.segment.bytes"]`."""
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        supplied = dict(values or {})
+        unknown = sorted(k for k in supplied if k not in SETTINGS and k not in IGNORED_KAFKA_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"unknown configuration key{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
+            )
+        self.ignored = sorted(k for k in supplied if k in IGNORED_KAFKA_KEYS)
+        self.explicit = {k: v for k, v in supplied.items() if k in SETTINGS}
+        self._values: dict[str, Any] = {}
+        for key, setting in SETTINGS.items():
+            raw = supplied.get(key, setting.default)
+            try:
+                self._values[key] = setting.parse(raw)
+            except ValueError as error:
+                raise ConfigError(f"{key}: invalid value {raw!r} ({error})") from None
+        self.listener = parse_listener(self["listeners"], "listeners")
+        advertised = self["advertised.listeners"]
+        self.advertised = parse_listener(advertised, "advertised.listeners") if advertised else None
+        for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions"):
+            if self[key] <= 0:
+                raise ConfigError(f"{key}: must be positive, got {self[key]}")
+
+    @classmethod
+    def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        values: dict[str, str] = {}
+        if path is not None:
+            if not path.is_file():
+                raise ConfigError(f"config file {path} does not exist")
+            values.update(read_properties(path))
+        values.update(overrides or {})
+        return cls(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    @property
+    def node_id(self) -> int:
+        if "node.id" not in self.explicit and self["broker.id"] >= 0:
+            return self["broker.id"]
+        return self["node.id"]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        raw = self["log.dirs"] if "log.dirs" in self.explicit or not self["log.dir"] else self["log.dir"]
+        dirs = [Path(part.strip()) for part in raw.split(",") if part.strip()]
+        if not dirs:
+            raise ConfigError("log.dirs: no directory given")
+        return dirs
+
+    @property
+    def retention_ms(self) -> int:
+        """Kafka's precedence: log.retention.ms, then .minutes, then .hours."""
+        if self["log.retention.ms"] != -2:
+            return self["log.retention.ms"]
+        if self["log.retention.minutes"] != -2:
+            return self["log.retention.minutes"] * 60_000
+        return self["log.retention.hours"] * 3_600_000
+
+    @property
+    def roll_ms(self) -> int:
+        if self["log.roll.ms"] >= 0:
+            return self["log.roll.ms"]
+        return self["log.roll.hours"] * 3_600_000
+
+    def log_defaults(self) -> dict[str, str]:
+        """Topic-level defaults derived from broker keys, as topic config key -> value."""
+        flush_ms = self["log.flush.interval.ms"]
+        return {
+            "segment.bytes": str(self["log.segment.bytes"]),
+            "segment.ms": str(self.roll_ms),
+            "retention.ms": str(self.retention_ms),
+            "retention.bytes": str(self["log.retention.bytes"]),
+            "flush.messages": str(self["log.flush.interval.messages"]),
+            "flush.ms": str(flush_ms if flush_ms >= 0 else LONG_MAX),
+            "index.interval.bytes": str(self["log.index.interval.bytes"]),
+            "max.message.bytes": str(self["message.max.bytes"]),
+            "cleanup.policy": self["log.cleanup.policy"],
+            "message.timestamp.type": self["log.message.timestamp.type"],
+        }
+
+    def describe(self) -> dict[str, tuple[str, bool]]:
+        """Every broker key -> (value, explicitly set), for DescribeConfigs on the broker."""
+        return {
+            key: (self.explicit.get(key, SETTINGS[key].default), key in self.explicit)
+            for key in SETTINGS
+        }

@@ -1,0 +1,66 @@
+"""The handler registry: which APIs and versions the broker implements, and who handles each.
+
+A handler module declares itself with `@api(key, "Name", versions)`; ApiVersions is
+answered from this registry, so what the broker advertises is exactly what it handles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.messages import ResponseBuilder
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Handler
+
+
+REGISTRY: dict[int, ApiHandler] = {}
+
+
+def api(api_key: int, name: str, versions: range) -> Callable[[Handler], Handler]:
+    """Register `handle` for `versions` (a range: `range(3, 12)` means v3 to v11)."""
+
+    def register(handle: Handler) -> Handler:
+        if api_key in REGISTRY:
+            raise RuntimeError(f"API {api_key} ({name}) registered twice")
+        REGISTRY[api_key] = ApiHandler(api_key, name, versions.start, versions.stop - 1, handle)
+        return handle
+
+    return register
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request it serves."""
+
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    response: ResponseBuilder
+
+    @property
+    def version(self) -> int:
+        return self.api_version
+
+
+def load_handlers() -> dict[int, ApiHandler]:
+    """Import every handler module (each registers itself) and return the registry."""
+    import oncelog.broker.handlers  # noqa: F401  (registration happens on import)
+
+    return REGISTRY

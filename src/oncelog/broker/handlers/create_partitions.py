@@ -1,0 +1,47 @@
+"""CreatePartitions (key 37), v0-v3.
+
+- Raises a topic's partition count; a count that is not larger gets INVALID_PARTITIONS
+  with Kafka's message; a missing topic UNKNOWN_TOPIC_OR_PARTITION; assignments naming
+  other brokers INVALID_REPLICA_ASSIGNMENT. `validate_only` changes nothing.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.topics import error_code_for
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(37, "CreatePartitions", range(0, 4))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    results = []
+    for topic in request.topics:
+        code, message = _create(ctx, topic, request.validate_only)
+        results.append(make("CreatePartitionsTopicResult", name=topic.name, error_code=code, error_message=message))
+    return make("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    logs = ctx.broker.logs
+    info = logs.topics().get(topic.name)
+    if info is None:
+        return ErrorCode.unknown_topic_or_partition, f"The topic '{topic.name}' does not exist."
+    if topic.count < info.num_partitions:
+        return ErrorCode.invalid_partitions, (
+            f"Topic currently has {info.num_partitions} partitions, which is higher than the requested {topic.count}."
+        )
+    if topic.count == info.num_partitions:
+        return ErrorCode.invalid_partitions, f"Topic already has {info.num_partitions} partitions."
+    for assignment in topic.assignments or ():
+        if list(assignment.broker_ids) != [ctx.broker.node_id]:
+            return ErrorCode.invalid_replica_assignment, (
+                f"Replica assignment {list(assignment.broker_ids)} names brokers other than {ctx.broker.node_id}."
+            )
+    if validate_only:
+        return ErrorCode.none, None
+    try:
+        logs.create_partitions(topic.name, topic.count)
+    except Exception as error:
+        return error_code_for(error), str(error)
+    return ErrorCode.none, None

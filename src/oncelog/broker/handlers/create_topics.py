@@ -1,0 +1,97 @@
+"""CreateTopics (key 19), v2-v7.
+
+- num_partitions / replication_factor -1 take `num.partitions` /
+  `default.replication.factor`. Explicit replica assignments are accepted when every
+  replica is this broker.
+- Topic configs use Kafka's topic keys (`max.message.bytes`, `segment.bytes`,
+  `retention.ms`, `cleanup.policy`, ...); an unknown key or bad value is INVALID_CONFIG.
+- Errors per topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
+  INVALID_REPLICATION_FACTOR (above 1: this is a single broker), INVALID_CONFIG,
+  INVALID_REQUEST for a name given twice.
+- v5+ returns the topic's partition count, replication factor and effective configs.
+- `validate_only` checks everything and creates nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.topics import TopicRequestError, create_topic
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_DEFAULT = 5
+
+
+@api(19, "CreateTopics", range(2, 8))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for topic in request.topics:
+        try:
+            if counts[topic.name] > 1:
+                raise TopicRequestError(ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}")
+            replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
+            if topic.assignments:
+                replication_factor, num_partitions = _from_assignments(ctx, topic)
+            configs = {c.name: c.value for c in topic.configs}
+            info = create_topic(
+                ctx.broker, topic.name, num_partitions, replication_factor, configs,
+                validate_only=request.validate_only,
+            )
+        except TopicRequestError as error:
+            results.append(
+                make(
+                    "CreatableTopicResult", name=topic.name, topic_id=None, error_code=error.code,
+                    error_message=str(error), num_partitions=-1, replication_factor=-1, configs=None,
+                )
+            )
+            continue
+        results.append(
+            make(
+                "CreatableTopicResult",
+                name=topic.name,
+                topic_id=None if request.validate_only else info.topic_id,
+                error_code=ErrorCode.none,
+                error_message=None,
+                num_partitions=info.num_partitions,
+                replication_factor=1,
+                configs=_configs(make, info),
+            )
+        )
+    return make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int]:
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        raise TopicRequestError(
+            ErrorCode.invalid_request,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+        )
+    indexes = sorted(a.partition_index for a in topic.assignments)
+    if indexes != list(range(len(indexes))):
+        raise TopicRequestError(ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps.")
+    for assignment in topic.assignments:
+        if any(b != ctx.broker.node_id for b in assignment.broker_ids) or len(assignment.broker_ids) != 1:
+            raise TopicRequestError(
+                ErrorCode.invalid_replica_assignment,
+                f"Replica assignment {list(assignment.broker_ids)} names brokers other than {ctx.broker.node_id}.",
+            )
+    return 1, len(indexes)
+
+
+def _configs(make, info) -> tuple:
+    overrides = info.config_overrides
+    return tuple(
+        make(
+            "CreatableTopicConfigs",
+            name=key,
+            value=value,
+            read_only=False,
+            config_source=CONFIG_SOURCE_TOPIC if key in overrides else CONFIG_SOURCE_DEFAULT,
+            is_sensitive=False,
+        )
+        for key, value in sorted(info.config.to_kafka_dict().items())
+    )

@@ -1,0 +1,33 @@
+"""DescribeCluster (key 60), v0-v1: this broker, as controller and only member."""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+BROKERS_ENDPOINT = 1
+
+
+@api(60, "DescribeCluster", range(0, 2))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    broker = ctx.broker
+    if getattr(request, "endpoint_type", BROKERS_ENDPOINT) != BROKERS_ENDPOINT:
+        return make(
+            "DescribeClusterResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="Only brokers can be described (endpoint type 1).", endpoint_type=request.endpoint_type,
+            cluster_id=broker.cluster_id, controller_id=-1, brokers=(),
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+    return make(
+        "DescribeClusterResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=BROKERS_ENDPOINT,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=(make("DescribeClusterBroker", broker_id=broker.node_id, host=broker.host, port=broker.port, rack=None),),
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )

@@ -1,0 +1,138 @@
+"""Fetch (key 1), v4-v12.
+
+- Reads whole batches from the segment files (bytes only, never records), starting
+  with the batch that holds `fetch_offset`, up to the high watermark
+  (read_uncommitted) or the last stable offset (read_committed, isolation_level 1).
+- Size limits: `partition_max_bytes` per partition and `max_bytes` for the response;
+  the first partition with data always returns at least one whole batch, so a batch
+  larger than the limits still makes progress (KIP-74).
+- Long polling: when fewer than `min_bytes` are available the request waits up to
+  `max_wait` for an append to any of its partitions, then answers with what exists.
+- `fetch_offset` outside [log start offset, log end offset] gets OFFSET_OUT_OF_RANGE.
+- read_committed responses always carry the AbortedTransactions list.
+- Fetch sessions (KIP-227): the broker answers session_id 0, which tells clients it
+  keeps no session, so every request is a full fetch.
+- Deviation: the response never ends with a partial batch (Kafka may truncate the last
+  batch at the byte limit; clients skip such a tail, so whole batches are equivalent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.storage.errors import OffsetOutOfRangeError
+
+READ_COMMITTED = 1
+
+
+@api(1, "Fetch", range(4, 13))
+async def handle(ctx: RequestContext, request) -> object:
+    loop = asyncio.get_running_loop()
+    max_wait_s = request.max_wait.total_seconds()
+    deadline = loop.time() + max_wait_s
+    watched = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        response, total_bytes, failed = _read_all(ctx, request)
+        remaining = deadline - loop.time()
+        if failed or total_bytes >= request.min_bytes or remaining <= 0 or not watched:
+            return response
+        await ctx.broker.wait_for_append(watched, remaining)
+
+
+def _read_all(ctx: RequestContext, request) -> tuple[object, int, bool]:
+    make = ctx.response.make
+    logs = ctx.broker.logs
+    read_committed = request.isolation_level == READ_COMMITTED
+    budget = request.max_bytes
+    total = 0
+    failed = False
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            log_ = logs.partition(topic.topic, wanted.partition)
+            if log_ is None:
+                failed = True
+                partitions.append(_error(make, wanted.partition, ErrorCode.unknown_topic_or_partition))
+                continue
+            epoch_error = _check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
+            if epoch_error is not None:
+                failed = True
+                partitions.append(_error(make, wanted.partition, epoch_error))
+                continue
+            stable = log_.last_stable_offset if read_committed else log_.high_watermark
+            records = b""
+            code = ErrorCode.none
+            try:
+                if budget > 0:
+                    result = log_.read(
+                        wanted.fetch_offset,
+                        min(wanted.partition_max_bytes, budget),
+                        upper_bound=stable,
+                        min_one_batch=total == 0,
+                    )
+                    records = result.records
+                elif not log_.log_start_offset <= wanted.fetch_offset <= log_.log_end_offset:
+                    raise OffsetOutOfRangeError(f"offset {wanted.fetch_offset} out of range")
+            except OffsetOutOfRangeError:
+                code = ErrorCode.offset_out_of_range
+                failed = True
+            total += len(records)
+            budget -= len(records)
+            partitions.append(
+                make(
+                    "PartitionData",
+                    partition_index=wanted.partition,
+                    error_code=code,
+                    high_watermark=log_.high_watermark,
+                    last_stable_offset=log_.last_stable_offset,
+                    log_start_offset=log_.log_start_offset,
+                    aborted_transactions=_aborted(ctx, log_, wanted.fetch_offset, stable, records) if read_committed else None,
+                    preferred_read_replica=-1,
+                    records=records,
+                )
+            )
+        topics.append(make("FetchableTopicResponse", topic=topic.topic, partitions=tuple(partitions)))
+    response = make(
+        "FetchResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(topics),
+    )
+    return response, total, failed
+
+
+def _aborted(ctx: RequestContext, log_, fetch_offset: int, upper_bound: int, records: bytes) -> tuple:
+    """Aborted transactions overlapping the fetched range (filled by the transaction index)."""
+    collect = getattr(log_, "aborted_transactions", None)
+    if collect is None or not records:
+        return ()
+    make = ctx.response.make
+    return tuple(
+        make("AbortedTransaction", producer_id=producer_id, first_offset=first_offset)
+        for producer_id, first_offset in collect(fetch_offset, upper_bound)
+    )
+
+
+def _check_leader_epoch(current_leader_epoch: int) -> ErrorCode | None:
+    """Single node: the leader epoch is always 0."""
+    if current_leader_epoch in (-1, 0):
+        return None
+    return ErrorCode.unknown_leader_epoch if current_leader_epoch > 0 else ErrorCode.fenced_leader_epoch
+
+
+def _error(make, partition: int, code: ErrorCode) -> object:
+    return make(
+        "PartitionData",
+        partition_index=partition,
+        error_code=code,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=b"",
+    )

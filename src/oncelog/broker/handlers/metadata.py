@@ -1,0 +1,111 @@
+"""Metadata (key 3), v0-v12.
+
+- Lists this broker and, for the topics asked for (all of them when the list is null,
+  or empty in v0), their partitions with this broker as leader and only replica.
+- Auto-creates a missing topic when `auto.create.topics.enable` is true and the request
+  allows it (v4+ `allow_auto_topic_creation`; always allowed below v4), with
+  `num.partitions` partitions. The created topic is returned in the same response.
+- Topics named by id (v10+) that do not exist get UNKNOWN_TOPIC_ID.
+- Deviation: leader epochs are always 0 (single node, no leadership changes).
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, create_topic
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+@api(3, "Metadata", range(0, 13))
+async def handle(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    make = ctx.response.make
+    topics = broker.logs.topics()
+
+    if request.topics is None or (ctx.version == 0 and not request.topics):
+        wanted = [(name, None) for name in sorted(topics)]
+    else:
+        wanted = [(getattr(t, "name", None), _topic_id(t)) for t in request.topics]
+    auto_create = broker.config["auto.create.topics.enable"] and getattr(
+        request, "allow_auto_topic_creation", True
+    )
+
+    results = []
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None:
+            info = broker.logs.topic_by_id(topic_id)
+            if info is None:
+                results.append(_topic_error(make, ErrorCode.unknown_topic_id, None, topic_id))
+                continue
+        else:
+            info = topics.get(name)
+        if info is None and auto_create and name not in INTERNAL_TOPICS:
+            try:
+                info = create_topic(broker, name, -1, -1, {})
+            except TopicRequestError as error:
+                code = error.code
+                if code == ErrorCode.topic_already_exists:
+                    info = broker.logs.topics().get(name)
+                else:
+                    results.append(_topic_error(make, code, name, None))
+                    continue
+        if info is None:
+            results.append(_topic_error(make, ErrorCode.unknown_topic_or_partition, name, None))
+            continue
+        results.append(_topic(ctx, info))
+
+    return make(
+        "MetadataResponse",
+        throttle_time=NO_THROTTLE,
+        brokers=(make("MetadataResponseBroker", node_id=broker.node_id, host=broker.host, port=broker.port, rack=None),),
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=tuple(results),
+    )
+
+
+def _topic(ctx: RequestContext, info) -> object:
+    make = ctx.response.make
+    node = ctx.broker.node_id
+    partitions = tuple(
+        make(
+            "MetadataResponsePartition",
+            error_code=ErrorCode.none,
+            partition_index=index,
+            leader_id=node,
+            leader_epoch=0,
+            replica_nodes=(node,),
+            isr_nodes=(node,),
+            offline_replicas=(),
+        )
+        for index in range(info.num_partitions)
+    )
+    return make(
+        "MetadataResponseTopic",
+        error_code=ErrorCode.none,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=info.name in INTERNAL_TOPICS,
+        partitions=partitions,
+        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+
+
+def _topic_error(make, code: ErrorCode, name, topic_id) -> object:
+    return make(
+        "MetadataResponseTopic",
+        error_code=code,
+        name=name,
+        topic_id=topic_id,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+
+
+def _topic_id(requested):
+    """The requested topic id, or None for the all-zero id clients send with a name."""
+    topic_id = getattr(requested, "topic_id", None)
+    return topic_id if topic_id is not None and topic_id.int else None

@@ -1,0 +1,57 @@
+"""Produce (key 0), v3-v11.
+
+- acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition); acks=0 gets
+  no response at all, and the connection is closed if any partition failed. On a single node acks=-1 and acks=1 are acknowledged after the
+  same append (the ISR is this broker).
+- Each partition's records must be exactly one magic-2 batch: checked in
+  `oncelog.broker.partitions.append_records` (size, CRC32C, compression, control bit).
+- Produce never auto-creates topics (Kafka creates them only from Metadata).
+- Deviation: records inside a batch are not decompressed or validated one by one;
+  the batch header and CRC are.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.broker import now_ms
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.partitions import ProduceOutcome, append_records
+from oncelog.broker.server import CloseConnection
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(0, "Produce", range(3, 12))
+async def handle(ctx: RequestContext, request) -> object | None:
+    make = ctx.response.make
+    acks = request.acks
+    now = now_ms()
+    topics = []
+    failed = False
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                outcome = ProduceOutcome(ErrorCode.invalid_required_acks)
+            else:
+                outcome = append_records(
+                    ctx.broker, topic.name, data.index, data.records,
+                    produce_version=ctx.version, now_ms=now,
+                )
+            failed = failed or outcome.error_code != ErrorCode.none
+            partitions.append(
+                make(
+                    "PartitionProduceResponse",
+                    index=data.index,
+                    error_code=outcome.error_code,
+                    base_offset=outcome.base_offset,
+                    log_append_time=outcome.log_append_time_ms,
+                    log_start_offset=outcome.log_start_offset,
+                    record_errors=(),
+                    error_message=outcome.error_message,
+                )
+            )
+        topics.append(make("TopicProduceResponse", name=topic.name, partition_responses=tuple(partitions)))
+    if acks == 0:
+        if failed:  # the only way to tell an acks=0 producer something went wrong
+            raise CloseConnection("acks=0 produce request failed for at least one partition")
+        return None
+    return make("ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)

@@ -1,0 +1,97 @@
+"""Appends to and reads from partitions: the checks Kafka makes before a write reaches the
+log, in the order it makes them, each answered with Kafka's error code.
+
+Record batches stay opaque: only headers are read, and the CRC32C is checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.broker.topics import error_code_for
+from oncelog.protocol import record_batch
+from oncelog.protocol.messages import ErrorCode
+from oncelog.protocol.record_batch import Compression, CorruptRecordError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger("oncelog.partitions")
+
+ZSTD_MIN_PRODUCE_VERSION = 7
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOutcome:
+    error_code: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+def append_records(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    *,
+    produce_version: int,
+    now_ms: int,
+) -> ProduceOutcome:
+    """Validate one partition's records from a Produce request and append them."""
+    log_ = broker.logs.partition(topic, partition)
+    if log_ is None:
+        return ProduceOutcome(ErrorCode.unknown_topic_or_partition)
+    if not records:
+        return ProduceOutcome(
+            ErrorCode.invalid_record,
+            error_message=f"Produce requests with version {produce_version} must have at least one record batch",
+        )
+    buffer = bytearray(records)
+    try:
+        batches = record_batch.parse_batches(buffer, verify_crc=False)
+    except CorruptRecordError as error:
+        return ProduceOutcome(ErrorCode.corrupt_message, error_message=str(error))
+    if len(batches) != 1:
+        return ProduceOutcome(
+            ErrorCode.invalid_record,
+            error_message=f"Produce requests with version {produce_version} must have exactly one record batch "
+            f"per partition, got {len(batches)}",
+        )
+    batch = batches[0]
+    max_message_bytes = log_.config.max_message_bytes
+    if batch.size > max_message_bytes:
+        return ProduceOutcome(
+            ErrorCode.message_too_large,
+            error_message=f"The record batch of {batch.size} bytes exceeds max.message.bytes={max_message_bytes} "
+            f"of {topic}-{partition}",
+        )
+    if not record_batch.crc_matches(buffer, batch):
+        return ProduceOutcome(
+            ErrorCode.corrupt_message,
+            error_message=f"Record batch for {topic}-{partition} fails its CRC32C check",
+        )
+    if batch.is_control:
+        return ProduceOutcome(
+            ErrorCode.invalid_record, error_message="Produce requests may not contain control batches"
+        )
+    if batch.compression == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION:
+        return ProduceOutcome(ErrorCode.unsupported_compression_type)
+    if batch.compression > Compression.ZSTD:
+        return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression}")
+    try:
+        result = log_.append(buffer, batches, now_ms=now_ms)
+    except Exception as error:
+        code = error_code_for(error)
+        log.error("append to %s-%d failed: %s", topic, partition, error)
+        return ProduceOutcome(code, error_message=str(error))
+    broker.partition_appended(topic, partition)
+    return ProduceOutcome(
+        ErrorCode.none,
+        base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time_ms,
+        log_start_offset=result.log_start_offset,
+    )

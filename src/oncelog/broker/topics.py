@@ -1,0 +1,81 @@
+"""Topic administration shared by Metadata (auto-create), CreateTopics, DeleteTopics and
+CreatePartitions: request-level checks and the mapping of storage errors to Kafka codes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.messages import ErrorCode
+from oncelog.storage import errors as storage_errors
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger("oncelog.topics")
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+_STORAGE_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (storage_errors.TopicExistsError, ErrorCode.topic_already_exists),
+    (storage_errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (storage_errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
+    (storage_errors.InvalidConfigError, ErrorCode.invalid_config),
+    (storage_errors.UnknownTopicError, ErrorCode.unknown_topic_or_partition),
+    (storage_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (storage_errors.StorageError, ErrorCode.kafka_storage_error),
+)
+
+
+class TopicRequestError(Exception):
+    """A per-topic failure answered with a Kafka error code and message."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def error_code_for(error: Exception) -> ErrorCode:
+    for kind, code in _STORAGE_ERROR_CODES:
+        if isinstance(error, kind):
+            return code
+    raise error
+
+
+def create_topic(
+    broker: Broker,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    *,
+    validate_only: bool = False,
+):
+    """Create a topic or raise TopicRequestError with Kafka's code for what is wrong."""
+    if num_partitions == -1:
+        num_partitions = broker.config["num.partitions"]
+    if replication_factor == -1:
+        replication_factor = broker.config["default.replication.factor"]
+    if num_partitions <= 0:
+        raise TopicRequestError(
+            ErrorCode.invalid_partitions, f"Number of partitions was set to an invalid non-positive value ({num_partitions})."
+        )
+    if replication_factor <= 0:
+        raise TopicRequestError(
+            ErrorCode.invalid_replication_factor, f"Replication factor must be larger than 0, got {replication_factor}."
+        )
+    if replication_factor > 1:
+        raise TopicRequestError(
+            ErrorCode.invalid_replication_factor,
+            f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
+            f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
+        )
+    try:
+        if validate_only:
+            return broker.logs.validate_new_topic(name, num_partitions, configs)
+        info = broker.logs.create_topic(name, num_partitions, configs)
+    except Exception as error:
+        raise TopicRequestError(error_code_for(error), str(error)) from None
+    log.info("created topic %s with %d partition(s)%s", name, num_partitions, f" and configs {configs}" if configs else "")
+    return info

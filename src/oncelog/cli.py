@@ -1,0 +1,45 @@
+"""The `oncelog` command: one argparse tree, each command group registered by its module.
+
+Command groups mirror Kafka's tools: `broker start` (kafka-server-start.sh),
+`topics` (kafka-topics.sh), `produce` / `consume` (the console producer and consumer).
+Errors a user can fix end the command with a one-line message and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from oncelog import __version__
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from oncelog.admin import console, topics
+    from oncelog.broker import cli as broker_cli
+
+    parser = argparse.ArgumentParser(
+        prog="oncelog",
+        description="oncelog: a Kafka-protocol log with exactly-once semantics.",
+    )
+    parser.add_argument("--version", action="version", version=f"oncelog {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    broker_cli.register(commands)
+    topics.register(commands)
+    console.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except CommandError as error:
+        print(f"oncelog: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,327 @@
+"""RecordBatch v2 (magic 2): the header view the broker needs, and a builder for the
+batches the broker writes itself (control markers, internal topics).
+
+The broker never decodes the records of a client's batch: it reads the 61-byte header,
+checks the CRC32C and rewrites the two fields that are not covered by the CRC
+(base offset and partition leader epoch) when it assigns offsets.
+
+Wire layout of one batch (big-endian):
+
+    offset  size  field
+         0     8  baseOffset
+         8     4  batchLength            bytes that follow this field
+        12     4  partitionLeaderEpoch
+        16     1  magic                  = 2
+        17     4  crc                    CRC32C of bytes [21, end)
+        21     2  attributes             bits 0-2 compression, 3 timestamp type,
+                                         4 transactional, 5 control, 6 delete horizon
+        23     4  lastOffsetDelta
+        27     8  baseTimestamp
+        35     8  maxTimestamp
+        43     8  producerId
+        51     2  producerEpoch
+        53     4  baseSequence
+        57     4  recordCount
+        61     …  records
+
+One record (inside the batch, uncompressed form):
+
+    length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+    keyLength varint, key, valueLength varint, value, headerCount varint,
+    headers (keyLength varint, key, valueLength varint, value)*
+
+A control record's key is (version int16 = 0, type int16: 0 abort, 1 commit); its value
+is (version int16 = 0, coordinatorEpoch int32).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+from crc32c import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
+MAGIC = 2
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_LENGTH = struct.Struct(">qi")
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+
+class Compression(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlType(IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+class CorruptRecordError(ValueError):
+    """A batch whose framing, magic or CRC is wrong (Kafka's CORRUPT_MESSAGE)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The header of one batch at `position` within a buffer."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType((self.attributes & TIMESTAMP_TYPE_BIT) >> 3)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the batch's last record, wrapping at Int.MAX like Kafka."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Read the header at `position`; checks framing and magic, not the CRC."""
+    if len(buffer) - position < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"batch header at position {position} needs {HEADER_SIZE} bytes, "
+            f"{len(buffer) - position} remain"
+        )
+    fields = _HEADER.unpack_from(buffer, position)
+    header = BatchHeader(position, *fields)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"batch at position {position} has magic {header.magic}, expected 2")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"batch at position {position} declares length {header.batch_length}, "
+            f"below the minimum {HEADER_SIZE - LOG_OVERHEAD}"
+        )
+    if position + header.size > len(buffer):
+        raise CorruptRecordError(
+            f"batch at position {position} declares {header.size} bytes, "
+            f"{len(buffer) - position} remain"
+        )
+    if header.last_offset_delta < 0 or header.record_count < 0:
+        raise CorruptRecordError(f"batch at position {position} has a negative offset delta or count")
+    return header
+
+
+def crc_matches(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    start = header.position + 21
+    end = header.position + header.size
+    return crc32c(memoryview(buffer)[start:end]) == header.crc
+
+
+def parse_batches(buffer: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> list[BatchHeader]:
+    """All batch headers in `buffer`, which must hold whole batches and nothing else.
+
+    Raises CorruptRecordError on a short, malformed or CRC-failing batch.
+    """
+    headers = []
+    position = 0
+    end = len(buffer)
+    while position < end:
+        header = read_header(buffer, position)
+        if verify_crc and not crc_matches(buffer, header):
+            raise CorruptRecordError(
+                f"batch at position {position} fails its CRC32C check (stored {header.crc:#010x})"
+            )
+        headers.append(header)
+        position += header.size
+    return headers
+
+
+def scan_valid_prefix(buffer: bytes | bytearray | memoryview) -> tuple[list[BatchHeader], int]:
+    """Headers of the leading whole, CRC-valid batches and the byte length they cover.
+
+    Used by recovery: whatever follows the returned length is a torn or corrupt tail.
+    """
+    headers = []
+    position = 0
+    end = len(buffer)
+    while position < end:
+        try:
+            header = read_header(buffer, position)
+        except CorruptRecordError:
+            break
+        if not crc_matches(buffer, header):
+            break
+        headers.append(header)
+        position += header.size
+    return headers, position
+
+
+def set_base_offset(buffer: bytearray | memoryview, header: BatchHeader, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buffer, header.position, base_offset)
+
+
+def set_partition_leader_epoch(buffer: bytearray | memoryview, header: BatchHeader, epoch: int) -> None:
+    _LEADER_EPOCH.pack_into(buffer, header.position + 12, epoch)
+
+
+# ---------------------------------------------------------------------------------------
+# Building batches (uncompressed): control markers and the broker's internal topics.
+
+
+def _varint(value: int) -> bytes:
+    """Zig-zag varint, as Kafka's records use for signed fields."""
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag & ~0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _bytes_field(data: bytes | None) -> bytes:
+    if data is None:
+        return _varint(-1)
+    return _varint(len(data)) + data
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_delta: int = 0
+
+
+def _encode_record(record: Record, offset_delta: int) -> bytes:
+    body = bytearray(b"\x00")  # attributes, unused
+    body += _varint(record.timestamp_delta)
+    body += _varint(offset_delta)
+    body += _bytes_field(record.key)
+    body += _bytes_field(record.value)
+    body += _varint(len(record.headers))
+    for header_key, header_value in record.headers:
+        body += _bytes_field(header_key.encode())
+        body += _bytes_field(header_value)
+    return _varint(len(body)) + bytes(body)
+
+
+def build_batch(
+    records: list[Record],
+    *,
+    base_offset: int = 0,
+    timestamp_ms: int,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """An uncompressed v2 batch holding `records`, all stamped `timestamp_ms`."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    attributes = (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
+    body = b"".join(_encode_record(record, delta) for delta, record in enumerate(records))
+    max_timestamp = timestamp_ms + max(r.timestamp_delta for r in records)
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        attributes,
+        len(records) - 1,
+        timestamp_ms,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    ) + body
+    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
+    return (
+        _LENGTH.pack(base_offset, batch_length)
+        + struct.pack(">ibI", partition_leader_epoch, MAGIC, crc32c(after_crc))
+        + after_crc
+    )
+
+
+def build_control_batch(
+    control_type: ControlType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+) -> bytes:
+    """A COMMIT or ABORT marker: one control record in a transactional control batch."""
+    record = Record(
+        key=_CONTROL_KEY.pack(0, control_type),
+        value=_CONTROL_VALUE.pack(0, coordinator_epoch),
+    )
+    return build_batch(
+        [record],
+        timestamp_ms=timestamp_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )

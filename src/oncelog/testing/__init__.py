@@ -1,0 +1,1 @@
+"""Test and fault-injection helpers that drive real brokers: processes, proxies."""

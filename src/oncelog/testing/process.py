@@ -1,0 +1,109 @@
+"""A broker in its own process, for tests that stop, restart or kill -9 it.
+
+    with BrokerProcess(data_dir, {"log.flush.interval.messages": "1"}) as broker:
+        ... broker.bootstrap_servers ...
+        broker.kill()          # SIGKILL, no flush, no checkpoint
+        broker.start()         # same log.dirs, same port
+
+The broker keeps its port across restarts so clients reconnect to the same address.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: str | Path, config: Mapping[str, str] | None = None, *, port: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.config = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.data_dir),
+            **dict(config or {}),
+        }
+        self.process: subprocess.Popen | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        command = [sys.executable, "-m", "oncelog", "broker", "start"]
+        for key, value in self.config.items():
+            command += ["--override", f"{key}={value}"]
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log_file.close()
+        ready = threading.Event()
+        lines: list[str] = []
+
+        def read_handshake() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for raw in self.process.stdout:
+                lines.append(raw.decode(errors="replace"))
+                if "listening on" in lines[-1]:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read_handshake, daemon=True).start()
+        if not ready.wait(timeout) or self.process.poll() is not None:
+            self.kill()
+            raise RuntimeError(f"broker did not start; its log:\n{self.log_path.read_text()[-4000:]}")
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM: a clean shutdown (flush, checkpoints)."""
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout)
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: nothing flushed beyond what the flush policy already wrote."""
+        if self.process is None:
+            return
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        if self.process is not None:
+            self.kill()
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, message: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")

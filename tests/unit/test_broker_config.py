@@ -1,0 +1,57 @@
+"""Broker configuration from server.properties and --override, with Kafka's keys."""
+
+import pytest
+
+from oncelog.broker.config import BrokerConfig, ConfigError, parse_overrides, read_properties
+
+
+def test_properties_file_then_overrides(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("# comment\nnode.id=3\nlog.dirs=/a,/b\nnum.partitions = 4\nlisteners=PLAINTEXT://0.0.0.0:19092\n")
+    config = BrokerConfig.load(path, parse_overrides(["num.partitions=6"]))
+    assert config.node_id == 3
+    assert [str(p) for p in config.log_dirs] == ["/a", "/b"]
+    assert config["num.partitions"] == 6
+    assert config.listener.port == 19092
+
+
+def test_unknown_key_is_an_error_naming_it():
+    with pytest.raises(ConfigError, match="unknown configuration key: log.segmnt.bytes"):
+        BrokerConfig({"log.segmnt.bytes": "1"})
+
+
+def test_kafka_keys_without_meaning_here_are_accepted_and_listed():
+    config = BrokerConfig({"num.network.threads": "3", "zookeeper.connect": "x"})
+    assert config.ignored == ["num.network.threads", "zookeeper.connect"]
+
+
+def test_bad_value_names_the_key():
+    with pytest.raises(ConfigError, match="auto.create.topics.enable"):
+        BrokerConfig({"auto.create.topics.enable": "yes"})
+    with pytest.raises(ConfigError, match="message.max.bytes"):
+        BrokerConfig({"message.max.bytes": "0"})
+
+
+def test_retention_precedence_is_ms_then_minutes_then_hours():
+    assert BrokerConfig({}).retention_ms == 168 * 3_600_000
+    assert BrokerConfig({"log.retention.hours": "1"}).retention_ms == 3_600_000
+    assert BrokerConfig({"log.retention.minutes": "2", "log.retention.hours": "1"}).retention_ms == 120_000
+    assert BrokerConfig({"log.retention.ms": "5", "log.retention.minutes": "2"}).retention_ms == 5
+
+
+def test_listener_must_be_plaintext_with_a_port():
+    with pytest.raises(ConfigError, match="only PLAINTEXT"):
+        BrokerConfig({"listeners": "SSL://localhost:9093"})
+    with pytest.raises(ConfigError, match="no port"):
+        BrokerConfig({"listeners": "PLAINTEXT://localhost"})
+
+
+def test_override_needs_key_and_value():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["novalue"])
+
+
+def test_properties_reader_accepts_colon_separator(tmp_path):
+    path = tmp_path / "p"
+    path.write_text("a: 1\n! bang comment\nb=x=y\n")
+    assert read_properties(path) == {"a": "1", "b": "x=y"}
