@@ -1,0 +1,98 @@
+"""Small persisted files (topic metadata, checkpoints): versioned, CRC32C-framed, atomic.
+
+Layout (big-endian):
+
+    offset  size  field
+         0     4  magic          identifies the kind of file
+         4     2  version        of the payload format
+         6     4  payload length
+        10     4  crc32c         of bytes [0, 10) followed by the payload
+        14     …  payload        JSON, UTF-8
+
+Writes go to `<name>.tmp`, are fsynced, renamed over the old file, and the directory is
+fsynced, so a reader sees either the old or the new file, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from crc32c import crc32c
+
+from oncelog.storage.errors import CorruptLogError, StorageError
+
+_PREFIX = struct.Struct(">4sHI")
+_CRC = struct.Struct(">I")
+HEADER_SIZE = _PREFIX.size + _CRC.size
+TEMP_SUFFIX = ".tmp"
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make created, renamed and removed entries of `directory` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(str(directory), f"cannot fsync directory: {exc.strerror}", exc.errno) from exc
+
+
+def write_framed_file(path: Path, magic: bytes, version: int, payload: bytes) -> None:
+    prefix = _PREFIX.pack(magic, version, len(payload))
+    data = prefix + _CRC.pack(crc32c(payload, crc32c(prefix))) + payload
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+        fsync_directory(path.parent)
+    except OSError as exc:
+        raise StorageError(str(path), f"cannot write: {exc.strerror}", exc.errno) from exc
+
+
+def read_framed_file(path: Path, magic: bytes, versions: range | tuple[int, ...]) -> tuple[int, bytes]:
+    """(version, payload) of the file; raises CorruptLogError on any framing problem."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StorageError(str(path), f"cannot read: {exc.strerror}", exc.errno) from exc
+    if len(data) < HEADER_SIZE:
+        raise CorruptLogError(str(path), f"{len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    found_magic, version, length = _PREFIX.unpack_from(data)
+    if found_magic != magic:
+        raise CorruptLogError(str(path), f"magic {found_magic!r}, expected {magic!r}")
+    if version not in versions:
+        raise CorruptLogError(str(path), f"unsupported version {version}")
+    payload = data[HEADER_SIZE:]
+    if len(payload) != length:
+        raise CorruptLogError(str(path), f"payload of {len(payload)} bytes, header declares {length}")
+    (stored_crc,) = _CRC.unpack_from(data, _PREFIX.size)
+    actual_crc = crc32c(payload, crc32c(data[: _PREFIX.size]))
+    if stored_crc != actual_crc:
+        raise CorruptLogError(str(path), f"CRC32C {actual_crc:#010x} does not match stored {stored_crc:#010x}")
+    return version, payload
+
+
+def write_json_file(path: Path, magic: bytes, version: int, document: Any) -> None:
+    payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    write_framed_file(path, magic, version, payload)
+
+
+def read_json_file(path: Path, magic: bytes, versions: range | tuple[int, ...]) -> tuple[int, Any]:
+    version, payload = read_framed_file(path, magic, versions)
+    try:
+        return version, json.loads(payload)
+    except ValueError as exc:
+        raise CorruptLogError(str(path), f"payload is not JSON: {exc}") from None

@@ -1,0 +1,642 @@
+"""The log of one topic-partition: its segments, offsets, flush, retention and recovery.
+
+Directory `<log.dir>/<topic>-<partition>/` holds the segments (see segment.py). The log
+owns the offsets Kafka reports for a partition:
+
+    log_start_offset  first offset a consumer may fetch (moves with retention, DeleteRecords)
+    high_watermark    last offset + 1 visible to consumers (single node: the log end offset)
+    log_end_offset    next offset to assign
+    recovery_point    offsets below it are known to be fsynced
+
+An append is four steps, each a method, so producer state can slot in later:
+validate (`_validate_append`) -> assign offsets (`_assign_offsets`) -> write
+(`_write`) -> update in-memory state (`_update_after_append`). Producer-state validation
+belongs between the first two, its state update after the write.
+
+Everything here is synchronous and called from the broker's single event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from crc32c import crc32c
+
+from oncelog.protocol.record_batch import (
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    set_base_offset,
+    set_partition_leader_epoch,
+)
+from oncelog.storage.config import LogConfig
+from oncelog.storage.errors import (
+    CorruptLogError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    StorageError,
+    topic_partition_name,
+)
+from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
+from oncelog.storage.segment import (
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    parse_segment_base_offset,
+)
+
+logger = logging.getLogger("oncelog.storage")
+
+_ATTRIBUTES = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+_ATTRIBUTES_POSITION = 21
+_CRC_POSITION = 17
+_MAX_TIMESTAMP_POSITION = 35
+
+# Leftovers of interrupted writes or of Kafka-style renames; removed when a log opens.
+_STALE_SUFFIXES = (TEMP_SUFFIX, ".deleted", ".cleaned", ".swap")
+
+NO_TIMESTAMP = -1
+DELETE_RECORDS_HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendOrigin(Enum):
+    """Who appends: clients are held to Kafka's produce rules; replication keeps offsets."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"  # control markers, internal topics
+    REPLICATION = "replication"  # batches already carry the leader's offsets
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int  # -1 when nothing was appended
+    last_offset: int
+    log_append_time_ms: int  # -1 unless message.timestamp.type=LogAppendTime
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes  # whole batches, straight from the segment files
+    first_offset: int  # base offset of the first batch in `records`, -1 when empty
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class PartitionLog:
+    """One topic-partition's log. Create with `PartitionLog.open`."""
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
+                 segments: list[LogSegment], *, log_start_offset: int, now_ms: int) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.name = topic_partition_name(topic, partition)
+        self._config = config
+        self._segments = segments
+        self._segment_bases = [segment.base_offset for segment in segments]
+        self.log_end_offset = segments[-1].next_offset
+        self.log_start_offset = log_start_offset
+        self.high_watermark = self.log_end_offset
+        self.recovery_point = self.log_end_offset
+        self._last_flush_ms = now_ms
+        self._roll_flush_pending = False  # a rolled segment awaits its fsync
+        self._directory_dirty = False  # segment files created or removed since the last fsync
+        self._closed = False
+
+    # -- opening and recovery ------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, *, recover: bool,
+             recovery_point: int | None = None, log_start_offset: int | None = None,
+             now_ms: int | None = None) -> PartitionLog:
+        """Open (or create) the log in `directory`.
+
+        With `recover` (no clean shutdown), segments from the one holding
+        `recovery_point` onwards (only the last one when it is None) are rescanned and
+        truncated at the first torn or corrupt batch; any segment after a truncation is
+        dropped. Other segments load their index files, rebuilding them when missing or
+        damaged. `log_start_offset` comes from the log-start checkpoint.
+        """
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        name = topic_partition_name(topic, partition)
+        if not directory.is_dir():
+            try:
+                directory.mkdir(parents=True)
+            except OSError as exc:
+                raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}", exc.errno) from exc
+            fsync_directory(directory.parent)
+        bases = _clean_directory(directory)
+        if not recover:
+            first_to_recover = len(bases)
+        elif recovery_point is None:
+            first_to_recover = max(len(bases) - 1, 0)
+        else:
+            first_to_recover = max(bisect_right(bases, recovery_point) - 1, 0)
+
+        segments: list[LogSegment] = []
+        recovered: list[LogSegment] = []
+        try:
+            for number, base in enumerate(bases):
+                segment = LogSegment.open(directory, base)
+                segments.append(segment)
+                rescan = number >= first_to_recover
+                if not rescan and not segment.load_indexes(config.index_interval_bytes, now_ms):
+                    logger.warning("%s: index of segment %d is missing or damaged; rebuilding it", name, base)
+                    rescan = True
+                truncated = segment.recover(config.index_interval_bytes, now_ms) if rescan else 0
+                if rescan:
+                    recovered.append(segment)
+                if len(segments) > 1 and segments[-2].next_offset > base:
+                    raise CorruptLogError(
+                        str(segment.log_path),
+                        f"segment starts at offset {base} but the previous one ends at offset "
+                        f"{segments[-2].next_offset - 1}",
+                    )
+                if truncated and number < len(bases) - 1:
+                    dropped = bases[number + 1 :]
+                    logger.warning(
+                        "%s: dropping %d segment(s) after the truncation in segment %d: base offsets %s",
+                        name, len(dropped), base, dropped,
+                    )
+                    for later in dropped:
+                        LogSegment.open(directory, later).delete()
+                    break
+            if not segments:
+                segments.append(LogSegment.create(directory, log_start_offset or 0))
+        except BaseException:
+            for segment in segments:
+                segment.close_without_flush()
+            raise
+
+        start = max(log_start_offset or 0, segments[0].base_offset)
+        log = cls(directory, topic, partition, config, segments, log_start_offset=start, now_ms=now_ms)
+        if log.log_start_offset > log.log_end_offset:
+            logger.warning(
+                "%s: log start offset %d is past the recovered log end offset %d; starting the log there",
+                name, log.log_start_offset, log.log_end_offset,
+            )
+            log.truncate_fully_and_start_at(log.log_start_offset)
+        if recovered:
+            # Make the recovered state (truncations, rebuilt indexes) durable now.
+            for segment in recovered:
+                if segment in log._segments:
+                    segment.flush(write_indexes=True)
+            fsync_directory(directory)
+            logger.info(
+                "%s: recovered %d segment(s); log start offset %d, log end offset %d",
+                name, len(recovered), log.log_start_offset, log.log_end_offset,
+            )
+        return log
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new settings; they take effect from the next append, roll or retention run."""
+        self._config = config
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The read_committed bound. Without transaction state yet, the high watermark;
+        producer state will lower it to the first offset of the oldest open transaction."""
+        return self.high_watermark
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._segment_bases)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader], *, now_ms: int,
+               origin: AppendOrigin = AppendOrigin.CLIENT, leader_epoch: int = 0) -> AppendResult:
+        """Append whole batches (`batches` from `parse_batches(records)`), rewriting in
+        `records` their base offsets, partition leader epoch and, with LogAppendTime,
+        their timestamps and CRC."""
+        if not batches:
+            return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
+        self._validate_append(records, batches, origin)
+        # Producer-state validation (idempotence, transactions) goes here: it must see
+        # the batches before offsets are assigned and must not change any state yet.
+        base_offset, last_offset, log_append_time_ms = self._assign_offsets(
+            records, batches, origin, leader_epoch, now_ms
+        )
+        self._write(records, batches, last_offset, now_ms)
+        self._update_after_append(last_offset, now_ms)
+        # Producer-state update goes here: after the bytes are in the log.
+        return AppendResult(base_offset, last_offset, log_append_time_ms, self.log_start_offset)
+
+    def _validate_append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader],
+                         origin: AppendOrigin) -> None:
+        if batches[0].position != 0 or batches[-1].position + batches[-1].size != len(records):
+            raise ValueError("batches must be the headers of all of `records`, as parse_batches returns them")
+        config = self._config
+        # Kafka refuses an append larger than segment.bytes; Kafka 4 makes that moot with
+        # a 1 MiB minimum segment.bytes. oncelog keeps Kafka 3's 14-byte minimum (small
+        # segments are handy in tests), so such an append gets a segment of its own, and
+        # only positions that would not fit the index's int32 are refused.
+        if len(records) > INT32_MAX:
+            raise RecordBatchTooLargeError(self.name, len(records), INT32_MAX)
+        if origin is AppendOrigin.CLIENT and len(batches) > 1:
+            # Kafka: a v2 produce carries one batch per partition.
+            raise InvalidRecordError(self.name, f"a produce request holds {len(batches)} batches, Kafka allows one")
+        expected_offset = self.log_end_offset
+        for header in batches:
+            if header.size > config.max_message_bytes:
+                raise RecordTooLargeError(self.name, header.size, config.max_message_bytes)
+            if origin is AppendOrigin.CLIENT:
+                _check_client_batch(self.name, header)
+            elif origin is AppendOrigin.REPLICATION:
+                if header.base_offset < expected_offset:
+                    raise InvalidRecordError(
+                        self.name,
+                        f"replicated batch at offset {header.base_offset} is below the expected {expected_offset}",
+                    )
+                expected_offset = header.next_offset
+
+    def _assign_offsets(self, records: bytearray | memoryview, batches: Sequence[BatchHeader],
+                        origin: AppendOrigin, leader_epoch: int, now_ms: int) -> tuple[int, int, int]:
+        """Write final offsets (and LogAppendTime) into the batches; (first, last, append time)."""
+        if origin is AppendOrigin.REPLICATION:
+            return batches[0].base_offset, batches[-1].last_offset, NO_TIMESTAMP
+        log_append_time_ms = now_ms if self._config.log_append_time else NO_TIMESTAMP
+        first_offset = offset = self.log_end_offset
+        for header in batches:
+            set_base_offset(records, header, offset)
+            set_partition_leader_epoch(records, header, leader_epoch)
+            if log_append_time_ms != NO_TIMESTAMP:
+                _set_log_append_time(records, header, log_append_time_ms)
+            offset += header.last_offset_delta + 1
+        return first_offset, offset - 1, log_append_time_ms
+
+    def _write(self, records: bytearray | memoryview, batches: Sequence[BatchHeader], last_offset: int,
+               now_ms: int) -> None:
+        segment = self._segment_for_append(len(records), last_offset, now_ms)
+        segment.append(records, batches, now_ms=now_ms, index_interval_bytes=self._config.index_interval_bytes)
+
+    def _update_after_append(self, last_offset: int, now_ms: int) -> None:
+        self.log_end_offset = last_offset + 1
+        self.high_watermark = self.log_end_offset  # single node; replication moves it separately
+        if self.log_end_offset - self.recovery_point >= self._config.flush_messages:
+            self.flush(now_ms)
+
+    def _segment_for_append(self, append_size: int, last_offset: int, now_ms: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.size == 0:
+            return segment
+        config = self._config
+        if (
+            segment.size + append_size > config.segment_bytes
+            or (segment.rolling_base_ms is not None and now_ms - segment.rolling_base_ms > config.segment_ms)
+            or segment.index_is_full(config.segment_index_bytes)
+            or last_offset - segment.base_offset > INT32_MAX
+        ):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op when the active one is
+        empty). The old segment's fsync and index files are written at the next flush."""
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        active.on_become_inactive()
+        segment = LogSegment.create(self.directory, self.log_end_offset)
+        self._segments.append(segment)
+        self._segment_bases.append(segment.base_offset)
+        self._roll_flush_pending = True
+        self._directory_dirty = True
+        logger.debug("%s: rolled a new segment at offset %d", self.name, segment.base_offset)
+        return segment
+
+    # -- flushing ------------------------------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync everything after the recovery point and move it to the log end offset."""
+        first = max(bisect_right(self._segment_bases, self.recovery_point) - 1, 0)
+        active = self._segments[-1]
+        for segment in self._segments[first:]:
+            segment.flush(write_indexes=segment is not active)
+        if self._directory_dirty:
+            fsync_directory(self.directory)
+            self._directory_dirty = False
+        self.recovery_point = self.log_end_offset
+        self._roll_flush_pending = False
+        self._last_flush_ms = wall_clock_ms() if now_ms is None else now_ms
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """Flush when flush.ms has passed with unflushed data, or a rolled segment waits."""
+        if self._roll_flush_pending or (
+            self.log_end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self._config.flush_ms
+        ):
+            self.flush(now_ms)
+            return True
+        return False
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, *, upper_bound: int | None = None,
+             min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from the batch holding `fetch_offset`, up to `max_bytes`.
+
+        Stops before any batch whose base offset is >= `upper_bound` (default: the high
+        watermark). With `min_one_batch` the first batch is returned even when it alone
+        exceeds `max_bytes`. One pread per segment touched, after header-only lookups.
+        """
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(self.name, fetch_offset, self.log_start_offset, self.log_end_offset)
+        bound = self.high_watermark if upper_bound is None else min(upper_bound, self.log_end_offset)
+        if fetch_offset >= bound:
+            return self._read_result(b"")
+        number = max(bisect_right(self._segment_bases, fetch_offset) - 1, 0)
+        pieces: list[bytes] = []
+        remaining = max_bytes
+        offset = fetch_offset
+        segments = self._segments
+        while number < len(segments):
+            data, reached_segment_end = segments[number].read(
+                offset, remaining, bound, min_one_batch=min_one_batch and not pieces
+            )
+            if data:
+                pieces.append(data)
+                remaining -= len(data)
+            if not reached_segment_end or remaining <= 0:
+                break
+            number += 1
+            if number < len(segments):
+                offset = segments[number].base_offset
+        if not pieces:
+            return self._read_result(b"")
+        return self._read_result(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+
+    def _read_result(self, records: bytes) -> ReadResult:
+        first_offset = _INT64.unpack_from(records)[0] if records else -1
+        return ReadResult(records, first_offset, self.high_watermark, self.log_start_offset, self.log_end_offset)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch whose max timestamp is >= `timestamp_ms`
+        (ListOffsets by time), or None. The offset is the batch's base offset, raised to
+        the log start offset; see LogSegment.find_offset_by_timestamp for the timestamp.
+        The caller hides results at or past the high watermark / LSO."""
+        for segment in self._segments:
+            if segment.next_offset <= self.log_start_offset or segment.max_timestamp < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the batch with the largest timestamp (ListOffsets -3),
+        or None when no batch has a timestamp. The offset is that batch's base offset."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.next_offset <= self.log_start_offset or segment.max_timestamp < 0:
+                continue
+            if best is None or segment.max_timestamp > best.max_timestamp:
+                best = segment
+        if best is None:
+            return None
+        return max(best.offset_of_max_timestamp, self.log_start_offset), best.max_timestamp
+
+    # -- retention and truncation --------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments by retention.ms and retention.bytes (when cleanup.policy
+        has delete) and those wholly below the log start offset. Returns how many."""
+        config = self._config
+        deleted = 0
+        if config.deletes_old_segments:
+            if config.retention_ms >= 0:
+                retention_ms = config.retention_ms
+                deleted += self._delete_oldest_segments(
+                    lambda segment, _next: now_ms - segment.largest_timestamp() > retention_ms,
+                    f"retention.ms {retention_ms}",
+                )
+            if config.retention_bytes >= 0:
+                excess = self.size_in_bytes - config.retention_bytes
+                if excess > 0:
+                    def over_size(segment: LogSegment, _next: LogSegment | None) -> bool:
+                        nonlocal excess
+                        if excess - segment.size >= 0:
+                            excess -= segment.size
+                            return True
+                        return False
+
+                    deleted += self._delete_oldest_segments(over_size, f"retention.bytes {config.retention_bytes}")
+        deleted += self._delete_segments_below_log_start()
+        return deleted
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (-1: the high
+        watermark) and delete whole segments below it. Returns the new log start offset."""
+        if offset == DELETE_RECORDS_HIGH_WATERMARK:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                self.name, offset, self.log_start_offset, self.log_end_offset,
+                f"cannot delete records past the high watermark {self.high_watermark}",
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._delete_segments_below_log_start()
+        return self.log_start_offset
+
+    def _delete_segments_below_log_start(self) -> int:
+        start = self.log_start_offset
+        return self._delete_oldest_segments(
+            lambda _segment, next_segment: next_segment is not None and next_segment.base_offset <= start,
+            f"log start offset {start}",
+        )
+
+    def _delete_oldest_segments(self, deletable: Callable[[LogSegment, LogSegment | None], bool],
+                                reason: str) -> int:
+        """Delete the leading segments for which `deletable(segment, next)` holds.
+
+        As in Kafka, a non-empty active segment can be deleted too: a new empty segment
+        is rolled first, so the log always keeps one.
+        """
+        segments = self._segments
+        count = 0
+        for number, segment in enumerate(segments):
+            next_segment = segments[number + 1] if number + 1 < len(segments) else None
+            if next_segment is None and segment.size == 0:
+                break
+            if not deletable(segment, next_segment):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        if count == len(segments):
+            self.roll()
+        doomed = segments[:count]
+        del segments[:count]
+        del self._segment_bases[:count]
+        for segment in doomed:
+            logger.info(
+                "%s: deleting segment %d (offsets %d to %d, %d bytes) due to %s",
+                self.name, segment.base_offset, segment.base_offset, segment.next_offset - 1, segment.size, reason,
+            )
+            segment.delete()
+        self._directory_dirty = True
+        self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.recovery_point = max(self.recovery_point, segments[0].base_offset)
+        return count
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything from the batch holding `offset` on (replication, recovery).
+
+        If `offset` is inside a batch, that whole batch goes and the log end offset
+        becomes its base offset.
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(self.name, offset, self.log_start_offset, self.log_end_offset)
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        old_end = self.log_end_offset
+        while self._segments[-1].base_offset > offset:
+            self._segments.pop().delete()
+            self._segment_bases.pop()
+            self._directory_dirty = True
+        self._segments[-1].truncate_to(offset)
+        self.log_end_offset = self._segments[-1].next_offset
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at `offset`."""
+        for segment in self._segments:
+            segment.delete()
+        segment = LogSegment.create(self.directory, offset)
+        self._segments[:] = [segment]
+        self._segment_bases[:] = [offset]
+        self._directory_dirty = True
+        self.log_end_offset = self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        logger.info("%s: truncated fully; the log now starts at offset %d", self.name, offset)
+
+    # -- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write every index, fsync everything; the log cannot be used afterwards."""
+        if self._closed:
+            return
+        for segment in self._segments:
+            segment.close()
+        fsync_directory(self.directory)
+        self.recovery_point = self.log_end_offset
+        self._closed = True
+
+    def close_without_flush(self) -> None:
+        """Release the files without writing anything (error paths)."""
+        for segment in self._segments:
+            segment.close_without_flush()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition's directory."""
+        self.close_without_flush()
+        try:
+            shutil.rmtree(self.directory)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageError(self.name, f"cannot delete {self.directory}: {exc.strerror}", exc.errno) from exc
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.name!r}, log_start_offset={self.log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _check_client_batch(name: str, header: BatchHeader) -> None:
+    """Kafka's per-batch produce checks (LogValidator.validateBatch), header only."""
+    if header.record_count <= 0:
+        raise InvalidRecordError(name, f"invalid reported record count {header.record_count} in a batch")
+    if header.record_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            name,
+            f"inconsistent batch offset range: last offset delta {header.last_offset_delta} "
+            f"with {header.record_count} records",
+        )
+    if header.is_control:
+        raise InvalidRecordError(name, "clients are not allowed to write control records")
+    if header.has_producer_id and header.base_sequence < 0:
+        raise InvalidRecordError(
+            name, f"invalid sequence number {header.base_sequence} in a batch with producer id {header.producer_id}"
+        )
+
+
+def _set_log_append_time(records: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
+    """Stamp a batch with LogAppendTime: attribute bit, max timestamp and a new CRC32C."""
+    position = header.position
+    (attributes,) = _ATTRIBUTES.unpack_from(records, position + _ATTRIBUTES_POSITION)
+    _ATTRIBUTES.pack_into(records, position + _ATTRIBUTES_POSITION, attributes | TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(records, position + _MAX_TIMESTAMP_POSITION, now_ms)
+    checksum = crc32c(memoryview(records)[position + _ATTRIBUTES_POSITION : position + header.size])
+    _CRC.pack_into(records, position + _CRC_POSITION, checksum)
+
+
+def _clean_directory(directory: Path) -> list[int]:
+    """Remove leftovers of interrupted writes; return the segment base offsets, sorted."""
+    bases = []
+    index_files = []
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:
+        raise StorageError(str(directory), f"cannot list: {exc.strerror}", exc.errno) from exc
+    for name in names:
+        if name.endswith(_STALE_SUFFIXES):
+            logger.info("%s: removing leftover file %s", directory, name)
+            (directory / name).unlink(missing_ok=True)
+            continue
+        base = parse_segment_base_offset(name, LOG_SUFFIX)
+        if base is not None:
+            bases.append(base)
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            index_base = parse_segment_base_offset(name, suffix)
+            if index_base is not None:
+                index_files.append((index_base, name))
+    present = set(bases)
+    for index_base, name in index_files:
+        if index_base not in present:
+            logger.info("%s: removing index file %s without a segment", directory, name)
+            (directory / name).unlink(missing_ok=True)
+    return sorted(bases)

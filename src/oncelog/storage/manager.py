@@ -1,0 +1,528 @@
+"""All partition logs of a broker, across its log directories, and the topic metadata.
+
+Each log directory holds:
+
+    __topics.meta                       topic names, ids, partition counts, config overrides
+                                        (the same document in every log dir; the highest
+                                        generation wins at load)
+    recovery-point-offset-checkpoint    per partition: offsets below are fsynced
+    log-start-offset-checkpoint         per partition: the log start offset
+    .oncelog_cleanshutdown              written last by close(), removed by load()
+    .lock                               flock'ed while a broker uses the directory
+    <topic>-<partition>/                one partition log each
+
+All three data files are versioned and CRC32C-framed (framed_file.py). Topic metadata is
+written before partition directories are created and before they are removed, so a crash
+in between leaves either empty partitions to create or unclaimed directories, which load
+renames to `<name>.<hex>-stray` (as Kafka does with stray logs) rather than deleting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import logging
+import os
+import re
+import uuid
+from base64 import urlsafe_b64encode
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
+from oncelog.storage.errors import (
+    CorruptLogError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    LogError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicError,
+    topic_partition_name,
+)
+from oncelog.storage.framed_file import fsync_directory, read_json_file, write_json_file
+from oncelog.storage.log import PartitionLog, wall_clock_ms
+
+logger = logging.getLogger("oncelog.storage")
+
+TOPICS_META_FILE = "__topics.meta"
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".oncelog_cleanshutdown"
+LOCK_FILE = ".lock"
+
+_TOPICS_META_MAGIC = b"OLTM"
+_TOPICS_META_VERSION = 1
+_CHECKPOINT_MAGIC = b"OLCP"
+_CHECKPOINT_VERSION = 1
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_DIRECTORY = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>[0-9]+)")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules; raises InvalidTopicError."""
+    if not name:
+        raise InvalidTopicError(name, "the name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(name, "'.' and '..' are not allowed")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            name, f"the name is {len(name)} characters long, at most {MAX_TOPIC_NAME_LENGTH} are allowed"
+        )
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
+
+
+def new_topic_id() -> uuid.UUID:
+    """A random topic id Kafka would accept: not zero, and not base64-encoding to a leading '-'."""
+    while True:
+        topic_id = uuid.uuid4()
+        if urlsafe_b64encode(topic_id.bytes)[:1] != b"-":
+            return topic_id
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    config_overrides: Mapping[str, str]  # topic-level keys set on this topic
+    config: LogConfig  # the effective config: broker defaults plus overrides
+
+
+@dataclass
+class _TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    config_overrides: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "topic_id": str(self.topic_id),
+            "partitions": self.num_partitions,
+            "configs": dict(self.config_overrides),
+        }
+
+
+class LogManager:
+    """Owns every partition log of the broker. Call `load()` before anything else."""
+
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is needed")
+        self.log_dirs = [Path(directory) for directory in log_dirs]
+        self._default_config = default_config
+        self._topics: dict[str, _TopicRecord] = {}
+        self._topic_names_by_id: dict[uuid.UUID, str] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._log_dir_of: dict[tuple[str, int], Path] = {}
+        self._generation = 0
+        self._lock_fds: list[int] = []
+        self._loaded = False
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Lock the log dirs, read topic metadata and checkpoints, open every partition
+        (recovering those of a log dir without a clean-shutdown marker)."""
+        if self._loaded:
+            raise RuntimeError("LogManager.load() called twice")
+        try:
+            self._load()
+        except BaseException:
+            for log in self._logs.values():
+                log.close_without_flush()
+            self._logs.clear()
+            self._log_dir_of.clear()
+            self._unlock_all()
+            raise
+        self._loaded = True
+
+    def _load(self) -> None:
+        for directory in self.log_dirs:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}", exc.errno) from exc
+            self._lock(directory)
+        clean = {directory: (directory / CLEAN_SHUTDOWN_MARKER).exists() for directory in self.log_dirs}
+        generations = self._read_topics_meta()
+        recovery_points = {d: self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT_FILE) for d in self.log_dirs}
+        log_starts = {d: self._read_checkpoint(d / LOG_START_CHECKPOINT_FILE) for d in self.log_dirs}
+        existing = self._partition_directories()
+
+        now_ms = wall_clock_ms()
+        for record in self._topics.values():
+            config = self._effective_config(record, on_load=True)
+            for partition in range(record.num_partitions):
+                key = (record.name, partition)
+                directory = existing.pop(key, None)
+                if directory is None:
+                    directory = self._least_loaded_dir()
+                    logger.warning("%s: no directory found; starting an empty log in %s",
+                                   topic_partition_name(*key), directory)
+                self._log_dir_of[key] = directory
+                self._logs[key] = PartitionLog.open(
+                    directory / topic_partition_name(*key), record.name, partition, config,
+                    recover=not clean[directory],
+                    # no checkpoint entry: rescan everything, as Kafka does (recovery point 0)
+                    recovery_point=recovery_points[directory].get(key, 0),
+                    log_start_offset=log_starts[directory].get(key),
+                    now_ms=now_ms,
+                )
+        for (topic, partition), directory in existing.items():
+            self._set_aside_stray(directory, topic_partition_name(topic, partition))
+        for directory in self.log_dirs:
+            if clean[directory]:
+                (directory / CLEAN_SHUTDOWN_MARKER).unlink()
+                fsync_directory(directory)
+            elif directory in generations:
+                logger.info("%s: no clean-shutdown marker; its partitions were recovered", directory)
+        if len(set(generations.values())) > 1 or (self._topics and len(generations) < len(self.log_dirs)):
+            self._write_topics_meta()  # bring every log dir to the newest generation
+
+    def _lock(self, directory: Path) -> None:
+        path = directory / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(str(path), f"cannot open lock file: {exc.strerror}", exc.errno) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(str(directory), "log directory is in use by another process", exc.errno) from exc
+        self._lock_fds.append(fd)
+
+    def _unlock_all(self) -> None:
+        for fd in self._lock_fds:
+            os.close(fd)  # closing releases the flock
+        self._lock_fds.clear()
+
+    def _read_topics_meta(self) -> dict[Path, int]:
+        """Load the newest valid topic metadata; returns each log dir's generation."""
+        generations: dict[Path, int] = {}
+        newest: dict | None = None
+        errors = []
+        for directory in self.log_dirs:
+            path = directory / TOPICS_META_FILE
+            if not path.exists():
+                continue
+            try:
+                _version, document = read_json_file(path, _TOPICS_META_MAGIC, (_TOPICS_META_VERSION,))
+                generation = int(document["generation"])
+            except (CorruptLogError, KeyError, TypeError, ValueError) as exc:
+                logger.error("%s: unreadable topic metadata: %s", path, exc)
+                errors.append(exc)
+                continue
+            generations[directory] = generation
+            if newest is None or generation > newest["generation"]:
+                newest = document
+        if newest is None:
+            if errors:
+                raise CorruptLogError(str(self.log_dirs[0] / TOPICS_META_FILE),
+                                      f"no readable topic metadata in any log directory: {errors[0]}")
+            return generations
+        try:
+            self._generation = int(newest["generation"])
+            for name, entry in newest["topics"].items():
+                record = _TopicRecord(
+                    name=name,
+                    topic_id=uuid.UUID(entry["topic_id"]),
+                    num_partitions=int(entry["partitions"]),
+                    config_overrides={str(k): str(v) for k, v in entry["configs"].items()},
+                )
+                self._topics[name] = record
+                self._topic_names_by_id[record.topic_id] = name
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptLogError(TOPICS_META_FILE, f"malformed topic metadata: {exc!r}") from None
+        return generations
+
+    def _write_topics_meta(self) -> None:
+        self._generation += 1
+        document = {
+            "generation": self._generation,
+            "topics": {name: record.to_json() for name, record in sorted(self._topics.items())},
+        }
+        for directory in self.log_dirs:
+            write_json_file(directory / TOPICS_META_FILE, _TOPICS_META_MAGIC, _TOPICS_META_VERSION, document)
+
+    def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
+        if not path.exists():
+            return {}
+        try:
+            _version, document = read_json_file(path, _CHECKPOINT_MAGIC, (_CHECKPOINT_VERSION,))
+            return {(str(topic), int(partition)): int(offset) for topic, partition, offset in document["offsets"]}
+        except (CorruptLogError, KeyError, TypeError, ValueError) as exc:
+            # Losing a checkpoint costs a longer recovery, never data: carry on without it.
+            logger.warning("%s: ignoring unreadable checkpoint: %s", path, exc)
+            return {}
+
+    def _partition_directories(self) -> dict[tuple[str, int], Path]:
+        """Every `<topic>-<partition>` directory, by partition, with its log dir."""
+        found: dict[tuple[str, int], Path] = {}
+        for directory in self.log_dirs:
+            for entry in os.scandir(directory):
+                if not entry.is_dir():
+                    continue
+                match = _PARTITION_DIRECTORY.fullmatch(entry.name)
+                if match is None:
+                    continue
+                key = (match["topic"], int(match["partition"]))
+                if key in found:
+                    raise CorruptLogError(entry.path, f"partition also present in {found[key]}")
+                found[key] = directory
+        return found
+
+    def _set_aside_stray(self, directory: Path, name: str) -> None:
+        source = directory / name
+        target = directory / f"{name}.{uuid.uuid4().hex}-stray"
+        logger.warning("%s: directory belongs to no known topic; renaming it to %s", source, target.name)
+        try:
+            os.rename(source, target)
+        except OSError as exc:
+            raise StorageError(str(source), f"cannot set aside stray directory: {exc.strerror}", exc.errno) from exc
+        fsync_directory(directory)
+
+    def _least_loaded_dir(self) -> Path:
+        counts = {directory: 0 for directory in self.log_dirs}
+        for directory in self._log_dir_of.values():
+            counts[directory] += 1
+        return min(self.log_dirs, key=lambda directory: counts[directory])
+
+    def _effective_config(self, record: _TopicRecord, *, on_load: bool = False) -> LogConfig:
+        if not on_load:
+            return self._default_config.with_overrides(record.config_overrides)
+        overrides = dict(record.config_overrides)
+        while True:
+            try:
+                return self._default_config.with_overrides(overrides)
+            except InvalidConfigError as exc:
+                logger.error("topic %s: ignoring stored override %s", record.name, exc)
+                overrides.pop(exc.key, None)
+
+    # -- topics --------------------------------------------------------------------------
+
+    def _info(self, record: _TopicRecord) -> TopicInfo:
+        return TopicInfo(
+            name=record.name,
+            topic_id=record.topic_id,
+            num_partitions=record.num_partitions,
+            config_overrides=dict(record.config_overrides),
+            config=self._effective_config(record, on_load=True),
+        )
+
+    def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str | None],
+                     topic_id: uuid.UUID | None = None, *, validate_only: bool = False) -> TopicInfo:
+        """Create a topic with `num_partitions` empty partitions (CreateTopics)."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicExistsError(name)
+        collision_key = name.replace(".", "_")
+        for existing in self._topics:
+            if existing.replace(".", "_") == collision_key:
+                raise InvalidTopicError(name, f"collides with existing topic {existing!r} ('.' and '_' are alike)")
+        if num_partitions <= 0:
+            raise InvalidPartitionsError(name, f"number of partitions must be larger than 0, got {num_partitions}")
+        overrides = {key: str(value) for key, value in configs.items() if value is not None}
+        config = self._default_config.with_overrides(overrides)
+        if topic_id is None:
+            topic_id = new_topic_id()
+        elif topic_id in self._topic_names_by_id:
+            raise InvalidTopicError(name, f"topic id {topic_id} is used by topic {self._topic_names_by_id[topic_id]!r}")
+        record = _TopicRecord(name, topic_id, num_partitions, overrides)
+        if validate_only:
+            return TopicInfo(name, topic_id, num_partitions, dict(overrides), config)
+        self._topics[name] = record
+        self._topic_names_by_id[topic_id] = name
+        try:
+            self._write_topics_meta()
+        except LogError:
+            del self._topics[name]
+            del self._topic_names_by_id[topic_id]
+            raise
+        self._open_new_partitions(record, range(num_partitions), config)
+        logger.info("created topic %s (id %s) with %d partition(s)", name, topic_id, num_partitions)
+        return TopicInfo(name, topic_id, num_partitions, dict(overrides), config)
+
+    def validate_new_topic(self, name: str, num_partitions: int, configs: Mapping[str, str | None],
+                           topic_id: uuid.UUID | None = None) -> TopicInfo:
+        """What create_topic would create, raising what it would raise; creates nothing."""
+        return self.create_topic(name, num_partitions, configs, topic_id, validate_only=True)
+
+    def _open_new_partitions(self, record: _TopicRecord, partitions: range, config: LogConfig) -> None:
+        for partition in partitions:
+            key = (record.name, partition)
+            directory = self._least_loaded_dir()
+            self._log_dir_of[key] = directory
+            self._logs[key] = PartitionLog.open(
+                directory / topic_partition_name(*key), record.name, partition, config, recover=False
+            )
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its data (DeleteTopics)."""
+        record = self._topics.get(name)
+        if record is None:
+            raise UnknownTopicError(name)
+        del self._topics[name]
+        del self._topic_names_by_id[record.topic_id]
+        try:
+            self._write_topics_meta()
+        except LogError:
+            self._topics[name] = record
+            self._topic_names_by_id[record.topic_id] = name
+            raise
+        for partition in range(record.num_partitions):
+            key = (name, partition)
+            log = self._logs.pop(key, None)
+            self._log_dir_of.pop(key, None)
+            if log is not None:
+                log.delete()
+        logger.info("deleted topic %s (id %s)", name, record.topic_id)
+
+    def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False) -> TopicInfo:
+        """Grow a topic to `new_total` partitions (CreatePartitions)."""
+        record = self._topics.get(name)
+        if record is None:
+            raise UnknownTopicError(name)
+        current = record.num_partitions
+        if new_total == current:
+            raise InvalidPartitionsError(name, f"topic already has {current} partitions")
+        if new_total < current:
+            raise InvalidPartitionsError(
+                name, f"topic currently has {current} partitions, which is higher than the requested {new_total}"
+            )
+        if validate_only:
+            return dataclasses.replace(self._info(record), num_partitions=new_total)
+        record.num_partitions = new_total
+        try:
+            self._write_topics_meta()
+        except LogError:
+            record.num_partitions = current
+            raise
+        self._open_new_partitions(record, range(current, new_total), self._effective_config(record))
+        return self._info(record)
+
+    def alter_topic_config(self, name: str, configs: Mapping[str, str | None], *, replace: bool = False,
+                           validate_only: bool = False) -> TopicInfo:
+        """Change a topic's overrides: set each key, or remove it when the value is None.
+
+        With `replace` (legacy AlterConfigs) `configs` becomes the whole override set;
+        otherwise it is applied on top of the current one (IncrementalAlterConfigs).
+        """
+        record = self._topics.get(name)
+        if record is None:
+            raise UnknownTopicError(name)
+        for key in configs:
+            if key not in TOPIC_CONFIGS:
+                raise InvalidConfigError(key, "unknown topic config")
+        overrides = {} if replace else dict(record.config_overrides)
+        for key, value in configs.items():
+            if value is None:
+                overrides.pop(key, None)
+            else:
+                overrides[key] = str(value)
+        config = self._default_config.with_overrides(overrides)
+        if validate_only:
+            return TopicInfo(name, record.topic_id, record.num_partitions, dict(overrides), config)
+        previous = record.config_overrides
+        record.config_overrides = overrides
+        try:
+            self._write_topics_meta()
+        except LogError:
+            record.config_overrides = previous
+            raise
+        for partition in range(record.num_partitions):
+            log = self._logs.get((name, partition))
+            if log is not None:
+                log.update_config(config)
+        return TopicInfo(name, record.topic_id, record.num_partitions, dict(overrides), config)
+
+    @property
+    def default_config(self) -> LogConfig:
+        return self._default_config
+
+    def set_default_config(self, config: LogConfig) -> None:
+        """New broker-level defaults (dynamic broker config): every log picks them up."""
+        self._default_config = config
+        for record in self._topics.values():
+            effective = self._effective_config(record, on_load=True)
+            for partition in range(record.num_partitions):
+                log = self._logs.get((record.name, partition))
+                if log is not None:
+                    log.update_config(effective)
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return {name: self._info(record) for name, record in self._topics.items()}
+
+    def topic(self, name: str) -> TopicInfo | None:
+        record = self._topics.get(name)
+        return None if record is None else self._info(record)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        name = self._topic_names_by_id.get(topic_id)
+        return None if name is None else self._info(self._topics[name])
+
+    def partition(self, name: str, index: int) -> PartitionLog | None:
+        return self._logs.get((name, index))
+
+    def partitions(self) -> Iterator[PartitionLog]:
+        return iter(list(self._logs.values()))
+
+    def log_dir_of(self, name: str, index: int) -> Path | None:
+        return self._log_dir_of.get((name, index))
+
+    # -- periodic work and shutdown ------------------------------------------------------
+
+    def flush_due(self, now_ms: int) -> int:
+        """Flush each log whose flush.ms has passed (or that rolled); returns how many."""
+        return sum(1 for log in list(self._logs.values()) if log.flush_if_due(now_ms))
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Retention for every log; returns the number of segments deleted."""
+        return sum(log.apply_retention(now_ms) for log in list(self._logs.values()))
+
+    def checkpoint(self) -> None:
+        """Write the recovery-point and log-start checkpoints of every log dir."""
+        for directory in self.log_dirs:
+            recovery_points = []
+            log_starts = []
+            for (topic, partition), log in sorted(self._logs.items()):
+                if self._log_dir_of[(topic, partition)] != directory:
+                    continue
+                recovery_points.append([topic, partition, log.recovery_point])
+                log_starts.append([topic, partition, log.log_start_offset])
+            write_json_file(directory / RECOVERY_POINT_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
+                            {"offsets": recovery_points})
+            write_json_file(directory / LOG_START_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
+                            {"offsets": log_starts})
+
+    def close(self) -> None:
+        """Flush and close every log, write checkpoints, then the clean-shutdown markers."""
+        if not self._loaded:
+            self._unlock_all()
+            return
+        for log in self._logs.values():
+            log.close()
+        self.checkpoint()
+        for directory in self.log_dirs:
+            marker = directory / CLEAN_SHUTDOWN_MARKER
+            try:
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.fsync(fd)
+                os.close(fd)
+                fsync_directory(directory)
+            except OSError as exc:
+                raise StorageError(
+                    str(marker), f"cannot write clean-shutdown marker: {exc.strerror}", exc.errno
+                ) from exc
+        self._logs.clear()
+        self._log_dir_of.clear()
+        self._loaded = False
+        self._unlock_all()
+

@@ -1,0 +1,689 @@
+"""One log segment: a `.log` file of whole record batches and its two sparse indexes.
+
+Files, named after the segment's base offset zero-padded to 20 digits (as in Kafka):
+
+    00000000000000000000.log        record batches, exactly as produced (offsets assigned)
+    00000000000000000000.index      offset index: (relative offset int32, position int32)
+    00000000000000000000.timeindex  time index: (timestamp int64, relative offset int32)
+
+All integers big-endian. Both indexes get an entry at most every `index.interval.bytes`
+of log (the first batch of a segment never needs one: position 0 is implied).
+
+- An offset-index entry is (base offset of a batch - segment base, batch position): the
+  largest entry at or below a target offset gives a batch boundary at or before the batch
+  holding the target; batch headers are scanned forward from there. (Kafka keys entries
+  on the batch's last offset; keying on the base offset lands on the holding batch.)
+- A time-index entry is (largest timestamp so far, base offset of the batch carrying it),
+  added with each offset-index entry when the largest timestamp grew, and once more when
+  the segment stops being active. Timestamps are strictly increasing.
+
+The indexes live in memory (`array`s) and are written to disk, whole, when the segment
+stops being active (roll), on flush of a rolled segment, and on close. The active
+segment's index files are not rewritten on flush: after a crash the active segment is
+always rescanned by recovery, so only a clean close needs them.
+
+A segment never decodes records: it reads batch headers only (the 43 bytes up to and
+including maxTimestamp) and moves batches as opaque bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from oncelog.protocol.record_batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    CorruptRecordError,
+    read_header,
+    scan_valid_prefix,
+)
+from oncelog.storage.errors import CorruptLogError, StorageError
+
+logger = logging.getLogger("oncelog.storage")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+INDEX_ENTRY_SIZE = 8
+TIME_INDEX_ENTRY_SIZE = 12
+INT32_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
+
+# baseOffset, batchLength, (leader epoch, magic, crc skipped), attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp: everything a segment needs from a batch header.
+_SCAN = struct.Struct(">qi9xhiqq")
+_BASE_OFFSET = struct.Struct(">q")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_POSITION = 35
+_LENGTH = struct.Struct(">qi")
+
+# Header scans read this much at a time: an index interval of batches plus slack.
+_SCAN_CHUNK = 16 * 1024
+# Recovery reads the log in chunks of this size (a larger batch is read whole).
+_RECOVERY_CHUNK = 8 * 1024 * 1024
+
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_base_offset(file_name: str, suffix: str = LOG_SUFFIX) -> int | None:
+    """The base offset in a `<20 digits><suffix>` file name, or None for other names."""
+    stem = file_name[: -len(suffix)] if file_name.endswith(suffix) else ""
+    if len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def _to_big_endian(values: array) -> bytes:
+    if _BIG_ENDIAN_HOST:
+        return values.tobytes()
+    swapped = array(values.typecode, values)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def _from_big_endian(typecode: str, data: bytes) -> array:
+    values = array(typecode)
+    values.frombytes(data)
+    if not _BIG_ENDIAN_HOST:
+        values.byteswap()
+    return values
+
+
+def _interleave(columns: Sequence[tuple[bytes, int]], count: int) -> bytes:
+    """Fixed-width columns (data, width) joined into rows, with strided copies in C."""
+    row = sum(width for _, width in columns)
+    out = bytearray(row * count)
+    column_start = 0
+    for data, width in columns:
+        for byte in range(width):
+            out[column_start + byte :: row] = data[byte::width]
+        column_start += width
+    return bytes(out)
+
+
+def _deinterleave(data: bytes, widths: Sequence[int]) -> list[bytes]:
+    row = sum(widths)
+    count = len(data) // row
+    columns = []
+    column_start = 0
+    for width in widths:
+        column = bytearray(width * count)
+        for byte in range(width):
+            column[byte::width] = data[column_start + byte :: row]
+        columns.append(bytes(column))
+        column_start += width
+    return columns
+
+
+def _storage_error(path: Path, action: str, exc: OSError) -> StorageError:
+    return StorageError(str(path), f"cannot {action}: {exc.strerror}", exc.errno)
+
+
+class LogSegment:
+    """One segment file and its in-memory offset and time indexes."""
+
+    __slots__ = (
+        "_bytes_since_index_entry",
+        "_fd",
+        "_index_offsets",
+        "_index_positions",
+        "_indexes_dirty",
+        "_log_dirty",
+        "_time_offsets",
+        "_time_timestamps",
+        "base_offset",
+        "directory",
+        "index_path",
+        "log_path",
+        "max_timestamp",
+        "next_offset",
+        "offset_of_max_timestamp",
+        "rolling_base_ms",
+        "size",
+        "time_index_path",
+    )
+
+    def __init__(self, directory: Path, base_offset: int, fd: int, size: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
+        self.time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        self.size = size
+        self.next_offset = base_offset  # offset after the last batch; known once loaded
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.rolling_base_ms: int | None = None  # segment.ms counts from here
+        self._fd = fd
+        self._reset_indexes()
+        self._log_dirty = False
+        self._indexes_dirty = False
+
+    def _reset_indexes(self) -> None:
+        self._index_offsets = array("i")
+        self._index_positions = array("i")
+        self._time_timestamps = array("q")
+        self._time_offsets = array("i")
+        self._bytes_since_index_entry = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int) -> LogSegment:
+        """A new, empty segment; fails if a log file with this base offset exists."""
+        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
+        try:
+            fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise _storage_error(log_path, "create segment", exc) from exc
+        segment = cls(directory, base_offset, fd, 0)
+        segment._indexes_dirty = True
+        return segment
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int) -> LogSegment:
+        """An existing segment file; call `load_indexes` or `recover` next."""
+        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        try:
+            fd = os.open(log_path, os.O_RDWR)
+            size = os.fstat(fd).st_size
+        except OSError as exc:
+            raise _storage_error(log_path, "open segment", exc) from exc
+        return cls(directory, base_offset, fd, size)
+
+    def load_indexes(self, index_interval_bytes: int, now_ms: int) -> bool:
+        """Load both index files and scan the batches after the last entry.
+
+        Returns False, leaving the caller to `recover`, when an index file is missing or
+        fails its sanity checks, or the log's tail is not whole batches.
+        """
+        try:
+            index_data = self.index_path.read_bytes()
+            time_data = self.time_index_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise _storage_error(self.index_path, "read index", exc) from exc
+        if len(index_data) % INDEX_ENTRY_SIZE or len(time_data) % TIME_INDEX_ENTRY_SIZE:
+            return False
+        offsets_bytes, positions_bytes = _deinterleave(index_data, (4, 4))
+        timestamps_bytes, time_offsets_bytes = _deinterleave(time_data, (8, 4))
+        self._reset_indexes()
+        self._index_offsets = _from_big_endian("i", offsets_bytes)
+        self._index_positions = _from_big_endian("i", positions_bytes)
+        self._time_timestamps = _from_big_endian("q", timestamps_bytes)
+        self._time_offsets = _from_big_endian("i", time_offsets_bytes)
+        # Sanity checks in the spirit of Kafka's: cheap, catching truncated or foreign files.
+        if self._index_offsets:
+            if self._index_offsets[0] < 0 or self._index_positions[0] < 0:
+                return False
+            if self._index_positions[-1] >= self.size:
+                return False
+        if self._time_offsets and self._time_offsets[0] < 0:
+            return False
+        if self._time_timestamps:
+            self.max_timestamp = self._time_timestamps[-1]
+            self.offset_of_max_timestamp = self.base_offset + self._time_offsets[-1]
+        # Re-index the tail from the last entry: finds next_offset and heals a short index.
+        if self._index_positions:
+            position = self._index_positions[-1]
+            expected_first = self.base_offset + self._index_offsets[-1]
+        else:
+            position = 0
+            expected_first = None
+        self.next_offset = self.base_offset
+        entry_counts = (len(self._index_offsets), len(self._time_timestamps))
+        try:
+            for batch_position, base, last, size, _attributes, _base_ts, max_ts in self._scan(position):
+                if expected_first is not None:
+                    if base != expected_first:
+                        return False
+                    expected_first = None
+                self._index_batch(batch_position, base, size, max_ts, index_interval_bytes,
+                                  at_index_entry=batch_position == position and position > 0)
+                self.next_offset = last + 1
+        except CorruptLogError:
+            return False
+        self._indexes_dirty = entry_counts != (len(self._index_offsets), len(self._time_timestamps))
+        self._set_rolling_base(now_ms)
+        return True
+
+    def recover(self, index_interval_bytes: int, now_ms: int) -> int:
+        """Rebuild the indexes by scanning every batch, checking framing, CRC and offsets.
+
+        The file is truncated at the first torn, corrupt or out-of-order batch. Returns
+        the number of bytes removed.
+        """
+        try:
+            file_size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise _storage_error(self.log_path, "stat segment", exc) from exc
+        self._reset_indexes()
+        self.size = file_size
+        expected_offset = self.base_offset
+        position = 0
+        needed = 0
+        truncate_at: int | None = None
+        reason = ""
+        while position < file_size:
+            want = min(max(_RECOVERY_CHUNK, needed), file_size - position)
+            try:
+                chunk = os.pread(self._fd, want, position)
+            except OSError as exc:
+                raise _storage_error(self.log_path, "read segment", exc) from exc
+            headers, valid_length = scan_valid_prefix(chunk)
+            for header in headers:
+                if header.base_offset < expected_offset:
+                    truncate_at = position + header.position
+                    reason = f"batch base offset {header.base_offset} is below the expected {expected_offset}"
+                    break
+                if header.last_offset - self.base_offset > INT32_MAX:
+                    truncate_at = position + header.position
+                    reason = f"batch last offset {header.last_offset} does not fit the segment's relative offsets"
+                    break
+                self._index_batch(position + header.position, header.base_offset, header.size,
+                                  header.max_timestamp, index_interval_bytes)
+                expected_offset = header.next_offset
+            if truncate_at is not None:
+                break
+            if headers:
+                position += valid_length
+                needed = 0
+                continue
+            # No whole valid batch at `position`: a batch larger than the chunk, or damage.
+            if needed == 0 and len(chunk) >= LOG_OVERHEAD and position + len(chunk) < file_size:
+                declared = _LENGTH.unpack_from(chunk)[1] + LOG_OVERHEAD
+                if declared > len(chunk) and declared >= HEADER_SIZE and position + declared <= file_size:
+                    needed = declared
+                    continue
+            truncate_at = position
+            reason = _describe_damage(chunk)
+            break
+        self.next_offset = expected_offset
+        removed = 0
+        if truncate_at is not None:
+            removed = file_size - truncate_at
+            logger.warning(
+                "%s: truncating %d bytes at position %d (after offset %d): %s",
+                self.log_path, removed, truncate_at, expected_offset - 1, reason,
+            )
+            try:
+                os.ftruncate(self._fd, truncate_at)
+            except OSError as exc:
+                raise _storage_error(self.log_path, "truncate segment", exc) from exc
+            self.size = truncate_at
+            self._log_dirty = True
+        self._indexes_dirty = True
+        self._set_rolling_base(now_ms)
+        return removed
+
+    def _set_rolling_base(self, now_ms: int) -> None:
+        # After a restart the first append's wall time is gone; the first batch's
+        # timestamp stands in for it when plausible, else the time of opening.
+        if self.size == 0:
+            self.rolling_base_ms = None
+            return
+        first = self._read_scan_header(0)
+        first_max_timestamp = first[6]
+        self.rolling_base_ms = first_max_timestamp if 0 <= first_max_timestamp <= now_ms else now_ms
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, batches: Sequence[BatchHeader], *,
+               now_ms: int, index_interval_bytes: int) -> None:
+        """Write whole batches at the end with one write, then index them.
+
+        `batches` give each batch's position in `records`, size and offset delta; the
+        base offsets and max timestamps are read from `records`, where the log has
+        already written their final values.
+        """
+        start = self.size
+        self._write_at(records, start)
+        self._log_dirty = True
+        self.size = start + len(records)
+        last_base = self.next_offset
+        for header in batches:
+            last_base = _BASE_OFFSET.unpack_from(records, header.position)[0]
+            max_timestamp = _MAX_TIMESTAMP.unpack_from(records, header.position + _MAX_TIMESTAMP_POSITION)[0]
+            self._index_batch(start + header.position, last_base, header.size, max_timestamp,
+                              index_interval_bytes)
+        if batches:
+            self.next_offset = last_base + batches[-1].last_offset_delta + 1
+        if self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+
+    def _write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
+        try:
+            written = os.pwrite(self._fd, data, position)
+            if written < len(data):  # rare: a signal or a nearly full disk
+                view = memoryview(data)
+                while written < len(data):
+                    step = os.pwrite(self._fd, view[written:], position + written)
+                    if step == 0:
+                        raise OSError(28, "no progress writing segment")
+                    written += step
+        except OSError as exc:
+            # Leave no partial batch behind: the log must stay whole batches.
+            try:
+                os.ftruncate(self._fd, position)
+            except OSError:
+                pass
+            raise _storage_error(self.log_path, f"append {len(data)} bytes at position {position}", exc) from exc
+
+    def _index_batch(self, position: int, base_offset: int, size: int, max_timestamp: int,
+                     index_interval_bytes: int, *, at_index_entry: bool = False) -> None:
+        """Account one appended (or rescanned) batch in the in-memory indexes."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
+        if at_index_entry:
+            # Rescanning the batch an existing entry points at: restart the interval there.
+            self._bytes_since_index_entry = 0
+        elif self._bytes_since_index_entry > index_interval_bytes:
+            self._index_offsets.append(base_offset - self.base_offset)
+            self._index_positions.append(position)
+            self._maybe_append_time_entry()
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += size
+        self._indexes_dirty = True
+
+    def _maybe_append_time_entry(self) -> None:
+        last = self._time_timestamps[-1] if self._time_timestamps else NO_TIMESTAMP
+        if self.max_timestamp > last:
+            self._time_timestamps.append(self.max_timestamp)
+            self._time_offsets.append(self.offset_of_max_timestamp - self.base_offset)
+            self._indexes_dirty = True
+
+    def index_is_full(self, segment_index_bytes: int) -> bool:
+        return (
+            len(self._index_offsets) >= segment_index_bytes // INDEX_ENTRY_SIZE
+            or len(self._time_timestamps) >= segment_index_bytes // TIME_INDEX_ENTRY_SIZE
+        )
+
+    @property
+    def index_entry_count(self) -> int:
+        return len(self._index_offsets)
+
+    @property
+    def time_index_entry_count(self) -> int:
+        return len(self._time_timestamps)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_scan_header(self, position: int) -> tuple:
+        try:
+            data = os.pread(self._fd, _SCAN.size, position)
+        except OSError as exc:
+            raise _storage_error(self.log_path, "read segment", exc) from exc
+        if len(data) < _SCAN.size:
+            raise CorruptLogError(str(self.log_path), f"short batch header at position {position}")
+        base, length, attributes, delta, base_ts, max_ts = _SCAN.unpack(data)
+        return position, base, base + delta, length + LOG_OVERHEAD, attributes, base_ts, max_ts
+
+    def _scan(self, position: int) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+        """(position, base offset, last offset, size, attributes, base ts, max ts) per batch.
+
+        Reads headers only, a chunk at a time, from a batch boundary to the end.
+        """
+        end = self.size
+        fd = self._fd
+        chunk = b""
+        chunk_start = position
+        unpack_from = _SCAN.unpack_from
+        header_size = _SCAN.size
+        while position < end:
+            relative = position - chunk_start
+            if relative + header_size > len(chunk):
+                try:
+                    chunk = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+                except OSError as exc:
+                    raise _storage_error(self.log_path, "read segment", exc) from exc
+                chunk_start = position
+                relative = 0
+                if len(chunk) < header_size:
+                    raise CorruptLogError(
+                        str(self.log_path), f"{len(chunk)} bytes at position {position} are not a batch header"
+                    )
+            base, length, attributes, delta, base_ts, max_ts = unpack_from(chunk, relative)
+            size = length + LOG_OVERHEAD
+            if size < HEADER_SIZE or position + size > end:
+                raise CorruptLogError(
+                    str(self.log_path), f"batch at position {position} declares {size} bytes, {end - position} remain"
+                )
+            yield position, base, base + delta, size, attributes, base_ts, max_ts
+            position += size
+
+    def locate(self, offset: int) -> tuple[int, int, int, int] | None:
+        """(position, base offset, last offset, size) of the first batch whose last
+        offset is >= `offset` (the batch holding it), or None past the end."""
+        if offset >= self.next_offset:
+            return None
+        entry = bisect_right(self._index_offsets, offset - self.base_offset) - 1
+        position = self._index_positions[entry] if entry >= 0 else 0
+        for batch_position, base, last, size, *_ in self._scan(position):
+            if last >= offset:
+                return batch_position, base, last, size
+        return None
+
+    def _last_boundary_at_or_before(self, start: int, limit: int) -> int:
+        """The largest batch boundary in [start, limit], scanning from the nearest entry."""
+        entry = bisect_right(self._index_positions, limit) - 1
+        position = max(self._index_positions[entry], start) if entry >= 0 else start
+        for batch_position, _base, _last, size, *_ in self._scan(position):
+            if batch_position + size > limit:
+                return batch_position
+        return self.size
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool) -> tuple[bytes, bool]:
+        """Whole batches from the one holding `start_offset`, in one pread.
+
+        Stops before a batch whose base offset is >= `max_offset` and before `max_bytes`
+        would be exceeded (unless `min_one_batch` and nothing fits). Returns the bytes and
+        whether the read ran to the end of the segment (so the next one may continue it).
+        """
+        first = self.locate(start_offset)
+        if first is None:
+            return b"", True
+        start, first_base, _first_last, first_size = first
+        if first_base >= max_offset:
+            return b"", False
+        if max_offset >= self.next_offset:
+            stop = self.size
+        else:
+            bound = self.locate(max_offset)
+            assert bound is not None  # max_offset < next_offset
+            stop = bound[0] if bound[1] >= max_offset else bound[0] + bound[3]
+        end = stop
+        if stop - start > max_bytes:
+            end = self._last_boundary_at_or_before(start, start + max(max_bytes, 0))
+            if end == start:
+                if not min_one_batch:
+                    return b"", False
+                end = start + first_size
+        try:
+            data = os.pread(self._fd, end - start, start)
+        except OSError as exc:
+            raise _storage_error(self.log_path, "read segment", exc) from exc
+        if len(data) != end - start:
+            raise CorruptLogError(str(self.log_path), f"read {len(data)} of {end - start} bytes at position {start}")
+        return data, end == self.size
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch at or after `start_offset` whose max
+        timestamp is >= `timestamp`, or None.
+
+        Batches are not decoded, so the offset is the batch's base offset (raised to
+        `start_offset`). The timestamp is the first record's (the batch's base timestamp)
+        when that already qualifies, or with LogAppendTime, and else the batch's max.
+        """
+        if self.max_timestamp < timestamp or self.next_offset <= start_offset:
+            return None
+        # Every batch up to the entry before the first entry >= timestamp is older.
+        entry = bisect_left(self._time_timestamps, timestamp) - 1
+        scan_from = self.base_offset + self._time_offsets[entry] if entry >= 0 else self.base_offset
+        first = self.locate(max(scan_from, start_offset))
+        if first is None:
+            return None
+        for _position, base, last, _size, attributes, base_ts, max_ts in self._scan(first[0]):
+            if last < start_offset or max_ts < timestamp:
+                continue
+            offset = max(base, start_offset)
+            if attributes & TIMESTAMP_TYPE_BIT:
+                return offset, max_ts
+            if base_ts >= timestamp and base >= start_offset:
+                return offset, base_ts
+            return offset, max_ts
+        return None
+
+    def largest_timestamp(self) -> int:
+        """The segment's largest timestamp, or its file's mtime when no batch has one
+        (what time-based retention compares, as in Kafka)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        try:
+            return int(os.fstat(self._fd).st_mtime * 1000)
+        except OSError as exc:
+            raise _storage_error(self.log_path, "stat segment", exc) from exc
+
+    # -- changing and persisting ---------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding `offset` and everything after it; returns bytes removed."""
+        found = self.locate(offset)
+        if found is None:
+            return 0
+        position, base = found[0], found[1]
+        removed = self.size - position
+        try:
+            os.ftruncate(self._fd, position)
+        except OSError as exc:
+            raise _storage_error(self.log_path, f"truncate to position {position}", exc) from exc
+        self.size = position
+        self.next_offset = base
+        self._log_dirty = True
+        kept = bisect_left(self._index_positions, position)
+        del self._index_offsets[kept:]
+        del self._index_positions[kept:]
+        kept_time = bisect_left(self._time_offsets, base - self.base_offset)
+        del self._time_timestamps[kept_time:]
+        del self._time_offsets[kept_time:]
+        # Batches before the last offset-index entry are covered by the time index;
+        # the ones after it are rescanned to restore the largest timestamp.
+        if self._time_timestamps:
+            self.max_timestamp = self._time_timestamps[-1]
+            self.offset_of_max_timestamp = self.base_offset + self._time_offsets[-1]
+        else:
+            self.max_timestamp = NO_TIMESTAMP
+            self.offset_of_max_timestamp = -1
+        tail_start = self._index_positions[-1] if self._index_positions else 0
+        for _position, batch_base, _last, _size, _attributes, _base_ts, max_ts in self._scan(tail_start):
+            if max_ts > self.max_timestamp:
+                self.max_timestamp = max_ts
+                self.offset_of_max_timestamp = batch_base
+        self._bytes_since_index_entry = self.size - tail_start
+        if self.size == 0:
+            self.rolling_base_ms = None
+        self._indexes_dirty = True
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Record the final largest timestamp in the time index (called at roll)."""
+        self._maybe_append_time_entry()
+
+    def write_indexes(self, *, sync: bool) -> None:
+        """Write both index files whole (temp file, then rename)."""
+        count = len(self._index_offsets)
+        index_data = _interleave(
+            ((_to_big_endian(self._index_offsets), 4), (_to_big_endian(self._index_positions), 4)), count
+        )
+        time_count = len(self._time_timestamps)
+        time_data = _interleave(
+            ((_to_big_endian(self._time_timestamps), 8), (_to_big_endian(self._time_offsets), 4)), time_count
+        )
+        for path, data in ((self.index_path, index_data), (self.time_index_path, time_data)):
+            temp = path.with_name(path.name + ".tmp")
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    if sync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temp, path)
+            except OSError as exc:
+                raise _storage_error(path, "write index", exc) from exc
+        self._indexes_dirty = False
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._log_dirty
+
+    def flush(self, *, write_indexes: bool) -> None:
+        """fsync the log file; with `write_indexes`, also write and fsync changed indexes."""
+        if self._log_dirty:
+            try:
+                _fdatasync(self._fd)
+            except OSError as exc:
+                raise _storage_error(self.log_path, "fsync segment", exc) from exc
+            self._log_dirty = False
+        if write_indexes and self._indexes_dirty:
+            self.write_indexes(sync=True)
+
+    def close(self) -> None:
+        """Write the indexes (with a final time entry), fsync and close."""
+        if self._fd < 0:
+            return
+        self._maybe_append_time_entry()
+        self.flush(write_indexes=True)
+        os.close(self._fd)
+        self._fd = -1
+
+    def close_without_flush(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        self.close_without_flush()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise _storage_error(path, "delete segment file", exc) from exc
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base_offset={self.base_offset}, next_offset={self.next_offset}, "
+            f"size={self.size}, path={str(self.log_path)!r})"
+        )
+
+
+def _describe_damage(chunk: bytes) -> str:
+    """Why the bytes at the start of `chunk` are not a whole valid batch."""
+    try:
+        header = read_header(chunk, 0)
+    except CorruptRecordError as exc:
+        return str(exc)
+    return f"batch at offset {header.base_offset} fails its CRC32C check (stored {header.crc:#010x})"
