@@ -17,17 +17,6 @@ log = logging.getLogger("oncelog.topics")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
-_STORAGE_ERROR_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
-    (storage_errors.TopicExistsError, ErrorCode.topic_already_exists),
-    (storage_errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
-    (storage_errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
-    (storage_errors.InvalidConfigError, ErrorCode.invalid_config),
-    (storage_errors.UnknownTopicError, ErrorCode.unknown_topic_or_partition),
-    (storage_errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
-    (storage_errors.StorageError, ErrorCode.kafka_storage_error),
-)
-
-
 class TopicRequestError(Exception):
     """A per-topic failure answered with a Kafka error code and message."""
 
@@ -37,9 +26,9 @@ class TopicRequestError(Exception):
 
 
 def error_code_for(error: Exception) -> ErrorCode:
-    for kind, code in _STORAGE_ERROR_CODES:
-        if isinstance(error, kind):
-            return code
+    """Kafka's code for a storage error; anything else is a bug and propagates."""
+    if isinstance(error, storage_errors.LogError):
+        return ErrorCode(error.kafka_error_code)
     raise error
 
 

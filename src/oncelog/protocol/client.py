@@ -1,7 +1,7 @@
-"""A minimal Kafka wire client for tests: send any request entity, or raw bytes.
+"""A minimal Kafka wire client: send any request entity, or raw bytes.
 
-Real clients never send a bad CRC, a huge length prefix or an unknown API key; these
-tests must, so this client writes frames by hand (request header v1/v2 + kio body).
+Used by the CLI for APIs the standard clients lack (DescribeProducers, ...) and by
+tests that must send what real clients never do (a bad CRC, a huge length prefix).
 """
 
 from __future__ import annotations

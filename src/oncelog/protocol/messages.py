@@ -85,8 +85,10 @@ class ResponseBuilder:
         names = _field_names(cls)
         return cls(**{key: value for key, value in fields.items() if key in names})
 
-    def has(self, class_name: str, field_name: str) -> bool:
-        return field_name in _field_names(getattr(self.module, class_name))
+    def has(self, class_name: str, field_name: str | None = None) -> bool:
+        """Whether this version has the class (and, if given, the field)."""
+        cls = getattr(self.module, class_name, None)
+        return cls is not None and (field_name is None or field_name in _field_names(cls))
 
 
 @cache

@@ -58,7 +58,7 @@ async def handle(ctx: RequestContext, request) -> object:
                 error_message=None,
                 num_partitions=info.num_partitions,
                 replication_factor=1,
-                configs=_configs(make, info),
+                configs=_configs(make, info) if ctx.response.has("CreatableTopicConfigs") else None,
             )
         )
     return make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))

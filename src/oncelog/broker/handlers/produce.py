@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.partitions import ProduceOutcome, append_records
@@ -43,7 +45,7 @@ async def handle(ctx: RequestContext, request) -> object | None:
                     index=data.index,
                     error_code=outcome.error_code,
                     base_offset=outcome.base_offset,
-                    log_append_time=outcome.log_append_time_ms,
+                    log_append_time=_datetime(outcome.log_append_time_ms),
                     log_start_offset=outcome.log_start_offset,
                     record_errors=(),
                     error_message=outcome.error_message,
@@ -55,3 +57,10 @@ async def handle(ctx: RequestContext, request) -> object | None:
             raise CloseConnection("acks=0 produce request failed for at least one partition")
         return None
     return make("ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def _datetime(epoch_ms: int) -> datetime.datetime | None:
+    """kio carries log_append_time as an aware datetime; -1 (no time) is None."""
+    if epoch_ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
