@@ -17,6 +17,7 @@ from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.server import KafkaServer
+from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
 
@@ -34,9 +35,11 @@ class Broker:
         self.config = config
         self.node_id: int = config.node_id
         self.cluster_id: str = ""
-        self.host = ""
+        self.host = ""  # advertised to clients in Metadata
         self.port = 0
+        self.bound_port = 0  # where the listener really is (differs behind a proxy)
         self.logs: LogManager | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self.server = KafkaServer(self)
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
@@ -49,6 +52,7 @@ class Broker:
         for directory in self.config.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_or_create_meta_properties()
+        self.producer_ids = ProducerIdManager(self.config.log_dirs[0])
         try:
             defaults = LogConfig().with_overrides(self.config.log_defaults())
         except Exception as error:
@@ -56,16 +60,19 @@ class Broker:
         self.logs = LogManager(self.config.log_dirs, defaults)
         self.logs.load()
         listener = self.config.listener
-        bound_host, self.port = await self.server.start(listener.host, listener.port)
+        bound_host, self.bound_port = await self.server.start(listener.host, listener.port)
         advertised = self.config.advertised
         if advertised is not None:
-            self.host, self.port = advertised.host, advertised.port or self.port
+            self.host, self.port = advertised.host, advertised.port or self.bound_port
         else:
-            self.host = listener.host or bound_host
+            self.host, self.port = listener.host or bound_host, self.bound_port
         self._timers = [
             asyncio.create_task(self._every(self.config["log.flush.scheduler.interval.ms"], self._flush_due)),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
             asyncio.create_task(self._every(60_000, self._checkpoint)),
+            asyncio.create_task(
+                self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
+            ),
         ]
         log.info(
             "broker %d of cluster %s listening on %s:%d (started in %.0f ms)",
@@ -104,6 +111,15 @@ class Broker:
 
     def _checkpoint(self) -> None:
         self.logs.checkpoint()
+
+    def _expire_producers(self) -> None:
+        """Drop producer state idle past producer.id.expiration.ms (open transactions stay)."""
+        expiration_ms = self.config["producer.id.expiration.ms"]
+        now = now_ms()
+        for partition_log in self.logs.partitions():
+            expired = partition_log.producer_state.remove_expired(now, expiration_ms)
+            if expired:
+                log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 
     def _load_or_create_meta_properties(self) -> str:
         """meta.properties in each log dir, as Kafka writes it; all dirs must agree."""

@@ -78,6 +78,8 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("message.max.bytes", _int, "1048588", "Largest record batch a topic accepts by default."),
         Setting("socket.request.max.bytes", _int, "104857600", "Largest request frame; larger closes the connection."),
         Setting("max.connections", _int, "2147483647", "Connections accepted at once."),
+        Setting("producer.id.expiration.ms", _int, "86400000", "Forget an idle producer's state after this long."),
+        Setting("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producers are looked for."),
         Setting("cluster.id", _str, "", "Cluster id; generated and stored in meta.properties when empty."),
     )
 }

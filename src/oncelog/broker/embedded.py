@@ -29,13 +29,15 @@ class EmbeddedBroker:
 
     @property
     def bootstrap_servers(self) -> str:
+        """The advertised address, as clients see it in Metadata."""
         assert self.broker is not None, "broker not started"
         return f"{self.broker.host}:{self.broker.port}"
 
     @property
     def port(self) -> int:
+        """The port the broker listens on (not the advertised one, if that differs)."""
         assert self.broker is not None, "broker not started"
-        return self.broker.port
+        return self.broker.bound_port
 
     def start(self) -> EmbeddedBroker:
         started = threading.Event()

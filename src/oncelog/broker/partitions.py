@@ -14,6 +14,7 @@ from oncelog.broker.topics import error_code_for
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import Compression, CorruptRecordError
+from oncelog.storage.errors import LogError, StorageError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -84,11 +85,13 @@ def append_records(
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression}")
     try:
         result = log_.append(buffer, batches, now_ms=now_ms)
-    except Exception as error:
-        code = error_code_for(error)
-        log.error("append to %s-%d failed: %s", topic, partition, error)
-        return ProduceOutcome(code, error_message=str(error))
-    broker.partition_appended(topic, partition)
+    except LogError as error:
+        # Refusals by the producer state are expected protocol outcomes; I/O failures are not.
+        log.log(logging.ERROR if isinstance(error, StorageError) else logging.DEBUG,
+                "append to %s-%d refused: %s", topic, partition, error)
+        return ProduceOutcome(error_code_for(error), error_message=str(error))
+    if not result.duplicate:
+        broker.partition_appended(topic, partition)
     return ProduceOutcome(
         ErrorCode.none,
         base_offset=result.base_offset,

@@ -140,3 +140,20 @@ class InvalidRecordError(LogError):
     def __init__(self, topic_partition: str, message: str) -> None:
         self.topic_partition = topic_partition
         super().__init__(f"partition {topic_partition}: {message}")
+
+
+class ProducerStateError(LogError):
+    """A batch the idempotent producer state refuses; the message names the producer,
+    epoch, partition, and the expected and actual values."""
+
+    def __init__(self, topic_partition: str, message: str) -> None:
+        self.topic_partition = topic_partition
+        super().__init__(message)
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    kafka_error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    kafka_error_code = 47  # INVALID_PRODUCER_EPOCH

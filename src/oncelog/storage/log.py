@@ -8,10 +8,15 @@ owns the offsets Kafka reports for a partition:
     log_end_offset    next offset to assign
     recovery_point    offsets below it are known to be fsynced
 
-An append is four steps, each a method, so producer state can slot in later:
-validate (`_validate_append`) -> assign offsets (`_assign_offsets`) -> write
-(`_write`) -> update in-memory state (`_update_after_append`). Producer-state validation
-belongs between the first two, its state update after the write.
+An append is five steps, each a method: validate the batches (`_validate_append`),
+check them against the producer state (`_check_producer_state`: a duplicate of a
+recent batch returns its original offsets and writes nothing), assign offsets
+(`_assign_offsets`), write (`_write`), then update offsets and producer state
+(`_update_after_append`).
+
+The log also owns the partition's idempotent producer state (producer_state.py). It is
+snapshotted when a segment rolls and at a clean close, and rebuilt on open from the
+newest snapshot plus the batch headers after it.
 
 Everything here is synchronous and called from the broker's single event loop.
 """
@@ -38,9 +43,12 @@ from oncelog.protocol.record_batch import (
     set_partition_leader_epoch,
 )
 from oncelog.storage.config import LogConfig
+from oncelog.storage import producer_snapshot
 from oncelog.storage.errors import (
     CorruptLogError,
+    InvalidProducerEpochError,
     InvalidRecordError,
+    OutOfOrderSequenceError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -48,6 +56,7 @@ from oncelog.storage.errors import (
     topic_partition_name,
 )
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
+from oncelog.storage.producer_state import ProducerBatch, ProducerStateManager, Verdict
 from oncelog.storage.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -70,6 +79,7 @@ _MAX_TIMESTAMP_POSITION = 35
 _STALE_SUFFIXES = (TEMP_SUFFIX, ".deleted", ".cleaned", ".swap")
 
 NO_TIMESTAMP = -1
+SNAPSHOTS_RETAINED = 3
 DELETE_RECORDS_HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
 
 
@@ -91,6 +101,7 @@ class AppendResult:
     last_offset: int
     log_append_time_ms: int  # -1 unless message.timestamp.type=LogAppendTime
     log_start_offset: int
+    duplicate: bool = False  # a retry of a recent batch: offsets are the original's
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +133,7 @@ class PartitionLog:
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
         self._directory_dirty = False  # segment files created or removed since the last fsync
         self._closed = False
+        self.producer_state = ProducerStateManager(self.name)
 
     # -- opening and recovery ------------------------------------------------------------
 
@@ -196,6 +208,8 @@ class PartitionLog:
                 name, log.log_start_offset, log.log_end_offset,
             )
             log.truncate_fully_and_start_at(log.log_start_offset)
+        else:
+            log._rebuild_producer_state()
         if recovered:
             # Make the recovered state (truncations, rebuilt indexes) durable now.
             for segment in recovered:
@@ -246,15 +260,39 @@ class PartitionLog:
         if not batches:
             return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
         self._validate_append(records, batches, origin)
-        # Producer-state validation (idempotence, transactions) goes here: it must see
-        # the batches before offsets are assigned and must not change any state yet.
+        if origin is AppendOrigin.CLIENT:
+            duplicate = self._check_producer_state(batches)
+            if duplicate is not None:
+                return duplicate
         base_offset, last_offset, log_append_time_ms = self._assign_offsets(
             records, batches, origin, leader_epoch, now_ms
         )
         self._write(records, batches, last_offset, now_ms)
-        self._update_after_append(last_offset, now_ms)
-        # Producer-state update goes here: after the bytes are in the log.
+        self._update_after_append(batches, base_offset, last_offset, origin, now_ms)
         return AppendResult(base_offset, last_offset, log_append_time_ms, self.log_start_offset)
+
+    def _check_producer_state(self, batches: Sequence[BatchHeader]) -> AppendResult | None:
+        """Kafka's idempotence checks for client batches. Returns the original offsets
+        when the batch duplicates a recent one; raises when it must be refused."""
+        for header in batches:
+            if not header.has_producer_id:
+                continue
+            check = self.producer_state.check(
+                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+            )
+            if check.verdict is Verdict.APPEND:
+                continue
+            if check.verdict is Verdict.DUPLICATE:
+                original = check.duplicate_of
+                logger.debug("%s: duplicate batch of producer %d, sequences %d-%d, at offset %d",
+                             self.name, header.producer_id, original.first_seq, original.last_seq,
+                             original.first_offset)
+                return AppendResult(original.first_offset, original.last_offset, original.timestamp,
+                                    self.log_start_offset, duplicate=True)
+            if check.verdict is Verdict.INVALID_PRODUCER_EPOCH:
+                raise InvalidProducerEpochError(self.name, check.message)
+            raise OutOfOrderSequenceError(self.name, check.message)
+        return None
 
     def _validate_append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader],
                          origin: AppendOrigin) -> None:
@@ -304,11 +342,49 @@ class PartitionLog:
         segment = self._segment_for_append(len(records), last_offset, now_ms)
         segment.append(records, batches, now_ms=now_ms, index_interval_bytes=self._config.index_interval_bytes)
 
-    def _update_after_append(self, last_offset: int, now_ms: int) -> None:
+    def _update_after_append(self, batches: Sequence[BatchHeader], base_offset: int, last_offset: int,
+                             origin: AppendOrigin, now_ms: int) -> None:
+        offset = base_offset
+        for header in batches:
+            if origin is AppendOrigin.REPLICATION:
+                offset = header.base_offset
+            if header.has_producer_id:
+                self.producer_state.record(_producer_batch(header, offset))
+            offset += header.last_offset_delta + 1
         self.log_end_offset = last_offset + 1
         self.high_watermark = self.log_end_offset  # single node; replication moves it separately
         if self.log_end_offset - self.recovery_point >= self._config.flush_messages:
             self.flush(now_ms)
+
+    # -- producer state ------------------------------------------------------------------
+
+    def _rebuild_producer_state(self) -> None:
+        """Load the newest usable snapshot at or below the log end offset, then replay the
+        batch headers after it. Snapshots above the log end (after a truncation) go."""
+        producer_snapshot.delete_snapshots(self.directory, above=self.log_end_offset)
+        entries, start = {}, self.log_start_offset
+        for offset in reversed(producer_snapshot.snapshot_offsets(self.directory)):
+            loaded = producer_snapshot.read_snapshot(producer_snapshot.snapshot_path(self.directory, offset))
+            if loaded is not None:
+                entries, start = loaded, max(offset, self.log_start_offset)
+                break
+        self.producer_state.producers = entries
+        replayed = 0
+        number = max(bisect_right(self._segment_bases, start) - 1, 0)
+        for segment in self._segments[number:]:
+            for batch in segment.producer_batches(start):
+                self.producer_state.record(batch)
+                replayed += 1
+        if replayed or entries:
+            logger.info("%s: producer state of %d producer(s) loaded from offset %d, %d batch(es) replayed",
+                        self.name, len(self.producer_state.producers), start, replayed)
+
+    def take_producer_snapshot(self) -> None:
+        """Snapshot the producer state at the log end offset; keep the newest few."""
+        producer_snapshot.write_snapshot(self.directory, self.log_end_offset, self.producer_state.producers)
+        offsets = producer_snapshot.snapshot_offsets(self.directory)
+        if len(offsets) > SNAPSHOTS_RETAINED:
+            producer_snapshot.delete_snapshots(self.directory, below=offsets[-SNAPSHOTS_RETAINED])
 
     def _segment_for_append(self, append_size: int, last_offset: int, now_ms: int) -> LogSegment:
         segment = self._segments[-1]
@@ -331,6 +407,7 @@ class PartitionLog:
         if active.size == 0:
             return active
         active.on_become_inactive()
+        self.take_producer_snapshot()
         segment = LogSegment.create(self.directory, self.log_end_offset)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
@@ -537,6 +614,7 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._rebuild_producer_state()
         logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -548,6 +626,8 @@ class PartitionLog:
         self._segment_bases[:] = [offset]
         self._directory_dirty = True
         self.log_end_offset = self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        producer_snapshot.delete_snapshots(self.directory, above=-1)
+        self.producer_state.producers = {}
         logger.info("%s: truncated fully; the log now starts at offset %d", self.name, offset)
 
     # -- closing -------------------------------------------------------------------------
@@ -556,6 +636,7 @@ class PartitionLog:
         """Write every index, fsync everything; the log cannot be used afterwards."""
         if self._closed:
             return
+        self.take_producer_snapshot()
         for segment in self._segments:
             segment.close()
         fsync_directory(self.directory)
@@ -583,6 +664,14 @@ class PartitionLog:
             f"PartitionLog({self.name!r}, log_start_offset={self.log_start_offset}, "
             f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def _producer_batch(header: BatchHeader, base_offset: int) -> ProducerBatch:
+    return ProducerBatch(
+        header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+        base_offset, base_offset + header.last_offset_delta, header.max_timestamp,
+        is_transactional=header.is_transactional, is_control=header.is_control,
+    )
 
 
 def _check_client_batch(name: str, header: BatchHeader) -> None:

@@ -38,15 +38,18 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from oncelog.protocol.record_batch import (
+    CONTROL_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     CorruptRecordError,
     read_header,
     scan_valid_prefix,
 )
 from oncelog.storage.errors import CorruptLogError, StorageError
+from oncelog.storage.producer_state import ProducerBatch
 
 logger = logging.getLogger("oncelog.storage")
 
@@ -59,8 +62,9 @@ INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
 
 # baseOffset, batchLength, (leader epoch, magic, crc skipped), attributes, lastOffsetDelta,
-# baseTimestamp, maxTimestamp: everything a segment needs from a batch header.
-_SCAN = struct.Struct(">qi9xhiqq")
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence: what a segment and
+# the producer state need from a batch header (the record count is not read).
+_SCAN = struct.Struct(">qi9xhiqqqhi")
 _BASE_OFFSET = struct.Struct(">q")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_POSITION = 35
@@ -252,7 +256,7 @@ class LogSegment:
         self.next_offset = self.base_offset
         entry_counts = (len(self._index_offsets), len(self._time_timestamps))
         try:
-            for batch_position, base, last, size, _attributes, _base_ts, max_ts in self._scan(position):
+            for batch_position, base, last, size, _attributes, _base_ts, max_ts, *_ in self._scan(position):
                 if expected_first is not None:
                     if base != expected_first:
                         return False
@@ -435,11 +439,12 @@ class LogSegment:
             raise _storage_error(self.log_path, "read segment", exc) from exc
         if len(data) < _SCAN.size:
             raise CorruptLogError(str(self.log_path), f"short batch header at position {position}")
-        base, length, attributes, delta, base_ts, max_ts = _SCAN.unpack(data)
-        return position, base, base + delta, length + LOG_OVERHEAD, attributes, base_ts, max_ts
+        base, length, attributes, delta, base_ts, max_ts, producer_id, epoch, sequence = _SCAN.unpack(data)
+        return position, base, base + delta, length + LOG_OVERHEAD, attributes, base_ts, max_ts, producer_id, epoch, sequence
 
-    def _scan(self, position: int) -> Iterator[tuple[int, int, int, int, int, int, int]]:
-        """(position, base offset, last offset, size, attributes, base ts, max ts) per batch.
+    def _scan(self, position: int) -> Iterator[tuple[int, ...]]:
+        """(position, base offset, last offset, size, attributes, base ts, max ts,
+        producer id, producer epoch, base sequence) per batch.
 
         Reads headers only, a chunk at a time, from a batch boundary to the end.
         """
@@ -462,13 +467,13 @@ class LogSegment:
                     raise CorruptLogError(
                         str(self.log_path), f"{len(chunk)} bytes at position {position} are not a batch header"
                     )
-            base, length, attributes, delta, base_ts, max_ts = unpack_from(chunk, relative)
+            base, length, attributes, delta, base_ts, max_ts, producer_id, epoch, sequence = unpack_from(chunk, relative)
             size = length + LOG_OVERHEAD
             if size < HEADER_SIZE or position + size > end:
                 raise CorruptLogError(
                     str(self.log_path), f"batch at position {position} declares {size} bytes, {end - position} remain"
                 )
-            yield position, base, base + delta, size, attributes, base_ts, max_ts
+            yield position, base, base + delta, size, attributes, base_ts, max_ts, producer_id, epoch, sequence
             position += size
 
     def locate(self, offset: int) -> tuple[int, int, int, int] | None:
@@ -482,6 +487,24 @@ class LogSegment:
             if last >= offset:
                 return batch_position, base, last, size
         return None
+
+    def producer_batches(self, from_offset: int) -> Iterator[ProducerBatch]:
+        """The producer-state view of each batch holding offsets >= `from_offset` and
+        written by a producer (producer id >= 0), for rebuilding producer state."""
+        located = self.locate(max(from_offset, self.base_offset))
+        if located is None:
+            return
+        for _position, base, last, _size, attributes, _base_ts, max_ts, producer_id, epoch, sequence in self._scan(
+            located[0]
+        ):
+            if producer_id < 0:
+                continue
+            last_sequence = (sequence + last - base) % (INT32_MAX + 1) if sequence >= 0 else sequence
+            yield ProducerBatch(
+                producer_id, epoch, sequence, last_sequence, base, last, max_ts,
+                is_transactional=bool(attributes & TRANSACTIONAL_BIT),
+                is_control=bool(attributes & CONTROL_BIT),
+            )
 
     def _last_boundary_at_or_before(self, start: int, limit: int) -> int:
         """The largest batch boundary in [start, limit], scanning from the nearest entry."""
@@ -542,7 +565,7 @@ class LogSegment:
         first = self.locate(max(scan_from, start_offset))
         if first is None:
             return None
-        for _position, base, last, _size, attributes, base_ts, max_ts in self._scan(first[0]):
+        for _position, base, last, _size, attributes, base_ts, max_ts, *_ in self._scan(first[0]):
             if last < start_offset or max_ts < timestamp:
                 continue
             offset = max(base, start_offset)
@@ -594,7 +617,7 @@ class LogSegment:
             self.max_timestamp = NO_TIMESTAMP
             self.offset_of_max_timestamp = -1
         tail_start = self._index_positions[-1] if self._index_positions else 0
-        for _position, batch_base, _last, _size, _attributes, _base_ts, max_ts in self._scan(tail_start):
+        for _position, batch_base, _last, _size, _attributes, _base_ts, max_ts, *_ in self._scan(tail_start):
             if max_ts > self.max_timestamp:
                 self.max_timestamp = max_ts
                 self.offset_of_max_timestamp = batch_base

@@ -1,0 +1,46 @@
+"""DescribeProducers (key 61), v0.
+
+- For each requested partition, the producers the partition's producer state knows:
+  id, epoch, last sequence, last timestamp, coordinator epoch and the first offset of
+  the producer's open transaction (-1 when none), as kafka-transactions.sh shows them.
+- A missing topic or partition gets UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(61, "DescribeProducers", range(0, 1))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            log_ = ctx.broker.logs.partition(topic.name, index)
+            if log_ is None:
+                partitions.append(make(
+                    "PartitionResponse", partition_index=index, error_code=ErrorCode.unknown_topic_or_partition,
+                    error_message=f"{topic.name}-{index} does not exist", active_producers=(),
+                ))
+                continue
+            producers = tuple(
+                make(
+                    "ProducerState",
+                    producer_id=entry.producer_id,
+                    producer_epoch=entry.producer_epoch,
+                    last_sequence=entry.last_seq,
+                    last_timestamp=entry.last_timestamp,
+                    coordinator_epoch=entry.coordinator_epoch,
+                    current_txn_start_offset=-1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset,
+                )
+                for entry in log_.producer_state.active_producers()
+            )
+            partitions.append(make(
+                "PartitionResponse", partition_index=index, error_code=ErrorCode.none,
+                error_message=None, active_producers=producers,
+            ))
+        topics.append(make("TopicResponse", name=topic.name, partitions=tuple(partitions)))
+    return make("DescribeProducersResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))

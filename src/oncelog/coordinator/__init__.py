@@ -1,0 +1,1 @@
+"""Coordinators: producer ids and (later) transactions and consumer groups."""

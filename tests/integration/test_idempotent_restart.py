@@ -1,0 +1,97 @@
+"""A retry of an already-written batch is recognised as a duplicate after a clean restart
+and after kill -9, because producer state is snapshotted and rebuilt from the log."""
+
+import datetime
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.produce.v9 import request as produce_v9
+
+from oncelog.protocol import record_batch as rb
+from oncelog.protocol.client import WireClient
+from oncelog.testing.process import BrokerProcess
+
+
+def produce(bootstrap, batch, partition=0):
+    request = produce_v9.ProduceRequest(
+        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(produce_v9.TopicProduceData(
+            name="idem", partition_data=(produce_v9.PartitionProduceData(index=partition, records=batch),)),),
+    )
+    with WireClient.connect(bootstrap) as client:
+        return client.request(request).responses[0].partition_responses[0]
+
+
+def create_topic(bootstrap):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("idem", 1, 1)])["idem"].result(10)
+
+
+def init_producer_id(bootstrap):
+    with WireClient.connect(bootstrap) as client:
+        response = client.request(InitProducerIdRequest(
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1,
+        ))
+    assert response.error_code == ErrorCode.none
+    return response.producer_id, response.producer_epoch
+
+
+def idempotent_batch(producer_id, epoch, sequence, count=3, timestamp=1_700_000_000_000):
+    records = [rb.Record(f"k{sequence + i}".encode(), f"v{sequence + i}".encode()) for i in range(count)]
+    return rb.build_batch(records, timestamp_ms=timestamp, producer_id=producer_id,
+                          producer_epoch=epoch, base_sequence=sequence)
+
+
+@pytest.mark.parametrize("how", ["clean_restart", "kill_9", "kill_9_after_roll"])
+def test_retry_after_restart_is_deduplicated(tmp_path, how):
+    config = {"log.flush.interval.messages": "1"}
+    if how == "kill_9_after_roll":
+        config["log.segment.bytes"] = "300"  # several segments: replay crosses a snapshot
+    with BrokerProcess(tmp_path / "data", config) as broker:
+        create_topic(broker.bootstrap_servers)
+        producer_id, epoch = init_producer_id(broker.bootstrap_servers)
+        offsets = []
+        for sequence in range(0, 15, 3):
+            result = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, sequence))
+            assert result.error_code == ErrorCode.none
+            offsets.append(result.base_offset)
+        assert offsets == [0, 3, 6, 9, 12]
+
+        if how == "clean_restart":
+            broker.restart()
+        else:
+            broker.kill()
+            broker.start()
+
+        # The last batch again, as a client retry after a lost response: same offset, not re-written.
+        retry = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 12))
+        assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 12)
+        # An older one inside the 5-batch window too.
+        older = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 3))
+        assert (older.error_code, older.base_offset) == (ErrorCode.none, 3)
+        # The next sequence continues the log; a gap is refused.
+        following = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 15))
+        assert (following.error_code, following.base_offset) == (ErrorCode.none, 15)
+        gap = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 30))
+        assert gap.error_code == ErrorCode.out_of_order_sequence_number
+        assert f"producer {producer_id}" in gap.error_message and "idem-0" in gap.error_message
+
+        # New producer ids after restarts never repeat the old one.
+        assert init_producer_id(broker.bootstrap_servers)[0] != producer_id
+
+
+def test_validation_errors_on_the_wire(tmp_path):
+    with BrokerProcess(tmp_path / "data", {"num.partitions": "1"}) as broker:
+        create_topic(broker.bootstrap_servers)
+        producer_id, _ = init_producer_id(broker.bootstrap_servers)
+        assert produce(broker.bootstrap_servers, idempotent_batch(producer_id, 2, 0)).error_code == ErrorCode.none
+        stale = produce(broker.bootstrap_servers, idempotent_batch(producer_id, 1, 3))
+        assert stale.error_code == ErrorCode.invalid_producer_epoch
+        assert "smaller than the last seen epoch 2" in stale.error_message
+        new_epoch_bad_start = produce(broker.bootstrap_servers, idempotent_batch(producer_id, 3, 5))
+        assert new_epoch_bad_start.error_code == ErrorCode.out_of_order_sequence_number
+        # KIP-360: an unknown producer id is accepted at any sequence.
+        assert produce(broker.bootstrap_servers, idempotent_batch(999_999, 0, 42)).error_code == ErrorCode.none
