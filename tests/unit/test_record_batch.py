@@ -110,3 +110,26 @@ def test_sequence_wraps_at_int_max():
     data = kafka_python_batch(3, producer_id=1, epoch=0, sequence=2**31 - 2)
     (header,) = rb.parse_batches(data)
     assert header.last_sequence == 0
+
+
+def test_records_decode_back_from_a_built_batch():
+    records = [rb.Record(b"a", b"1", (("h", b"x"),)), rb.Record(None, None, (), timestamp_delta=7)]
+    data = rb.build_batch(records, base_offset=40, timestamp_ms=100)
+    (header,) = rb.parse_batches(data)
+    decoded = rb.iter_records(data, header)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decoded] == [
+        (40, 100, b"a", b"1", (("h", b"x"),)), (41, 107, None, None, ()),
+    ]
+
+
+def test_records_of_a_kafka_python_batch_decode():
+    data = kafka_python_batch(4)
+    (header,) = rb.parse_batches(data)
+    assert [r.key for r in rb.iter_records(data, header)] == [b"k0", b"k1", b"k2", b"k3"]
+
+
+def test_control_record_type_is_read_from_the_key():
+    data = rb.build_control_batch(rb.ControlType.ABORT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp_ms=0)
+    (header,) = rb.parse_batches(data)
+    (record,) = rb.iter_records(data, header)
+    assert rb.control_type(record) is rb.ControlType.ABORT

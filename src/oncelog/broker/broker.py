@@ -41,6 +41,9 @@ class Broker:
         self.logs: LogManager | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.server = KafkaServer(self)
+        # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
+        # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
+        self.coordinators: dict[int, object] = {}
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
@@ -152,6 +155,9 @@ class Broker:
                 )
                 temporary.replace(path)
         return cluster_id
+
+    def coordinator_for(self, key_type: int):
+        return self.coordinators.get(key_type)
 
     # ---- fetch long-polling ----------------------------------------------------------
 

@@ -15,6 +15,7 @@ from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import Compression, CorruptRecordError
 from oncelog.storage.errors import LogError, StorageError
+from oncelog.storage.log import AppendOrigin
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -98,3 +99,32 @@ def append_records(
         log_append_time_ms=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,
     )
+
+
+def append_internal(broker: Broker, topic: str, partition: int, batch: bytes, *, now_ms: int):
+    """Append a batch the broker built itself (coordinator records, control markers).
+
+    Goes through the log's coordinator path: offsets are assigned, producer state is
+    updated, client-only checks are skipped. Wakes fetches waiting on the partition.
+    """
+    log_ = broker.logs.partition(topic, partition)
+    if log_ is None:
+        raise LookupError(f"internal partition {topic}-{partition} does not exist")
+    buffer = bytearray(batch)
+    result = log_.append(buffer, record_batch.parse_batches(buffer), now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
+    broker.partition_appended(topic, partition)
+    return result
+
+
+def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: int = 0, chunk_bytes: int = 1 << 20):
+    """Yield (buffer, header) for every batch from `from_offset` to the high watermark:
+    how coordinators load their state from an internal partition."""
+    log_ = broker.logs.partition(topic, partition)
+    offset = max(from_offset, log_.log_start_offset)
+    while offset < log_.high_watermark:
+        records = log_.read(offset, chunk_bytes).records
+        if not records:
+            break
+        for header in record_batch.parse_batches(records, verify_crc=False):
+            yield records, header
+            offset = header.next_offset

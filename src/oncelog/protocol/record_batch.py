@@ -325,3 +325,79 @@ def build_control_batch(
         transactional=True,
         control=True,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding records: only for the broker's own internal topics (uncompressed batches it
+# wrote itself) and for tools. Client batches on the produce/fetch path stay opaque.
+
+
+def _read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        if position >= len(data):
+            raise CorruptRecordError("varint runs past the end of the batch")
+        byte = data[position]
+        position += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint longer than 10 bytes")
+    return (raw >> 1) ^ -(raw & 1), position
+
+
+def _read_bytes(data: bytes | memoryview, position: int) -> tuple[bytes | None, int]:
+    length, position = _read_varint(data, position)
+    if length < 0:
+        return None, position
+    end = position + length
+    if end > len(data):
+        raise CorruptRecordError("record field runs past the end of the batch")
+    return bytes(data[position:end]), end
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> list[DecodedRecord]:
+    """The records of one uncompressed batch; raises on a compressed or malformed one."""
+    if header.compression != Compression.NONE:
+        raise CorruptRecordError(f"cannot decode a {header.compression.name} batch here")
+    data = memoryview(buffer)[header.position : header.position + header.size]
+    position = HEADER_SIZE
+    records = []
+    for _ in range(header.record_count):
+        length, position = _read_varint(data, position)
+        end = position + length
+        position += 1  # attributes
+        timestamp_delta, position = _read_varint(data, position)
+        offset_delta, position = _read_varint(data, position)
+        key, position = _read_bytes(data, position)
+        value, position = _read_bytes(data, position)
+        count, position = _read_varint(data, position)
+        headers = []
+        for _ in range(count):
+            name, position = _read_bytes(data, position)
+            header_value, position = _read_bytes(data, position)
+            headers.append(((name or b"").decode(), header_value))
+        if position != end:
+            raise CorruptRecordError(f"record at offset delta {offset_delta} has {end - position} stray bytes")
+        records.append(DecodedRecord(
+            header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, key, value, tuple(headers)
+        ))
+    return records
+
+
+def control_type(record: DecodedRecord) -> ControlType:
+    """The COMMIT/ABORT type in a control record's key."""
+    _version, kind = _CONTROL_KEY.unpack(record.key)
+    return ControlType(kind)

@@ -13,6 +13,7 @@ from oncelog.broker.handlers import (  # noqa: F401
     describe_configs,
     describe_producers,
     fetch,
+    find_coordinator,
     init_producer_id,
     list_offsets,
     metadata,
