@@ -133,3 +133,8 @@ def test_control_record_type_is_read_from_the_key():
     (header,) = rb.parse_batches(data)
     (record,) = rb.iter_records(data, header)
     assert rb.control_type(record) is rb.ControlType.ABORT
+
+
+def test_control_type_is_read_from_the_bytes_after_the_header():
+    data = rb.build_control_batch(rb.ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=4, timestamp_ms=0)
+    assert rb.read_control_record(data[rb.HEADER_SIZE:rb.HEADER_SIZE + 64]) == (rb.ControlType.COMMIT, 4)

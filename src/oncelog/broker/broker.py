@@ -18,6 +18,7 @@ from pathlib import Path
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.server import KafkaServer
 from oncelog.coordinator.producer_ids import ProducerIdManager
+from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
 
@@ -40,6 +41,7 @@ class Broker:
         self.bound_port = 0  # where the listener really is (differs behind a proxy)
         self.logs: LogManager | None = None
         self.producer_ids: ProducerIdManager | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.server = KafkaServer(self)
         # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
         # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
@@ -62,6 +64,9 @@ class Broker:
             raise ConfigError(f"invalid log settings: {error}") from None
         self.logs = LogManager(self.config.log_dirs, defaults)
         self.logs.load()
+        self.txn_coordinator = TransactionCoordinator(self)
+        self.coordinators[1] = self.txn_coordinator
+        self.txn_coordinator.load(now_ms())
         listener = self.config.listener
         bound_host, self.bound_port = await self.server.start(listener.host, listener.port)
         advertised = self.config.advertised
@@ -76,6 +81,14 @@ class Broker:
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
             ),
+            asyncio.create_task(self._every(
+                self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                lambda: self.txn_coordinator.abort_timed_out(now_ms()),
+            )),
+            asyncio.create_task(self._every(
+                self.config["transaction.remove.expired.transaction.cleanup.interval.ms"],
+                lambda: self.txn_coordinator.expire_ids(now_ms()),
+            )),
         ]
         log.info(
             "broker %d of cluster %s listening on %s:%d (started in %.0f ms)",
@@ -104,7 +117,7 @@ class Broker:
             try:
                 work()
             except Exception:
-                log.exception("periodic task %s failed", work.__name__)
+                log.exception("periodic task %s failed", getattr(work, "__name__", work))
 
     def _flush_due(self) -> None:
         self.logs.flush_due(now_ms())

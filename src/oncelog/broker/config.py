@@ -80,6 +80,15 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("max.connections", _int, "2147483647", "Connections accepted at once."),
         Setting("producer.id.expiration.ms", _int, "86400000", "Forget an idle producer's state after this long."),
         Setting("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producers are looked for."),
+        Setting("offsets.topic.num.partitions", _int, "50", "Partitions of __consumer_offsets."),
+        Setting("transaction.state.log.num.partitions", _int, "50", "Partitions of __transaction_state."),
+        Setting("transaction.state.log.segment.bytes", _int, "104857600", "Segment size of __transaction_state."),
+        Setting("transaction.max.timeout.ms", _int, "900000", "Largest transaction.timeout.ms a producer may ask for."),
+        Setting("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int, "10000",
+                "How often transactions past their timeout are looked for and aborted."),
+        Setting("transactional.id.expiration.ms", _int, "604800000", "Forget an idle transactional id after this."),
+        Setting("transaction.remove.expired.transaction.cleanup.interval.ms", _int, "3600000",
+                "How often expired transactional ids are removed."),
         Setting("cluster.id", _str, "", "Cluster id; generated and stored in meta.properties when empty."),
     )
 }

@@ -15,7 +15,7 @@ from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import Compression, CorruptRecordError
 from oncelog.storage.errors import LogError, StorageError
-from oncelog.storage.log import AppendOrigin
+from oncelog.storage.log import AppendOrigin, wall_clock_ms
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.partitions")
 
 ZSTD_MIN_PRODUCE_VERSION = 7
+TRANSACTION_KEY_TYPE = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ def append_records(
     *,
     produce_version: int,
     now_ms: int,
+    transactional_id: str | None = None,
 ) -> ProduceOutcome:
     """Validate one partition's records from a Produce request and append them."""
     log_ = broker.logs.partition(topic, partition)
@@ -84,6 +86,10 @@ def append_records(
         return ProduceOutcome(ErrorCode.unsupported_compression_type)
     if batch.compression > Compression.ZSTD:
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression}")
+    if batch.is_transactional:
+        refusal = _verify_transactional(broker, transactional_id, batch, topic, partition)
+        if refusal is not None:
+            return refusal
     try:
         result = log_.append(buffer, batches, now_ms=now_ms)
     except LogError as error:
@@ -98,6 +104,26 @@ def append_records(
         base_offset=result.base_offset,
         log_append_time_ms=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,
+    )
+
+
+def _verify_transactional(broker: Broker, transactional_id: str | None, batch, topic: str,
+                          partition: int) -> ProduceOutcome | None:
+    """KIP-890 part 1: a transactional batch is accepted only for a partition of the
+    producer's ongoing transaction, so a late write of an ended transaction cannot land."""
+    coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
+    if transactional_id is None:
+        return ProduceOutcome(
+            ErrorCode.invalid_record, error_message="a transactional batch needs the request's transactional id"
+        )
+    if coordinator is None or coordinator.verify_partition(
+        transactional_id, batch.producer_id, batch.producer_epoch, (topic, partition)
+    ):
+        return None
+    return ProduceOutcome(
+        ErrorCode.invalid_txn_state,
+        error_message=f"{topic}-{partition} is not part of an ongoing transaction of transactional id "
+        f"{transactional_id!r} with producer {batch.producer_id} epoch {batch.producer_epoch}",
     )
 
 
@@ -128,3 +154,17 @@ def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: in
         for header in record_batch.parse_batches(records, verify_crc=False):
             yield records, header
             offset = header.next_offset
+
+
+def append_marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                  coordinator_epoch: int, *, commit: bool):
+    """Write a COMMIT or ABORT control batch for `producer_id` (the coordinator's phase
+    two, and WriteTxnMarkers). Raises the storage error if the partition refuses it."""
+    marker = record_batch.build_control_batch(
+        record_batch.ControlType.COMMIT if commit else record_batch.ControlType.ABORT,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        coordinator_epoch=coordinator_epoch,
+        timestamp_ms=wall_clock_ms(),
+    )
+    return append_internal(broker, topic, partition, marker, now_ms=wall_clock_ms())

@@ -401,3 +401,26 @@ def control_type(record: DecodedRecord) -> ControlType:
     """The COMMIT/ABORT type in a control record's key."""
     _version, kind = _CONTROL_KEY.unpack(record.key)
     return ControlType(kind)
+
+
+def read_control_record(records_bytes: bytes | memoryview) -> tuple[ControlType, int]:
+    """(marker type, coordinator epoch) of a control batch, from the bytes right after its
+    61-byte header (its one record's key and value); reads a few varints, not the batch."""
+    position = 0
+    _length, position = _read_varint(records_bytes, position)
+    position += 1  # attributes
+    _timestamp_delta, position = _read_varint(records_bytes, position)
+    _offset_delta, position = _read_varint(records_bytes, position)
+    key_length, position = _read_varint(records_bytes, position)
+    if key_length < 4 or position + key_length > len(records_bytes):
+        raise CorruptRecordError("control record key is shorter than 4 bytes")
+    _version, kind = _CONTROL_KEY.unpack_from(records_bytes, position)
+    position += key_length
+    value_length, position = _read_varint(records_bytes, position)
+    coordinator_epoch = -1
+    if value_length >= 6 and position + 6 <= len(records_bytes):
+        _value_version, coordinator_epoch = _CONTROL_VALUE.unpack_from(records_bytes, position)
+    try:
+        return ControlType(kind), coordinator_epoch
+    except ValueError:
+        raise CorruptRecordError(f"unknown control record type {kind}") from None

@@ -157,3 +157,11 @@ class OutOfOrderSequenceError(ProducerStateError):
 
 class InvalidProducerEpochError(ProducerStateError):
     kafka_error_code = 47  # INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(ProducerStateError):
+    kafka_error_code = 48  # INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    kafka_error_code = 52  # TRANSACTION_COORDINATOR_FENCED

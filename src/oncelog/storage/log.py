@@ -37,8 +37,10 @@ from pathlib import Path
 from crc32c import crc32c
 
 from oncelog.protocol.record_batch import (
+    HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
+    read_control_record,
     set_base_offset,
     set_partition_leader_epoch,
 )
@@ -48,15 +50,18 @@ from oncelog.storage.errors import (
     CorruptLogError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
     topic_partition_name,
 )
+from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
-from oncelog.storage.producer_state import ProducerBatch, ProducerStateManager, Verdict
+from oncelog.storage.producer_state import CompletedTxn, ProducerBatch, ProducerStateManager, Verdict
 from oncelog.storage.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -134,6 +139,7 @@ class PartitionLog:
         self._directory_dirty = False  # segment files created or removed since the last fsync
         self._closed = False
         self.producer_state = ProducerStateManager(self.name)
+        self.txn_index = TransactionIndex(directory)
 
     # -- opening and recovery ------------------------------------------------------------
 
@@ -234,9 +240,17 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """The read_committed bound. Without transaction state yet, the high watermark;
-        producer state will lower it to the first offset of the oldest open transaction."""
-        return self.high_watermark
+        """The read_committed bound: the high watermark, or the first offset of the oldest
+        open transaction when that is lower."""
+        first_unstable = self.producer_state.first_unstable_offset
+        if first_unstable is None or first_unstable > self.high_watermark:
+            return self.high_watermark
+        return first_unstable
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, end),
+        for read_committed fetches."""
+        return self.txn_index.collect(start_offset, end_offset)
 
     @property
     def size_in_bytes(self) -> int:
@@ -264,11 +278,13 @@ class PartitionLog:
             duplicate = self._check_producer_state(batches)
             if duplicate is not None:
                 return duplicate
+        elif origin is AppendOrigin.COORDINATOR:
+            self._check_markers(records, batches)
         base_offset, last_offset, log_append_time_ms = self._assign_offsets(
             records, batches, origin, leader_epoch, now_ms
         )
         self._write(records, batches, last_offset, now_ms)
-        self._update_after_append(batches, base_offset, last_offset, origin, now_ms)
+        self._update_after_append(records, batches, base_offset, last_offset, origin, now_ms)
         return AppendResult(base_offset, last_offset, log_append_time_ms, self.log_start_offset)
 
     def _check_producer_state(self, batches: Sequence[BatchHeader]) -> AppendResult | None:
@@ -278,7 +294,8 @@ class PartitionLog:
             if not header.has_producer_id:
                 continue
             check = self.producer_state.check(
-                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+                transactional=header.is_transactional, offset_hint=self.log_end_offset,
             )
             if check.verdict is Verdict.APPEND:
                 continue
@@ -289,10 +306,16 @@ class PartitionLog:
                              original.first_offset)
                 return AppendResult(original.first_offset, original.last_offset, original.timestamp,
                                     self.log_start_offset, duplicate=True)
-            if check.verdict is Verdict.INVALID_PRODUCER_EPOCH:
-                raise InvalidProducerEpochError(self.name, check.message)
-            raise OutOfOrderSequenceError(self.name, check.message)
+            _raise_refusal(self.name, check)
         return None
+
+    def _check_markers(self, records: bytearray | memoryview, batches: Sequence[BatchHeader]) -> None:
+        for header in batches:
+            if header.is_control and header.has_producer_id:
+                _kind, coordinator_epoch = _control_record(records, header)
+                check = self.producer_state.check_marker(header.producer_id, header.producer_epoch, coordinator_epoch)
+                if check.verdict is not Verdict.APPEND:
+                    _raise_refusal(self.name, check)
 
     def _validate_append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader],
                          origin: AppendOrigin) -> None:
@@ -342,14 +365,15 @@ class PartitionLog:
         segment = self._segment_for_append(len(records), last_offset, now_ms)
         segment.append(records, batches, now_ms=now_ms, index_interval_bytes=self._config.index_interval_bytes)
 
-    def _update_after_append(self, batches: Sequence[BatchHeader], base_offset: int, last_offset: int,
-                             origin: AppendOrigin, now_ms: int) -> None:
+    def _update_after_append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader],
+                             base_offset: int, last_offset: int, origin: AppendOrigin, now_ms: int) -> None:
         offset = base_offset
         for header in batches:
             if origin is AppendOrigin.REPLICATION:
                 offset = header.base_offset
             if header.has_producer_id:
-                self.producer_state.record(_producer_batch(header, offset))
+                control = _control_record(records, header) if header.is_control else None
+                self._record_producer_batch(_producer_batch(header, offset, control))
             offset += header.last_offset_delta + 1
         self.log_end_offset = last_offset + 1
         self.high_watermark = self.log_end_offset  # single node; replication moves it separately
@@ -358,22 +382,35 @@ class PartitionLog:
 
     # -- producer state ------------------------------------------------------------------
 
+    def _record_producer_batch(self, batch: ProducerBatch) -> None:
+        completed = self.producer_state.record(batch)
+        if completed is not None and completed.is_aborted:
+            self._index_abort(completed)
+
+    def _index_abort(self, completed: CompletedTxn) -> None:
+        self.txn_index.append(AbortedTxn(
+            completed.producer_id, completed.first_offset, completed.last_offset, self.last_stable_offset
+        ))
+
     def _rebuild_producer_state(self) -> None:
         """Load the newest usable snapshot at or below the log end offset, then replay the
         batch headers after it. Snapshots above the log end (after a truncation) go."""
         producer_snapshot.delete_snapshots(self.directory, above=self.log_end_offset)
+        self.txn_index.truncate_to(self.log_end_offset)
         entries, start = {}, self.log_start_offset
         for offset in reversed(producer_snapshot.snapshot_offsets(self.directory)):
             loaded = producer_snapshot.read_snapshot(producer_snapshot.snapshot_path(self.directory, offset))
             if loaded is not None:
                 entries, start = loaded, max(offset, self.log_start_offset)
                 break
-        self.producer_state.producers = entries
+        self.producer_state.load(entries)
         replayed = 0
         number = max(bisect_right(self._segment_bases, start) - 1, 0)
         for segment in self._segments[number:]:
             for batch in segment.producer_batches(start):
-                self.producer_state.record(batch)
+                completed = self.producer_state.record(batch)
+                if completed is not None and completed.is_aborted and not self.txn_index.contains(completed.last_offset):
+                    self._index_abort(completed)
                 replayed += 1
         if replayed or entries:
             logger.info("%s: producer state of %d producer(s) loaded from offset %d, %d batch(es) replayed",
@@ -424,6 +461,7 @@ class PartitionLog:
         active = self._segments[-1]
         for segment in self._segments[first:]:
             segment.flush(write_indexes=segment is not active)
+        self.txn_index.flush()
         if self._directory_dirty:
             fsync_directory(self.directory)
             self._directory_dirty = False
@@ -587,6 +625,7 @@ class PartitionLog:
             segment.delete()
         self._directory_dirty = True
         self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
+        self.txn_index.drop_below(self.log_start_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, segments[0].base_offset)
         return count
@@ -627,7 +666,8 @@ class PartitionLog:
         self._directory_dirty = True
         self.log_end_offset = self.log_start_offset = self.high_watermark = self.recovery_point = offset
         producer_snapshot.delete_snapshots(self.directory, above=-1)
-        self.producer_state.producers = {}
+        self.producer_state.load({})
+        self.txn_index.clear()
         logger.info("%s: truncated fully; the log now starts at offset %d", self.name, offset)
 
     # -- closing -------------------------------------------------------------------------
@@ -637,6 +677,7 @@ class PartitionLog:
         if self._closed:
             return
         self.take_producer_snapshot()
+        self.txn_index.flush()
         for segment in self._segments:
             segment.close()
         fsync_directory(self.directory)
@@ -666,12 +707,31 @@ class PartitionLog:
         )
 
 
-def _producer_batch(header: BatchHeader, base_offset: int) -> ProducerBatch:
+def _control_record(records: bytearray | memoryview, header: BatchHeader) -> tuple[int, int]:
+    start = header.position + HEADER_SIZE
+    return read_control_record(memoryview(records)[start : header.position + header.size])
+
+
+def _producer_batch(header: BatchHeader, base_offset: int, control: tuple[int, int] | None = None) -> ProducerBatch:
     return ProducerBatch(
         header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
         base_offset, base_offset + header.last_offset_delta, header.max_timestamp,
         is_transactional=header.is_transactional, is_control=header.is_control,
+        control_type=None if control is None else int(control[0]),
+        coordinator_epoch=-1 if control is None else control[1],
     )
+
+
+_REFUSALS = {
+    Verdict.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
+    Verdict.OUT_OF_ORDER_SEQUENCE: OutOfOrderSequenceError,
+    Verdict.INVALID_TXN_STATE: InvalidTxnStateError,
+    Verdict.COORDINATOR_FENCED: TransactionCoordinatorFencedError,
+}
+
+
+def _raise_refusal(name: str, check) -> None:
+    raise _REFUSALS[check.verdict](name, check.message)
 
 
 def _check_client_batch(name: str, header: BatchHeader) -> None:

@@ -11,6 +11,15 @@ Kafka's ProducerAppendInfo does:
 - the same epoch, sequence not last + 1 (wrapping at Int.MAX) -> OUT_OF_ORDER_SEQUENCE_NUMBER
 - an unknown producer id: any sequence is accepted (KIP-360)
 
+Transactions: a producer's first transactional batch on the partition opens its
+transaction (`current_txn_first_offset`); the COMMIT/ABORT marker closes it and
+`record()` returns the CompletedTxn, which the log turns into an aborted-transaction
+index entry when aborted. A non-transactional batch from a producer with an open
+transaction is INVALID_TXN_STATE; a marker with an older producer epoch is
+INVALID_PRODUCER_EPOCH, with an older coordinator epoch TRANSACTION_COORDINATOR_FENCED.
+The first offset of the oldest open transaction is the partition's first unstable
+offset, which bounds the last stable offset.
+
 `record()` applies a batch after it is in the log; recovery replays batch headers
 through the same `record()`. Nothing here reads record bytes.
 """
@@ -67,6 +76,8 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
     INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"
     OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+    INVALID_TXN_STATE = "invalid_txn_state"
+    COORDINATOR_FENCED = "transaction_coordinator_fenced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,16 @@ class ProducerBatch:
     max_timestamp: int
     is_transactional: bool = False
     is_control: bool = False
+    control_type: int | None = None  # 0 abort, 1 commit (control batches only)
+    coordinator_epoch: int = -1  # from the marker's value (control batches only)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
 
 
 class ProducerStateManager:
@@ -104,8 +125,24 @@ class ProducerStateManager:
     def __init__(self, partition_name: str) -> None:
         self.partition_name = partition_name
         self.producers: dict[int, ProducerStateEntry] = {}
+        # producer id -> first offset of its open transaction: derived from the entries'
+        # current_txn_first_offset, kept beside them so the LSO is cheap to read.
+        self._open_txns: dict[int, int] = {}
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Check:
+    def load(self, entries: dict[int, ProducerStateEntry]) -> None:
+        """Replace the state (from a snapshot, or empty)."""
+        self.producers = entries
+        self._open_txns = {
+            pid: e.current_txn_first_offset for pid, e in entries.items() if e.current_txn_first_offset is not None
+        }
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction, or None when none is open."""
+        return min(self._open_txns.values()) if self._open_txns else None
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
+              transactional: bool = False, offset_hint: int = -1) -> Check:
         """Validate an incoming client batch against the state; changes nothing."""
         entry = self.producers.get(producer_id)
         if entry is None or entry.producer_epoch == NO_PRODUCER_EPOCH:
@@ -113,6 +150,13 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
         if duplicate is not None:
             return Check(Verdict.DUPLICATE, duplicate_of=duplicate)
+        if not transactional and entry.current_txn_first_offset is not None and epoch == entry.producer_epoch:
+            return Check(
+                Verdict.INVALID_TXN_STATE,
+                message=f"Expected transactional write from producer {producer_id} at offset {offset_hint} in "
+                f"partition {self.partition_name}: it has a transaction open since offset "
+                f"{entry.current_txn_first_offset}",
+            )
         if epoch < entry.producer_epoch:
             return Check(
                 Verdict.INVALID_PRODUCER_EPOCH,
@@ -137,19 +181,51 @@ class ProducerStateManager:
             f"(current end sequence number {entry.last_seq})",
         )
 
-    def record(self, batch: ProducerBatch) -> None:
-        """Apply a batch that is now in the log (also used when replaying the log)."""
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> Check:
+        """Validate a COMMIT/ABORT marker from a transaction coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return APPEND
+        if epoch < entry.producer_epoch:
+            return Check(
+                Verdict.INVALID_PRODUCER_EPOCH,
+                message=f"Transaction marker of producer {producer_id} in {self.partition_name} has epoch {epoch}, "
+                f"which is smaller than the last seen epoch {entry.producer_epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Check(
+                Verdict.COORDINATOR_FENCED,
+                message=f"Transaction marker of producer {producer_id} in {self.partition_name} comes from "
+                f"coordinator epoch {coordinator_epoch}, older than the last seen {entry.coordinator_epoch}",
+            )
+        return APPEND
+
+    def record(self, batch: ProducerBatch) -> CompletedTxn | None:
+        """Apply a batch that is now in the log (also used when replaying the log).
+        Returns the transaction a COMMIT/ABORT marker completed, if it had data here."""
         entry = self.producers.get(batch.producer_id)
         if entry is None:
             entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
         if batch.producer_epoch != entry.producer_epoch:
             entry.producer_epoch = batch.producer_epoch
             entry.batches.clear()
-        if not batch.is_control and batch.first_seq != NO_SEQUENCE:
+        entry.last_timestamp = max(entry.last_timestamp, batch.max_timestamp)
+        if batch.is_control:
+            entry.coordinator_epoch = max(entry.coordinator_epoch, batch.coordinator_epoch)
+            first_offset = entry.current_txn_first_offset
+            if first_offset is None:
+                return None
+            entry.current_txn_first_offset = None
+            del self._open_txns[batch.producer_id]
+            return CompletedTxn(batch.producer_id, first_offset, batch.first_offset, batch.control_type == 0)
+        if batch.first_seq != NO_SEQUENCE:
             entry.batches.append(
                 BatchMetadata(batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset, batch.max_timestamp)
             )
-        entry.last_timestamp = max(entry.last_timestamp, batch.max_timestamp)
+        if batch.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = batch.first_offset
+            self._open_txns[batch.producer_id] = batch.first_offset
+        return None
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers idle longer than `producer.id.expiration.ms` with no open transaction."""

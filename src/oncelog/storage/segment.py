@@ -45,6 +45,7 @@ from oncelog.protocol.record_batch import (
     TRANSACTIONAL_BIT,
     BatchHeader,
     CorruptRecordError,
+    read_control_record,
     read_header,
     scan_valid_prefix,
 )
@@ -500,11 +501,27 @@ class LogSegment:
             if producer_id < 0:
                 continue
             last_sequence = (sequence + last - base) % (INT32_MAX + 1) if sequence >= 0 else sequence
+            is_control = bool(attributes & CONTROL_BIT)
+            control_type, coordinator_epoch = None, -1
+            if is_control:
+                control_type, coordinator_epoch = self._control_record_at(_position, _size)
             yield ProducerBatch(
                 producer_id, epoch, sequence, last_sequence, base, last, max_ts,
                 is_transactional=bool(attributes & TRANSACTIONAL_BIT),
-                is_control=bool(attributes & CONTROL_BIT),
+                is_control=is_control, control_type=control_type, coordinator_epoch=coordinator_epoch,
             )
+
+    def _control_record_at(self, position: int, size: int) -> tuple[int, int]:
+        """(marker type, coordinator epoch) of the control batch at `position`."""
+        try:
+            data = os.pread(self._fd, min(size - HEADER_SIZE, 64), position + HEADER_SIZE)
+        except OSError as exc:
+            raise _storage_error(self.log_path, "read control record", exc) from exc
+        try:
+            kind, coordinator_epoch = read_control_record(data)
+        except CorruptRecordError as exc:
+            raise CorruptLogError(str(self.log_path), f"control batch at position {position}: {exc}") from exc
+        return int(kind), coordinator_epoch
 
     def _last_boundary_at_or_before(self, start: int, limit: int) -> int:
         """The largest batch boundary in [start, limit], scanning from the nearest entry."""

@@ -1,30 +1,43 @@
-"""InitProducerId (key 22), v0-v5, for idempotent producers.
+"""InitProducerId (key 22), v0-v5.
 
 - Without a transactional id: a fresh producer id from the persisted id blocks, epoch 0,
   as Kafka does (a reconnecting idempotent producer is a new producer).
-- `transaction_timeout_ms` is not checked for idempotent producers, as in Kafka.
-- With a transactional id: answered by the transaction coordinator once it exists;
-  until then COORDINATOR_NOT_AVAILABLE (FindCoordinator is not advertised either).
+- With a transactional id: the transaction coordinator bumps the epoch (fencing older
+  instances), aborts an Ongoing transaction left by a previous instance (answering
+  CONCURRENT_TRANSACTIONS until that abort is complete), accepts KIP-360 retries with
+  the current producer id and epoch (v3+), rotates the producer id when the epoch is
+  exhausted, and refuses a timeout above `transaction.max.timeout.ms`
+  (INVALID_TRANSACTION_TIMEOUT).
+- PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v4.
 """
 
 from __future__ import annotations
 
+from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._txn import fenced_for_version
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
 @api(22, "InitProducerId", range(0, 6))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
-    if request.transactional_id is not None:
+    if request.transactional_id is None:
         return make(
-            "InitProducerIdResponse", throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1,
+            "InitProducerIdResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+            producer_id=ctx.broker.producer_ids.next_producer_id(), producer_epoch=0,
         )
+    result = ctx.broker.txn_coordinator.init_producer_id(
+        request.transactional_id,
+        int(request.transaction_timeout.total_seconds() * 1000),
+        getattr(request, "producer_id", -1),
+        getattr(request, "producer_epoch", -1),
+        now_ms(),
+    )
     return make(
         "InitProducerIdResponse",
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        producer_id=ctx.broker.producer_ids.next_producer_id(),
-        producer_epoch=0,
+        error_code=fenced_for_version(result.error, ctx.version, 4),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
     )

@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, request) -> object | None:
             else:
                 outcome = append_records(
                     ctx.broker, topic.name, data.index, data.records,
-                    produce_version=ctx.version, now_ms=now,
+                    produce_version=ctx.version, now_ms=now, transactional_id=request.transactional_id,
                 )
             failed = failed or outcome.error_code != ErrorCode.none
             partitions.append(

@@ -1,0 +1,52 @@
+"""ListTransactions (key 66), v0-v2.
+
+- Filters: states (by Kafka's state names; unknown names are returned in
+  `unknown_state_filters`), producer ids, `duration_filter` (v1: only transactions open
+  at least that long) and `transactional_id_pattern` (v2: a regular expression).
+"""
+
+from __future__ import annotations
+
+import re
+
+from oncelog.broker.broker import now_ms
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.coordinator.txn.state import TransactionState
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(66, "ListTransactions", range(0, 3))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    states, unknown = set(), []
+    for name in request.state_filters:
+        state = TransactionState.from_name(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            states.add(state)
+    if unknown and not states:
+        found = []  # only unknown states asked for: nothing can match
+    else:
+        duration = request.duration_filter if ctx.version >= 1 else -1
+        found = ctx.broker.txn_coordinator.list(states or None, set(request.producer_id_filters) or None,
+                                                duration, now_ms())
+    pattern = getattr(request, "transactional_id_pattern", None)
+    if pattern:
+        try:
+            compiled = re.compile(pattern)
+        except re.error:
+            return make("ListTransactionsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_regular_expression,
+                        unknown_state_filters=(), transaction_states=())
+        found = [m for m in found if compiled.fullmatch(m.transactional_id)]
+    return make(
+        "ListTransactionsResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=tuple(unknown),
+        transaction_states=tuple(
+            make("TransactionState", transactional_id=m.transactional_id, producer_id=m.producer_id,
+                 transaction_state=m.state.display_name)
+            for m in found
+        ),
+    )

@@ -1,0 +1,343 @@
+"""The transaction coordinator: owns every transactional id's metadata and drives the
+two-phase commit.
+
+    InitProducerId  -> Empty (epoch bumped; an Ongoing transaction of a previous
+                       instance is first aborted through PrepareEpochFence)
+    AddPartitions / AddOffsets -> Ongoing
+    EndTxn          -> PrepareCommit | PrepareAbort   (persisted, then answered)
+    markers         -> COMMIT/ABORT control batch on every partition of the transaction
+                    -> CompleteCommit | CompleteAbort (persisted)
+
+Every change is prepared on the metadata (pending), appended to the id's partition of
+`__transaction_state`, then completed. Timers abort transactions older than their
+timeout (fencing the producer) and expire idle ids. On start-up the coordinator loads
+`__transaction_state` and finishes every transaction left in PrepareCommit or
+PrepareAbort, so none stays half visible after a crash.
+
+All of this runs on the broker's event loop; expected protocol outcomes are returned as
+error codes, broken invariants raise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.broker.partitions import append_internal, append_marker, read_all_batches
+from oncelog.coordinator.internal_topics import (
+    CONSUMER_OFFSETS,
+    TRANSACTION_STATE,
+    ensure_internal_topic,
+    partition_for,
+)
+from oncelog.coordinator.txn import log as txn_log
+from oncelog.coordinator.txn.metadata import NO_PRODUCER_EPOCH, TransactionMetadata, TxnTransit
+from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.protocol import record_batch
+from oncelog.protocol.messages import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger("oncelog.txn")
+
+S = TransactionState
+TopicPartition = tuple[str, int]
+GROUP_KEY_TYPE = 0
+MARKER_RETRY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.num_partitions: int = config["transaction.state.log.num.partitions"]
+        self.segment_bytes: int = config["transaction.state.log.segment.bytes"]
+        self.max_timeout_ms: int = config["transaction.max.timeout.ms"]
+        self.id_expiration_ms: int = config["transactional.id.expiration.ms"]
+        self.coordinator_epoch = 0  # single node: the leader epoch of every state partition
+        self.txns: dict[str, TransactionMetadata] = {}
+
+    # -- start-up and FindCoordinator ----------------------------------------------------
+
+    def load(self, now: int) -> None:
+        """Load `__transaction_state` (if it exists) and finish interrupted commits/aborts."""
+        if self.broker.logs.topic(TRANSACTION_STATE) is None:
+            return
+        for partition in range(self.broker.logs.topic(TRANSACTION_STATE).num_partitions):
+            for buffer, header in read_all_batches(self.broker, TRANSACTION_STATE, partition):
+                if header.is_control:
+                    continue
+                for record in record_batch.iter_records(buffer, header):
+                    transactional_id = txn_log.decode_key(record.key)
+                    if record.value is None:
+                        self.txns.pop(transactional_id, None)
+                    else:
+                        transit = txn_log.decode_value(transactional_id, record.value)
+                        self.txns[transactional_id] = TransactionMetadata.from_transit(transit)
+        unfinished = [m for m in self.txns.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+        log.info("loaded %d transactional id(s); completing %d interrupted transaction(s)",
+                 len(self.txns), len(unfinished))
+        for metadata in unfinished:
+            self._write_markers(metadata.transactional_id)
+
+    def find(self, transactional_id: str) -> ErrorCode:
+        ensure_internal_topic(self.broker, TRANSACTION_STATE, self.num_partitions, self.segment_bytes)
+        return ErrorCode.none
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions)
+
+    # -- InitProducerId -------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int,
+                         expected_epoch: int, now: int) -> InitResult:
+        if not transactional_id:
+            return InitResult(ErrorCode.invalid_request)
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            return InitResult(ErrorCode.invalid_transaction_timeout)
+        expected = None if expected_producer_id < 0 else (expected_producer_id, expected_epoch)
+        self.find(transactional_id)
+        metadata = self.txns.get(transactional_id)
+        if metadata is None:
+            metadata = TransactionMetadata(
+                transactional_id, self.broker.producer_ids.next_producer_id(), txn_timeout_ms=timeout_ms,
+                txn_last_update_timestamp=now,
+            )
+            self.txns[transactional_id] = metadata
+        if expected is not None and not metadata.is_valid_producer_id(expected[0]):
+            return InitResult(ErrorCode.producer_fenced)
+        if metadata.pending:
+            return InitResult(ErrorCode.concurrent_transactions)
+        if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return InitResult(ErrorCode.concurrent_transactions)
+        if metadata.state is S.ONGOING:
+            # A previous instance died mid-transaction: fence it and abort its transaction;
+            # the new instance retries until the abort is complete.
+            log.info("fencing producer %d of %r: aborting its ongoing transaction", metadata.producer_id,
+                     transactional_id)
+            metadata.prepare_fence_epoch()
+            self.end_transaction(transactional_id, metadata.producer_id, metadata.producer_epoch, commit=False,
+                                 from_client=False, now=now)
+            return InitResult(ErrorCode.concurrent_transactions)
+        if metadata.state not in COMPLETED:
+            raise RuntimeError(f"{transactional_id!r} is in state {metadata.state} during InitProducerId")
+        if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
+            transit = metadata.prepare_producer_id_rotation(
+                self.broker.producer_ids.next_producer_id(), timeout_ms, now, recorded_previous=expected is not None
+            )
+        else:
+            transit = metadata.prepare_increment_epoch(timeout_ms, None if expected is None else expected[1], now)
+            if isinstance(transit, str):
+                return InitResult(ErrorCode.producer_fenced)
+        error = self._persist(metadata, transit)
+        if error is not ErrorCode.none:
+            return InitResult(error)
+        return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+
+    # -- adding partitions ----------------------------------------------------------------
+
+    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[ErrorCode, TransactionMetadata | None]:
+        metadata = self.txns.get(transactional_id)
+        if metadata is None or metadata.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping, None
+        if metadata.producer_epoch != epoch:
+            return ErrorCode.producer_fenced, None
+        if metadata.pending or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return ErrorCode.concurrent_transactions, None
+        return ErrorCode.none, metadata
+
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: set[TopicPartition], now: int) -> ErrorCode:
+        error, metadata = self._check_producer(transactional_id, producer_id, epoch)
+        if error is not ErrorCode.none:
+            return error
+        if metadata.state is S.ONGOING and partitions <= metadata.partitions:
+            return ErrorCode.none  # a retry: nothing new to record
+        return self._persist(metadata, metadata.prepare_add_partitions(partitions, now))
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str, now: int) -> ErrorCode:
+        offsets_partition = self.offsets_partition_for(group_id)
+        return self.add_partitions(transactional_id, producer_id, epoch, {(CONSUMER_OFFSETS, offsets_partition)}, now)
+
+    def offsets_partition_for(self, group_id: str) -> int:
+        groups = self.broker.coordinator_for(GROUP_KEY_TYPE)
+        if groups is not None and hasattr(groups, "partition_for_group"):
+            groups.find(group_id)  # the offsets topic must exist before its marker is written
+            return groups.partition_for_group(group_id)
+        partitions = self.broker.config["offsets.topic.num.partitions"]
+        ensure_internal_topic(self.broker, CONSUMER_OFFSETS, partitions, self.segment_bytes)
+        return partition_for(group_id, partitions)
+
+    def verify_partition(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> bool:
+        """KIP-890 part 1: a transactional write is accepted only for a partition of the
+        producer's Ongoing transaction."""
+        metadata = self.txns.get(transactional_id)
+        return (
+            metadata is not None
+            and metadata.producer_id == producer_id
+            and metadata.producer_epoch == epoch
+            and metadata.state is S.ONGOING
+            and metadata.pending_state is None
+            and tp in metadata.partitions
+        )
+
+    # -- ending transactions --------------------------------------------------------------
+
+    def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
+                        from_client: bool = True, now: int) -> ErrorCode:
+        metadata = self.txns.get(transactional_id)
+        if metadata is None or metadata.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        # Clients must send their exact epoch; the coordinator's own aborts use the bumped one.
+        if (from_client and epoch != metadata.producer_epoch) or epoch < metadata.producer_epoch:
+            return ErrorCode.producer_fenced
+        if metadata.pending and metadata.pending_state is not S.PREPARE_EPOCH_FENCE:
+            return ErrorCode.concurrent_transactions
+        state = metadata.state
+        if state is S.ONGOING:
+            error = self._persist(metadata, metadata.prepare_end(commit, now))
+            if error is ErrorCode.none:
+                self._schedule_markers(transactional_id)
+            return error
+        if state is S.COMPLETE_COMMIT:
+            return ErrorCode.none if commit else ErrorCode.invalid_txn_state
+        if state is S.COMPLETE_ABORT:
+            return ErrorCode.invalid_txn_state if commit else ErrorCode.none
+        if state is S.PREPARE_COMMIT:
+            return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+        if state is S.PREPARE_ABORT:
+            return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
+        return ErrorCode.invalid_txn_state  # Empty: nothing to end
+
+    def _schedule_markers(self, transactional_id: str, delay_s: float = 0.0) -> None:
+        # The client is answered once PrepareCommit/PrepareAbort is durable; the markers
+        # follow on the next turn of the loop, as Kafka's marker channel does.
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if delay_s:
+            loop.call_later(delay_s, self._write_markers, transactional_id)
+        else:
+            loop.call_soon(self._write_markers, transactional_id)
+
+    def _write_markers(self, transactional_id: str) -> None:
+        from oncelog.broker.broker import now_ms
+
+        metadata = self.txns.get(transactional_id)
+        if metadata is None or metadata.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT) or metadata.pending:
+            return
+        commit = metadata.state is S.PREPARE_COMMIT
+        for topic, partition in sorted(metadata.partitions):
+            try:
+                append_marker(self.broker, topic, partition, metadata.producer_id, metadata.producer_epoch,
+                              self.coordinator_epoch, commit=commit)
+            except LookupError:
+                log.warning("%s-%d no longer exists: no %s marker for %r", topic, partition,
+                            "COMMIT" if commit else "ABORT", transactional_id)
+                continue
+            except Exception:
+                log.exception("writing the marker of %r to %s-%d failed; retrying", transactional_id, topic, partition)
+                self._schedule_markers(transactional_id, MARKER_RETRY_S)
+                return
+            if topic == CONSUMER_OFFSETS:
+                groups = self.broker.coordinator_for(GROUP_KEY_TYPE)
+                if groups is not None:
+                    groups.complete_transaction(partition, metadata.producer_id, commit)
+        if self._persist(metadata, metadata.prepare_complete(now_ms())) is not ErrorCode.none:
+            self._schedule_markers(transactional_id, MARKER_RETRY_S)
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def abort_timed_out(self, now: int) -> list[str]:
+        """Abort Ongoing transactions older than their timeout, fencing their producers."""
+        aborted = []
+        for metadata in list(self.txns.values()):
+            if (
+                metadata.state is S.ONGOING
+                and not metadata.pending
+                and metadata.txn_start_timestamp + metadata.txn_timeout_ms < now
+            ):
+                log.info("aborting transaction of %r (producer %d epoch %d): open for %d ms, timeout %d ms",
+                         metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
+                         now - metadata.txn_start_timestamp, metadata.txn_timeout_ms)
+                metadata.prepare_fence_epoch()
+                self.end_transaction(metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
+                                     commit=False, from_client=False, now=now)
+                aborted.append(metadata.transactional_id)
+        return aborted
+
+    def expire_ids(self, now: int) -> list[str]:
+        """Remove ids idle for transactional.id.expiration.ms (tombstone, then forget)."""
+        expired = []
+        for metadata in list(self.txns.values()):
+            if (
+                metadata.state in COMPLETED
+                and not metadata.pending
+                and now - metadata.txn_last_update_timestamp >= self.id_expiration_ms
+            ):
+                transit = metadata.prepare_dead()
+                if self._append(transit, tombstone=True) is ErrorCode.none:
+                    metadata.complete_transition(transit)
+                    del self.txns[metadata.transactional_id]
+                    expired.append(metadata.transactional_id)
+                else:
+                    metadata.abandon_transition()
+        return expired
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def _persist(self, metadata: TransactionMetadata, transit: TxnTransit) -> ErrorCode:
+        error = self._append(transit)
+        if error is ErrorCode.none:
+            metadata.complete_transition(transit)
+        else:
+            metadata.abandon_transition()
+        return error
+
+    def _append(self, transit: TxnTransit, *, tombstone: bool = False) -> ErrorCode:
+        from oncelog.broker.broker import now_ms
+
+        now = now_ms()
+        record = record_batch.Record(
+            txn_log.encode_key(transit.transactional_id), None if tombstone else txn_log.encode_value(transit)
+        )
+        partition = self.partition_of(transit.transactional_id)
+        try:
+            append_internal(self.broker, TRANSACTION_STATE, partition, record_batch.build_batch([record], timestamp_ms=now),
+                            now_ms=now)
+        except Exception:
+            log.exception("appending to %s-%d failed", TRANSACTION_STATE, partition)
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.txns.get(transactional_id)
+
+    def list(self, states: set[TransactionState] | None, producer_ids: set[int] | None,
+             min_duration_ms: int, now: int) -> list[TransactionMetadata]:
+        found = []
+        for metadata in self.txns.values():
+            if states and metadata.state not in states:
+                continue
+            if producer_ids and metadata.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (
+                metadata.state in COMPLETED or now - metadata.txn_start_timestamp < min_duration_ms
+            ):
+                continue
+            found.append(metadata)
+        return sorted(found, key=lambda m: m.transactional_id)
+
+
+__all__ = ["InitResult", "TransactionCoordinator", "NO_PRODUCER_EPOCH"]

@@ -1,0 +1,162 @@
+"""The coordinator's record of one transactional id, and its prepared transitions.
+
+A change is made in two steps, as in Kafka's TransactionMetadata: a `prepare_*` method
+checks the transition table and returns the target (`TxnTransit`, immutable) while
+marking the transition pending; the coordinator appends the target to
+`__transaction_state`; `complete_transition` then applies it. While a transition is
+pending, other requests for the id get CONCURRENT_TRANSACTIONS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from oncelog.coordinator.txn.state import COMPLETED, TransactionState, check_transition
+
+S = TransactionState
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+MAX_EPOCH = 32767  # Short.MAX_VALUE
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnTransit:
+    """A target state of a transactional id, as written to `__transaction_state`."""
+
+    transactional_id: str
+    producer_id: int
+    previous_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    txn_timeout_ms: int
+    state: TransactionState
+    partitions: frozenset[TopicPartition]
+    txn_start_timestamp: int
+    txn_last_update_timestamp: int
+
+
+@dataclass(slots=True)
+class TransactionMetadata:
+    transactional_id: str
+    producer_id: int
+    previous_producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    txn_timeout_ms: int = 60_000
+    state: TransactionState = S.EMPTY
+    partitions: set[TopicPartition] = field(default_factory=set)
+    txn_start_timestamp: int = -1
+    txn_last_update_timestamp: int = -1
+    pending_state: TransactionState | None = None
+
+    @classmethod
+    def from_transit(cls, transit: TxnTransit) -> TransactionMetadata:
+        return cls(
+            transit.transactional_id, transit.producer_id, transit.previous_producer_id, transit.producer_epoch,
+            transit.last_producer_epoch, transit.txn_timeout_ms, transit.state, set(transit.partitions),
+            transit.txn_start_timestamp, transit.txn_last_update_timestamp,
+        )
+
+    @property
+    def pending(self) -> bool:
+        return self.pending_state is not None
+
+    @property
+    def epoch_exhausted(self) -> bool:
+        return self.producer_epoch >= MAX_EPOCH - 1
+
+    def is_valid_producer_id(self, producer_id: int) -> bool:
+        return producer_id in (self.producer_id, self.previous_producer_id)
+
+    def snapshot(self) -> TxnTransit:
+        return TxnTransit(
+            self.transactional_id, self.producer_id, self.previous_producer_id, self.producer_epoch,
+            self.last_producer_epoch, self.txn_timeout_ms, self.state, frozenset(self.partitions),
+            self.txn_start_timestamp, self.txn_last_update_timestamp,
+        )
+
+    def _prepare(self, target: TransactionState, **changes) -> TxnTransit:
+        if self.pending_state is not None:
+            raise RuntimeError(f"{self.transactional_id!r} already has a pending transition to {self.pending_state}")
+        check_transition(self.transactional_id, self.state, target)
+        self.pending_state = target
+        return replace(self.snapshot(), state=target, **changes)
+
+    # -- the transitions ----------------------------------------------------------------
+
+    def prepare_increment_epoch(self, timeout_ms: int, expected_epoch: int | None, now: int) -> TxnTransit | str:
+        """InitProducerId on a completed id: bump the epoch (or, for a retry of a lost
+        response, hand the current one again). Returns the transit or an error name."""
+        if expected_epoch is None:
+            new_epoch, last_epoch = self.producer_epoch + 1, NO_PRODUCER_EPOCH
+        elif self.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == self.producer_epoch:
+            new_epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+        elif expected_epoch == self.last_producer_epoch:
+            new_epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
+        else:
+            return "producer_fenced"
+        return self._prepare(
+            S.EMPTY, producer_epoch=new_epoch, last_producer_epoch=last_epoch, txn_timeout_ms=timeout_ms,
+            partitions=frozenset(), txn_start_timestamp=-1, txn_last_update_timestamp=now,
+        )
+
+    def prepare_producer_id_rotation(self, new_producer_id: int, timeout_ms: int, now: int,
+                                     recorded_previous: bool) -> TxnTransit:
+        """The epoch is exhausted: continue under a new producer id at epoch 0."""
+        return self._prepare(
+            S.EMPTY, producer_id=new_producer_id,
+            previous_producer_id=self.producer_id if recorded_previous else NO_PRODUCER_ID,
+            producer_epoch=0, last_producer_epoch=self.producer_epoch if recorded_previous else NO_PRODUCER_EPOCH,
+            txn_timeout_ms=timeout_ms, partitions=frozenset(), txn_start_timestamp=-1, txn_last_update_timestamp=now,
+        )
+
+    def prepare_fence_epoch(self) -> None:
+        """An Ongoing transaction of a previous instance must be aborted: bump the epoch
+        in place (Kafka does not persist PrepareEpochFence) and mark the fence pending."""
+        check_transition(self.transactional_id, self.state, S.PREPARE_EPOCH_FENCE)
+        if self.producer_epoch < MAX_EPOCH:
+            self.producer_epoch += 1
+        self.pending_state = S.PREPARE_EPOCH_FENCE
+
+    def prepare_add_partitions(self, partitions: set[TopicPartition], now: int) -> TxnTransit:
+        start = now if self.state in COMPLETED else self.txn_start_timestamp
+        return self._prepare(
+            S.ONGOING, partitions=frozenset(self.partitions | partitions),
+            txn_start_timestamp=start, txn_last_update_timestamp=now,
+        )
+
+    def prepare_end(self, commit: bool, now: int) -> TxnTransit:
+        if self.pending_state is S.PREPARE_EPOCH_FENCE:
+            self.pending_state = None  # the fence becomes this abort
+            self.last_producer_epoch = NO_PRODUCER_EPOCH
+        return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, txn_last_update_timestamp=now)
+
+    def prepare_complete(self, now: int) -> TxnTransit:
+        target = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now)
+
+    def prepare_dead(self) -> TxnTransit:
+        return self._prepare(S.DEAD, partitions=frozenset())
+
+    def complete_transition(self, transit: TxnTransit) -> None:
+        if self.pending_state is not transit.state:
+            raise RuntimeError(
+                f"{self.transactional_id!r}: completing {transit.state} but {self.pending_state} is pending"
+            )
+        check_transition(self.transactional_id, self.state, transit.state)
+        self.producer_id = transit.producer_id
+        self.previous_producer_id = transit.previous_producer_id
+        self.producer_epoch = transit.producer_epoch
+        self.last_producer_epoch = transit.last_producer_epoch
+        self.txn_timeout_ms = transit.txn_timeout_ms
+        self.state = transit.state
+        self.partitions = set(transit.partitions)
+        self.txn_start_timestamp = transit.txn_start_timestamp
+        self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.pending_state = None
+
+    def abandon_transition(self) -> None:
+        """The log append failed: the id stays as it was."""
+        self.pending_state = None

@@ -1,0 +1,139 @@
+"""The aborted-transaction index of one partition (`aborted-transactions.txnindex`).
+
+read_committed fetches must tell consumers which producers' data in the fetched range
+belongs to aborted transactions; this index answers that without reading the log. One
+entry per aborted transaction that wrote to the partition, appended when its ABORT
+marker is written, in marker-offset order. Entry layout (big-endian, 34 bytes, like
+Kafka's AbortedTxn):
+
+    version int16 = 0, producerId int64, firstOffset int64, lastOffset int64 (the marker),
+    lastStableOffset int64
+
+A torn trailing entry is ignored on load; entries lost in a crash are re-added when the
+producer state is replayed from its snapshot (see PartitionLog._rebuild_producer_state).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_left
+from dataclasses import dataclass
+from pathlib import Path
+
+from oncelog.storage.errors import StorageError
+
+FILE_NAME = "aborted-transactions.txnindex"
+_ENTRY = struct.Struct(">hqqqq")
+VERSION = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class TransactionIndex:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+        self.entries: list[AbortedTxn] = []
+        self._last_offsets: list[int] = []  # parallel to entries, for bisection
+        self._dirty = False
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        usable = len(data) - len(data) % _ENTRY.size
+        for position in range(0, usable, _ENTRY.size):
+            version, producer_id, first, last, stable = _ENTRY.unpack_from(data, position)
+            if version != VERSION:
+                break
+            self._add(AbortedTxn(producer_id, first, last, stable))
+        if usable != len(data):
+            self._rewrite()
+
+    def _add(self, entry: AbortedTxn) -> None:
+        self.entries.append(entry)
+        self._last_offsets.append(entry.last_offset)
+
+    def contains(self, last_offset: int) -> bool:
+        position = bisect_left(self._last_offsets, last_offset)
+        return position < len(self._last_offsets) and self._last_offsets[position] == last_offset
+
+    def append(self, entry: AbortedTxn) -> None:
+        if self._last_offsets and entry.last_offset <= self._last_offsets[-1]:
+            if self.contains(entry.last_offset):
+                return
+            raise ValueError(f"aborted transaction at {entry.last_offset} is out of order in {self.path}")
+        self._add(entry)
+        self._write_at_end(_ENTRY.pack(VERSION, entry.producer_id, entry.first_offset, entry.last_offset,
+                                       entry.last_stable_offset))
+
+    def collect(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, end)."""
+        found = []
+        for entry in self.entries[bisect_left(self._last_offsets, start_offset):]:
+            if entry.first_offset < end_offset:
+                found.append((entry.producer_id, entry.first_offset))
+        return found
+
+    def truncate_to(self, end_offset: int) -> None:
+        """Forget aborts whose marker is at or after `end_offset` (log truncation)."""
+        keep = bisect_left(self._last_offsets, end_offset)
+        if keep < len(self.entries):
+            del self.entries[keep:]
+            del self._last_offsets[keep:]
+            self._rewrite()
+
+    def drop_below(self, log_start_offset: int) -> None:
+        """Forget aborts whose marker is below the log start offset (retention)."""
+        drop = bisect_left(self._last_offsets, log_start_offset)
+        if drop:
+            del self.entries[:drop]
+            del self._last_offsets[:drop]
+            self._rewrite()
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._last_offsets.clear()
+        self._rewrite()
+
+    def flush(self) -> None:
+        if not self._dirty:
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageError(str(self.path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
+        self._dirty = False
+
+    def _write_at_end(self, data: bytes) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageError(str(self.path), f"cannot append: {exc.strerror}", exc.errno) from exc
+        self._dirty = True
+
+    def _rewrite(self) -> None:
+        data = b"".join(
+            _ENTRY.pack(VERSION, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset)
+            for e in self.entries
+        )
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        try:
+            temporary.write_bytes(data)
+            os.replace(temporary, self.path)
+        except OSError as exc:
+            raise StorageError(str(self.path), f"cannot rewrite: {exc.strerror}", exc.errno) from exc
+        self._dirty = True
