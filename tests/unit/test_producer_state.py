@@ -105,3 +105,48 @@ def test_snapshot_round_trip_and_corruption_is_detected(tmp_path):
     data[-3] ^= 1
     path.write_bytes(data)
     assert read_snapshot(path) is None
+
+
+def test_transactional_batch_opens_a_transaction_and_sets_the_first_unstable_offset():
+    manager = manager_with(batch(7, 0, 0, 3, 10, is_transactional=True), batch(8, 0, 0, 1, 13, is_transactional=True))
+    assert manager.producers[7].current_txn_first_offset == 10
+    assert manager.first_unstable_offset == 10
+
+
+def test_marker_completes_the_transaction_and_reports_aborts():
+    manager = manager_with(batch(7, 0, 0, 3, 10, is_transactional=True))
+    marker = ProducerBatch(7, 0, -1, -1, 13, 13, 2000, is_transactional=True, is_control=True,
+                           control_type=0, coordinator_epoch=4)
+    completed = manager.record(marker)
+    assert (completed.first_offset, completed.last_offset, completed.is_aborted) == (10, 13, True)
+    assert manager.first_unstable_offset is None
+    assert manager.producers[7].coordinator_epoch == 4
+
+
+def test_marker_without_data_on_the_partition_completes_nothing():
+    manager = ProducerStateManager("orders-0")
+    marker = ProducerBatch(7, 0, -1, -1, 0, 0, 1, is_transactional=True, is_control=True, control_type=1)
+    assert manager.record(marker) is None
+
+
+def test_non_transactional_write_during_an_open_transaction_is_invalid_txn_state():
+    manager = manager_with(batch(7, 0, 0, 3, 10, is_transactional=True))
+    check = manager.check(7, 0, 3, 3, transactional=False, offset_hint=13)
+    assert check.verdict is Verdict.INVALID_TXN_STATE
+    assert "producer 7" in check.message and "orders-0" in check.message
+
+
+def test_markers_with_old_producer_or_coordinator_epochs_are_refused():
+    manager = manager_with(batch(7, 2, 0, 1, 0, is_transactional=True))
+    manager.producers[7].coordinator_epoch = 5
+    assert manager.check_marker(7, 1, 5).verdict is Verdict.INVALID_PRODUCER_EPOCH
+    assert manager.check_marker(7, 2, 4).verdict is Verdict.COORDINATOR_FENCED
+    assert manager.check_marker(7, 3, 5).verdict is Verdict.APPEND
+
+
+def test_loading_a_snapshot_restores_open_transactions(tmp_path):
+    manager = manager_with(batch(7, 0, 0, 3, 10, is_transactional=True))
+    write_snapshot(tmp_path, 13, manager.producers)
+    restored = ProducerStateManager("orders-0")
+    restored.load(read_snapshot(snapshot_path(tmp_path, 13)))
+    assert restored.first_unstable_offset == 10

@@ -116,12 +116,13 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
         return ProduceOutcome(
             ErrorCode.invalid_record, error_message="a transactional batch needs the request's transactional id"
         )
-    if coordinator is None or coordinator.verify_partition(
-        transactional_id, batch.producer_id, batch.producer_epoch, (topic, partition)
-    ):
+    if coordinator is None:
+        return None
+    code = coordinator.verify_partition(transactional_id, batch.producer_id, batch.producer_epoch, (topic, partition))
+    if code is ErrorCode.none:
         return None
     return ProduceOutcome(
-        ErrorCode.invalid_txn_state,
+        code,
         error_message=f"{topic}-{partition} is not part of an ongoing transaction of transactional id "
         f"{transactional_id!r} with producer {batch.producer_id} epoch {batch.producer_epoch}",
     )

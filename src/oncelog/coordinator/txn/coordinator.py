@@ -177,18 +177,23 @@ class TransactionCoordinator:
         ensure_internal_topic(self.broker, CONSUMER_OFFSETS, partitions, self.segment_bytes)
         return partition_for(group_id, partitions)
 
-    def verify_partition(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> bool:
+    def verify_partition(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional write is accepted only for a partition of the
-        producer's Ongoing transaction."""
+        producer's Ongoing transaction. A fenced producer learns it is fenced."""
         metadata = self.txns.get(transactional_id)
-        return (
-            metadata is not None
-            and metadata.producer_id == producer_id
+        if metadata is None or not metadata.is_valid_producer_id(producer_id):
+            return ErrorCode.invalid_producer_id_mapping
+        if epoch < metadata.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if (
+            metadata.producer_id == producer_id
             and metadata.producer_epoch == epoch
             and metadata.state is S.ONGOING
             and metadata.pending_state is None
             and tp in metadata.partitions
-        )
+        ):
+            return ErrorCode.none
+        return ErrorCode.invalid_txn_state
 
     # -- ending transactions --------------------------------------------------------------
 

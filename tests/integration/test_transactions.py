@@ -1,0 +1,280 @@
+"""The seeds' transaction scenarios with confluent-kafka (librdkafka) against a real broker."""
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog import EmbeddedBroker
+from oncelog.testing.process import BrokerProcess
+
+FAST_TIMEOUTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
+
+
+def create_topics(bootstrap, *specs, **config):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config) for name, partitions in specs])
+    for future in futures.values():
+        future.result(10)
+
+
+def transactional_producer(bootstrap, transactional_id, **settings):
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 1,
+                         **settings})
+    producer.init_transactions(30)
+    return producer
+
+
+def read(bootstrap, partitions, isolation, *, settle=1.5):
+    """Everything readable now: polls until no new message arrived for `settle` seconds."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
+        "enable.auto.commit": False, "isolation.level": isolation, "fetch.wait.max.ms": 50,
+    })
+    consumer.assign([TopicPartition(topic, partition, 0) for topic, partition in partitions])
+    values = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < settle:
+        batch = consumer.consume(1000, timeout=0.1)
+        for message in batch:
+            assert message.error() is None, message.error()
+            values.append(message.value().decode())
+        if batch:
+            quiet_since = time.monotonic()
+    consumer.close()
+    return values
+
+
+def last_stable_offset(bootstrap, topic, partition):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    consumer.close()
+    return high
+
+
+SIX = [(topic, p) for topic in ("orders", "payments") for p in range(3)]
+
+
+@pytest.fixture
+def txn_broker(tmp_path):
+    with EmbeddedBroker(tmp_path / "b", FAST_TIMEOUTS) as broker:
+        create_topics(broker.bootstrap_servers, ("orders", 3), ("payments", 3))
+        yield broker
+
+
+def test_commit_across_two_topics_is_seen_whole_by_read_committed(txn_broker):
+    bootstrap = txn_broker.bootstrap_servers
+    producer = transactional_producer(bootstrap, "committer")
+    producer.begin_transaction()
+    for i in range(60):
+        topic, partition = SIX[i % 6]
+        producer.produce(topic, f"c{i}".encode(), partition=partition)
+    producer.commit_transaction(30)
+    assert sorted(read(bootstrap, SIX, "read_committed")) == sorted(f"c{i}" for i in range(60))
+
+
+def test_abort_is_invisible_to_read_committed_and_visible_to_read_uncommitted(txn_broker):
+    bootstrap = txn_broker.bootstrap_servers
+    producer = transactional_producer(bootstrap, "aborter")
+    producer.begin_transaction()
+    for i in range(60):
+        topic, partition = SIX[i % 6]
+        producer.produce(topic, f"a{i}".encode(), partition=partition)
+    producer.flush(10)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("orders", b"after", partition=0)
+    producer.commit_transaction(30)
+    assert read(bootstrap, SIX, "read_committed") == ["after"]
+    uncommitted = read(bootstrap, SIX, "read_uncommitted")
+    assert sorted(uncommitted) == sorted([f"a{i}" for i in range(60)] + ["after"])
+
+
+def test_open_transaction_holds_the_last_stable_offset(txn_broker):
+    bootstrap = txn_broker.bootstrap_servers
+    holder = transactional_producer(bootstrap, "holder")
+    holder.begin_transaction()
+    holder.produce("orders", b"held-1", partition=0)
+    holder.flush(10)
+    other = transactional_producer(bootstrap, "other")
+    other.begin_transaction()
+    other.produce("orders", b"other-committed", partition=0)
+    other.commit_transaction(30)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce("orders", b"plain", partition=0)
+    plain.flush(10)
+
+    assert last_stable_offset(bootstrap, "orders", 0) == 0, "the LSO stays at the open transaction's first offset"
+    assert read(bootstrap, [("orders", 0)], "read_committed") == []
+    assert read(bootstrap, [("orders", 0)], "read_uncommitted") == ["held-1", "other-committed", "plain"]
+
+    holder.commit_transaction(30)
+    assert read(bootstrap, [("orders", 0)], "read_committed") == ["held-1", "other-committed", "plain"]
+    # The commit marker takes an offset too: the LSO is past it.
+    assert last_stable_offset(bootstrap, "orders", 0) == 5
+
+
+def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction(txn_broker):
+    bootstrap = txn_broker.bootstrap_servers
+    zombie = transactional_producer(bootstrap, "app-1")
+    zombie.begin_transaction()
+    zombie.produce("orders", b"zombie-data", partition=1)
+    zombie.flush(10)
+
+    successor = transactional_producer(bootstrap, "app-1")  # InitProducerId bumps the epoch
+    successor.begin_transaction()
+    successor.produce("orders", b"successor-data", partition=1)
+    successor.commit_transaction(30)
+
+    zombie.produce("orders", b"zombie-late", partition=1)
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(10)
+    error = raised.value.args[0]
+    assert error.fatal() or error.txn_requires_abort(), error
+    assert error.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), error
+
+    assert read(bootstrap, [("orders", 1)], "read_committed") == ["successor-data"]
+    assert "zombie-data" in read(bootstrap, [("orders", 1)], "read_uncommitted")
+
+
+def test_a_producer_that_stops_mid_transaction_is_aborted_after_its_timeout(txn_broker):
+    bootstrap = txn_broker.bootstrap_servers
+    stalled = transactional_producer(bootstrap, "stalled", **{"transaction.timeout.ms": 1500})
+    stalled.begin_transaction()
+    stalled.produce("payments", b"never-visible", partition=2)
+    stalled.flush(10)
+    assert last_stable_offset(bootstrap, "payments", 2) == 0
+    time.sleep(2.5)  # the timeout, plus the 200 ms cleanup interval, plus margin
+    assert last_stable_offset(bootstrap, "payments", 2) == 2, "data and the ABORT marker are stable now"
+    assert read(bootstrap, [("payments", 2)], "read_committed") == []
+    with pytest.raises(KafkaException):
+        stalled.commit_transaction(10)  # the stalled producer was fenced by the abort
+
+
+def test_fetch_of_only_aborted_batches_yields_nothing_to_read_committed(tmp_path):
+    with EmbeddedBroker(tmp_path / "b") as broker:
+        bootstrap = broker.bootstrap_servers
+        create_topics(bootstrap, ("tiny", 1), **{"max.message.bytes": "1024"})
+        producer = transactional_producer(bootstrap, "tiny-writer", **{"batch.size": 512})
+        for round_ in range(20):
+            producer.begin_transaction()
+            for i in range(5):
+                producer.produce("tiny", f"r{round_}-{i}".encode().ljust(150, b"."), partition=0)
+            producer.flush(10)
+            producer.abort_transaction(30)
+        assert read(bootstrap, [("tiny", 0)], "read_committed") == []
+        assert len(read(bootstrap, [("tiny", 0)], "read_uncommitted")) == 100
+        producer.begin_transaction()
+        producer.produce("tiny", b"finally", partition=0)
+        producer.commit_transaction(30)
+        assert read(bootstrap, [("tiny", 0)], "read_committed") == ["finally"]
+
+
+def test_end_txn_retries_and_mismatches_get_kafkas_answers(txn_broker):
+    coordinator = txn_broker.broker.txn_coordinator
+    producer = transactional_producer(txn_broker.bootstrap_servers, "retrier")
+    producer.begin_transaction()
+    producer.produce("orders", b"x", partition=0)
+    producer.commit_transaction(30)
+    metadata = coordinator.describe("retrier")
+    pid, epoch = metadata.producer_id, metadata.producer_epoch
+
+    def end(commit, producer_epoch=epoch):
+        return txn_broker.call(
+            lambda: coordinator.end_transaction("retrier", pid, producer_epoch, commit=commit, now=int(time.time() * 1000))
+        ).name
+
+    assert end(True) == "none", "a retried commit of a completed commit succeeds"
+    assert end(False) == "invalid_txn_state", "the opposite outcome is refused"
+    assert end(True, epoch - 1) == "producer_fenced"
+    assert txn_broker.call(
+        lambda: coordinator.end_transaction("retrier", pid + 1, epoch, commit=True, now=0)
+    ).name == "invalid_producer_id_mapping"
+
+
+def test_commit_acknowledged_before_kill_9_is_fully_visible_after_restart(tmp_path):
+    with BrokerProcess(tmp_path / "data", FAST_TIMEOUTS) as broker:
+        create_topics(broker.bootstrap_servers, ("orders", 3), ("payments", 3))
+        producer = transactional_producer(broker.bootstrap_servers, "durable")
+        producer.begin_transaction()
+        for i in range(30):
+            topic, partition = SIX[i % 6]
+            producer.produce(topic, f"d{i}".encode(), partition=partition)
+        producer.commit_transaction(30)
+        broker.kill()
+        broker.start()
+        assert sorted(read(broker.bootstrap_servers, SIX, "read_committed")) == sorted(f"d{i}" for i in range(30))
+
+
+def test_transaction_open_at_kill_9_is_aborted_after_its_timeout(tmp_path):
+    with BrokerProcess(tmp_path / "data", FAST_TIMEOUTS) as broker:
+        create_topics(broker.bootstrap_servers, ("orders", 3), ("payments", 3))
+        producer = transactional_producer(broker.bootstrap_servers, "interrupted", **{"transaction.timeout.ms": 2000})
+        producer.begin_transaction()
+        for i in range(12):
+            topic, partition = SIX[i % 6]
+            producer.produce(topic, f"i{i}".encode(), partition=partition)
+        producer.flush(10)
+        broker.kill()
+        del producer
+        broker.start()
+        time.sleep(3)
+        assert read(broker.bootstrap_servers, SIX, "read_committed") == []
+        for topic, partition in SIX:
+            assert last_stable_offset(broker.bootstrap_servers, topic, partition) == 3  # 2 records + ABORT
+
+
+def test_coordinator_finishes_a_commit_interrupted_between_prepare_and_markers(tmp_path):
+    """The crash window of two-phase commit: PrepareCommit is durable, no marker is written
+    yet. Simulated by stopping the marker step, then restarting on the same log.dirs."""
+    data = tmp_path / "b"
+    with EmbeddedBroker(data) as broker:
+        create_topics(broker.bootstrap_servers, ("orders", 3), ("payments", 3))
+        coordinator = broker.broker.txn_coordinator
+        coordinator._schedule_markers = lambda *args, **kwargs: None  # the "crash" before phase two
+        producer = transactional_producer(broker.bootstrap_servers, "two-phase")
+        producer.begin_transaction()
+        for i in range(6):
+            topic, partition = SIX[i]
+            producer.produce(topic, f"p{i}".encode(), partition=partition)
+        producer.flush(10)
+        producer.commit_transaction(10)  # answered once PrepareCommit is durable, as in Kafka
+        assert broker.call(lambda: coordinator.describe("two-phase").state.display_name) == "PrepareCommit"
+        assert read(broker.bootstrap_servers, SIX, "read_committed", settle=0.5) == []
+    with EmbeddedBroker(data) as restarted:
+        coordinator = restarted.broker.txn_coordinator
+        assert restarted.call(lambda: coordinator.describe("two-phase").state.display_name) == "CompleteCommit"
+        assert sorted(read(restarted.bootstrap_servers, SIX, "read_committed")) == [f"p{i}" for i in range(6)]
+
+
+def test_late_write_of_an_aborted_transaction_cannot_land_in_the_next(txn_broker):
+    """KIP-890 part 1: a transactional batch for a partition outside the producer's
+    ongoing transaction is refused, so a delayed write of an ended transaction stays out."""
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.produce.v9 import request as produce_v9
+
+    from oncelog.protocol import record_batch as rb
+    from oncelog.protocol.client import WireClient
+
+    producer = transactional_producer(txn_broker.bootstrap_servers, "late")
+    producer.begin_transaction()
+    producer.produce("orders", b"first", partition=0)
+    producer.abort_transaction(30)
+    metadata = txn_broker.broker.txn_coordinator.describe("late")
+    late_batch = rb.build_batch([rb.Record(None, b"late")], timestamp_ms=1, producer_id=metadata.producer_id,
+                                producer_epoch=metadata.producer_epoch, base_sequence=1, transactional=True)
+    request = produce_v9.ProduceRequest(
+        transactional_id="late", acks=-1, timeout=datetime.timedelta(seconds=5),
+        topic_data=(produce_v9.TopicProduceData(
+            name="orders", partition_data=(produce_v9.PartitionProduceData(index=0, records=late_batch),)),),
+    )
+    with WireClient.connect(txn_broker.bootstrap_servers) as client:
+        result = client.request(request).responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.invalid_txn_state
+    producer.begin_transaction()
+    producer.produce("orders", b"second", partition=0)
+    producer.commit_transaction(30)
+    assert read(txn_broker.bootstrap_servers, [("orders", 0)], "read_committed") == ["second"]
