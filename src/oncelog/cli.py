@@ -18,7 +18,7 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from oncelog.admin import console, topics
+    from oncelog.admin import console, demo, producers, topics
     from oncelog.broker import cli as broker_cli
 
     parser = argparse.ArgumentParser(
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     broker_cli.register(commands)
     topics.register(commands)
     console.register(commands)
+    producers.register(commands)
+    demo.register(commands)
     return parser
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,18 @@ DEFAULT_BOOTSTRAP = "localhost:9092"
 # is_internal flag, and these are the only topics Kafka itself marks internal.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
-# How long a command waits for the cluster before giving up with a one-line error.
+# How long a command waits for the cluster before giving up with a one-line error,
+# and how long it keeps retrying a bootstrap server that refuses connections.
 CONNECT_TIMEOUT_S = 15.0
+UNREACHABLE_GRACE_S = 5.0
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-server",
-        default=os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT[,HOST:PORT]",
-        help="broker(s) to connect to (default: $ONCELOG_BOOTSTRAP or %(default)s)",
+        help="broker(s) to connect to (default: bootstrap.servers from -X or "
+        f"--command-config, else $ONCELOG_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument(
         "--command-config",
@@ -89,14 +92,19 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
 
 def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
     """Client properties for one command, lowest precedence first: the command's own
-    defaults, `--bootstrap-server`, `--command-config`, then `-X`."""
+    defaults, `$ONCELOG_BOOTSTRAP` (or localhost:9092), `--command-config`, `-X`, and
+    `--bootstrap-server`."""
     config: dict[str, Any] = dict(defaults)
-    config["bootstrap.servers"] = args.bootstrap_server
+    config["bootstrap.servers"] = os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP
     if args.command_config:
         config.update(read_properties_file(args.command_config))
     for item in args.client_properties:
         key, value = parse_key_value(item, "-X")
         config[key] = value
+    # As in Kafka's tools, --bootstrap-server wins over a bootstrap.servers property.
+    if args.bootstrap_server:
+        config["bootstrap.servers"] = args.bootstrap_server
+    args.bootstrap_server = config["bootstrap.servers"]  # for error messages
     config.setdefault("client.id", f"oncelog-{args.command}")
     # librdkafka logs every refused connection on stderr; commands report failures
     # themselves, one line each. `-X debug=...` brings the log back.
@@ -170,13 +178,32 @@ def command_error(
 
 def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = None) -> Any:
     """Cluster metadata (all topics, or one), or a one-line error if the cluster is not
-    reachable. Never creates the topic: callers that need it must create it."""
-    try:
-        if topic is None:
-            return client.list_topics(timeout=CONNECT_TIMEOUT_S)
-        return client.list_topics(topic=topic, timeout=CONNECT_TIMEOUT_S)
-    except KafkaException as error:
-        raise command_error(error, bootstrap=args.bootstrap_server) from None
+    reachable. Never creates the topic: callers that need it must create it.
+
+    A refused or unresolvable bootstrap server fails after UNREACHABLE_GRACE_S (room for
+    a broker that is still starting); a connected but slow one gets CONNECT_TIMEOUT_S."""
+    started = time.monotonic()
+    attempt_timeout_s = 1.0
+    while True:
+        remaining_s = started + CONNECT_TIMEOUT_S - time.monotonic()
+        try:
+            if topic is None:
+                return client.list_topics(timeout=max(0.1, min(attempt_timeout_s, remaining_s)))
+            return client.list_topics(
+                topic=topic, timeout=max(0.1, min(attempt_timeout_s, remaining_s))
+            )
+        except KafkaException as error:
+            elapsed_s = time.monotonic() - started
+            code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
+            refused = code in (KafkaError._TRANSPORT, KafkaError._RESOLVE,
+                               KafkaError._ALL_BROKERS_DOWN)
+            if (
+                code not in _UNREACHABLE
+                or elapsed_s >= CONNECT_TIMEOUT_S
+                or (refused and elapsed_s >= UNREACHABLE_GRACE_S)
+            ):
+                raise command_error(error, bootstrap=args.bootstrap_server) from None
+        attempt_timeout_s = min(attempt_timeout_s * 2, CONNECT_TIMEOUT_S)
 
 
 def topic_partitions(metadata: Any, topic: str) -> list[int]:

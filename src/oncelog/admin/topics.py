@@ -22,7 +22,6 @@ from confluent_kafka.admin import (
 )
 
 from oncelog.admin.clients import (
-    CONNECT_TIMEOUT_S,
     INTERNAL_TOPICS,
     add_connection_arguments,
     client_config,
@@ -101,7 +100,7 @@ def _wait(future: Any, args: argparse.Namespace, topic: str | None) -> Any:
     try:
         return future.result(timeout=REQUEST_TIMEOUT_S)
     except KafkaException as error:
-        raise command_error(error, topic=topic, bootstrap=args.bootstrap_server) from None
+        raise command_error(error, topic=topic) from None
     except TimeoutError:
         raise CommandError(
             f"no answer from {args.bootstrap_server} within {REQUEST_TIMEOUT_S:.0f}s"
@@ -134,7 +133,7 @@ def run_create(args: argparse.Namespace) -> int:
     except KafkaException as error:
         if args.if_not_exists and _error_code(error) == KafkaError.TOPIC_ALREADY_EXISTS:
             return 0
-        raise command_error(error, topic=args.topic, bootstrap=args.bootstrap_server) from None
+        raise command_error(error, topic=args.topic) from None
     print(f"Created topic {args.topic}.")
     return 0
 
@@ -208,7 +207,11 @@ def _topic_ids(admin: AdminClient, names: list[str]) -> dict[str, str]:
             description = future.result(timeout=REQUEST_TIMEOUT_S)
         except (KafkaException, TimeoutError):
             continue
-        topic_id = str(description.topic_id) if description.topic_id is not None else ""
+        if description.topic_id is None:
+            continue
+        # Kafka prints a Uuid in URL-safe base64 without padding; confluent-kafka's
+        # str() uses the standard alphabet.
+        topic_id = str(description.topic_id).translate(str.maketrans("+/", "-_")).rstrip("=")
         if topic_id and topic_id != "AAAAAAAAAAAAAAAAAAAAAA":  # Uuid.ZERO_UUID
             topic_ids[name] = topic_id
     return topic_ids
@@ -227,10 +230,15 @@ def _non_default_configs(
         configs[resource.name] = {
             key: ("" if entry.value is None else entry.value)
             for key, entry in entries.items()
-            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            if _config_source(entry) == ConfigSource.DYNAMIC_TOPIC_CONFIG
             and not entry.is_sensitive
         }
     return configs
+
+
+def _config_source(entry: Any) -> ConfigSource:
+    # confluent-kafka hands the source over as the enum or its int, by version.
+    return ConfigSource(getattr(entry.source, "value", entry.source))
 
 
 def run_alter(args: argparse.Namespace) -> int:
@@ -254,8 +262,6 @@ def run_delete(args: argparse.Namespace) -> int:
     except KafkaException as error:
         if args.if_exists and _error_code(error) == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return 0
-        raise command_error(error, topic=args.topic, bootstrap=args.bootstrap_server) from None
+        raise command_error(error, topic=args.topic) from None
     return 0
 
-
-__all__ = ["register", "CONNECT_TIMEOUT_S"]

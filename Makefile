@@ -1,0 +1,71 @@
+# oncelog developer tasks. `make demo` and `make test` work on a fresh machine with
+# Python 3.11+: both run `setup` first.
+#
+#   make setup   .venv with oncelog and its test dependencies, kcat, a Java 17+ runtime
+#   make test    the default test suite (everything not marked slow)
+#   make demo    the main job: for now `oncelog demo` (embedded broker, produce, consume)
+#   make bench   benchmarks (bench/run.py), never part of the tests
+#   make clean   caches and build output; `make distclean` also removes .venv
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+SETUP_STAMP := $(VENV)/.oncelog-setup
+PYTEST_ARGS ?=
+
+# The first interpreter that is Python 3.11 or newer.
+PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 python; do \
+	  if command -v $$candidate >/dev/null 2>&1 && \
+	     $$candidate -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	    echo $$candidate; break; \
+	  fi; done)
+
+.PHONY: help setup test demo bench clean distclean
+
+help:
+	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
+
+setup: $(SETUP_STAMP)
+	@scripts/ensure-kcat.sh
+	@scripts/ensure-java.sh $(VENV_PYTHON)
+
+# Reinstalled only when the dependencies change.
+$(SETUP_STAMP): pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then \
+	  echo "setup: error: oncelog needs Python 3.11 or newer (none found on PATH)" >&2; exit 1; \
+	fi
+	@if [ ! -x $(VENV_PYTHON) ] || \
+	   ! $(VENV_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	  echo "setup: creating $(VENV) with $$($(PYTHON) --version)"; \
+	  rm -rf $(VENV); \
+	  $(PYTHON) -m venv $(VENV); \
+	fi
+	@echo "setup: installing oncelog and its test dependencies into $(VENV)"
+	@$(VENV_PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+test: setup
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "test: error: kcat is not installed and the kcat tests need it" \
+	       "(sudo apt-get install -y kcat)" >&2; exit 1; }
+	$(VENV_PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/oncelog demo
+
+bench: setup
+	@if [ -f bench/run.py ]; then \
+	  $(VENV_PYTHON) bench/run.py; \
+	else \
+	  echo "bench: no benchmarks yet (bench/run.py does not exist)"; \
+	fi
+
+clean:
+	rm -rf build dist .pytest_cache .hypothesis src/*.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)
