@@ -86,10 +86,20 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("transaction.max.timeout.ms", _int, "900000", "Largest transaction.timeout.ms a producer may ask for."),
         Setting("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int, "10000",
                 "How often transactions past their timeout are looked for and aborted."),
+        Setting("transaction.two.phase.commit.enable", _bool, "false",
+                "Allow KIP-939 two-phase-commit transactions (InitProducerId v6 enable2Pc/keepPreparedTxn)."),
         Setting("transactional.id.expiration.ms", _int, "604800000", "Forget an idle transactional id after this."),
         Setting("transaction.remove.expired.transaction.cleanup.interval.ms", _int, "3600000",
                 "How often expired transactional ids are removed."),
         Setting("cluster.id", _str, "", "Cluster id; generated and stored in meta.properties when empty."),
+        Setting("offsets.topic.segment.bytes", _int, "104857600", "segment.bytes of __consumer_offsets."),
+        Setting("offsets.retention.minutes", _int, "10080", "Keep an empty group's committed offsets this long."),
+        Setting("offsets.retention.check.interval.ms", _int, "600000", "How often expired offsets are looked for."),
+        Setting("offset.metadata.max.bytes", _int, "4096", "Largest metadata string of an offset commit."),
+        Setting("group.initial.rebalance.delay.ms", _int, "3000", "How long the first rebalance of an empty group waits for more members."),
+        Setting("group.min.session.timeout.ms", _int, "6000", "Smallest session.timeout.ms a group member may ask for."),
+        Setting("group.max.session.timeout.ms", _int, "1800000", "Largest session.timeout.ms a group member may ask for."),
+        Setting("group.max.size", _int, "2147483647", "Most members a consumer group may have."),
     )
 }
 
@@ -118,7 +128,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "listener.security.protocol.map",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
-        "group.initial.rebalance.delay.ms",
         "confluent.support.metrics.enable",
         "log.preallocate",
         "unclean.leader.election.enable",

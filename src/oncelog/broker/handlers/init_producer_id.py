@@ -8,6 +8,11 @@
   the current producer id and epoch (v3+), rotates the producer id when the epoch is
   exhausted, and refuses a timeout above `transaction.max.timeout.ms`
   (INVALID_TRANSACTION_TIMEOUT).
+- v6 (KIP-939): `enable2Pc` makes the transaction wait for its decision without a
+  timeout (needs `transaction.two.phase.commit.enable=true`, else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED); `keepPreparedTxn` keeps an Ongoing
+  transaction instead of aborting it, bumps the epoch, and returns the kept
+  transaction's producer id and epoch so the caller can commit or abort it with EndTxn.
 - PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v4.
 """
 
@@ -19,7 +24,7 @@ from oncelog.broker.handlers._txn import fenced_for_version
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
-@api(22, "InitProducerId", range(0, 6))
+@api(22, "InitProducerId", range(0, 7))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     if request.transactional_id is None:
@@ -33,6 +38,8 @@ async def handle(ctx: RequestContext, request) -> object:
         getattr(request, "producer_id", -1),
         getattr(request, "producer_epoch", -1),
         now_ms(),
+        enable_2pc=getattr(request, "enable2_pc", False),
+        keep_prepared=getattr(request, "keep_prepared_txn", False),
     )
     return make(
         "InitProducerIdResponse",
@@ -40,4 +47,6 @@ async def handle(ctx: RequestContext, request) -> object:
         error_code=fenced_for_version(result.error, ctx.version, 4),
         producer_id=result.producer_id,
         producer_epoch=result.producer_epoch,
+        ongoing_txn_producer_id=result.ongoing_txn_producer_id,
+        ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
     )

@@ -48,11 +48,16 @@ GROUP_KEY_TYPE = 0
 MARKER_RETRY_S = 1.0
 
 
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1  # a 2PC transaction waits for its decision, however long
+
+
 @dataclass(frozen=True, slots=True)
 class InitResult:
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
+    ongoing_txn_producer_id: int = -1  # KIP-939: the prepared transaction kept open, if any
+    ongoing_txn_producer_epoch: int = -1
 
 
 class TransactionCoordinator:
@@ -63,6 +68,7 @@ class TransactionCoordinator:
         self.segment_bytes: int = config["transaction.state.log.segment.bytes"]
         self.max_timeout_ms: int = config["transaction.max.timeout.ms"]
         self.id_expiration_ms: int = config["transactional.id.expiration.ms"]
+        self.two_phase_commit_enabled: bool = config["transaction.two.phase.commit.enable"]
         self.coordinator_epoch = 0  # single node: the leader epoch of every state partition
         self.txns: dict[str, TransactionMetadata] = {}
 
@@ -99,10 +105,18 @@ class TransactionCoordinator:
     # -- InitProducerId -------------------------------------------------------------------
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int,
-                         expected_epoch: int, now: int) -> InitResult:
+                         expected_epoch: int, now: int, *, enable_2pc: bool = False,
+                         keep_prepared: bool = False) -> InitResult:
         if not transactional_id:
             return InitResult(ErrorCode.invalid_request)
-        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+        if keep_prepared and not enable_2pc:
+            return InitResult(ErrorCode.invalid_request)
+        if enable_2pc:
+            # KIP-939: a transaction prepared for an external decision must not time out.
+            if not self.two_phase_commit_enabled:
+                return InitResult(ErrorCode.transactional_id_authorization_failed)
+            timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS
+        elif timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
         expected = None if expected_producer_id < 0 else (expected_producer_id, expected_epoch)
         self.find(transactional_id)
@@ -119,6 +133,14 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.concurrent_transactions)
         if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return InitResult(ErrorCode.concurrent_transactions)
+        if metadata.state is S.ONGOING and keep_prepared:
+            # KIP-939: keep the prepared transaction for the caller to commit or abort,
+            # under a new epoch that fences the instance that prepared it.
+            ongoing = (metadata.producer_id, metadata.producer_epoch)
+            error = self._persist(metadata, metadata.prepare_keep_prepared(timeout_ms, now))
+            if error is not ErrorCode.none:
+                return InitResult(error)
+            return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch, *ongoing)
         if metadata.state is S.ONGOING:
             # A previous instance died mid-transaction: fence it and abort its transaction;
             # the new instance retries until the abort is complete.

@@ -120,6 +120,14 @@ class TransactionMetadata:
             self.producer_epoch += 1
         self.pending_state = S.PREPARE_EPOCH_FENCE
 
+    def prepare_keep_prepared(self, timeout_ms: int, now: int) -> TxnTransit:
+        """KIP-939 keepPreparedTxn: the Ongoing transaction stays (now with the 2PC
+        timeout), the epoch is bumped so only the new owner can end it."""
+        return self._prepare(
+            S.ONGOING, producer_epoch=self.producer_epoch + 1, last_producer_epoch=self.producer_epoch,
+            txn_timeout_ms=timeout_ms, txn_last_update_timestamp=now,
+        )
+
     def prepare_add_partitions(self, partitions: set[TopicPartition], now: int) -> TxnTransit:
         start = now if self.state in COMPLETED else self.txn_start_timestamp
         return self._prepare(
