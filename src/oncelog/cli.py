@@ -1,7 +1,8 @@
 """The `oncelog` command: one argparse tree, each command group registered by its module.
 
 Command groups mirror Kafka's tools: `broker start` (kafka-server-start.sh),
-`topics` (kafka-topics.sh), `produce` / `consume` (the console producer and consumer).
+`topics` (kafka-topics.sh), `produce` / `consume` (the console producer and consumer),
+`transactions` (kafka-transactions.sh).
 Errors a user can fix end the command with a one-line message and exit status 1.
 """
 
@@ -18,7 +19,7 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from oncelog.admin import console, demo, producers, topics
+    from oncelog.admin import console, demo, producers, topics, transactions
     from oncelog.broker import cli as broker_cli
 
     parser = argparse.ArgumentParser(
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.register(commands)
     console.register(commands)
     producers.register(commands)
+    transactions.register(commands)
     demo.register(commands)
     return parser
 
