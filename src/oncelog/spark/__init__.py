@@ -1,0 +1,41 @@
+"""oncelog on Apache Spark, through PySpark's Python Data Source API.
+
+    from oncelog.spark import build_session
+    spark = build_session()            # local[2], a Java 17+ found for you, format registered
+    df = (spark.readStream.format("oncelog")
+          .option("kafka.bootstrap.servers", "localhost:9092")
+          .option("subscribe", "orders").load())
+
+`register(spark)` makes `format("oncelog")` available in a session built elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["FORMAT_NAME", "OncelogDataSource", "build_session", "register"]
+
+FORMAT_NAME = "oncelog"
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work."""
+    from oncelog.spark.source import OncelogDataSource
+
+    spark.dataSource.register(OncelogDataSource)
+
+
+def __getattr__(name: str):
+    # Lazy: importing oncelog.spark must not import pyspark until it is used.
+    if name == "OncelogDataSource":
+        from oncelog.spark.source import OncelogDataSource
+
+        return OncelogDataSource
+    if name == "build_session":
+        from oncelog.spark.session import build_session
+
+        return build_session
+    raise AttributeError(name)
