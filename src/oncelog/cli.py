@@ -2,7 +2,7 @@
 
 Command groups mirror Kafka's tools: `broker start` (kafka-server-start.sh),
 `topics` (kafka-topics.sh), `produce` / `consume` (the console producer and consumer),
-`transactions` (kafka-transactions.sh).
+`transactions` (kafka-transactions.sh), `groups` (kafka-consumer-groups.sh).
 Errors a user can fix end the command with a one-line message and exit status 1.
 """
 
@@ -19,7 +19,7 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from oncelog.admin import console, demo, producers, topics, transactions
+    from oncelog.admin import console, demo, groups, producers, topics, transactions
     from oncelog.broker import cli as broker_cli
 
     parser = argparse.ArgumentParser(
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker_cli.register(commands)
     topics.register(commands)
     console.register(commands)
+    groups.register(commands)
     producers.register(commands)
     transactions.register(commands)
     demo.register(commands)

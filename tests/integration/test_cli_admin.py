@@ -422,11 +422,6 @@ def test_consumer_whose_reader_goes_away_stops_quietly(cli, topic):
     assert stderr == b""
 
 
-@pytest.mark.xfail(
-    reason="consumer groups (group coordinator) are on the roadmap, not implemented yet; "
-    "remove this marker when they land",
-    strict=True,
-)
 def test_group_consumer_resumes_from_the_offsets_it_committed(cli, topic):
     cli.ok("topics", "create", "--topic", topic)
     cli.ok("produce", "--topic", topic, "--value", "a", "--value", "b", "--value", "c",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.server import KafkaServer
+from oncelog.coordinator.group import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.storage.config import LogConfig
@@ -64,6 +65,9 @@ class Broker:
             raise ConfigError(f"invalid log settings: {error}") from None
         self.logs = LogManager(self.config.log_dirs, defaults)
         self.logs.load()
+        # Groups load before transactions: markers the transaction coordinator completes
+        # on load must find the pending transactional offsets.
+        self.coordinators[0] = GroupCoordinator(self)
         self.txn_coordinator = TransactionCoordinator(self)
         self.coordinators[1] = self.txn_coordinator
         self.txn_coordinator.load(now_ms())
@@ -100,6 +104,9 @@ class Broker:
         for task in self._timers:
             task.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
+        groups = self.coordinators.get(0)
+        if groups is not None:
+            groups.close()  # no session or rebalance timer may fire while the logs close
         await self.server.close()
         for waiters in self._fetch_waiters.values():
             for waiter in waiters:

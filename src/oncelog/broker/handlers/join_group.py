@@ -1,0 +1,73 @@
+"""JoinGroup (key 11), v0-v9.
+
+- Classic group membership: the member joins (or rejoins) and waits for the rebalance to
+  complete; the answer carries the new generation, the selected protocol and the leader;
+  the leader also gets every member's protocol metadata to compute the assignment.
+- v4+: a member joining without a member id gets MEMBER_ID_REQUIRED with its new id and
+  must join again with it (KIP-394). v0-v3 join at once.
+- v0 has no rebalance timeout: the session timeout is used for both.
+- v5+: group.instance.id (static membership, KIP-345): a known instance that rejoins takes
+  over its old place, fencing its old member id (FENCED_INSTANCE_ID).
+- v7+: protocol type in the response; protocol name nullable.
+- v9: skip_assignment (KIP-814): a static leader that rejoins a Stable group learns the
+  members' metadata but must not reassign. Older versions are told the old leader id.
+- Errors: INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT (outside group.min/max.session.timeout.ms),
+  UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL, GROUP_MAX_SIZE_REACHED, REBALANCE_IN_PROGRESS.
+- Deviation: the `reason` (v8+) is only logged.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._groups import client_host, duration_ms, group_coordinator
+from oncelog.coordinator.group.coordinator import JoinRequest, JoinResult
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(11, "JoinGroup", range(0, 10))
+async def handle(ctx: RequestContext, request) -> object:
+    coordinator = group_coordinator(ctx)
+    if coordinator is None:
+        return _response(ctx, JoinResult(ErrorCode.coordinator_not_available, member_id=request.member_id))
+    session_timeout_ms = duration_ms(request.session_timeout)
+    rebalance_timeout_ms = duration_ms(getattr(request, "rebalance_timeout", None), session_timeout_ms)
+    if rebalance_timeout_ms < 0:
+        rebalance_timeout_ms = session_timeout_ms
+    join = JoinRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.client_id or "",
+        client_host=client_host(ctx),
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        protocol_type=request.protocol_type,
+        protocols=tuple((protocol.name, protocol.metadata) for protocol in request.protocols),
+        require_known_member_id=ctx.version >= 4,
+        supports_skip_assignment=ctx.version >= 9,
+        reason=getattr(request, "reason", None),
+    )
+    result = await coordinator.join_group(join)
+    return _response(ctx, result)
+
+
+def _response(ctx: RequestContext, result: JoinResult) -> object:
+    make = ctx.response.make
+    nullable_names = ctx.version >= 7
+    members = tuple(
+        make("JoinGroupResponseMember", member_id=m.member_id, group_instance_id=m.group_instance_id,
+             metadata=m.metadata)
+        for m in result.members
+    )
+    return make(
+        "JoinGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name if nullable_names else (result.protocol_name or ""),
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )

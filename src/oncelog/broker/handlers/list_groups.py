@@ -1,0 +1,32 @@
+"""ListGroups (key 16), v0-v5.
+
+- Every group this broker coordinates, with its protocol type ("consumer" for consumer
+  groups, "" for groups that only store offsets).
+- v4+: states_filter (case-insensitive; empty = all) and each group's state.
+- v5+: types_filter and the group type: all groups here are "classic".
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+CLASSIC = "classic"
+
+
+@api(16, "ListGroups", range(0, 6))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    coordinator = group_coordinator(ctx)
+    if coordinator is None:
+        return make("ListGroupsResponse", throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.coordinator_not_available, groups=())
+    types = {kind.lower() for kind in getattr(request, "types_filter", ())}
+    listed = [] if types and CLASSIC not in types else coordinator.list_groups(getattr(request, "states_filter", ()))
+    groups = tuple(
+        make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+             group_type=CLASSIC)
+        for g in listed
+    )
+    return make("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)

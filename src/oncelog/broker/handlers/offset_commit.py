@@ -1,0 +1,64 @@
+"""OffsetCommit (key 8), v2-v9.
+
+- Stores a group's committed offsets (offset, leader epoch v6+, metadata) in
+  `__consumer_offsets`, one batch per request.
+- Members commit with their member id and generation (and group.instance.id v7+):
+  UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, and REBALANCE_IN_PROGRESS while
+  the group waits for its assignment. Commits during PreparingRebalance are accepted.
+- Generation -1 with no member id: a consumer that assigns partitions itself (or an admin
+  client) commits for a group with no members; the group is created if needed.
+- Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist,
+  OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes.
+- Deviations: retention_time (v2-v4) is ignored (offsets.retention.minutes applies), as
+  it is by Kafka's value v3 records; v10 (topic ids, KIP-848) is not offered, nor v0-v1,
+  which Kafka 4 removed.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._groups import group_coordinator, partition_exists
+from oncelog.coordinator.group.coordinator import CommitOffset
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(8, "OffsetCommit", range(2, 10))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    coordinator = group_coordinator(ctx)
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], CommitOffset] = {}
+    for topic in request.topics:
+        for partition in topic.partitions:
+            key = (topic.name, partition.partition_index)
+            if coordinator is None:
+                errors[key] = ErrorCode.coordinator_not_available
+            elif not partition_exists(ctx, topic.name, partition.partition_index):
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[key] = CommitOffset(
+                    partition.committed_offset,
+                    getattr(partition, "committed_leader_epoch", -1),
+                    partition.committed_metadata,
+                )
+    if offsets:
+        errors.update(coordinator.commit_offsets(
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            request.generation_id_or_member_epoch,
+            offsets,
+        ))
+    topics = tuple(
+        make(
+            "OffsetCommitResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                make("OffsetCommitResponsePartition", partition_index=p.partition_index,
+                     error_code=errors[(topic.name, p.partition_index)])
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return make("OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)

@@ -1,0 +1,50 @@
+"""OffsetDelete (key 47), v0.
+
+- Deletes a group's committed offsets of some partitions (tombstones in
+  `__consumer_offsets`).
+- An empty group loses any of them; a consumer group with members only those of topics
+  no member subscribes to: the others get GROUP_SUBSCRIBED_TO_TOPIC. A non-consumer group
+  with members: NON_EMPTY_GROUP. Unknown group: GROUP_ID_NOT_FOUND.
+- Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._groups import group_coordinator, partition_exists
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(47, "OffsetDelete", range(0, 1))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    coordinator = group_coordinator(ctx)
+    if coordinator is None:
+        return make("OffsetDeleteResponse", error_code=ErrorCode.coordinator_not_available,
+                    throttle_time=NO_THROTTLE, topics=())
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    wanted = []
+    for topic in request.topics:
+        for partition in topic.partitions:
+            key = (topic.name, partition.partition_index)
+            if partition_exists(ctx, *key):
+                wanted.append(key)
+            else:
+                errors[key] = ErrorCode.unknown_topic_or_partition
+    error, results = coordinator.delete_offsets(request.group_id, wanted)
+    if error != ErrorCode.none:
+        return make("OffsetDeleteResponse", error_code=error, throttle_time=NO_THROTTLE, topics=())
+    errors.update(results)
+    topics = tuple(
+        make(
+            "OffsetDeleteResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                make("OffsetDeleteResponsePartition", partition_index=p.partition_index,
+                     error_code=errors[(topic.name, p.partition_index)])
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return make("OffsetDeleteResponse", error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=topics)

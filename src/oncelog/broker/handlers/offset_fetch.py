@@ -1,0 +1,73 @@
+"""OffsetFetch (key 9), v1-v9.
+
+- A group's committed offsets for the partitions asked (v2+: null topics = every
+  partition with an offset). A partition with none gets offset -1, no error.
+- Pending transactional offsets are invisible. With require_stable (v7+) a partition with
+  pending transactional offsets answers UNSTABLE_OFFSET_COMMIT, so the consumer retries
+  once the transaction has ended (KIP-447).
+- v8+ batches groups, each with its own error.
+- v2+ has a top-level (v8+: per group) error; v1 only per partition.
+- Deviation: member id and epoch (v9, KIP-848 consumer groups) are ignored for classic
+  groups; v10 (topic ids) is not offered, nor v0, which Kafka 4 removed.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(9, "OffsetFetch", range(1, 10))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    require_stable = getattr(request, "require_stable", False)
+    if ctx.version >= 8:
+        groups = tuple(
+            _fetch_group(ctx, group.group_id, group.topics, require_stable, "OffsetFetchResponseGroup",
+                         "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions")
+            for group in request.groups
+        )
+        return make("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=groups)
+    single = _fetch_group(ctx, request.group_id, request.topics, require_stable, None,
+                          "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
+    error, topics = single
+    return make("OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_stable: bool,
+                 group_class: str | None, topic_class: str, partition_class: str):
+    make = ctx.response.make
+    coordinator = group_coordinator(ctx)
+    if requested_topics is None:
+        wanted = None
+    else:
+        wanted = [(topic.name, index) for topic in requested_topics for index in topic.partition_indexes]
+    if coordinator is None:
+        error, offsets = ErrorCode.coordinator_not_available, {}
+    else:
+        error, offsets = coordinator.fetch_offsets(group_id, wanted, require_stable)
+    # In the order asked for; every committed partition, sorted, when all were asked for.
+    order = sorted(offsets) if wanted is None else [tp for tp in wanted if tp in offsets]
+    by_topic: dict[str, list] = {}
+    for topic, partition in order:
+        fetched = offsets[(topic, partition)]
+        by_topic.setdefault(topic, []).append(make(
+            partition_class,
+            partition_index=partition,
+            committed_offset=fetched.offset,
+            committed_leader_epoch=fetched.leader_epoch,
+            metadata=fetched.metadata,
+            error_code=fetched.error,
+        ))
+    if error != ErrorCode.none and wanted is not None and ctx.version < 2:
+        # v1 has no group-level error: every partition carries it.
+        for topic, partition in wanted:
+            by_topic.setdefault(topic, []).append(make(
+                partition_class, partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
+                metadata="", error_code=error,
+            ))
+    topics = tuple(make(topic_class, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items())
+    if group_class is None:
+        return error, topics
+    return make(group_class, group_id=group_id, topics=topics, error_code=error)

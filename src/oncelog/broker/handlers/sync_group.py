@@ -1,0 +1,45 @@
+"""SyncGroup (key 14), v0-v5.
+
+- After JoinGroup: the leader sends every member's assignment; it is stored in
+  `__consumer_offsets` and handed to every member, and the group becomes Stable.
+  Followers wait for it. In a Stable group a member gets its current assignment.
+- Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS (the group started
+  another rebalance), FENCED_INSTANCE_ID (v3+ static members), INCONSISTENT_GROUP_PROTOCOL
+  (v5+: protocol type/name differ from the group's).
+- v5+: protocol type and name in the response.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(14, "SyncGroup", range(0, 6))
+async def handle(ctx: RequestContext, request) -> object:
+    coordinator = group_coordinator(ctx)
+    if coordinator is None:
+        return _response(ctx, ErrorCode.coordinator_not_available, b"", None, None)
+    assignments = {entry.member_id: entry.assignment for entry in request.assignments}
+    result = await coordinator.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        assignments,
+    )
+    return _response(ctx, result.error, result.assignment, result.protocol_type, result.protocol_name)
+
+
+def _response(ctx: RequestContext, error: ErrorCode, assignment: bytes, protocol_type, protocol_name) -> object:
+    return ctx.response.make(
+        "SyncGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        protocol_type=protocol_type if error == ErrorCode.none else None,
+        protocol_name=protocol_name if error == ErrorCode.none else None,
+        assignment=assignment,
+    )

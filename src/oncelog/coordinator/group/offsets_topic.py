@@ -1,0 +1,89 @@
+"""The group coordinator's side of `__consumer_offsets`: which partition a group lives
+in, appending its records, and reading a partition back at start-up.
+
+The topic is compacted and created on first use with `offsets.topic.num.partitions`
+partitions; once it exists its real partition count decides the group -> partition
+mapping, as in Kafka (changing the setting later does not move groups).
+Records are appended as uncompressed batches through the broker's coordinator path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.broker.partitions import append_internal, read_all_batches
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic, partition_for
+from oncelog.protocol import record_batch
+from oncelog.protocol.record_batch import BatchHeader, ControlType, CorruptRecordError, DecodedRecord, Record
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger("oncelog.group")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedBatch:
+    """One batch of an offsets partition, as the loader needs it."""
+
+    header: BatchHeader
+    records: list[DecodedRecord]
+    control_type: ControlType | None  # COMMIT/ABORT for a control batch
+
+
+class OffsetsTopic:
+    def __init__(self, broker: Broker, configured_partitions: int, segment_bytes: int) -> None:
+        self._broker = broker
+        self._configured_partitions = configured_partitions
+        self._segment_bytes = segment_bytes
+
+    @property
+    def exists(self) -> bool:
+        return self._broker.logs.topic(CONSUMER_OFFSETS) is not None
+
+    @property
+    def partition_count(self) -> int:
+        info = self._broker.logs.topic(CONSUMER_OFFSETS)
+        return info.num_partitions if info is not None else self._configured_partitions
+
+    def ensure(self) -> None:
+        ensure_internal_topic(self._broker, CONSUMER_OFFSETS, self._configured_partitions, self._segment_bytes)
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count)
+
+    def append(self, partition: int, records: list[Record], *, now_ms: int, producer_id: int = -1,
+               producer_epoch: int = -1, transactional: bool = False) -> int:
+        """Append one batch; returns its base offset. Raises the storage layer's errors."""
+        self.ensure()
+        batch = record_batch.build_batch(
+            records, timestamp_ms=now_ms, producer_id=producer_id, producer_epoch=producer_epoch,
+            transactional=transactional,
+        )
+        result = append_internal(self._broker, CONSUMER_OFFSETS, partition, batch, now_ms=now_ms)
+        return result.base_offset
+
+    def producer_epoch(self, partition: int, producer_id: int) -> int | None:
+        """The latest epoch the partition's producer state has for `producer_id`."""
+        log_ = self._broker.logs.partition(CONSUMER_OFFSETS, partition)
+        if log_ is None:
+            return None
+        entry = log_.producer_state.producers.get(producer_id)
+        return None if entry is None or entry.producer_epoch < 0 else entry.producer_epoch
+
+    def read(self, partition: int) -> Iterator[LoadedBatch]:
+        """Every batch of the partition, decoded. A batch the coordinator cannot decode
+        (one it did not write: compressed, malformed) is logged and skipped, so that it
+        cannot keep the broker from starting."""
+        for buffer, header in read_all_batches(self._broker, CONSUMER_OFFSETS, partition):
+            try:
+                records = record_batch.iter_records(buffer, header)
+                control = record_batch.control_type(records[0]) if header.is_control and records else None
+            except (CorruptRecordError, ValueError) as error:
+                log.error("%s-%d: skipping the batch at offset %d: %s", CONSUMER_OFFSETS, partition,
+                          header.base_offset, error)
+                continue
+            yield LoadedBatch(header, records, control)
