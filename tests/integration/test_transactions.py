@@ -278,3 +278,50 @@ def test_late_write_of_an_aborted_transaction_cannot_land_in_the_next(txn_broker
     producer.produce("orders", b"second", partition=0)
     producer.commit_transaction(30)
     assert read(txn_broker.bootstrap_servers, [("orders", 0)], "read_committed") == ["second"]
+
+
+def test_late_end_txn_of_a_timed_out_transaction_does_not_touch_the_successors(txn_broker):
+    """A producer's transaction is aborted by its timeout; a new instance starts the next
+    transaction; the old instance's EndTxn(commit) arrives late: it is fenced and the
+    new transaction is neither committed nor aborted by it."""
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+    from kio.schema.errors import ErrorCode
+
+    from oncelog.protocol.client import WireClient
+
+    bootstrap = txn_broker.bootstrap_servers
+    coordinator = txn_broker.broker.txn_coordinator
+    old = transactional_producer(bootstrap, "late-end", **{"transaction.timeout.ms": 1000})
+    old.begin_transaction()
+    old.produce("orders", b"old", partition=2)
+    old.flush(10)
+    stale = txn_broker.call(lambda: coordinator.describe("late-end").snapshot())
+    time.sleep(2)  # aborted by the timeout
+    successor = transactional_producer(bootstrap, "late-end")
+    successor.begin_transaction()
+    successor.produce("orders", b"new", partition=2)
+    successor.flush(10)
+    with WireClient.connect(bootstrap) as client:
+        late = client.request(EndTxnRequest(transactional_id="late-end", producer_id=stale.producer_id,
+                                             producer_epoch=stale.producer_epoch, committed=True))
+    assert late.error_code == ErrorCode.producer_fenced
+    assert txn_broker.call(lambda: coordinator.describe("late-end").state.display_name) == "Ongoing"
+    assert read(bootstrap, [("orders", 2)], "read_committed", settle=0.5) == []
+    successor.commit_transaction(30)
+    assert read(bootstrap, [("orders", 2)], "read_committed") == ["new"]
+
+
+def test_transactional_id_expires_after_transactional_id_expiration_ms(tmp_path):
+    config = {"transactional.id.expiration.ms": "500",
+              "transaction.remove.expired.transaction.cleanup.interval.ms": "200"}
+    with EmbeddedBroker(tmp_path / "b", config) as broker:
+        create_topics(broker.bootstrap_servers, ("orders", 1))
+        producer = transactional_producer(broker.bootstrap_servers, "short-lived")
+        producer.begin_transaction()
+        producer.produce("orders", b"x", partition=0)
+        producer.commit_transaction(30)
+        coordinator = broker.broker.txn_coordinator
+        time.sleep(1.5)
+        assert broker.call(lambda: coordinator.describe("short-lived")) is None
+    with EmbeddedBroker(tmp_path / "b", config) as restarted:
+        assert restarted.call(lambda: restarted.broker.txn_coordinator.describe("short-lived")) is None
