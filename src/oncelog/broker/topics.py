@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.topics")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Kafka's controller refuses to create more partitions than this in one request.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 
 class TopicRequestError(Exception):
     """A per-topic failure answered with a Kafka error code and message."""
@@ -46,6 +48,8 @@ def create_topic(
         num_partitions = broker.config["num.partitions"]
     if replication_factor == -1:
         replication_factor = broker.config["default.replication.factor"]
+    if num_partitions > MAX_PARTITIONS_PER_REQUEST:
+        raise TopicRequestError(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
     if num_partitions <= 0:
         raise TopicRequestError(
             ErrorCode.invalid_partitions, f"Number of partitions was set to an invalid non-positive value ({num_partitions})."

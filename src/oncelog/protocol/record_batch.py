@@ -119,6 +119,11 @@ class BatchHeader:
         return self.base_offset + self.last_offset_delta + 1
 
     @property
+    def compression_id(self) -> int:
+        """The raw codec bits: 5-7 are undefined (a corrupt batch), so check this first."""
+        return self.attributes & COMPRESSION_MASK
+
+    @property
     def compression(self) -> Compression:
         return Compression(self.attributes & COMPRESSION_MASK)
 
@@ -370,8 +375,8 @@ class DecodedRecord:
 
 def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) -> list[DecodedRecord]:
     """The records of one uncompressed batch; raises on a compressed or malformed one."""
-    if header.compression != Compression.NONE:
-        raise CorruptRecordError(f"cannot decode a {header.compression.name} batch here")
+    if header.compression_id != Compression.NONE:
+        raise CorruptRecordError(f"cannot decode a batch with compression codec {header.compression_id} here")
     data = memoryview(buffer)[header.position : header.position + header.size]
     position = HEADER_SIZE
     records = []
@@ -388,7 +393,10 @@ def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) ->
         for _ in range(count):
             name, position = _read_bytes(data, position)
             header_value, position = _read_bytes(data, position)
-            headers.append(((name or b"").decode(), header_value))
+            try:
+                headers.append(((name or b"").decode(), header_value))
+            except UnicodeDecodeError:
+                raise CorruptRecordError(f"record at offset delta {offset_delta} has a header key that is not UTF-8") from None
         if position != end:
             raise CorruptRecordError(f"record at offset delta {offset_delta} has {end - position} stray bytes")
         records.append(DecodedRecord(

@@ -2,13 +2,14 @@
 
 - Raises a topic's partition count; a count that is not larger gets INVALID_PARTITIONS
   with Kafka's message; a missing topic UNKNOWN_TOPIC_OR_PARTITION; assignments naming
-  other brokers INVALID_REPLICA_ASSIGNMENT. `validate_only` changes nothing.
+  other brokers INVALID_REPLICA_ASSIGNMENT; more than 10,000 new partitions in one
+  request POLICY_VIOLATION, as Kafka's controller answers. `validate_only` changes nothing.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import error_code_for
+from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
@@ -33,6 +34,8 @@ def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode,
         )
     if topic.count == info.num_partitions:
         return ErrorCode.invalid_partitions, f"Topic already has {info.num_partitions} partitions."
+    if topic.count - info.num_partitions > MAX_PARTITIONS_PER_REQUEST:
+        return ErrorCode.policy_violation, "Excessively large number of partitions per request."
     for assignment in topic.assignments or ():
         if list(assignment.broker_ids) != [ctx.broker.node_id]:
             return ErrorCode.invalid_replica_assignment, (

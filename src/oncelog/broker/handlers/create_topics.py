@@ -5,6 +5,7 @@
   replica is this broker.
 - Topic configs use Kafka's topic keys (`max.message.bytes`, `segment.bytes`,
   `retention.ms`, `cleanup.policy`, ...); an unknown key or bad value is INVALID_CONFIG.
+- More than 10,000 partitions in one request is POLICY_VIOLATION, as in Kafka.
 - Errors per topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
   INVALID_REPLICATION_FACTOR (above 1: this is a single broker), INVALID_CONFIG,
   INVALID_REQUEST for a name given twice.
