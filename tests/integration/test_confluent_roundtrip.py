@@ -3,7 +3,6 @@
 import time
 from collections import defaultdict
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -36,7 +35,6 @@ def consume_all(bootstrap, topic, expected, *, isolation="read_uncommitted", tim
 def test_hundred_thousand_keyed_messages_in_every_codec_round_trip_in_order(broker):
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "roundtrip", 3)
-    sent = defaultdict(list)  # partition -> [(key, value, headers, timestamp)]
     per_codec = 20_000
     for codec_index, codec in enumerate(CODECS):
         producer = Producer({

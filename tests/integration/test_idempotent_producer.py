@@ -1,6 +1,5 @@
 """Idempotent producers against a real broker, through faults that force retries."""
 
-import threading
 import time
 from collections import defaultdict
 

@@ -27,3 +27,29 @@ def duration_ms(value, default_ms: int = -1) -> int:
 def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     info = ctx.broker.logs.topic(topic)
     return info is not None and 0 <= partition < info.num_partitions
+
+
+def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_required: bool = False):
+    """The partitions of an OffsetCommit/TxnOffsetCommit split into the offsets to hand to
+    the coordinator and the per-partition errors answered without it."""
+    from oncelog.coordinator.group.coordinator import CommitOffset
+    from oncelog.protocol.messages import ErrorCode
+
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], CommitOffset] = {}
+    for topic in request.topics:
+        for partition in topic.partitions:
+            key = (topic.name, partition.partition_index)
+            if coordinator is None:
+                errors[key] = ErrorCode.coordinator_not_available
+            elif group_id_required and not request.group_id:
+                errors[key] = ErrorCode.invalid_group_id
+            elif not partition_exists(ctx, topic.name, partition.partition_index):
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[key] = CommitOffset(
+                    partition.committed_offset,
+                    getattr(partition, "committed_leader_epoch", -1),
+                    partition.committed_metadata,
+                )
+    return offsets, errors

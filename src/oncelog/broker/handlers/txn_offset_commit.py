@@ -18,32 +18,15 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._groups import group_coordinator, partition_exists
-from oncelog.coordinator.group.coordinator import CommitOffset
-from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.broker.handlers._groups import group_coordinator, split_offsets
+from oncelog.protocol.messages import NO_THROTTLE
 
 
 @api(28, "TxnOffsetCommit", range(0, 4))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    offsets: dict[tuple[str, int], CommitOffset] = {}
-    for topic in request.topics:
-        for partition in topic.partitions:
-            key = (topic.name, partition.partition_index)
-            if coordinator is None:
-                errors[key] = ErrorCode.coordinator_not_available
-            elif not request.group_id:
-                errors[key] = ErrorCode.invalid_group_id
-            elif not partition_exists(ctx, topic.name, partition.partition_index):
-                errors[key] = ErrorCode.unknown_topic_or_partition
-            else:
-                offsets[key] = CommitOffset(
-                    partition.committed_offset,
-                    getattr(partition, "committed_leader_epoch", -1),
-                    partition.committed_metadata,
-                )
+    offsets, errors = split_offsets(ctx, request, coordinator, group_id_required=True)
     if offsets:
         errors.update(coordinator.txn_offset_commit(
             request.group_id,
