@@ -39,7 +39,7 @@ def append_records(
     broker: Broker,
     topic: str,
     partition: int,
-    records: bytes | None,
+    records: bytes | memoryview | None,
     *,
     produce_version: int,
     now_ms: int,
@@ -54,7 +54,9 @@ def append_records(
             ErrorCode.invalid_record,
             error_message=f"Produce requests with version {produce_version} must have at least one record batch",
         )
-    buffer = bytearray(records)
+    # The log stamps offsets into the batch in place: a writable view of the request
+    # frame (what the server's Produce decoding gives) is used as is, anything else copied.
+    buffer = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
     try:
         batches = record_batch.parse_batches(buffer, verify_crc=False)
     except CorruptRecordError as error:
@@ -82,10 +84,10 @@ def append_records(
         return ProduceOutcome(
             ErrorCode.invalid_record, error_message="Produce requests may not contain control batches"
         )
-    if batch.compression == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION:
+    if batch.compression_id > Compression.ZSTD:
+        return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression_id}")
+    if batch.compression_id == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION:
         return ProduceOutcome(ErrorCode.unsupported_compression_type)
-    if batch.compression > Compression.ZSTD:
-        return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression}")
     if batch.is_transactional:
         refusal = _verify_transactional(broker, transactional_id, batch, topic, partition)
         if refusal is not None:

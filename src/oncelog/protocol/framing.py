@@ -13,7 +13,8 @@ import struct
 
 _HEADER_FIXED = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
-_CORRELATION = struct.Struct(">i")
+_SIZE_CORRELATION = struct.Struct(">ii")
+_SIZE_CORRELATION_TAGS = struct.Struct(">iiB")  # header v1: no tagged fields
 
 API_VERSIONS_KEY = 18
 
@@ -70,8 +71,14 @@ def read_unsigned_varint(frame: bytes | memoryview, position: int) -> tuple[int,
 
 def response_frame(correlation_id: int, body: bytes, *, flexible_header: bool) -> bytes:
     """A whole response: size prefix, header v0 or v1, body."""
-    header = _CORRELATION.pack(correlation_id) + (b"\x00" if flexible_header else b"")
-    return _SIZE.pack(len(header) + len(body)) + header + body
+    return response_prefix(correlation_id, len(body), flexible_header=flexible_header) + body
+
+
+def response_prefix(correlation_id: int, body_size: int, *, flexible_header: bool) -> bytes:
+    """What precedes a response body of `body_size` bytes: size prefix and header v0 or v1."""
+    if flexible_header:
+        return _SIZE_CORRELATION_TAGS.pack(body_size + 5, correlation_id, 0)
+    return _SIZE_CORRELATION.pack(body_size + 4, correlation_id)
 
 
 def read_size(prefix: bytes) -> int:
