@@ -3,8 +3,9 @@
 #
 #   make setup   .venv with oncelog and its test dependencies, kcat, a Java 17+ runtime
 #   make test    the default test suite (everything not marked slow)
-#   make demo    the main job: for now `oncelog demo` (embedded broker, produce, consume)
-#   make bench   benchmarks (bench/run.py), never part of the tests
+#   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
+#   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
+#   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
 #   make clean   caches and build output; `make distclean` also removes .venv
 
 SHELL := bash
@@ -14,7 +15,9 @@ SHELL := bash
 VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.oncelog-setup
+BENCH_STAMP := $(VENV)/.oncelog-bench
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 # The first interpreter that is Python 3.11 or newer.
 PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 python; do \
@@ -23,7 +26,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test demo bench clean distclean
+.PHONY: help setup test demo bench soak clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -56,12 +59,17 @@ test: setup
 demo: setup
 	$(VENV)/bin/oncelog demo
 
-bench: setup
-	@if [ -f bench/run.py ]; then \
-	  $(VENV_PYTHON) bench/run.py; \
-	else \
-	  echo "bench: no benchmarks yet (bench/run.py does not exist)"; \
-	fi
+bench: setup $(BENCH_STAMP)
+	$(VENV_PYTHON) bench/run.py $(BENCH_ARGS)
+
+# The bench-only extras (the tansu peer, py-spy), reinstalled when the dependencies change.
+$(BENCH_STAMP): pyproject.toml
+	@echo "bench: installing the benchmark extras (tansu peer, py-spy) into $(VENV)"
+	@$(VENV_PYTHON) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	@touch $@
+
+soak: setup
+	$(VENV)/bin/oncelog chaos --minutes 10
 
 clean:
 	rm -rf build dist .pytest_cache .hypothesis src/*.egg-info

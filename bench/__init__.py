@@ -1,0 +1,1 @@
+"""oncelog's benchmark harness: `python bench/run.py --help` (see bench/README.md)."""

@@ -1,0 +1,359 @@
+"""The load generator: confluent-kafka (librdkafka) in its own process.
+
+The harness runs this script as a child process so that the client and the broker each
+get a core; it prints one JSON object on stdout and nothing else. Every mode times only
+the steady part of its work: connections, metadata and (for idempotent producers)
+InitProducerId are done by a warm-up message before the clock starts.
+
+    loadgen.py produce  --bootstrap H:P --topic T --messages N [--acks 1|all] [--idempotent]
+                        [--transactional-id ID --transaction-size K]
+    loadgen.py consume  --bootstrap H:P --topic T --messages N [--isolation read_committed]
+    loadgen.py wire-produce --bootstrap H:P --topic T --messages N [--acks 1|all] [--idempotent]
+    loadgen.py create-topic --bootstrap H:P --topic T [--partitions P]
+    loadgen.py embedded-start --data-dir DIR
+
+`wire-produce` is the broker-only view: pre-built Produce v9 requests of ~1 MB (one
+batch each, its base sequence and CRC patched per request) sent over one socket with up
+to 5 in flight, as librdkafka's idempotent producer does, from a client that costs
+almost no CPU. It shows what the broker alone sustains when it gets a core.
+
+Produce counts a message as sent when librdkafka acknowledged it; failures are reported
+through `delivery.report.only.error`, so the success path costs no Python callback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+# Client settings shared by every broker under test, so only the broker differs.
+PRODUCER_DEFAULTS = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 10_000,
+    "compression.type": "none",
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "delivery.report.only.error": True,
+    "message.timeout.ms": 60_000,
+}
+CONSUMER_DEFAULTS = {
+    "enable.auto.commit": False,
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 1_048_576,
+    "fetch.wait.max.ms": 100,
+    "queued.max.messages.kbytes": 262_144,
+}
+
+
+def _fail(message: str) -> None:
+    print(json.dumps({"error": message}), flush=True)
+    sys.exit(1)
+
+
+def produce(args: argparse.Namespace) -> dict:
+    from confluent_kafka import KafkaException, Producer
+
+    config = {"bootstrap.servers": args.bootstrap, **PRODUCER_DEFAULTS, "acks": args.acks}
+    if args.idempotent or args.transactional_id:
+        config["enable.idempotence"] = True
+    if args.transactional_id:
+        config["transactional.id"] = args.transactional_id
+    errors: list[str] = []
+
+    def on_delivery(error, _message) -> None:
+        if error is not None and len(errors) < 10:
+            errors.append(str(error))
+
+    producer = Producer({**config, "on_delivery": on_delivery})
+    value = os.urandom(args.size)
+    topic = args.topic
+    transactional = bool(args.transactional_id)
+    if transactional:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+    producer.produce(topic, value)  # warm-up: connection, metadata, producer id
+    if transactional:
+        producer.commit_transaction(30)
+    if producer.flush(30) != 0 or errors:
+        _fail(f"warm-up message not delivered: {errors}")
+
+    produce_one = producer.produce
+    poll = producer.poll
+    commit_latencies: list[float] = []
+    cpu_before = _cpu_seconds()
+    started = time.perf_counter()
+    if transactional:
+        sent = 0
+        while sent < args.messages:
+            producer.begin_transaction()
+            in_this = min(args.transaction_size, args.messages - sent)
+            for _ in range(in_this):
+                while True:
+                    try:
+                        produce_one(topic, value)
+                        break
+                    except BufferError:
+                        poll(0.001)
+            commit_started = time.perf_counter()
+            try:
+                producer.commit_transaction(60)
+            except KafkaException as error:
+                _fail(f"commit_transaction failed: {error}")
+            commit_latencies.append(time.perf_counter() - commit_started)
+            sent += in_this
+    else:
+        for _ in range(args.messages):
+            try:
+                produce_one(topic, value)
+            except BufferError:  # the client's queue is full: let librdkafka drain it
+                while True:
+                    poll(0.001)
+                    try:
+                        produce_one(topic, value)
+                        break
+                    except BufferError:
+                        continue
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu_before
+    if remaining or errors:
+        _fail(f"{remaining} messages undelivered, errors: {errors}")
+    result = {
+        "messages": args.messages,
+        "bytes": args.messages * args.size,
+        "seconds": elapsed,
+        "msg_per_s": args.messages / elapsed,
+        "mb_per_s": args.messages * args.size / elapsed / 1e6,
+        "client_cpu_s": cpu,
+    }
+    if commit_latencies:
+        commit_latencies.sort()
+        result["commit_p50_ms"] = _percentile(commit_latencies, 0.50) * 1000
+        result["commit_p99_ms"] = _percentile(commit_latencies, 0.99) * 1000
+        result["transactions"] = len(commit_latencies)
+    return result
+
+
+def consume(args: argparse.Namespace) -> dict:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap,
+        "group.id": f"bench-{os.getpid()}",
+        "isolation.level": args.isolation,
+        **CONSUMER_DEFAULTS,
+    })
+    metadata = consumer.list_topics(args.topic, timeout=30)
+    partitions = sorted(metadata.topics[args.topic].partitions)
+    # Warm-up: the group.id makes librdkafka look up its group coordinator, which can
+    # create __consumer_offsets on first use; done before the clock starts.
+    consumer.committed([TopicPartition(args.topic, p) for p in partitions], timeout=30)
+    consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in partitions])
+    received = 0
+    received_bytes = 0
+    deadline = time.monotonic() + 120
+    cpu_before = _cpu_seconds()
+    started = time.perf_counter()
+    first_message_at = None
+    while received < args.messages:
+        if time.monotonic() > deadline:
+            _fail(f"consumed only {received} of {args.messages} messages in 120 s")
+        # consume() waits for the whole count (or the timeout): never ask for more than is left.
+        for message in consumer.consume(min(10_000, args.messages - received), 1.0):
+            if message.error() is not None:
+                continue  # partition EOF and the like
+            if first_message_at is None:
+                first_message_at = time.perf_counter()
+            received += 1
+            received_bytes += len(message.value())
+    elapsed = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu_before
+    consumer.close()
+    return {
+        "messages": received,
+        "bytes": received_bytes,
+        "seconds": elapsed,
+        "msg_per_s": received / elapsed,
+        "mb_per_s": received_bytes / elapsed / 1e6,
+        "client_cpu_s": cpu,
+        "first_message_s": first_message_at - started,
+    }
+
+
+def wire_produce(args: argparse.Namespace) -> dict:
+    import datetime
+    import struct
+    from collections import deque
+
+    from crc32c import crc32c
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.produce.v9.response import ProduceResponse
+    from kio.serial import entity_reader
+
+    from oncelog.protocol import framing, record_batch
+    from oncelog.protocol.client import WireClient, encode_request
+
+    client = WireClient.connect(args.bootstrap, timeout=60)
+    producer_id, producer_epoch, base_sequence = -1, -1, -1
+    if args.idempotent:
+        reply = client.request(InitProducerIdRequest(
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1))
+        if reply.error_code != 0:
+            _fail(f"InitProducerId failed: {reply.error_code!r}")
+        producer_id, producer_epoch, base_sequence = reply.producer_id, reply.producer_epoch, 0
+    per_request = max(1, args.request_bytes // (args.size + 8))
+    value = os.urandom(args.size)
+    batch = record_batch.build_batch(
+        [record_batch.Record(None, value)] * per_request, timestamp_ms=int(time.time() * 1000),
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+    )
+    request = ProduceRequest(
+        transactional_id=None, acks=-1 if args.acks in ("all", "-1") else int(args.acks),
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(TopicProduceData(name=args.topic, partition_data=(
+            PartitionProduceData(index=0, records=batch),)),),
+    )
+    frame = bytearray(encode_request(request, 0))
+    at = frame.find(batch)
+    frame_view = memoryview(frame)
+    crc_covered = frame_view[at + 21: at + len(batch)]
+    pack_into = struct.pack_into
+
+    def send(number: int) -> None:
+        pack_into(">i", frame, 8, number)  # correlation id
+        if args.idempotent:
+            pack_into(">i", frame, at + 53, (number * per_request) % (1 << 31))
+            pack_into(">I", frame, at + 17, crc32c(crc_covered))
+        client.sock.sendall(frame)
+
+    read_response = entity_reader(ProduceResponse)
+
+    def receive() -> None:
+        frame = client.read_frame()
+        response, _ = read_response(frame, framing.skip_tagged_fields(frame, 4))  # after correlation id
+        for topic in response.responses:
+            for partition in topic.partition_responses:
+                if partition.error_code != 0:
+                    _fail(f"produce failed: {partition.error_code!r} {partition.error_message}")
+
+    send(0)  # warm-up
+    receive()
+    requests = max(1, args.messages // per_request)
+    in_flight: deque[int] = deque()
+    cpu_before = _cpu_seconds()
+    started = time.perf_counter()
+    for number in range(1, requests + 1):
+        if len(in_flight) >= args.in_flight:
+            in_flight.popleft()
+            receive()
+        send(number)
+        in_flight.append(number)
+    while in_flight:
+        in_flight.popleft()
+        receive()
+    elapsed = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu_before
+    messages = requests * per_request
+    return {
+        "messages": messages,
+        "bytes": messages * args.size,
+        "requests": requests,
+        "seconds": elapsed,
+        "msg_per_s": messages / elapsed,
+        "mb_per_s": messages * args.size / elapsed / 1e6,
+        "client_cpu_s": cpu,
+    }
+
+
+def create_topic(args: argparse.Namespace) -> dict:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    futures = admin.create_topics([NewTopic(args.topic, args.partitions, 1)], operation_timeout=30)
+    futures[args.topic].result(30)
+    # Wait until Metadata shows every partition with a leader.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(args.topic, timeout=10).topics.get(args.topic)
+        if topic is not None and topic.error is None and len(topic.partitions) == args.partitions and all(
+            p.leader >= 0 for p in topic.partitions.values()
+        ):
+            return {"topic": args.topic, "partitions": args.partitions}
+        time.sleep(0.05)
+    _fail(f"topic {args.topic} has no leaders after 30 s")
+    return {}
+
+
+def embedded_start(args: argparse.Namespace) -> dict:
+    """Import time and start time of an in-process broker, from a fresh interpreter."""
+    began = time.perf_counter()
+    from oncelog import EmbeddedBroker
+
+    imported = time.perf_counter()
+    broker = EmbeddedBroker(args.data_dir).start()
+    started = time.perf_counter()
+    broker.stop()
+    return {"import_s": imported - began, "start_s": started - imported}
+
+
+def _cpu_seconds() -> float:
+    """CPU used by this process so far, librdkafka's threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    modes = parser.add_subparsers(dest="mode", required=True)
+    p = modes.add_parser("produce")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--messages", type=int, required=True)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
+    p.add_argument("--idempotent", action="store_true")
+    p.add_argument("--transactional-id")
+    p.add_argument("--transaction-size", type=int, default=1000)
+    p.set_defaults(run=produce)
+    c = modes.add_parser("consume")
+    c.add_argument("--bootstrap", required=True)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--messages", type=int, required=True)
+    c.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
+    c.set_defaults(run=consume)
+    w = modes.add_parser("wire-produce")
+    w.add_argument("--bootstrap", required=True)
+    w.add_argument("--topic", required=True)
+    w.add_argument("--messages", type=int, required=True)
+    w.add_argument("--size", type=int, default=1024)
+    w.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
+    w.add_argument("--idempotent", action="store_true")
+    w.add_argument("--request-bytes", type=int, default=1_000_000, help="records per request (default ~1 MB)")
+    w.add_argument("--in-flight", type=int, default=5)
+    w.set_defaults(run=wire_produce)
+    t = modes.add_parser("create-topic")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--topic", required=True)
+    t.add_argument("--partitions", type=int, default=1)
+    t.set_defaults(run=create_topic)
+    e = modes.add_parser("embedded-start")
+    e.add_argument("--data-dir", required=True)
+    e.set_defaults(run=embedded_start)
+    args = parser.parse_args()
+    print(json.dumps(args.run(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Every scenario, in the order the harness runs and prints them.
+
+Adding one: write a module here with a `Scenario` object (see base.py and produce.py
+for the shape) and list it below. Numbering follows the issue:
+
+ 1 produce acks=1              2 produce idempotent acks=all   2w 2 from a raw wire client
+ 3 txn every 10 records        4 txn every 1000 records        5 consume read_uncommitted
+ 5c consume read_committed     6 commit latency p50/p99        7 start-up
+ 7r recovery after kill -9     8 Spark pipeline
+"""
+
+from __future__ import annotations
+
+from bench.scenarios import consume, pipeline, produce, startup, transactions
+from bench.scenarios.base import Scenario
+
+SCENARIOS: list[Scenario] = [
+    produce.PLAIN,
+    produce.IDEMPOTENT,
+    produce.WIRE_IDEMPOTENT,
+    transactions.EVERY_10,
+    transactions.EVERY_1000,
+    consume.READ_UNCOMMITTED,
+    consume.READ_COMMITTED,
+    transactions.COMMIT_LATENCY,
+    startup.STARTUP,
+    startup.RECOVERY,
+    pipeline.PIPELINE,
+]
+
+BY_ID = {scenario.id: scenario for scenario in SCENARIOS}

@@ -1,0 +1,79 @@
+"""Scenarios 3, 4 and 6: transactional produce (oncelog only; tansu is not
+transaction-correct).
+
+3. a transaction every 10 records: commit-bound, measures the coordinator round trips.
+4. a transaction every 1000 records: close to idempotent produce plus one commit per batch.
+6. commit latency: p50 / p99 of `commit_transaction()` over transactions of 100 records.
+
+Not available until the broker implements the transactional produce APIs
+(AddPartitionsToTxn and EndTxn): `unavailable_reason` asks the handler registry, so
+these scenarios switch on by themselves when the coordinator lands. The load (confluent-kafka's transactional producer, `loadgen.py produce --transactional-id`)
+is already written; check its figures by hand the first time it runs.
+"""
+
+from __future__ import annotations
+
+from bench.peers import ONCELOG
+from bench.scenarios.base import (
+    THROUGHPUT_EXTRAS,
+    Metric,
+    Scenario,
+    Settings,
+    load_phase,
+    loadgen,
+    running,
+    throughput_metrics,
+    transactional_apis_missing,
+)
+
+TOPIC = "bench-transactions"
+
+
+class TransactionalProduceScenario(Scenario):
+    supports_baseline = True
+    peers = (ONCELOG,)
+
+    def __init__(self, scenario_id: str, title: str, *, transaction_size: int, metrics: tuple[Metric, ...],
+                 compare_with_limits: tuple[str, ...] = ()) -> None:
+        self.id = scenario_id
+        self.title = title
+        self.transaction_size = transaction_size
+        self.metrics = metrics
+        self.compare_with_limits = compare_with_limits
+
+    def unavailable_reason(self, settings: Settings) -> str | None:
+        return transactional_apis_missing()
+
+    def run_once(self, peer: str, settings: Settings) -> dict[str, float]:
+        # Commit-bound runs would take minutes at full size: cap the transaction count.
+        messages = min(settings.messages, self.transaction_size * 2000)
+        with running(peer, settings) as (bootstrap, target):
+            loadgen("create-topic", "--bootstrap", bootstrap, "--topic", TOPIC, "--partitions", settings.partitions)
+            with load_phase(target, settings, f"scenario{self.id}", messages * settings.value_size / 1e6) as phase:
+                load = loadgen("produce", "--bootstrap", bootstrap, "--topic", TOPIC, "--messages", messages,
+                               "--size", settings.value_size, "--acks", "all",
+                               "--transactional-id", f"bench-{self.id}",
+                               "--transaction-size", self.transaction_size)
+        figures = throughput_metrics(load, phase)
+        for key in ("commit_p50_ms", "commit_p99_ms"):
+            figures[key] = load[key]
+        return figures
+
+
+_COMMIT_LATENCY = (
+    Metric("commit_p50_ms", "commit p50 ms", higher_is_better=False),
+    Metric("commit_p99_ms", "commit p99 ms", higher_is_better=False),
+)
+
+EVERY_10 = TransactionalProduceScenario(
+    "3", "transactional produce, commit every 10 records", transaction_size=10,
+    metrics=(Metric("msg_per_s", "msg/s"), *THROUGHPUT_EXTRAS),
+)
+EVERY_1000 = TransactionalProduceScenario(
+    "4", "transactional produce, commit every 1000 records", transaction_size=1000,
+    metrics=(Metric("msg_per_s", "msg/s"), *THROUGHPUT_EXTRAS), compare_with_limits=("loopback", "pagecache", "disk"),
+)
+COMMIT_LATENCY = TransactionalProduceScenario(
+    "6", "commit latency, transactions of 100 records", transaction_size=100,
+    metrics=(*_COMMIT_LATENCY, Metric("msg_per_s", "msg/s")),
+)
