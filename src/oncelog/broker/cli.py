@@ -53,11 +53,12 @@ def run_start(args: argparse.Namespace) -> int:
         loop.run_until_complete(broker.start())
     except (ConfigError, OSError) as error:
         raise CommandError(f"cannot start broker: {error}") from None
-    # The address line is the broker's handshake with scripts and test harnesses.
-    print(f"oncelog broker {broker.node_id} listening on {broker.host}:{broker.port}", flush=True)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # The address line is the broker's handshake with scripts and test harnesses: a
+    # SIGTERM sent as soon as it appears must already stop the broker cleanly.
+    print(f"oncelog broker {broker.node_id} listening on {broker.host}:{broker.port}", flush=True)
     loop.run_until_complete(stop.wait())
     loop.run_until_complete(broker.stop())
     loop.close()

@@ -78,6 +78,7 @@ class FaultProxy:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # gather() below looks the thread's loop up
             self._loop = loop
 
             async def serve() -> None:
