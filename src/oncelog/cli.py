@@ -19,7 +19,7 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from oncelog.admin import console, demo, groups, producers, topics, transactions
+    from oncelog.admin import chaos, console, demo, groups, producers, topics, transactions
     from oncelog.broker import cli as broker_cli
 
     parser = argparse.ArgumentParser(
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     producers.register(commands)
     transactions.register(commands)
     demo.register(commands)
+    chaos.register(commands)
     return parser
 
 

@@ -347,3 +347,26 @@ def test_group_offset_committed_in_an_aborted_transaction_must_not_be_observed()
     anomalies = check(ops).anomalies()["group_offsets_not_atomic"]
     assert check(ops).found() == {"group_offsets_not_atomic": 2}
     assert any(commit in a.records and "last committed transaction committed 2" in a.description for a in anomalies)
+
+
+def test_a_retried_transaction_writing_the_same_values_does_not_make_the_aborted_attempt_committed():
+    """Regression (10-minute soak): the consume-transform-produce loop's transaction 0
+    committed offset 2 but its commit raised (unknown) and it was aborted when the
+    producer was re-created; transaction 1 wrote the same output values again and
+    committed offset 1. Only polls attributed to a send make its transaction committed."""
+    b = Builder()
+    rc = "read_committed"
+    t0, t1 = ("ctp", 0), ("ctp", 1)
+    b.send("ctp", "out", 0, "out:in:0", 0, txn=t0)
+    b.send("ctp", "out", 0, "out:in:1", 1, txn=t0)
+    b.ops.append(GroupOffsetCommit(group="g", topic="in", partition=0, offset=2, txn_id="ctp", txn_seq=0))
+    b.outcome("ctp", t0, "unknown")
+    b.send("ctp", "out", 0, "out:in:0", 3, txn=t1)  # after the ABORT marker at offset 2
+    b.ops.append(GroupOffsetCommit(group="g", topic="in", partition=0, offset=1, txn_id="ctp", txn_seq=1))
+    b.outcome("ctp", t1, "commit")
+    b.ops.append(Transform(client="ctp", input_value="in:0", output_value="out:in:0", time=b.now()))
+    b.ops.append(Transform(client="ctp", input_value="in:1", output_value="out:in:1", time=b.now()))
+    b.final_read("final-rc", rc, {("out", 0): (5, [(3, "out:in:0")])})
+    b.ops.append(GroupOffsetObservation(group="g", topic="in", partition=0, offset=1, time=b.now()))
+    report = check(History(b.ops))
+    assert "group_offsets_not_atomic" not in report.found(), report.summary()

@@ -273,7 +273,10 @@ class _History:
             return "unknown"
         committed_reads = self.final_reads_of("read_committed")
         for read in committed_reads:
-            if any(self.visible(read, send) for send in sends):
+            # Attributed polls only: a retried transaction may write the same values again,
+            # and those copies must not make the aborted first attempt look committed.
+            if any(send in self.attributed(poll) for send in sends
+                   for poll in read.polls_of(_tp(send), send.value)):
                 return "commit"
         last_event = max([s.time for s in sends] + [o.time for o in self.txn_outcomes.get(key, [])])
         for read in committed_reads:

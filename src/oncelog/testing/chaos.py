@@ -1,0 +1,922 @@
+"""`oncelog chaos`: a soak run under broker kills and lost responses, judged by the
+history checker.
+
+    result = run_chaos(ChaosSettings(duration=60, kills_per_minute=30))
+    print(result.report.summary()); assert result.ok
+
+One run, in this order:
+
+1. A broker process (`BrokerProcess`, log.dirs in a temporary directory unless given)
+   behind a `FaultProxy`. The broker advertises the proxy's address, so every client
+   talks only to the proxy, and every connection dies with the broker.
+2. Setup without faults: the topics (`chaos`, `chaos-in`, `chaos-out`, 3 partitions
+   each) and the consume-transform-produce input, seeded in committed transactions.
+3. The chaos phase, `duration` seconds. Concurrent workers (threads, each with its own
+   confluent-kafka clients, all recording into one `History`):
+   - two transactional writers on `chaos`, committing most transactions and aborting
+     some, recreating their producer (same transactional id) after fatal errors;
+   - an idempotent writer on `chaos`;
+   - a read_committed and a read_uncommitted tailing consumer on all three topics;
+   - a consume-transform-produce loop `chaos-in` -> `chaos-out` (group consumer with
+     static membership, `send_offsets_to_transaction`, Transform records, some
+     transactions aborted on purpose; every failed transaction rewinds the input to
+     the group's committed offsets by recreating the consumer);
+   - the killer: kill -9 of the broker at random moments within evenly spaced slots
+     (about `kills_per_minute`), restarted on the same port and log.dirs;
+   - the proxy drops a fraction `drop_rate` of the Produce, AddPartitionsToTxn, EndTxn
+     and TxnOffsetCommit responses, closing their connections, and delays half as many.
+4. The end: the killer stops (the broker left running), the proxy stops injecting,
+   the workers end their open transactions and close; the run waits until the
+   coordinator lists no open transaction and every partition's last stable offset has
+   reached its high watermark (abandoned transactions time out: the cleanup interval is
+   500 ms), then takes the final reads (read_committed and read_uncommitted, offset 0 to
+   the end offsets) and the group's committed offsets, and runs `check(history)`.
+
+Every loop is bounded in count and in time; all traffic goes to 127.0.0.1. A worker
+that fails in an unexpected way (a bug of this harness, not a Kafka error) fails the
+run: the history would not mean what it claims.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka import KafkaException
+
+from oncelog.testing.checker import Report, check
+from oncelog.testing.history import (
+    FinalReadIncomplete,
+    History,
+    Poll,
+    RecordingConsumer,
+    RecordingProducer,
+    RecordingTransactionalProducer,
+    observe_group_offsets,
+    read_all,
+)
+from oncelog.testing.process import BrokerProcess
+from oncelog.testing.proxy import FaultPolicy, FaultProxy
+
+TOPIC = "chaos"
+INPUT_TOPIC = "chaos-in"
+OUTPUT_TOPIC = "chaos-out"
+TOPICS = (TOPIC, INPUT_TOPIC, OUTPUT_TOPIC)
+PARTITIONS = 3
+CTP_GROUP = "chaos-ctp"
+CTP_TRANSACTIONAL_ID = "chaos-ctp"
+
+# Kafka API keys whose responses the proxy may drop.
+PRODUCE, ADD_PARTITIONS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 0, 24, 26, 28
+FAULTED_APIS = frozenset({PRODUCE, ADD_PARTITIONS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
+
+TRANSACTION_TIMEOUT_MS = 10_000
+BROKER_CONFIG = {
+    # Abandoned transactions are aborted soon after their timeout, so the end of the run
+    # does not wait for Kafka's 10 s cleanup period.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": str(PARTITIONS),
+    # Few internal partitions: less to load after each kill, so restarts stay short.
+    "offsets.topic.num.partitions": "5",
+    "transaction.state.log.num.partitions": "5",
+}
+
+# Client settings for a broker that vanishes every few seconds: reconnect quickly, give
+# up on a dropped response after a few seconds instead of a minute.
+CLIENT_BASE = {
+    "reconnect.backoff.ms": 20,
+    "reconnect.backoff.max.ms": 250,
+    "retry.backoff.ms": 50,
+    "retry.backoff.max.ms": 250,
+    "socket.timeout.ms": 5000,
+    "socket.connection.setup.timeout.ms": 3000,
+    "topic.metadata.refresh.interval.ms": 5000,
+    # librdkafka re-bootstraps when its only broker goes away, decommissioning the broker
+    # it had cached as group coordinator; send_offsets_to_transaction then waits for a
+    # state change of that dead broker and hangs past its timeout until the coordinator
+    # fences the producer (librdkafka issues 5511 and 5456). One broker on one address
+    # gains nothing from re-bootstrapping.
+    "metadata.recovery.strategy": "none",
+    "log_level": 2,  # librdkafka logs every refused connection at level 3
+}
+PRODUCER_BASE = {
+    **CLIENT_BASE,
+    "linger.ms": 5,
+    "request.timeout.ms": 3000,
+    "acks": "all",
+}
+
+# Bounds: no loop runs past its deadline or its count.
+MAX_TRANSACTIONS_PER_WRITER = 200_000
+MAX_IDEMPOTENT_BURSTS = 1_000_000
+MAX_CONSUMER_POLLS = 10_000_000
+MAX_END_ATTEMPTS = 8
+CALL_TIMEOUT_S = 10.0
+WIND_DOWN_S = 60.0
+TRANSACTIONS_END_TIMEOUT_S = TRANSACTION_TIMEOUT_MS / 1000 + 50.0
+
+
+class ChaosError(Exception):
+    """The run could not be carried out (the broker did not come back, a worker crashed):
+    no verdict on the broker's consistency is possible."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosSettings:
+    duration: float  # seconds of chaos (kills and faults)
+    seed: int = 1
+    kills_per_minute: float = 10.0
+    drop_rate: float = 0.05
+    data_dir: Path | None = None
+    history_path: Path | None = None
+    abort_fraction: float = 0.2  # transactions aborted on purpose
+    progress_interval: float = 10.0
+
+
+@dataclass(slots=True)
+class ChaosResult:
+    report: Report
+    history: History
+    kills: int
+    proxy_stats: Counter
+    events: Counter  # worker counters: recreated producers, rewinds, ...
+    problems: list[str] = field(default_factory=list)  # failures outside the checker's rules
+
+    @property
+    def faults_injected(self) -> int:
+        return sum(self.proxy_stats.get(kind, 0) for kind in ("drop", "drop_and_close", "delay"))
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and not self.problems
+
+    def counts_line(self) -> str:
+        s = self.report.stats
+        polls = sum(1 for op in self.history.operations if type(op) is Poll)
+        return (
+            f"counts: operations={s.get('operations', 0)} sends_acknowledged={s.get('acked', 0)} "
+            f"txns_committed={s.get('committed_txns', 0)} txns_aborted={s.get('aborted_txns', 0)} "
+            f"txns_unknown={s.get('unknown_txns', 0)} polls={polls} broker_kills={self.kills} "
+            f"proxy_faults={self.faults_injected} (drop={self.proxy_stats.get('drop', 0)} "
+            f"drop_and_close={self.proxy_stats.get('drop_and_close', 0)} delay={self.proxy_stats.get('delay', 0)} "
+            f"of {sum(self.proxy_stats.get(k, 0) for k in ('drop', 'drop_and_close', 'delay', 'forward'))} "
+            f"targeted responses)"
+        )
+
+    def events_line(self) -> str:
+        return "events: " + " ".join(f"{name}={count}" for name, count in sorted(self.events.items()))
+
+
+# ---------------------------------------------------------------------------------------
+# Shared state of a run.
+
+
+class RunState:
+    """What every thread of one run shares: the history, the stop signal, counters."""
+
+    def __init__(self, history: History, bootstrap: str, seed: int) -> None:
+        self.history = history
+        self.bootstrap = bootstrap
+        self.stop = threading.Event()
+        self.events: Counter[str] = Counter()
+        self.failures: list[str] = []
+        self._lock = threading.Lock()
+        self._seeds = random.Random(seed)
+
+    def count(self, event: str, n: int = 1) -> None:
+        with self._lock:
+            self.events[event] += n
+
+    def fail(self, where: str, error: BaseException) -> None:
+        with self._lock:
+            self.failures.append(f"{where}: {''.join(traceback.format_exception(error)).rstrip()}")
+        self.stop.set()
+
+    def rng(self) -> random.Random:
+        """An independent, seeded generator for one thread."""
+        with self._lock:
+            return random.Random(self._seeds.getrandbits(64))
+
+
+def _kafka_error(error: BaseException):
+    """The KafkaError inside a KafkaException (None for anything else)."""
+    if isinstance(error, KafkaException) and error.args:
+        return error.args[0]
+    return None
+
+
+class _TransactionalProducer(RecordingTransactionalProducer):
+    """A recording transactional producer whose transactions are numbered from
+    `first_txn_seq`: a recreated producer (same transactional id) continues the
+    numbering, so (transactional id, txn seq) stays unique in the history."""
+
+    def __init__(self, history: History, config: Mapping[str, Any], *, client: str, first_txn_seq: int) -> None:
+        super().__init__(history, config, client=client)
+        self._txn_counter = itertools.count(first_txn_seq)
+
+    @property
+    def next_txn_seq(self) -> int:
+        return 0 if self.txn_seq is None else self.txn_seq + 1
+
+
+class TransactionalSession:
+    """One transactional id across producer incarnations: creates the producer, runs
+    `init_transactions`, ends transactions the way librdkafka's error classes demand,
+    and recreates the producer after fatal errors (the new one fences the old)."""
+
+    def __init__(self, run: RunState, transactional_id: str, name: str, extra: Mapping[str, Any] | None = None) -> None:
+        self.run = run
+        self.transactional_id = transactional_id
+        self.name = name
+        self.extra = dict(extra or {})
+        self.producer: _TransactionalProducer | None = None
+        self.incarnation = 0
+        self.next_txn_seq = 0
+
+    def ready(self) -> _TransactionalProducer | None:
+        """The current producer, created and initialised if needed (None: gave up for
+        now, the caller retries; always None after stop)."""
+        if self.producer is not None:
+            return self.producer
+        if self.run.stop.is_set():
+            return None
+        producer = _TransactionalProducer(self.run.history, {
+            **PRODUCER_BASE,
+            "bootstrap.servers": self.run.bootstrap,
+            "transactional.id": self.transactional_id,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            **self.extra,
+        }, client=f"{self.name}.{self.incarnation}", first_txn_seq=self.next_txn_seq)
+        self.incarnation += 1
+        self.run.count(f"{self.name}.producers_created")
+        for _attempt in range(MAX_END_ATTEMPTS):
+            if self.run.stop.is_set():
+                break
+            try:
+                producer.init_transactions(CALL_TIMEOUT_S)
+                self.producer = producer
+                return producer
+            except KafkaException as error:
+                kafka_error = error.args[0]
+                self.run.count(f"{self.name}.init_errors")
+                if kafka_error.fatal() or not kafka_error.retriable():
+                    break
+        self._discard(producer)
+        return None
+
+    def discard(self) -> None:
+        """Drop the current producer (after a fatal error): the next `ready()` makes a new
+        one, whose init_transactions aborts or completes what the old one left open."""
+        if self.producer is not None:
+            self.run.count(f"{self.name}.producers_recreated")
+            producer, self.producer = self.producer, None
+            self._discard(producer)
+
+    def _discard(self, producer: _TransactionalProducer) -> None:
+        self.next_txn_seq = max(self.next_txn_seq, producer.next_txn_seq)
+        _close_quietly(producer, purge=True)
+
+    def end(self, commit: bool) -> str:
+        """Commit (or abort) the open transaction: "commit", "abort", or "failed" (the
+        producer was discarded; the outcome is for the checker to find out). Retriable
+        errors retry the same call; an abortable one turns a commit into an abort."""
+        producer = self.producer
+        assert producer is not None
+        for _attempt in range(MAX_END_ATTEMPTS):
+            try:
+                if commit:
+                    producer.commit_transaction(CALL_TIMEOUT_S)
+                else:
+                    producer.abort_transaction(CALL_TIMEOUT_S)
+                return "commit" if commit else "abort"
+            except KafkaException as error:
+                kafka_error = error.args[0]
+                self.run.count(f"{self.name}.{'commit' if commit else 'abort'}_errors")
+                if kafka_error.fatal():
+                    break
+                if kafka_error.txn_requires_abort():
+                    commit = False
+                elif not kafka_error.retriable():
+                    break
+        self.discard()
+        return "failed"
+
+    def abandon(self, error: KafkaException | BufferError) -> str:
+        """After an error inside a transaction (produce, send_offsets): abort it, or
+        discard the producer if the error is fatal or the abort fails."""
+        kafka_error = _kafka_error(error)
+        if kafka_error is not None and kafka_error.fatal():
+            self.discard()
+            return "failed"
+        return self.end(commit=False)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            producer, self.producer = self.producer, None
+            self.next_txn_seq = max(self.next_txn_seq, producer.next_txn_seq)
+            _close_quietly(producer)
+
+
+def _close_quietly(producer: RecordingProducer, purge: bool = False) -> None:
+    """Close a producer that may be in a fatal state (its flush raises then); records
+    without a delivery report are recorded as indeterminate either way."""
+    if purge:
+        try:
+            producer.producer.purge()  # undelivered records: reported as failed, not left hanging
+        except KafkaException:
+            pass  # a producer in a fatal state may report it here; close() below still records
+    for attempt in range(3):
+        try:
+            producer.close(timeout=3 if purge else CALL_TIMEOUT_S)
+            return
+        except KafkaException:
+            # confluent-kafka raises a fatal error once, from whichever call comes next;
+            # closing again flushes and records the leftovers.
+            if attempt == 2:
+                raise
+
+
+def _close_consumer(consumer: RecordingConsumer) -> None:
+    try:
+        consumer.close()
+    except KafkaException:
+        pass  # closing after a fatal error may report it again
+
+
+def _send(producer: RecordingProducer, topic: str, *, value: str | None = None, partition: int | None = None,
+          attempts: int = 50) -> str:
+    """`producer.send`, waiting out a full local queue (bounded)."""
+    for _attempt in range(attempts - 1):
+        try:
+            return producer.send(topic, value, partition=partition)
+        except BufferError:
+            producer.poll(0.05)
+    return producer.send(topic, value, partition=partition)
+
+
+# ---------------------------------------------------------------------------------------
+# Workers.
+
+
+class Worker(threading.Thread):
+    """A thread whose unexpected exception fails the run (and stops the others)."""
+
+    def __init__(self, run: RunState, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.run_state = run
+        self.rng = run.rng()
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as error:
+            self.run_state.fail(self.name, error)
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+
+class TransactionalWriter(Worker):
+    """Transactions of 1-8 records on random partitions of `chaos`; a fraction is aborted
+    on purpose (half of those after a flush, so the aborted records are in the log)."""
+
+    def __init__(self, run: RunState, name: str, transactional_id: str, abort_fraction: float) -> None:
+        super().__init__(run, name)
+        self.session = TransactionalSession(run, transactional_id, name)
+        self.abort_fraction = abort_fraction
+
+    def work(self) -> None:
+        run, session = self.run_state, self.session
+        try:
+            for _ in range(MAX_TRANSACTIONS_PER_WRITER):
+                if run.stop.is_set():
+                    break
+                producer = session.ready()
+                if producer is None:
+                    run.stop.wait(0.2)
+                    continue
+                try:
+                    producer.begin_transaction()
+                except KafkaException:
+                    session.discard()
+                    continue
+                try:
+                    for _record in range(self.rng.randint(1, 8)):
+                        _send(producer, TOPIC, partition=self.rng.randrange(PARTITIONS))
+                    producer.poll(0)
+                    commit = self.rng.random() >= self.abort_fraction
+                    if not commit and self.rng.random() < 0.5:
+                        producer.flush(CALL_TIMEOUT_S)
+                except (KafkaException, BufferError) as error:
+                    run.count(f"{self.name}.send_errors")
+                    outcome = session.abandon(error)
+                else:
+                    outcome = session.end(commit)
+                run.count(f"{self.name}.{outcome}")
+                run.stop.wait(self.rng.uniform(0, 0.05))
+        finally:
+            session.close()
+
+
+class IdempotentWriter(Worker):
+    """Bursts of 1-5 records to `chaos` through an idempotent producer, about 20 bursts
+    a second; a fatal error recreates the producer (under a new client name)."""
+
+    def work(self) -> None:
+        run = self.run_state
+        incarnation = 0
+        fatal = threading.Event()
+
+        def on_error(error) -> None:
+            if error.fatal():
+                fatal.set()
+
+        def create() -> RecordingProducer:
+            nonlocal incarnation
+            producer = RecordingProducer(run.history, {
+                **PRODUCER_BASE,
+                "bootstrap.servers": run.bootstrap,
+                "enable.idempotence": True,
+                "message.timeout.ms": 30_000,
+                "error_cb": on_error,
+            }, client=f"{self.name}.{incarnation}")
+            incarnation += 1
+            return producer
+
+        producer = create()
+        try:
+            for _ in range(MAX_IDEMPOTENT_BURSTS):
+                if run.stop.is_set():
+                    break
+                if fatal.is_set():
+                    run.count(f"{self.name}.producers_recreated")
+                    _close_quietly(producer, purge=True)
+                    fatal.clear()
+                    producer = create()
+                for _record in range(self.rng.randint(1, 5)):
+                    try:
+                        _send(producer, TOPIC)
+                    except BufferError:
+                        run.count(f"{self.name}.queue_full")
+                    except KafkaException:
+                        run.count(f"{self.name}.send_errors")
+                try:
+                    producer.poll(0)
+                except KafkaException as error:  # confluent-kafka raises a fatal error from poll
+                    if not error.args[0].fatal():
+                        raise
+                    fatal.set()
+                run.stop.wait(0.05)
+        finally:
+            _close_quietly(producer)
+
+
+class TailingConsumer(Worker):
+    """Reads every partition of the three topics from offset 0 for the whole run, with
+    one isolation level."""
+
+    def __init__(self, run: RunState, name: str, isolation: str) -> None:
+        super().__init__(run, name)
+        self.isolation = isolation
+
+    def work(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        run = self.run_state
+        consumer = RecordingConsumer(run.history, {
+            **CLIENT_BASE,
+            "bootstrap.servers": run.bootstrap,
+            "group.id": f"chaos-tail-{self.name}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": self.isolation,
+            "fetch.wait.max.ms": 100,
+        }, client=self.name)
+        try:
+            consumer.assign([TopicPartition(topic, p, 0) for topic in TOPICS for p in range(PARTITIONS)])
+            for _ in range(MAX_CONSUMER_POLLS):
+                if run.stop.is_set():
+                    break
+                try:
+                    consumer.consume(500, timeout=0.2)
+                except KafkaException:
+                    run.count(f"{self.name}.consume_errors")
+                    run.stop.wait(0.1)
+        finally:
+            _close_consumer(consumer)
+
+
+class TransformLoop(Worker):
+    """Consume-transform-produce from `chaos-in` to `chaos-out`, exactly once.
+
+    Each input record's output is derived from its value (`out:<value>`) and written to
+    the same partition number, so a retried transaction writes the same output again.
+    A transaction holds the batch's outputs and the next input offsets
+    (`send_offsets_to_transaction`). After any transaction that did not commit, the
+    consumer is recreated (static membership: it takes over the partitions at once) and
+    resumes from the group's committed offsets, which the broker returns only once no
+    transaction holds them pending.
+    """
+
+    def __init__(self, run: RunState, name: str, abort_fraction: float) -> None:
+        super().__init__(run, name)
+        self.session = TransactionalSession(run, CTP_TRANSACTIONAL_ID, name)
+        self.abort_fraction = abort_fraction
+        self.consumer_incarnation = 0
+
+    def new_consumer(self) -> RecordingConsumer:
+        consumer = RecordingConsumer(self.run_state.history, {
+            **CLIENT_BASE,
+            "bootstrap.servers": self.run_state.bootstrap,
+            "group.id": CTP_GROUP,
+            "group.instance.id": f"{self.name}-member",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+            # Fetches of about one input batch (5 records) per partition interleave the
+            # partitions; with large ones every batch of ten comes from the partition
+            # fetched first, and the frequent rewinds would never get past it.
+            "max.partition.fetch.bytes": 256,
+        }, client=f"{self.name}-consumer.{self.consumer_incarnation}")
+        self.consumer_incarnation += 1
+        consumer.subscribe([INPUT_TOPIC])
+        return consumer
+
+    def work(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        run, session = self.run_state, self.session
+        consumer = self.new_consumer()
+        try:
+            for _ in range(MAX_TRANSACTIONS_PER_WRITER * 10):
+                if run.stop.is_set():
+                    break
+                producer = session.ready()
+                if producer is None:
+                    run.stop.wait(0.2)
+                    continue
+                try:
+                    messages = consumer.consume(self.rng.randint(1, 10), timeout=0.3)
+                except KafkaException:  # a fatal consumer error, e.g. a fenced static member
+                    run.count(f"{self.name}.consume_errors")
+                    _close_consumer(consumer)
+                    consumer = self.new_consumer()
+                    continue
+                records = [m for m in messages if m.error() is None]
+                if not records:
+                    continue
+                outcome = "failed"
+                try:
+                    producer.begin_transaction()
+                except KafkaException:
+                    session.discard()
+                else:
+                    try:
+                        next_offsets: dict[int, int] = {}
+                        for message in records:
+                            input_value = message.value().decode()
+                            output_value = f"out:{input_value}"
+                            run.history.record_transform(producer.client, input_value, output_value)
+                            _send(producer, OUTPUT_TOPIC, value=output_value, partition=message.partition())
+                            next_offsets[message.partition()] = max(next_offsets.get(message.partition(), 0),
+                                                                    message.offset() + 1)
+                        producer.send_offsets(
+                            [TopicPartition(INPUT_TOPIC, p, offset) for p, offset in sorted(next_offsets.items())],
+                            consumer, CTP_GROUP, CALL_TIMEOUT_S)
+                        commit = self.rng.random() >= self.abort_fraction
+                    except (KafkaException, BufferError) as error:
+                        run.count(f"{self.name}.txn_errors")
+                        outcome = session.abandon(error)
+                    else:
+                        outcome = session.end(commit)
+                run.count(f"{self.name}.{outcome}")
+                if outcome != "commit":
+                    # The batch's inputs go back to the committed offsets.
+                    run.count(f"{self.name}.rewinds")
+                    _close_consumer(consumer)
+                    consumer = self.new_consumer()
+        finally:
+            session.close()
+            _close_consumer(consumer)
+
+
+class BrokerKiller(threading.Thread):
+    """kill -9 of the broker at a random moment in each of `planned` equal slots of the
+    chaos phase, restarted at once (after up to 300 ms down) on the same port and
+    log.dirs. A broker that does not come back fails the run."""
+
+    MIN_UPTIME_S = 0.3
+    RESTART_ATTEMPTS = 3
+
+    def __init__(self, run: RunState, broker: BrokerProcess, planned: int, duration: float,
+                 log: Callable[[str], None]) -> None:
+        super().__init__(name="killer", daemon=True)
+        self.run_state = run
+        self.broker = broker
+        self.planned = planned
+        self.duration = duration
+        self.rng = run.rng()
+        self.kills = 0
+        self.restart_seconds: list[float] = []
+        self.finished = threading.Event()  # set when no kill will happen any more
+        self.log = log
+
+    def run(self) -> None:
+        try:
+            self._kill_on_schedule()
+        except BaseException as error:
+            self.run_state.fail("killer", error)
+        finally:
+            self.finished.set()
+
+    def _kill_on_schedule(self) -> None:
+        start = time.monotonic()
+        slot = self.duration / max(self.planned, 1)
+        last_ready = start
+        for index in range(self.planned):
+            moment = max(start + slot * (index + self.rng.uniform(0.1, 0.9)), last_ready + self.MIN_UPTIME_S)
+            if moment >= start + self.duration or self.run_state.stop.wait(max(0.0, moment - time.monotonic())):
+                break
+            self.broker.kill()
+            self.kills += 1
+            self.run_state.stop.wait(self.rng.uniform(0, 0.3))  # down a moment; restarted even on stop
+            began = time.monotonic()
+            self._restart()
+            last_ready = time.monotonic()
+            self.restart_seconds.append(last_ready - began)
+
+    def _restart(self) -> None:
+        for attempt in range(1, self.RESTART_ATTEMPTS + 1):
+            try:
+                self.broker.start(timeout=60)
+                return
+            except RuntimeError as error:
+                self.log(f"chaos: broker restart {attempt} after kill {self.kills} failed: {error}")
+        raise ChaosError(f"the broker did not restart after kill {self.kills}; its log: {self.broker.log_path}")
+
+
+# ---------------------------------------------------------------------------------------
+# The run.
+
+
+def _create_topics(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({**CLIENT_BASE, "bootstrap.servers": bootstrap})
+    for topic, future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in TOPICS]).items():
+        try:
+            future.result(30)
+        except KafkaException as error:
+            raise ChaosError(f"cannot create topic {topic}: {error}") from None
+
+
+def _seed_inputs(history: History, bootstrap: str, count: int) -> None:
+    """`count` input records for the transform loop, committed in transactions of up to
+    1000 (so the input holds commit markers as a transactional source's would)."""
+    producer = RecordingTransactionalProducer(history, {
+        **PRODUCER_BASE, "bootstrap.servers": bootstrap, "transactional.id": "chaos-seed",
+        # Small batches: the loop's small fetches then bring a few records of every
+        # partition (a batch larger than max.partition.fetch.bytes comes only for the
+        # first partition of a fetch, and the loop rewinds often).
+        "batch.num.messages": 5,
+    }, client="seed")
+    try:
+        producer.init_transactions(30)
+        written = 0
+        while written < count:
+            producer.begin_transaction()
+            for _ in range(min(1000, count - written)):
+                _send(producer, INPUT_TOPIC, partition=written % PARTITIONS)
+                written += 1
+            producer.commit_transaction(60)
+    except (KafkaException, BufferError) as error:
+        raise ChaosError(f"cannot seed the transform loop's input: {error}") from None
+    finally:
+        producer.close(timeout=30)
+
+
+def _open_transactions(bootstrap: str) -> list[str] | None:
+    """Transactions the coordinator still has open (None: could not ask)."""
+    from oncelog.admin.transactions import Cluster
+    from oncelog.cli import CommandError
+
+    try:
+        with Cluster(bootstrap) as cluster:
+            listings = cluster.list_transactions()
+    except (CommandError, OSError, ValueError):
+        return None
+    settled = {"Empty", "CompleteCommit", "CompleteAbort", "Dead"}
+    return [f"{s.transactional_id}={s.transaction_state}" for _node, s in listings
+            if s.transaction_state not in settled]
+
+
+def _unstable_partitions(bootstrap: str) -> dict[str, tuple[int, int]] | None:
+    """Partitions whose last stable offset is below the high watermark: {name: (lso, hw)}
+    (None: could not ask)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    ends: dict[str, dict[str, int]] = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = Consumer({**CLIENT_BASE, "bootstrap.servers": bootstrap, "group.id": "chaos-watermarks",
+                             "isolation.level": isolation})
+        try:
+            ends[isolation] = {
+                f"{topic}-{p}": consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)[1]
+                for topic in TOPICS for p in range(PARTITIONS)
+            }
+        except KafkaException:
+            return None
+        finally:
+            consumer.close()
+    return {name: (lso, ends["read_uncommitted"][name]) for name, lso in ends["read_committed"].items()
+            if lso != ends["read_uncommitted"][name]}
+
+
+def _wait_for_transactions_to_end(bootstrap: str, timeout: float) -> str | None:
+    """Wait until no transaction is open anywhere; the problem if that never happens."""
+    deadline = time.monotonic() + timeout
+    last = "no answer from the broker"
+    while time.monotonic() < deadline:
+        open_transactions = _open_transactions(bootstrap)
+        unstable = _unstable_partitions(bootstrap) if open_transactions == [] else None
+        if open_transactions == [] and unstable == {}:
+            return None
+        last = f"open transactions {open_transactions}, partitions with LSO < HW {unstable}"
+        time.sleep(0.5)
+    return f"transactions did not end within {timeout:.0f}s: {last}"
+
+
+def _stacks(threads: list[threading.Thread]) -> str:
+    frames = sys._current_frames()
+    return "\n".join(f"{thread.name}:\n{''.join(traceback.format_stack(frames[thread.ident]))}"
+                     for thread in threads if thread.ident in frames)
+
+
+def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
+    """Carry out one chaos run (see the module docstring); raises ChaosError when the run
+    itself could not be carried out."""
+
+    def log(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    temporary = None
+    if settings.data_dir is None:
+        temporary = tempfile.mkdtemp(prefix="oncelog-chaos-")
+        root = Path(temporary)
+    else:
+        root = Path(settings.data_dir)
+        root.mkdir(parents=True, exist_ok=True)
+    broker = BrokerProcess(root / "broker", BROKER_CONFIG)
+    # A dropped response always takes its connection with it: on a live connection later
+    # responses would still arrive, which TCP never does (an idempotent producer then
+    # takes a later acknowledgement for the earlier batch, and its retry of that batch
+    # is out of sequence, as with Apache Kafka). Half as many responses are delayed.
+    policy = FaultPolicy(api_keys=FAULTED_APIS, drop_response_and_close=settings.drop_rate,
+                         delay_response=settings.drop_rate / 2, delay_ms=300, seed=settings.seed, enabled=False)
+    proxy = FaultProxy(("127.0.0.1", broker.port), policy).start()
+    broker.config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
+    history = History()
+    run = RunState(history, proxy.address, settings.seed)
+    killer: BrokerKiller | None = None
+    workers: list[Worker] = []
+    problems: list[str] = []
+    clean = False  # a temporary directory is removed only after a clean run
+    try:
+        broker.start()
+        log(f"chaos: broker pid {broker.process.pid} on 127.0.0.1:{broker.port}, clients through the proxy at "
+            f"{proxy.address}; log.dirs {broker.data_dir}, broker log {broker.log_path}")
+        _create_topics(proxy.address)
+        inputs = max(2000, int(settings.duration * 60))
+        _seed_inputs(history, proxy.address, inputs)
+        planned = 0
+        if settings.kills_per_minute > 0:
+            planned = max(1, round(settings.kills_per_minute * settings.duration / 60))
+        log(f"chaos: {settings.duration:.0f}s, seed {settings.seed}, {planned} broker kills planned, "
+            f"drop rate {settings.drop_rate}, {inputs} input records seeded")
+
+        # -- the chaos phase --------------------------------------------------------------
+        policy.enabled = True
+        workers = [
+            TransactionalWriter(run, "tx1", "chaos-tx-1", settings.abort_fraction),
+            TransactionalWriter(run, "tx2", "chaos-tx-2", settings.abort_fraction),
+            IdempotentWriter(run, "idem"),
+            TailingConsumer(run, "tail-rc", "read_committed"),
+            TailingConsumer(run, "tail-ru", "read_uncommitted"),
+            TransformLoop(run, "ctp", settings.abort_fraction),
+        ]
+        for worker in workers:
+            worker.start()
+        killer = BrokerKiller(run, broker, planned, settings.duration, log)
+        if planned:
+            killer.start()
+        else:
+            killer.finished.set()
+        started = time.monotonic()
+        deadline = started + settings.duration
+        while not run.stop.is_set() and time.monotonic() < deadline:
+            run.stop.wait(min(settings.progress_interval, max(0.0, deadline - time.monotonic())))
+            faults = sum(proxy.stats[kind] for kind in ("drop", "drop_and_close", "delay"))
+            outcomes = " ".join(f"{name}={count}" for name, count in sorted(run.events.items())
+                                if name.endswith(("commit", "abort", "failed")))
+            log(f"chaos: t={time.monotonic() - started:.0f}s kills={killer.kills} faults={faults} "
+                f"operations={len(history)} {outcomes}")
+
+        # -- the end: no more kills or faults; workers finish; transactions end ---------------
+        run.stop.set()
+        killer.finished.wait(120)
+        if not killer.finished.is_set():
+            raise ChaosError("the killer did not stop within 120s")
+        if run.failures:
+            raise ChaosError("the run failed:\n" + "\n".join(run.failures))
+        if broker.process is None:
+            try:
+                broker.start(timeout=60)
+            except RuntimeError as error:
+                raise ChaosError(f"the broker did not restart: {error}") from None
+        policy.enabled = False
+        wind_down = time.monotonic() + WIND_DOWN_S
+        for worker in workers:
+            worker.join(max(0.1, wind_down - time.monotonic()))
+        stuck = [w for w in workers if w.is_alive()]
+        if stuck:
+            raise ChaosError(f"workers {[w.name for w in stuck]} did not stop within {WIND_DOWN_S:.0f}s; "
+                             f"where they are:\n{_stacks(stuck)}")
+        if run.failures:
+            raise ChaosError("a worker failed:\n" + "\n".join(run.failures))
+        log(f"chaos: writers stopped after {killer.kills} kills; waiting for every transaction to end")
+        problem = _wait_for_transactions_to_end(proxy.address, TRANSACTIONS_END_TIMEOUT_S)
+        if problem:
+            problems.append(problem)
+
+        # -- final reads and the verdict ---------------------------------------------------
+        for isolation in ("read_committed", "read_uncommitted"):
+            try:
+                read_all(history, proxy.address, list(TOPICS), isolation, client=f"final-{isolation}", timeout=120)
+            except FinalReadIncomplete as error:
+                problems.append(f"final read incomplete: {error}")
+        try:
+            observe_group_offsets(history, proxy.address, CTP_GROUP,
+                                  [(INPUT_TOPIC, p) for p in range(PARTITIONS)], timeout=30)
+        except RuntimeError as error:
+            problems.append(f"the group's committed offsets could not be read: {error}")
+        report = check(history)
+        if settings.history_path is not None:
+            history.dump(settings.history_path)
+        result = ChaosResult(report=report, history=history, kills=killer.kills, proxy_stats=Counter(proxy.stats),
+                             events=Counter(run.events), problems=problems)
+        clean = result.ok
+        return result
+    finally:
+        run.stop.set()
+        if killer is not None and killer.is_alive():
+            killer.finished.wait(60)
+        for worker in workers:
+            worker.join(5)
+        try:
+            broker.stop(timeout=30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        proxy.stop()
+        if settings.history_path is not None and not Path(settings.history_path).exists():
+            history.dump(settings.history_path)
+        if temporary is not None:
+            if clean:
+                shutil.rmtree(temporary, ignore_errors=True)
+            else:
+                log(f"chaos: kept the broker's log.dirs and log in {temporary} for inspection")
+
+
+def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 20) -> None:
+    """The verdict: the checker's summary, the counts, and for a failed run every
+    anomaly kind's first `examples` anomalies with their offending records."""
+    print(result.report.summary(), file=out)
+    print(result.counts_line(), file=out)
+    print(result.events_line(), file=out)
+    for problem in result.problems:
+        print(f"problem: {problem}", file=out)
+    if not result.report.ok:
+        print("anomalies and their records:", file=out)
+        for kind, anomalies in result.report.anomalies().items():
+            for anomaly in anomalies[:examples]:
+                print(f"  {anomaly}", file=out)
+                for record in anomaly.records:
+                    print(f"      {record}", file=out)
+            if len(anomalies) > examples:
+                print(f"  ... {len(anomalies) - examples} more {kind}", file=out)
+    print("chaos: OK" if result.ok else "chaos: FAILED", file=out, flush=True)

@@ -1,0 +1,64 @@
+"""`oncelog chaos`, the short version: a minute of broker kills (SIGKILL, about one every
+two seconds) and dropped responses under transactional, idempotent and
+consume-transform-produce clients; the history checker must find nothing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from oncelog.testing.checker import ANOMALY_KINDS
+from oncelog.testing.history import History, TxnOutcome
+
+SECONDS = 60
+KILLS_PER_MINUTE = 30  # 30 planned: slow restarts on a loaded machine still leave >= 20
+
+
+def run_chaos(tmp_path, *arguments: str, timeout: float) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "oncelog", "chaos", "--data-dir", str(tmp_path / "chaos"),
+               "--history", str(tmp_path / "history.jsonl"), *arguments]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          check=False)
+
+
+def field(output: str, name: str) -> int:
+    """The last `name=N` in the output (the verdict comes after the progress lines)."""
+    found = re.findall(rf"\b{re.escape(name)}=(\d+)", output)
+    assert found, f"{name}= is missing from the output:\n{output}"
+    return int(found[-1])
+
+
+def test_a_minute_of_broker_kills_and_dropped_responses_leaves_no_anomaly(tmp_path):
+    finished = run_chaos(tmp_path, "--seconds", str(SECONDS), "--kills-per-minute", str(KILLS_PER_MINUTE),
+                         "--seed", "7", timeout=240)
+    output = finished.stdout
+    report = f"exit {finished.returncode}\n{output}\n{finished.stderr[-3000:]}"
+    assert finished.returncode == 0, report
+    assert "verdict: OK" in output and "chaos: OK" in output, report
+    for kind in ANOMALY_KINDS:
+        assert field(output, kind) == 0, report
+    assert field(output, "broker_kills") >= 20, report
+    assert field(output, "txns_committed") > 0 and field(output, "txns_aborted") > 0, report
+    assert field(output, "proxy_faults") > 0 and field(output, "drop_and_close") > 0, report
+
+    # The history holds what the summary counted: every kind of client took part.
+    history = History.load(tmp_path / "history.jsonl")
+    assert len(history) == field(output, "operations")
+    writers = {o.client.split(".")[0] for o in history.of_type(TxnOutcome)}
+    assert {"tx1", "tx2", "ctp"} <= writers, writers
+    clients = {getattr(o, "client", "").split(".")[0] for o in history.operations}
+    assert {"idem", "tail-rc", "tail-ru", "final-read_committed", "final-read_uncommitted"} <= clients, clients
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--seconds", "0"], "longer than 0 seconds"),
+    (["--seconds", "5", "--drop-rate", "1.5"], "--drop-rate"),
+    (["--seconds", "5", "--kills-per-minute", "-1"], "--kills-per-minute"),
+])
+def test_chaos_refuses_settings_that_make_no_run(tmp_path, arguments, message):
+    finished = run_chaos(tmp_path, *arguments, timeout=60)
+    assert finished.returncode == 1
+    assert message in finished.stderr
