@@ -192,15 +192,15 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None) -> SourceOp
         subscription=subscription,
         starting_offsets=starting,
         ending_offsets=ending,
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger", None),
+        max_offsets_per_trigger=positive_int(options, "maxOffsetsPerTrigger", None),
         include_headers=_boolean(options, "includeHeaders", False),
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         isolation_level=isolation,
         group_id_prefix=options.get("groupidprefix", "spark-kafka-source"),
-        poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs", 120_000),
-        metadata_timeout_ms=_positive_int(options, "fetchOffset.timeoutMs", 30_000),
-        metadata_retries=_positive_int(options, "fetchOffset.numRetries", 3),
-        metadata_retry_interval_ms=_positive_int(options, "fetchOffset.retryIntervalMs", 10),
+        poll_timeout_ms=positive_int(options, "kafkaConsumer.pollTimeoutMs", 120_000),
+        metadata_timeout_ms=positive_int(options, "fetchOffset.timeoutMs", 30_000),
+        metadata_retries=positive_int(options, "fetchOffset.numRetries", 3),
+        metadata_retry_interval_ms=positive_int(options, "fetchOffset.retryIntervalMs", 10),
         client_settings=client_settings,
     )
 
@@ -324,16 +324,19 @@ def _client_settings(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(settings)
 
 
-def _positive_int(options: dict[str, str], name: str, default: int | None) -> int | None:
+def positive_int(options: Mapping[str, str], name: str, default: int | None,
+                 error: type[ValueError] = SourceOptionError) -> int | None:
+    """Option `name` (looked up lower-cased) as a positive integer; `error` names it when
+    it is not one (the sink passes its own error class)."""
     raw = options.get(name.lower())
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise SourceOptionError(f"option {name}={raw!r} is not an integer") from None
+        raise error(f"option {name}={raw!r} is not an integer") from None
     if value <= 0:
-        raise SourceOptionError(f"option {name}={raw!r} must be positive")
+        raise error(f"option {name}={raw!r} must be positive")
     return value
 
 

@@ -1,5 +1,6 @@
 """`format("oncelog")`: a Kafka-protocol source for Spark batch and streaming queries,
-through PySpark's Python Data Source API (no JVM connector jar).
+through PySpark's Python Data Source API (no JVM connector jar). Writing
+(`streamWriter`, `writer`) is delegated to oncelog.spark.sink.
 
 Where things run:
 - `OncelogDataSource` is created from the options on the driver (in Python workers Spark
@@ -81,6 +82,18 @@ class OncelogDataSource(DataSource):
         options = parse_options(self.options, streaming=True)
         _check_schema(schema, options)
         return OncelogStreamReader(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        """Driver: the exactly-once sink's writer for one micro-batch (oncelog.spark.sink)."""
+        from oncelog.spark.sink import stream_writer
+
+        return stream_writer(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        """Driver: the sink's writer for a batch `df.write.format("oncelog")`."""
+        from oncelog.spark.sink import batch_writer
+
+        return batch_writer(self.options, schema)
 
 
 def _check_schema(schema: StructType, options: SourceOptions) -> None:

@@ -1,0 +1,166 @@
+"""The sink's options, parsed once into a frozen, picklable `SinkOptions`, and the sink's
+errors. Names follow Spark's Kafka sink (`kafka.bootstrap.servers`, `topic`, `kafka.*`);
+`mode`, `transactionalIdPrefix`, `checkpointLocation` and `clusterTimeoutMs` are
+oncelog's. Spark hands options over lower-cased; any bad value is a `SinkOptionError`
+that names the option.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from oncelog.spark.errors import SourceError
+from oncelog.spark.options import positive_int
+
+PARTITION_MODE = "partition"
+BATCH_MODE = "batch"
+MODES = (PARTITION_MODE, BATCH_MODE)
+
+
+class SinkError(SourceError):
+    """Base class of the sink's errors."""
+
+
+class SinkOptionError(SinkError, ValueError):
+    """An option is missing, unknown, or has a value the sink cannot use."""
+
+
+class SinkWriteError(SinkError):
+    """Records could not be written or their transaction could not be ended."""
+
+
+_SUPPORTED = (
+    "kafka.bootstrap.servers",
+    "topic",
+    "mode",
+    "transactionalIdPrefix",
+    "checkpointLocation",
+    "clusterTimeoutMs",
+)
+_SUPPORTED_LOWER = {name.lower(): name for name in _SUPPORTED}
+# Options Spark's own DataStreamWriter/DataFrameWriter put into the map it hands over.
+_SPARK_WRITER_OPTIONS = {
+    "queryname", "path", "asyncprogresstrackingenabled", "asyncprogresstrackingcheckpointintervalms",
+}
+
+# Producer settings the sink owns.
+_FORBIDDEN_CLIENT_SETTINGS = {
+    "transactional.id": "the sink names its transactions (see transactionalIdPrefix)",
+    "enable.idempotence": "the sink's producers are always idempotent and transactional",
+    "key.serializer": "key and value are written as the binary or string columns give them",
+    "value.serializer": "key and value are written as the binary or string columns give them",
+}
+
+_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap_servers: str
+    topic: str | None
+    mode: str
+    transactional_id_prefix: str
+    checkpoint_location: Path | None
+    cluster_timeout_ms: int
+    # kafka.* options without the prefix (bootstrap.servers excluded), for confluent-kafka.
+    client_settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def cluster_timeout_s(self) -> float:
+        return self.cluster_timeout_ms / 1000
+
+    def producer_config(self, transactional_id: str) -> dict[str, object]:
+        config: dict[str, object] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            # Java's default partitioner, as Spark's Kafka sink uses, so keyed rows land
+            # where a Java producer would put them.
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+        }
+        config.update(dict(self.client_settings))
+        config.update({"transactional.id": transactional_id, "enable.idempotence": True})
+        return config
+
+    def common_client_config(self) -> dict[str, object]:
+        """Connection settings (security, client id, ...) for the sink's consumers and
+        admin clients, which must not get producer-only settings."""
+        shared = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.", "api.version", "connections.")
+        config: dict[str, object] = {"bootstrap.servers": self.bootstrap_servers}
+        config.update({key: value for key, value in self.client_settings if key.startswith(shared)})
+        return config
+
+
+def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:
+    options = {str(key).lower(): str(value) for key, value in raw.items()}
+    for key in options:
+        if not key.startswith("kafka.") and key not in _SUPPORTED_LOWER and key not in _SPARK_WRITER_OPTIONS:
+            raise SinkOptionError(
+                f"unknown option {key!r} for the oncelog sink; it takes {', '.join(_SUPPORTED)} and kafka.*"
+            )
+    bootstrap = options.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise SinkOptionError(
+            "option kafka.bootstrap.servers is required: host:port[,host:port...] of the cluster"
+        )
+    topic = options.get("topic", "").strip() or None
+    if topic is not None and not _TOPIC_NAME.fullmatch(topic):
+        raise SinkOptionError(f"option topic: {topic!r} is not a legal Kafka topic name")
+    mode = options.get("mode", PARTITION_MODE).strip().lower()
+    if mode not in MODES:
+        raise SinkOptionError(
+            f"option mode={options['mode']!r}: use partition (each task's rows atomic, any Kafka "
+            "2.5+ cluster) or batch (each micro-batch atomic, oncelog broker with 2PC)"
+        )
+    prefix = options.get("transactionalidprefix", "oncelog-sink").strip()
+    if not _PREFIX.fullmatch(prefix):
+        raise SinkOptionError(
+            f"option transactionalIdPrefix={prefix!r}: use 1-100 characters of letters, digits, '.', '_', '-'"
+        )
+    checkpoint = _checkpoint_path(options.get("checkpointlocation"))
+    if streaming and mode == BATCH_MODE and checkpoint is None:
+        raise SinkOptionError(
+            "mode=batch needs option checkpointLocation on the writer, the same path as the "
+            "query's checkpoint (set it with .option(\"checkpointLocation\", path) rather than "
+            "spark.sql.streaming.checkpointLocation): the sink records each micro-batch's commit decision there"
+        )
+    return SinkOptions(
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        mode=mode,
+        transactional_id_prefix=prefix,
+        checkpoint_location=checkpoint,
+        cluster_timeout_ms=positive_int(options, "clusterTimeoutMs", 60_000, SinkOptionError),
+        client_settings=_client_settings(options),
+    )
+
+
+def _checkpoint_path(raw: str | None) -> Path | None:
+    if raw is None or not raw.strip():
+        return None
+    value = raw.strip()
+    if value.startswith("file://"):
+        value = value[len("file://"):]
+    elif value.startswith("file:"):
+        value = value[len("file:"):]
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        raise SinkOptionError(
+            f"option checkpointLocation={raw!r}: the sink reads and writes it with plain file "
+            "calls, so it must be a local path or a filesystem mounted on the driver"
+        )
+    return Path(value).absolute()
+
+
+def _client_settings(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    settings = []
+    for key, value in sorted(options.items()):
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
+            continue
+        setting = key[len("kafka."):]
+        if setting in _FORBIDDEN_CLIENT_SETTINGS:
+            raise SinkOptionError(f"option {key} is not allowed: {_FORBIDDEN_CLIENT_SETTINGS[setting]}")
+        settings.append((setting, value))
+    return tuple(settings)

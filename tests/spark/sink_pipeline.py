@@ -1,0 +1,91 @@
+"""The pipeline the sink tests run: read a topic with the oncelog source, upper-case the
+values (a map-only transform), tag each record with its micro-batch id in a `batch`
+header, and write into the oncelog sink.
+
+Imported by the in-process tests, and run as a script by the kill tests:
+
+    python tests/spark/sink_pipeline.py '<json config>'
+
+config: {"queries": [{start_query keyword arguments}], "master": "local[2,4]"}. The
+script builds its own SparkSession, runs every query with Trigger.AvailableNow until it
+ends, and exits 0; a failed query exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType
+
+FAILED_FIRST_ATTEMPT = "injected failure of a first attempt"
+
+
+def tagged(stream, fail_partitions: tuple[int, ...] = ()):
+    """upper(value), the key, and a `batch` header. A task reading one of `fail_partitions`
+    fails on its first attempt (after some of its rows went to the sink), so Spark retries it."""
+    failing = frozenset(fail_partitions)
+
+    def batch_tag(partition, offset):
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if partition in failing and context.attemptNumber() == 0 and offset % 5 == 4:
+            raise RuntimeError(FAILED_FIRST_ATTEMPT)
+        return context.getLocalProperty("streaming.sql.batchId").encode()
+
+    tag = F.udf(batch_tag, BinaryType())(F.col("partition"), F.col("offset"))
+    return stream.select(
+        F.col("key"),
+        F.upper(F.col("value").cast("string")).alias("value"),
+        F.array(F.struct(F.lit("batch").alias("key"), tag.alias("value"))).alias("headers"),
+    )
+
+
+def start_query(spark, *, bootstrap: str, source: str, output: str, mode: str, checkpoint: str,
+                max_offsets: int = 20, fail_partitions=(), prefix: str = "oncelog-sink",
+                query_name: str | None = None, cluster_timeout_ms: int = 60000):
+    stream = (spark.readStream.format("oncelog")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", source)
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", max_offsets)
+              .load())
+    writer = (tagged(stream, tuple(fail_partitions)).writeStream.format("oncelog")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", output)
+              .option("mode", mode)
+              .option("transactionalIdPrefix", prefix)
+              .option("clusterTimeoutMs", cluster_timeout_ms)
+              .option("checkpointLocation", checkpoint)
+              .trigger(availableNow=True))
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()
+
+
+def main(config: dict) -> int:
+    from oncelog.spark.session import build_session
+
+    spark = build_session(
+        "oncelog-sink-pipeline", master=config.get("master", "local[2,4]"),
+        conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+              "spark.sql.streaming.minBatchesToRetain": "10"},
+        log_level="ERROR",
+    )
+    queries = [start_query(spark, **query) for query in config["queries"]]
+    failed = 0
+    for query in queries:
+        try:
+            query.awaitTermination()
+        except Exception as error:  # the test restarts the pipeline
+            print(f"query {query.name} failed: {str(error)[:2000]}", file=sys.stderr, flush=True)
+            failed = 1
+    print("pipeline finished", flush=True)
+    spark.stop()
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))

@@ -1,0 +1,95 @@
+"""Bad sink input fails with one clear message that names the option (or column)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+from oncelog.spark.sink import check_input_schema, stream_writer
+from oncelog.spark.sink_options import SinkOptionError, parse_sink_options
+from oncelog.spark.twophase import TwoPhaseCommitUnavailable
+
+from .sink_support import create_topics, write_source
+
+BOOTSTRAP = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+VALUE_ONLY = StructType([StructField("value", BinaryType())])
+
+
+@pytest.mark.parametrize("options, named", [
+    ({}, "option kafka.bootstrap.servers is required"),
+    ({**BOOTSTRAP, "mode": "exactly"}, "option mode='exactly'"),
+    ({**BOOTSTRAP, "topic": "no spaces"}, "option topic"),
+    ({**BOOTSTRAP, "mode": "batch"}, "mode=batch needs option checkpointLocation"),
+    ({**BOOTSTRAP, "checkpointLocation": "s3a://bucket/x", "mode": "batch"}, "option checkpointLocation="),
+    ({**BOOTSTRAP, "kafka.transactional.id": "mine"}, "option kafka.transactional.id is not allowed"),
+    ({**BOOTSTRAP, "clusterTimeoutMs": "0"}, "option clusterTimeoutMs='0' must be positive"),
+    ({**BOOTSTRAP, "topics": "typo"}, "unknown option 'topics'"),
+])
+def test_bad_options_name_the_option(options, named):
+    with pytest.raises(SinkOptionError, match=None) as raised:
+        parse_sink_options(options, streaming=True)
+    assert named in str(raised.value)
+
+
+@pytest.mark.parametrize("schema, named", [
+    (StructType([StructField("key", BinaryType())]), "needs a 'value' column"),
+    (StructType([StructField("value", IntegerType())]), "column 'value' must be binary or string"),
+    (StructType([StructField("value", StringType()), StructField("partition", StringType())]),
+     "column 'partition' must be int"),
+    (StructType([StructField("value", StringType()), StructField("headers", StringType())]),
+     "column 'headers' must be array<struct<key:string,value:binary>>"),
+])
+def test_bad_columns_name_the_column(schema, named):
+    with pytest.raises(SinkOptionError) as raised:
+        check_input_schema(schema, parse_sink_options({**BOOTSTRAP, "topic": "t"}, streaming=True))
+    assert named in str(raised.value)
+
+
+def run_failing_query(spark, shared_broker, source, tmp_path, **sink_options) -> str:
+    bootstrap = shared_broker.bootstrap_servers
+    create_topics(bootstrap, (source, 1))
+    write_source(bootstrap, source, 1, transactions=1, per_transaction=3)
+    stream = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest").load())
+    writer = stream.select("value").writeStream.format("oncelog").trigger(availableNow=True)
+    for key, value in {"kafka.bootstrap.servers": bootstrap, "checkpointLocation": str(tmp_path / "cp"),
+                       **sink_options}.items():
+        writer = writer.option(key, value)
+    query = writer.start()
+    with pytest.raises(Exception) as raised:
+        query.awaitTermination(120)
+    return str(raised.value)
+
+
+def test_a_query_without_a_topic_option_or_column_fails_naming_option_topic(spark, shared_broker, topic, tmp_path):
+    message = run_failing_query(spark, shared_broker, topic, tmp_path)
+    assert "option topic is required when the rows have no 'topic' column" in message
+
+
+def test_a_query_with_a_bad_mode_fails_naming_option_mode(spark, shared_broker, topic, tmp_path):
+    message = run_failing_query(spark, shared_broker, topic, tmp_path, topic="out", mode="atomic")
+    assert "option mode='atomic'" in message
+
+
+@pytest.mark.parametrize("mode", ["partition", "batch"])
+def test_an_unreachable_cluster_fails_naming_kafka_bootstrap_servers(spark, shared_broker, topic, tmp_path, mode):
+    message = run_failing_query(spark, shared_broker, topic, tmp_path, topic="out", mode=mode,
+                                clusterTimeoutMs="1500", **{"kafka.bootstrap.servers": "127.0.0.1:9"})
+    assert "kafka.bootstrap.servers=127.0.0.1:9" in message
+
+
+def test_batch_mode_on_a_broker_without_two_phase_commit_says_what_to_do(broker, tmp_path):
+    checkpoint = tmp_path / "cp"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": "q"}) + "\n")
+    options = {"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": "out", "mode": "batch",
+               "checkpointLocation": str(checkpoint)}
+    with pytest.raises(TwoPhaseCommitUnavailable) as raised:
+        # What the driver runs before each micro-batch (Spark wraps it in its own exception).
+        stream_writer(options, VALUE_ONLY)
+    assert str(raised.value) == (
+        "mode=batch needs an oncelog broker with transaction.two.phase.commit.enable=true "
+        "(KIP-939 InitProducerId v6); use mode=partition against other Kafka clusters"
+    )
