@@ -19,7 +19,16 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from oncelog.admin import chaos, console, demo, groups, producers, topics, transactions
+    from oncelog.admin import (
+        chaos,
+        console,
+        demo,
+        groups,
+        pipeline,
+        producers,
+        topics,
+        transactions,
+    )
     from oncelog.broker import cli as broker_cli
 
     parser = argparse.ArgumentParser(
@@ -34,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.register(commands)
     producers.register(commands)
     transactions.register(commands)
+    pipeline.register(commands)
     demo.register(commands)
     chaos.register(commands)
     return parser

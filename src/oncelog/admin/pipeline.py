@@ -1,0 +1,39 @@
+"""`oncelog pipeline run`: an exactly-once Spark pipeline from one topic to another.
+
+The options and the runner live in `oncelog.spark.pipeline` (also runnable as
+`python -m oncelog.spark.pipeline` and under spark-submit); this module only hangs them
+on the `oncelog` command tree and turns the runner's errors into the CLI's one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from oncelog.cli import CommandError
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    from oncelog.spark.pipeline import add_arguments
+
+    pipeline = commands.add_parser(
+        "pipeline", help="run exactly-once Spark pipelines (topic -> transform -> topic)"
+    )
+    actions = pipeline.add_subparsers(dest="pipeline_action", metavar="ACTION", required=True)
+    run = actions.add_parser(
+        "run",
+        help="read a topic (read_committed), transform each micro-batch, write another topic exactly once",
+        description="Read --source with read_committed, apply --transform or --sql, and write --sink "
+        "through the exactly-once oncelog sink. Progress lives in --checkpoint: run again with the "
+        "same checkpoint to continue where it stopped.",
+    )
+    add_arguments(run)
+    run.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from oncelog.spark.pipeline import PipelineError, run_from_args
+
+    try:
+        return run_from_args(args)
+    except PipelineError as error:
+        raise CommandError(str(error)) from None

@@ -1,0 +1,205 @@
+"""Bad input to the pipeline runner ends it with one line that says what is wrong, and
+leaves nothing in the sink topic.
+
+Options, the broker, the topics and the transform's module are checked before Spark
+starts (through `oncelog.cli.main`, and once as a real command); a transform that fails
+while the query is built or on a record is reported through Spark, the latter naming the
+micro-batch, its source offsets and the failing task's partition."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from oncelog import cli
+from oncelog.spark.pipeline import PipelineError, PipelineSpec, Trigger, run_pipeline
+
+ONCELOG = Path(sys.executable).with_name("oncelog")
+
+
+@pytest.fixture
+def topics(shared_broker):
+    """A fresh (source, sink) pair of 2-partition topics."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    names = (f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}")
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(n, 2, 1) for n in names]).values():
+        future.result(30)
+    return names
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["pipeline", "run", *args])
+    return code, capsys.readouterr().err
+
+
+def write_transform(directory: Path, body: str) -> str:
+    path = directory / f"transform_{uuid.uuid4().hex[:8]}.py"
+    path.write_text(textwrap.dedent(body))
+    return f"{path}:transform"
+
+
+def committed_records(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"c-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
+    count, at_end = 0, set()
+    for _ in range(100):
+        for message in consumer.consume(100, 0.1):
+            if message.error() is None:
+                count += 1
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+        if len(at_end) == 2:
+            break
+    consumer.close()
+    assert len(at_end) == 2
+    return count
+
+
+# -- before Spark starts ---------------------------------------------------------------------
+
+
+def test_missing_source_topic_is_named(capsys, shared_broker, topics, tmp_path):
+    _, sink = topics
+    code, err = run_cli(capsys, "--source", "no-such-orders", "--sink", sink, "--sql", "SELECT value FROM source",
+                        "--checkpoint", str(tmp_path), "--bootstrap-servers", shared_broker.bootstrap_servers)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"oncelog: error: --source topic 'no-such-orders' does not exist on {shared_broker.bootstrap_servers} "
+        f"(create it: oncelog topics create --bootstrap-server {shared_broker.bootstrap_servers} "
+        "--topic no-such-orders)"
+    ]
+
+
+def test_missing_sink_topic_is_named(capsys, shared_broker, topics, tmp_path):
+    source, _ = topics
+    code, err = run_cli(capsys, "--source", source, "--sink", "no-such-output", "--sql", "SELECT value FROM source",
+                        "--checkpoint", str(tmp_path), "--bootstrap-servers", shared_broker.bootstrap_servers)
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1
+    assert "--sink topic 'no-such-output' does not exist" in err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--conf", "spark.executor.memory"], "--conf expects KEY=VALUE, got 'spark.executor.memory'"),
+        (["--trigger", "soon"], "--trigger 'soon': use available-now, once, or processing-time=<N>[ms|s|m]"),
+        (["--max-offsets-per-trigger", "0"], "--max-offsets-per-trigger must be positive"),
+        (["--transform", "no_colon_here"], "use module:function or path/to/file.py:function"),
+        (["--transform", "no_such_module_anywhere:transform"],
+         "cannot import 'no_such_module_anywhere': No module named 'no_such_module_anywhere'"),
+        (["--transform", "/nonexistent/enrich.py:transform"], "no file '/nonexistent/enrich.py'"),
+    ],
+    ids=["conf-without-value", "unknown-trigger", "zero-max-offsets", "transform-without-function",
+         "transform-module-missing", "transform-file-missing"],
+)
+def test_bad_option_is_one_line(capsys, shared_broker, topics, tmp_path, arguments, message):
+    source, sink = topics
+    base = ["--source", source, "--sink", sink, "--checkpoint", str(tmp_path),
+            "--bootstrap-servers", shared_broker.bootstrap_servers]
+    if "--transform" not in arguments:
+        base += ["--sql", "SELECT value FROM source"]
+    code, err = run_cli(capsys, *base, *arguments)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oncelog: error: "), err
+    assert message in lines[0]
+
+
+def test_unreachable_broker_is_one_line_from_the_command(tmp_path):
+    with socket.socket() as placeholder:  # a port nobody listens on
+        placeholder.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{placeholder.getsockname()[1]}"
+    completed = subprocess.run(
+        [str(ONCELOG), "pipeline", "run", "--source", "orders", "--sink", "enriched", "--sql",
+         "SELECT value FROM source", "--checkpoint", str(tmp_path), "--bootstrap-servers", address],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert completed.returncode == 1
+    assert completed.stdout == ""
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith(f"oncelog: error: cannot reach the broker at --bootstrap-servers {address}: ")
+
+
+# -- through Spark -----------------------------------------------------------------------------
+
+
+def spec_for(broker, topics, tmp_path, **fields) -> PipelineSpec:
+    source, sink = topics
+    return PipelineSpec(source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"),
+                        bootstrap_servers=broker.bootstrap_servers, trigger=Trigger.parse("available-now"),
+                        progress="none", **fields)
+
+
+def test_transform_that_raises_while_building_the_query_is_one_line(spark, shared_broker, topics, tmp_path):
+    reference = write_transform(tmp_path, """
+        def transform(source):
+            raise KeyError("customers table")
+    """)
+    with pytest.raises(PipelineError) as raised:
+        run_pipeline(spec_for(shared_broker, topics, tmp_path, transforms=(reference,)), spark)
+    assert str(raised.value) == (
+        f"--transform {reference} raised while building the query: KeyError: 'customers table'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT no_such_column AS value FROM source", "no_such_column"),
+        ("SELECT key FROM source", "the transform's result has no value column (columns: key)"),
+        ("SELECT length(value) AS value FROM source", "the transform's value column is int"),
+    ],
+    ids=["unknown-column", "no-value-column", "value-not-binary"],
+)
+def test_bad_sql_is_one_line(spark, shared_broker, topics, tmp_path, sql, message):
+    with pytest.raises(PipelineError) as raised:
+        run_pipeline(spec_for(shared_broker, topics, tmp_path, sql=sql), spark)
+    assert "\n" not in str(raised.value)
+    assert message in str(raised.value)
+
+
+def test_transform_raising_on_a_record_names_batch_offsets_and_partition_and_writes_nothing(
+    spark, shared_broker, topics, tmp_path
+):
+    from confluent_kafka import Producer
+
+    source, sink = topics
+    producer = Producer({"bootstrap.servers": shared_broker.bootstrap_servers})
+    for number in range(20):
+        producer.produce(source, f"order-{number}".encode(), partition=0)
+        producer.produce(source, b"poison" if number == 7 else f"order-{number}".encode(), partition=1)
+    assert producer.flush(30) == 0
+    reference = write_transform(tmp_path, """
+        from pyspark.sql import functions as F
+
+        @F.udf("binary")
+        def enrich(value):
+            if value == b"poison":
+                raise ValueError(f"cannot enrich {value!r}")
+            return value + b"+"
+
+        def transform(source):
+            return source.select(enrich("value").alias("value"))
+    """)
+
+    with pytest.raises(PipelineError) as raised:
+        run_pipeline(spec_for(shared_broker, topics, tmp_path, transforms=(reference,), mode="batch"), spark)
+
+    assert str(raised.value) == (
+        f"micro-batch 0 (reading {source}-0 [0, 20), {source}-1 [0, 20)) failed in its task for "
+        f"{source}-1 offsets [0, 20) (1 attempt): ValueError: cannot enrich b'poison'"
+    )
+    assert committed_records(shared_broker.bootstrap_servers, sink) == 0

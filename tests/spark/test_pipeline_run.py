@@ -1,0 +1,131 @@
+"""The pipeline runner end to end: a real broker, real Spark, the exactly-once sink.
+
+- through the `oncelog pipeline run` command (its own Spark driver process), with a
+  transform loaded from a file whose Python UDF executors must import;
+- through `run_pipeline` on the tests' Spark session, with --sql, in batch mode, and again
+  from the same checkpoint.
+The input holds committed and aborted transactions; the output is read with
+read_committed and must hold each committed record exactly once, and no aborted one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
+
+ONCELOG = Path(sys.executable).with_name("oncelog")
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        future.result(30)
+
+
+def produce_in_transactions(bootstrap: str, topic: str, transactions: list[tuple[list[bytes], bool]]) -> None:
+    """Each (values, commit): one transaction, committed or aborted after its records are in the log."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"test-input-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    for values, commit in transactions:
+        producer.begin_transaction()
+        for number, value in enumerate(values):
+            producer.produce(topic, value, key=str(number).encode())
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int = 2) -> list[bytes]:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+        "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False,
+    })
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    for _ in range(200):
+        for message in consumer.consume(500, 0.1):
+            if message.error() is None:
+                values.append(message.value())
+                at_end.discard(message.partition())
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+        if len(at_end) == partitions:
+            break
+    consumer.close()
+    assert len(at_end) == partitions, f"did not reach the end of {topic}"
+    return values
+
+
+def test_cli_runs_a_file_transform_and_writes_each_committed_record_exactly_once(shared_broker, tmp_path):
+    bootstrap = shared_broker.bootstrap_servers
+    source, sink = f"cli-in-{uuid.uuid4().hex[:6]}", f"cli-out-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, source, sink)
+    committed = [f"order-{i}".encode() for i in range(300)]
+    aborted = [f"aborted-{i}".encode() for i in range(100)]
+    produce_in_transactions(bootstrap, source, [(committed[:150], True), (aborted, False), (committed[150:], True)])
+    # A Python UDF: executors must import this file's module, which the runner ships.
+    transform = tmp_path / f"shout_{uuid.uuid4().hex[:6]}.py"
+    transform.write_text(textwrap.dedent("""
+        from pyspark.sql import functions as F
+
+        @F.udf("binary")
+        def shout(value):
+            return value.upper() + b"!"
+
+        def transform(source):
+            return source.select("key", shout("value").alias("value"))
+    """))
+
+    completed = subprocess.run(
+        [str(ONCELOG), "pipeline", "run", "--source", source, "--sink", sink,
+         "--transform", f"{transform}:transform", "--checkpoint", str(tmp_path / "checkpoint"),
+         "--bootstrap-servers", bootstrap, "--trigger", "available-now", "--master", "local[2]",
+         "--progress", "json",
+         "--conf", "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    events = [json.loads(line) for line in completed.stdout.splitlines()]
+    batches = [e for e in events if e["event"] == "batch"]
+    assert events[0]["event"] == "started" and events[-1]["event"] == "finished"
+    assert sum(b["records"] for b in batches) == 300
+    output = read_committed(bootstrap, sink)
+    assert Counter(output) == Counter(value.upper() + b"!" for value in committed)
+
+
+def test_sql_pipeline_in_batch_mode_continues_from_its_checkpoint_without_duplicates(
+    spark, shared_broker, tmp_path
+):
+    bootstrap = shared_broker.bootstrap_servers
+    source, sink = f"sql-in-{uuid.uuid4().hex[:6]}", f"sql-out-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, source, sink)
+    spec = PipelineSpec(
+        source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"),
+        bootstrap_servers=bootstrap, mode="batch", trigger=Trigger.parse("available-now"),
+        sql="SELECT key, concat(value, CAST('-seen' AS BINARY)) AS value FROM source",
+        max_offsets_per_trigger=60, progress="none",
+    )
+    first = [f"first-{i}".encode() for i in range(100)]
+    produce_in_transactions(bootstrap, source, [(first, True), ([b"never"] * 20, False)])
+
+    first_run = run_pipeline(spec, spark)
+    second = [f"second-{i}".encode() for i in range(50)]
+    produce_in_transactions(bootstrap, source, [(second, True)])
+    second_run = run_pipeline(spec, spark)
+
+    assert first_run.records == 100 and second_run.records == 50
+    assert second_run.batches[0].batch_id == first_run.batches[-1].batch_id + 1
+    assert Counter(read_committed(bootstrap, sink)) == Counter(v + b"-seen" for v in first + second)
