@@ -325,3 +325,110 @@ def test_transactional_id_expires_after_transactional_id_expiration_ms(tmp_path)
         assert broker.call(lambda: coordinator.describe("short-lived")) is None
     with EmbeddedBroker(tmp_path / "b", config) as restarted:
         assert restarted.call(lambda: restarted.broker.txn_coordinator.describe("short-lived")) is None
+
+
+def describe_transaction(bootstrap, transactional_id):
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+
+    from oncelog.protocol.client import WireClient
+
+    with WireClient.connect(bootstrap) as client:
+        (state,) = client.request(DescribeTransactionsRequest(transactional_ids=(transactional_id,))).transaction_states
+    return state
+
+
+def latest_coordinator_epoch(bootstrap, topic, partition, producer_id):
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+
+    from oncelog.protocol.client import WireClient
+
+    with WireClient.connect(bootstrap) as client:
+        topics = (TopicRequest(name=topic, partition_indexes=(partition,)),)
+        response = client.request(DescribeProducersRequest(topics=topics))
+    (producer,) = [p for p in response.topics[0].partitions[0].active_producers if p.producer_id == producer_id]
+    return producer.coordinator_epoch
+
+
+def test_coordinator_finishes_an_abort_interrupted_between_prepare_and_markers_after_a_restart(tmp_path):
+    """PrepareAbort is durable, no ABORT marker is written yet (phase two held back), the
+    broker goes away; a new broker process on the same log.dirs loads PrepareAbort, writes
+    the markers under its new, higher coordinator epoch and completes the abort."""
+    data = tmp_path / "data"
+    with EmbeddedBroker(data, FAST_TIMEOUTS) as broker:
+        create_topics(broker.bootstrap_servers, ("orders", 3), ("payments", 3))
+        coordinator = broker.broker.txn_coordinator
+        first_epoch = coordinator.coordinator_epoch
+        coordinator._schedule_markers = lambda *args, **kwargs: None  # the "crash" before phase two
+        producer = transactional_producer(broker.bootstrap_servers, "abort-two-phase")
+        producer.begin_transaction()
+        for i in range(6):
+            topic, partition = SIX[i]
+            producer.produce(topic, f"x{i}".encode(), partition=partition)
+        producer.flush(10)
+        producer.abort_transaction(10)  # answered once PrepareAbort is durable
+        stuck = broker.call(lambda: coordinator.describe("abort-two-phase").snapshot())
+        assert stuck.state.display_name == "PrepareAbort"
+        for topic, partition in SIX:
+            assert last_stable_offset(broker.bootstrap_servers, topic, partition) == 0, "no marker yet"
+        del producer
+    with BrokerProcess(data, FAST_TIMEOUTS) as restarted:
+        bootstrap = restarted.bootstrap_servers
+        deadline = time.monotonic() + 10
+        while describe_transaction(bootstrap, "abort-two-phase").transaction_state != "CompleteAbort":
+            assert time.monotonic() < deadline, "the interrupted abort was not completed"
+            time.sleep(0.05)
+        for topic, partition in SIX:
+            assert last_stable_offset(bootstrap, topic, partition) == 2  # the record + the ABORT marker
+            assert latest_coordinator_epoch(bootstrap, topic, partition, stuck.producer_id) == first_epoch + 1
+        assert read(bootstrap, SIX, "read_committed") == []
+        assert sorted(read(bootstrap, SIX, "read_uncommitted")) == [f"x{i}" for i in range(6)]
+        successor = transactional_producer(bootstrap, "abort-two-phase")
+        successor.begin_transaction()
+        successor.produce("orders", b"after-restart", partition=0)
+        successor.commit_transaction(30)
+        assert read(bootstrap, [("orders", 0)], "read_committed") == ["after-restart"]
+
+
+def test_coordinator_epoch_grows_with_every_restart_and_fences_older_markers(tmp_path):
+    """Kafka bumps the coordinator epoch on each load of `__transaction_state` and a
+    partition refuses a marker whose coordinator epoch is older than the last it took
+    for the producer: WriteTxnMarkers from before the restart is TRANSACTION_COORDINATOR_FENCED."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.write_txn_markers.v1.request import (
+        WritableTxnMarker,
+        WritableTxnMarkerTopic,
+        WriteTxnMarkersRequest,
+    )
+
+    from oncelog.protocol.client import WireClient
+
+    data = tmp_path / "b"
+    epochs = []
+    for _ in range(3):
+        with EmbeddedBroker(data) as broker:
+            epochs.append(broker.broker.txn_coordinator.coordinator_epoch)
+    assert epochs == [epochs[0], epochs[0] + 1, epochs[0] + 2]
+    with EmbeddedBroker(data) as broker:
+        bootstrap = broker.bootstrap_servers
+        current = broker.broker.txn_coordinator.coordinator_epoch
+        assert current == epochs[-1] + 1
+        create_topics(bootstrap, ("orders", 1))
+        producer = transactional_producer(bootstrap, "epoch-check")
+        producer.begin_transaction()
+        producer.produce("orders", b"x", partition=0)
+        producer.commit_transaction(30)
+        metadata = broker.call(lambda: broker.broker.txn_coordinator.describe("epoch-check").snapshot())
+        assert latest_coordinator_epoch(bootstrap, "orders", 0, metadata.producer_id) == current
+
+        def write_marker(coordinator_epoch):
+            with WireClient.connect(bootstrap) as client:
+                response = client.request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
+                    producer_id=metadata.producer_id, producer_epoch=metadata.producer_epoch, transaction_result=False,
+                    topics=(WritableTxnMarkerTopic(name="orders", partition_indexes=(0,)),),
+                    coordinator_epoch=coordinator_epoch,
+                ),)))
+            return response.markers[0].topics[0].partitions[0].error_code
+
+        assert write_marker(epochs[-1]) == ErrorCode.transaction_coordinator_fenced
+        assert write_marker(current) == ErrorCode.none
+        assert read(bootstrap, [("orders", 0)], "read_committed") == ["x"]

@@ -119,3 +119,60 @@ def test_exhausted_epoch_rotates_the_producer_id():
     assert m.epoch_exhausted
     transit = m.prepare_producer_id_rotation(99, 1000, now=1, recorded_previous=True)
     assert (transit.producer_id, transit.producer_epoch, transit.previous_producer_id) == (99, 0, 7)
+
+
+def test_exhausted_epoch_rotation_remembers_the_old_id_even_without_an_expected_epoch():
+    m = metadata(S.COMPLETE_ABORT, epoch=32766)
+    transit = m.prepare_producer_id_rotation(99, 1000, now=1, recorded_previous=False)
+    assert (transit.previous_producer_id, transit.last_producer_epoch) == (7, -1)
+
+
+def test_epoch_bump_records_the_current_id_as_previous_as_kafka_does():
+    m = metadata(S.COMPLETE_COMMIT, epoch=5)
+    m.previous_producer_id = 3
+    assert m.prepare_increment_epoch(1000, None, now=1).previous_producer_id == 7
+
+
+def test_kip360_a_fresh_id_accepts_any_expected_producer():
+    fresh = TransactionMetadata("tx", producer_id=50)  # just created: no epoch yet
+    assert fresh.accepts_expected_producer(12, 4)
+    transit = fresh.prepare_increment_epoch(1000, 4, now=1)
+    assert (transit.producer_id, transit.producer_epoch, transit.last_producer_epoch) == (50, 0, -1)
+
+
+def test_kip360_the_current_producer_id_is_accepted_whatever_the_epoch():
+    m = metadata(S.COMPLETE_COMMIT, epoch=5)
+    assert m.accepts_expected_producer(7, 5) and m.accepts_expected_producer(7, 1)
+
+
+def test_kip360_the_previous_producer_id_is_accepted_only_with_an_exhausted_epoch():
+    m = metadata(S.EMPTY, epoch=0)
+    m.previous_producer_id = 6
+    assert m.accepts_expected_producer(6, 32766)
+    assert not m.accepts_expected_producer(6, 32765)
+    assert not m.accepts_expected_producer(8, 32766)
+
+
+def test_a_failed_epoch_fence_is_not_bumped_again_by_the_next_fence():
+    m = metadata(S.ONGOING, epoch=3)
+    m.prepare_fence_epoch()
+    m.prepare_end(commit=False, now=1)
+    m.abandon_transition()  # the PrepareAbort did not reach the log
+    m.has_failed_epoch_fence = True  # what the coordinator records then
+    m.prepare_fence_epoch()
+    assert m.producer_epoch == 4
+
+
+def test_completing_the_abort_clears_the_failed_fence():
+    m = metadata(S.ONGOING, epoch=3)
+    m.has_failed_epoch_fence = True
+    m.prepare_fence_epoch()
+    m.complete_transition(m.prepare_end(commit=False, now=1))
+    m.complete_transition(m.prepare_complete(now=2))
+    assert not m.has_failed_epoch_fence and (m.state, m.producer_epoch) == (S.COMPLETE_ABORT, 3)
+
+
+def test_the_fence_never_bumps_past_the_last_epoch():
+    m = metadata(S.ONGOING, epoch=32767)
+    m.prepare_fence_epoch()
+    assert m.producer_epoch == 32767

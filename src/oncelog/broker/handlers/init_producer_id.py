@@ -4,10 +4,15 @@
   as Kafka does (a reconnecting idempotent producer is a new producer).
 - With a transactional id: the transaction coordinator bumps the epoch (fencing older
   instances), aborts an Ongoing transaction left by a previous instance (answering
-  CONCURRENT_TRANSACTIONS until that abort is complete), accepts KIP-360 retries with
-  the current producer id and epoch (v3+), rotates the producer id when the epoch is
-  exhausted, and refuses a timeout above `transaction.max.timeout.ms`
-  (INVALID_TRANSACTION_TIMEOUT).
+  CONCURRENT_TRANSACTIONS until that abort is complete), rotates the producer id when
+  the epoch is exhausted, and refuses a timeout above `transaction.max.timeout.ms`
+  (INVALID_TRANSACTION_TIMEOUT). CONCURRENT_TRANSACTIONS also while a transition is
+  pending or the markers of PrepareCommit/PrepareAbort are being written.
+- KIP-360 (v3+, the producer id and epoch the client had): accepted, as in Kafka, when
+  they are the current producer id (its epoch bumped; a retry with the previous epoch
+  gets the same answer again), when the id has no producer yet (it expired: a fresh
+  producer id), or when they are the previous producer id with an exhausted epoch (a
+  retry of the rotation); otherwise PRODUCER_FENCED.
 - v6 (KIP-939): `enable2Pc` makes the transaction wait for its decision without a
   timeout (needs `transaction.two.phase.commit.enable=true`, else
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED); `keepPreparedTxn` keeps an Ongoing

@@ -1,8 +1,10 @@
 """ListTransactions (key 66), v0-v2.
 
 - Filters: states (by Kafka's state names; unknown names are returned in
-  `unknown_state_filters`), producer ids, `duration_filter` (v1: only transactions open
-  at least that long) and `transactional_id_pattern` (v2: a regular expression).
+  `unknown_state_filters`), producer ids, `duration_filter` (v1, as Kafka applies it:
+  in every state, ids whose last transaction started more than that many ms ago; an id
+  that never started one counts as started at -1 and is kept) and
+  `transactional_id_pattern` (v2: a regular expression).
 """
 
 from __future__ import annotations

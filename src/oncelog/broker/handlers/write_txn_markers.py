@@ -4,7 +4,10 @@
   `kafka-transactions.sh abort` sends): for each marker, a COMMIT (transaction_result
   true) or ABORT control batch for the producer on every listed partition.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (older epoch than
-  the partition has seen), TRANSACTION_COORDINATOR_FENCED (older coordinator epoch).
+  the partition has seen), TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older
+  than the last marker the partition took for that producer; the coordinator's own
+  epoch grows with every load of `__transaction_state`, so a marker sent with an epoch
+  from before a restart is fenced once the coordinator has written one since).
 - Markers for `__consumer_offsets` also complete the group's pending offsets.
 """
 

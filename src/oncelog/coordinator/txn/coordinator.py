@@ -12,7 +12,8 @@ Every change is prepared on the metadata (pending), appended to the id's partiti
 `__transaction_state`, then completed. Timers abort transactions older than their
 timeout (fencing the producer) and expire idle ids. On start-up the coordinator loads
 `__transaction_state` and finishes every transaction left in PrepareCommit or
-PrepareAbort, so none stays half visible after a crash.
+PrepareAbort, so none stays half visible after a crash. Each load takes a new, higher
+coordinator epoch (persisted, see coordinator_epoch.py), written into every marker.
 
 All of this runs on the broker's event loop; expected protocol outcomes are returned as
 error codes, broken invariants raise.
@@ -32,6 +33,7 @@ from oncelog.coordinator.internal_topics import (
     partition_for,
 )
 from oncelog.coordinator.txn import log as txn_log
+from oncelog.coordinator.txn.coordinator_epoch import NO_COORDINATOR_EPOCH, next_coordinator_epoch
 from oncelog.coordinator.txn.metadata import NO_PRODUCER_EPOCH, TransactionMetadata, TxnTransit
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.protocol import record_batch
@@ -69,13 +71,17 @@ class TransactionCoordinator:
         self.max_timeout_ms: int = config["transaction.max.timeout.ms"]
         self.id_expiration_ms: int = config["transactional.id.expiration.ms"]
         self.two_phase_commit_enabled: bool = config["transaction.two.phase.commit.enable"]
-        self.coordinator_epoch = 0  # single node: the leader epoch of every state partition
+        # Kafka's leader epoch of the state partitions; taken (and bumped) by load().
+        self.coordinator_epoch = NO_COORDINATOR_EPOCH
         self.txns: dict[str, TransactionMetadata] = {}
 
     # -- start-up and FindCoordinator ----------------------------------------------------
 
     def load(self, now: int) -> None:
-        """Load `__transaction_state` (if it exists) and finish interrupted commits/aborts."""
+        """Load `__transaction_state` (if it exists) and finish interrupted commits/aborts,
+        under a coordinator epoch above every earlier load's."""
+        self.coordinator_epoch = next_coordinator_epoch(self.broker.config.log_dirs[0])
+        log.info("transaction coordinator epoch %d", self.coordinator_epoch)
         if self.broker.logs.topic(TRANSACTION_STATE) is None:
             return
         for partition in range(self.broker.logs.topic(TRANSACTION_STATE).num_partitions):
@@ -127,10 +133,11 @@ class TransactionCoordinator:
                 txn_last_update_timestamp=now,
             )
             self.txns[transactional_id] = metadata
-        if expected is not None and not metadata.is_valid_producer_id(expected[0]):
-            return InitResult(ErrorCode.producer_fenced)
+        # Kafka's order: a pending transition first, then the KIP-360 producer check.
         if metadata.pending:
             return InitResult(ErrorCode.concurrent_transactions)
+        if expected is not None and not metadata.accepts_expected_producer(*expected):
+            return InitResult(ErrorCode.producer_fenced)
         if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return InitResult(ErrorCode.concurrent_transactions)
         if metadata.state is S.ONGOING and keep_prepared:
@@ -147,9 +154,9 @@ class TransactionCoordinator:
             log.info("fencing producer %d of %r: aborting its ongoing transaction", metadata.producer_id,
                      transactional_id)
             metadata.prepare_fence_epoch()
-            self.end_transaction(transactional_id, metadata.producer_id, metadata.producer_epoch, commit=False,
-                                 from_client=False, now=now)
-            return InitResult(ErrorCode.concurrent_transactions)
+            error = self.end_transaction(transactional_id, metadata.producer_id, metadata.producer_epoch,
+                                         commit=False, from_client=False, now=now)
+            return InitResult(error if error is not ErrorCode.none else ErrorCode.concurrent_transactions)
         if metadata.state not in COMPLETED:
             raise RuntimeError(f"{transactional_id!r} is in state {metadata.state} during InitProducerId")
         if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
@@ -201,20 +208,20 @@ class TransactionCoordinator:
 
     def verify_partition(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional write is accepted only for a partition of the
-        producer's Ongoing transaction. A fenced producer learns it is fenced."""
+        producer's current transaction. The coordinator's answers, as Kafka's
+        handleVerifyPartitionsInTransaction gives them (the Produce path translates
+        PRODUCER_FENCED and CONCURRENT_TRANSACTIONS for the client, as Kafka's broker does)."""
         metadata = self.txns.get(transactional_id)
-        if metadata is None or not metadata.is_valid_producer_id(producer_id):
+        if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
-        if epoch < metadata.producer_epoch:
-            return ErrorCode.invalid_producer_epoch
-        if (
-            metadata.producer_id == producer_id
-            and metadata.producer_epoch == epoch
-            and metadata.state is S.ONGOING
-            and metadata.pending_state is None
-            and tp in metadata.partitions
-        ):
+        if metadata.producer_epoch != epoch:
+            return ErrorCode.producer_fenced
+        if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return ErrorCode.concurrent_transactions  # the markers are on their way: retry
+        if tp in metadata.partitions:  # partitions are only held while a transaction is open
             return ErrorCode.none
+        # Kafka's coordinator says TRANSACTION_ABORTABLE, which its broker sends as
+        # INVALID_TXN_STATE to producers older than Produce v11.
         return ErrorCode.invalid_txn_state
 
     # -- ending transactions --------------------------------------------------------------
@@ -231,9 +238,16 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions
         state = metadata.state
         if state is S.ONGOING:
+            epoch_fence = metadata.pending_state is S.PREPARE_EPOCH_FENCE
             error = self._persist(metadata, metadata.prepare_end(commit, now))
             if error is ErrorCode.none:
                 self._schedule_markers(transactional_id)
+            elif epoch_fence:
+                # The fenced epoch stays in memory but not in the log, and no client has it:
+                # the next fence reuses it rather than bumping again.
+                metadata.has_failed_epoch_fence = True
+                log.warning("the epoch fence of %r (producer %d, epoch %d) was not written: %s",
+                            transactional_id, metadata.producer_id, metadata.producer_epoch, error.name)
             return error
         if state is S.COMPLETE_COMMIT:
             return ErrorCode.none if commit else ErrorCode.invalid_txn_state
@@ -353,15 +367,18 @@ class TransactionCoordinator:
 
     def list(self, states: set[TransactionState] | None, producer_ids: set[int] | None,
              min_duration_ms: int, now: int) -> list[TransactionMetadata]:
+        """As Kafka's listTransactionStates: Dead ids (being expired) are never listed; a
+        duration filter (>= 0) keeps ids whose transaction started more than that long ago,
+        whatever their state (an id that never started one has start time -1, so it stays)."""
         found = []
         for metadata in self.txns.values():
+            if metadata.state is S.DEAD:
+                continue
             if states and metadata.state not in states:
                 continue
             if producer_ids and metadata.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and (
-                metadata.state in COMPLETED or now - metadata.txn_start_timestamp < min_duration_ms
-            ):
+            if min_duration_ms >= 0 and now - metadata.txn_start_timestamp <= min_duration_ms:
                 continue
             found.append(metadata)
         return sorted(found, key=lambda m: m.transactional_id)

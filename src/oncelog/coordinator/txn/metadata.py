@@ -21,6 +21,11 @@ MAX_EPOCH = 32767  # Short.MAX_VALUE
 TopicPartition = tuple[str, int]
 
 
+def is_epoch_exhausted(producer_epoch: int) -> bool:
+    """Clients never get MAX_EPOCH: the coordinator keeps it to fence the last epoch."""
+    return producer_epoch >= MAX_EPOCH - 1
+
+
 @dataclass(frozen=True, slots=True)
 class TxnTransit:
     """A target state of a transactional id, as written to `__transaction_state`."""
@@ -50,6 +55,10 @@ class TransactionMetadata:
     txn_start_timestamp: int = -1
     txn_last_update_timestamp: int = -1
     pending_state: TransactionState | None = None
+    # The PrepareAbort of an epoch fence failed to reach the log: the epoch was bumped in
+    # memory but never handed to a client, so the next fence reuses it (Kafka's
+    # hasFailedEpochFence) instead of burning another epoch on every retry.
+    has_failed_epoch_fence: bool = False
 
     @classmethod
     def from_transit(cls, transit: TxnTransit) -> TransactionMetadata:
@@ -65,10 +74,18 @@ class TransactionMetadata:
 
     @property
     def epoch_exhausted(self) -> bool:
-        return self.producer_epoch >= MAX_EPOCH - 1
+        return is_epoch_exhausted(self.producer_epoch)
 
-    def is_valid_producer_id(self, producer_id: int) -> bool:
-        return producer_id in (self.producer_id, self.previous_producer_id)
+    def accepts_expected_producer(self, expected_producer_id: int, expected_epoch: int) -> bool:
+        """KIP-360 InitProducerId naming the producer id and epoch the client had: it is not
+        fenced if the id is fresh (no epoch yet: the client's id expired, it gets the new
+        one), names the current producer id (the epoch is checked by the bump), or names
+        the previous id with an exhausted epoch (a retry of the rotation to a new id)."""
+        return (
+            self.producer_epoch == NO_PRODUCER_EPOCH
+            or expected_producer_id == self.producer_id
+            or (expected_producer_id == self.previous_producer_id and is_epoch_exhausted(expected_epoch))
+        )
 
     def snapshot(self) -> TxnTransit:
         return TxnTransit(
@@ -98,25 +115,28 @@ class TransactionMetadata:
         else:
             return "producer_fenced"
         return self._prepare(
-            S.EMPTY, producer_epoch=new_epoch, last_producer_epoch=last_epoch, txn_timeout_ms=timeout_ms,
-            partitions=frozenset(), txn_start_timestamp=-1, txn_last_update_timestamp=now,
+            S.EMPTY, previous_producer_id=self.producer_id, producer_epoch=new_epoch, last_producer_epoch=last_epoch,
+            txn_timeout_ms=timeout_ms, partitions=frozenset(), txn_start_timestamp=-1, txn_last_update_timestamp=now,
         )
 
     def prepare_producer_id_rotation(self, new_producer_id: int, timeout_ms: int, now: int,
                                      recorded_previous: bool) -> TxnTransit:
-        """The epoch is exhausted: continue under a new producer id at epoch 0."""
+        """The epoch is exhausted: continue under a new producer id at epoch 0. The old id is
+        remembered; its last epoch only if the client named it (so its retry is recognised)."""
         return self._prepare(
-            S.EMPTY, producer_id=new_producer_id,
-            previous_producer_id=self.producer_id if recorded_previous else NO_PRODUCER_ID,
-            producer_epoch=0, last_producer_epoch=self.producer_epoch if recorded_previous else NO_PRODUCER_EPOCH,
+            S.EMPTY, producer_id=new_producer_id, previous_producer_id=self.producer_id, producer_epoch=0,
+            last_producer_epoch=self.producer_epoch if recorded_previous else NO_PRODUCER_EPOCH,
             txn_timeout_ms=timeout_ms, partitions=frozenset(), txn_start_timestamp=-1, txn_last_update_timestamp=now,
         )
 
     def prepare_fence_epoch(self) -> None:
         """An Ongoing transaction of a previous instance must be aborted: bump the epoch
-        in place (Kafka does not persist PrepareEpochFence) and mark the fence pending."""
+        in place (Kafka does not persist PrepareEpochFence) and mark the fence pending.
+        After a fence whose abort failed to persist, the epoch bumped then is reused."""
+        if self.pending_state is not None:
+            raise RuntimeError(f"{self.transactional_id!r} already has a pending transition to {self.pending_state}")
         check_transition(self.transactional_id, self.state, S.PREPARE_EPOCH_FENCE)
-        if self.producer_epoch < MAX_EPOCH:
+        if not self.has_failed_epoch_fence and self.producer_epoch < MAX_EPOCH:  # never past the last epoch
             self.producer_epoch += 1
         self.pending_state = S.PREPARE_EPOCH_FENCE
 
@@ -143,6 +163,7 @@ class TransactionMetadata:
 
     def prepare_complete(self, now: int) -> TxnTransit:
         target = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        self.has_failed_epoch_fence = False  # the PrepareCommit/PrepareAbort before it is in the log
         return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now)
 
     def prepare_dead(self) -> TxnTransit:
