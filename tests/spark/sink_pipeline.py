@@ -6,7 +6,8 @@ Imported by the in-process tests, and run as a script by the kill tests:
 
     python tests/spark/sink_pipeline.py '<json config>'
 
-config: {"queries": [{start_query keyword arguments}], "master": "local[2,4]"}. The
+config: {"queries": [{start_query keyword arguments}], "master": "local[2,4]",
+"conf": {Spark settings}}. The
 script builds its own SparkSession, runs every query with Trigger.AvailableNow until it
 ends, and exits 0; a failed query exits 1.
 """
@@ -23,8 +24,9 @@ FAILED_FIRST_ATTEMPT = "injected failure of a first attempt"
 
 
 def tagged(stream, fail_partitions: tuple[int, ...] = ()):
-    """upper(value), the key, and a `batch` header. A task reading one of `fail_partitions`
-    fails on its first attempt (after some of its rows went to the sink), so Spark retries it."""
+    """upper(value), the key, and `batch` and `attempt` headers (the micro-batch and the
+    task attempt that wrote the record). A task reading one of `fail_partitions` fails on
+    its first attempt (after some of its rows went to the sink), so Spark retries it."""
     failing = frozenset(fail_partitions)
 
     def batch_tag(partition, offset):
@@ -35,11 +37,18 @@ def tagged(stream, fail_partitions: tuple[int, ...] = ()):
             raise RuntimeError(FAILED_FIRST_ATTEMPT)
         return context.getLocalProperty("streaming.sql.batchId").encode()
 
+    def attempt_tag(partition):
+        from pyspark import TaskContext
+
+        return str(TaskContext.get().attemptNumber()).encode()
+
     tag = F.udf(batch_tag, BinaryType())(F.col("partition"), F.col("offset"))
+    attempt = F.udf(attempt_tag, BinaryType())(F.col("partition"))
     return stream.select(
         F.col("key"),
         F.upper(F.col("value").cast("string")).alias("value"),
-        F.array(F.struct(F.lit("batch").alias("key"), tag.alias("value"))).alias("headers"),
+        F.array(F.struct(F.lit("batch").alias("key"), tag.alias("value")),
+                F.struct(F.lit("attempt").alias("key"), attempt.alias("value"))).alias("headers"),
     )
 
 
@@ -71,7 +80,7 @@ def main(config: dict) -> int:
     spark = build_session(
         "oncelog-sink-pipeline", master=config.get("master", "local[2,4]"),
         conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-              "spark.sql.streaming.minBatchesToRetain": "10"},
+              "spark.sql.streaming.minBatchesToRetain": "10", **config.get("conf", {})},
         log_level="ERROR",
     )
     queries = [start_query(spark, **query) for query in config["queries"]]

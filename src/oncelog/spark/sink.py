@@ -72,9 +72,11 @@ GATE_HEADER = "oncelog.sink.gate"
 SINK_STATE_DIR = "oncelog-sink"
 DECISIONS_KEPT = 100  # like spark.sql.streaming.minBatchesToRetain's default
 
-# Fault injection for the kill tests: with ONCELOG_SINK_PAUSE_AT=<point>[,<point>...] and
-# ONCELOG_SINK_PAUSE_FILE=<path>, the first process to reach a listed point creates the
-# file (naming the point) and sleeps until it is killed. Unset, this costs one getenv.
+# Fault injection for the kill and speculation tests: with
+# ONCELOG_SINK_PAUSE_AT=<point>[,<point>...] and ONCELOG_SINK_PAUSE_FILE=<path>, the first
+# process to reach a listed point creates the file (naming the point) and sleeps until it
+# is killed (by the test, or by Spark when a speculative copy has won). Unset, this costs
+# one getenv.
 PAUSE_AT_ENV = "ONCELOG_SINK_PAUSE_AT"
 PAUSE_FILE_ENV = "ONCELOG_SINK_PAUSE_FILE"
 
@@ -448,6 +450,7 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
         for more in rows:
             writer.produce(more)
         writer.flush(timeout)
+        pause_point("partition:before-task-commit")  # every row is in the open transaction
         producer.send_offsets_to_transaction(
             [TopicPartition(marker.topic, 0, task.batch_id + 1)], marker_group.consumer_group_metadata(), timeout
         )
@@ -549,6 +552,7 @@ def write_batch_mode(options: SinkOptions, task: TaskIdentity, run_token: str, b
         for more in rows:
             writer.produce(more)
         writer.flush(timeout)
+        pause_point("batch:before-handover")  # every row is in the open transaction
         with TwoPhaseClient(options.bootstrap_servers, timeout) as client:
             kept = client.keep_prepared(transactional_id)
         handed_over = True
