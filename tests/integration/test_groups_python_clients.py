@@ -122,3 +122,53 @@ def test_aiokafka_group_consumer_commits_and_resumes(group_broker):
     assert sorted(asyncio.run(consume(30))) == list(range(30))
     create_and_fill(bootstrap, "aio-group", 30, 12)
     assert sorted(asyncio.run(consume(12))) == list(range(30, 42))
+
+
+def test_aiokafka_two_members_share_a_topic_without_overlap(group_broker):
+    from aiokafka import AIOKafkaConsumer
+
+    bootstrap = group_broker.bootstrap_servers
+    create_and_fill(bootstrap, "aio-shared", 0, 0)
+
+    async def run() -> list[tuple[set[int], list[tuple[int, int]]]]:
+        members = [
+            AIOKafkaConsumer(
+                "aio-shared", bootstrap_servers=bootstrap, group_id="aio-shared", auto_offset_reset="earliest",
+                enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
+            )
+            for _ in range(2)
+        ]
+        for member in members:
+            await member.start()
+        received: list[list[tuple[int, int]]] = [[], []]
+
+        async def poll_all() -> None:
+            for member, records in zip(members, received):
+                batches = await member.getmany(timeout_ms=50)
+                records.extend((r.partition, int(r.value)) for batch in batches.values() for r in batch)
+
+        def owned(member) -> set[int]:
+            return {tp.partition for tp in member.assignment()}
+
+        try:
+            deadline = time.monotonic() + 20
+            # Both members in the group first, so no partition moves while records flow.
+            while not (owned(members[0]) and owned(members[1]) and not owned(members[0]) & owned(members[1])
+                       and owned(members[0]) | owned(members[1]) == set(range(PARTITIONS))):
+                assert time.monotonic() < deadline, "two members owning disjoint partitions covering the topic"
+                await poll_all()
+            await asyncio.to_thread(create_and_fill, bootstrap, "aio-shared", 0, 40)
+            while sum(map(len, received)) < 40:
+                assert time.monotonic() < deadline, f"40 records, got {sum(map(len, received))}"
+                await poll_all()
+            for member in members:
+                await member.commit()
+            return [(owned(member), records) for member, records in zip(members, received)]
+        finally:
+            for member in members:
+                await member.stop()
+
+    (first_owned, first_records), (second_owned, second_records) = asyncio.run(run())
+    assert sorted(value for _, value in first_records + second_records) == list(range(40))
+    assert {partition for partition, _ in first_records} == first_owned
+    assert {partition for partition, _ in second_records} == second_owned

@@ -86,8 +86,9 @@ def test_members_commit_with_their_generation(harness):
 
 
 @on_loop
-def test_commit_to_unknown_group_with_a_generation_is_illegal(harness):
-    assert commit(harness, {T0: 1}, member_id="m", generation=3) == {T0: ErrorCode.illegal_generation}
+def test_commit_to_unknown_group_with_a_generation_finds_no_group(harness):
+    # GROUP_ID_NOT_FOUND; the OffsetCommit handler answers ILLEGAL_GENERATION below v9.
+    assert commit(harness, {T0: 1}, member_id="m", generation=3) == {T0: ErrorCode.group_id_not_found}
     assert harness.group() is None
 
 
@@ -200,6 +201,43 @@ def test_transactional_commit_checks_generation_when_given(harness):
 
 
 @on_loop
+def test_transactional_commit_from_a_replaced_static_member_is_fenced(harness):
+    leader, zombie = harness.stable_group(2, instances=["i-0", "i-1"])
+    replacement = harness.join(instance="i-1").result()  # i-1 restarted: new member id, same generation
+    assert replacement.error == ErrorCode.none and replacement.member_id != zombie.member_id
+    assert txn_commit(harness, {T0: 5}, member_id=zombie.member_id, generation=1, instance="i-1") == {
+        T0: ErrorCode.fenced_instance_id,
+    }
+    assert txn_commit(harness, {T0: 5}, member_id=replacement.member_id, generation=1, instance="i-1") == {
+        T0: ErrorCode.none,
+    }
+    assert txn_commit(harness, {T1: 5}, member_id=leader.member_id, generation=1, instance="i-9") == {
+        T1: ErrorCode.unknown_member_id,  # an instance id the group does not know
+    }
+
+
+@on_loop
+def test_transactional_commit_to_unknown_group_with_a_generation_is_illegal(harness):
+    # Kafka 4's coordinator: the consumer's generation is gone; no group is created.
+    assert txn_commit(harness, {T0: 5}, member_id="m", generation=2) == {T0: ErrorCode.illegal_generation}
+    assert harness.group() is None
+    # Without a generation it is a simple group's commit: created and accepted.
+    assert txn_commit(harness, {T0: 5}, member_id="m") == {T0: ErrorCode.none}
+    assert harness.state() is EMPTY
+
+
+@on_loop
+def test_transactional_commit_with_a_member_id_but_no_generation(harness):
+    # Empty group: generation -1 is accepted whatever the member id (Kafka's rule).
+    commit(harness, {T0: 1}, group_id="simple")
+    assert txn_commit(harness, {T0: 5}, member_id="anyone", group_id="simple") == {T0: ErrorCode.none}
+    # Group with members: a member id makes the generation count, and -1 is not it.
+    member, _ = harness.stable_group(2)
+    assert txn_commit(harness, {T0: 6}, member_id=member.member_id) == {T0: ErrorCode.illegal_generation}
+    assert txn_commit(harness, {T0: 6}, member_id="stranger") == {T0: ErrorCode.unknown_member_id}
+
+
+@on_loop
 def test_transactional_commit_with_an_older_producer_epoch_is_refused(harness):
     txn_commit(harness, {T0: 5}, epoch=3)
     assert txn_commit(harness, {T0: 6}, epoch=2) == {T0: ErrorCode.invalid_producer_epoch}
@@ -259,5 +297,25 @@ def test_a_consumer_group_keeps_offsets_of_subscribed_topics_past_the_retention(
         harness.advance(60_000 + INITIAL_DELAY_MS)
         assert harness.coordinator.expire_offsets() == 1
         assert fetched(harness, T0, ("old-topic", 0)) == {T0: (1, ErrorCode.none), ("old-topic", 0): (-1, ErrorCode.none)}
+    finally:
+        harness.close()
+
+
+@on_loop
+def test_explicit_retention_time_sets_when_offsets_expire(tmp_path):
+    # OffsetCommit v2-v4 retention_time: the offset expires that long after the commit,
+    # whatever offsets.retention.minutes says, also after a restart.
+    harness = Harness(tmp_path / "data", offsets_retention_ms=7 * 24 * 3_600_000)
+    try:
+        results = harness.coordinator.commit_offsets("g", "", None, -1, {T0: CommitOffset(5)}, retention_ms=30_000)
+        assert results == {T0: ErrorCode.none}
+        commit(harness, {T1: 6})  # default retention
+        assert harness.group().offsets[T0].value.expire_timestamp_ms == harness.clock.now_ms() + 30_000
+        harness.restart()
+        harness.advance(29_999)
+        assert harness.coordinator.expire_offsets() == 0
+        harness.advance(1)
+        assert harness.coordinator.expire_offsets() == 1
+        assert fetched(harness, T0, T1) == {T0: (-1, ErrorCode.none), T1: (6, ErrorCode.none)}
     finally:
         harness.close()

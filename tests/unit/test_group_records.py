@@ -57,6 +57,15 @@ def test_offset_commit_value_v1_carries_an_expire_timestamp():
     assert records.decode_offset_commit_value(encoded) == OffsetCommitValue(9, -1, "", 100, 200)
 
 
+def test_offset_commit_value_with_an_expiry_is_written_as_v1():
+    # An explicit retention (OffsetCommit v2-v4): only v1 can hold the expire timestamp.
+    value = OffsetCommitValue(offset=9, leader_epoch=-1, metadata="m", commit_timestamp_ms=100,
+                              expire_timestamp_ms=200)
+    encoded = records.encode_offset_commit_value(value)
+    assert encoded == struct.pack(">hq", 1, 9) + kafka_string("m") + struct.pack(">qq", 100, 200)
+    assert records.decode_offset_commit_value(encoded) == value
+
+
 def test_group_metadata_value_v3_layout_and_round_trip():
     member = MemberMetadataValue("m-1", "instance", "client", "/127.0.0.1", 30_000, 10_000, b"sub", b"assign")
     value = GroupMetadataValue("consumer", 4, "range", "m-1", 1_700_000_000_000, (member,))

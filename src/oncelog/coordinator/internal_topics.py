@@ -30,8 +30,10 @@ def java_string_hash(text: str) -> int:
 
 
 def partition_for(key: str, partitions: int) -> int:
-    """Kafka's Utils.abs(key.hashCode) % partitions (abs masks the sign bit)."""
-    return (java_string_hash(key) & 0x7FFFFFFF) % partitions
+    """Kafka's Utils.abs(key.hashCode) % partitions. Utils.abs is Math.abs with
+    Integer.MIN_VALUE mapped to 0, not the sign-bit mask of Utils.toPositive."""
+    hash_code = java_string_hash(key)
+    return 0 if hash_code == -(1 << 31) else abs(hash_code) % partitions
 
 
 def ensure_internal_topic(broker: Broker, name: str, partitions: int, segment_bytes: int) -> TopicInfo:

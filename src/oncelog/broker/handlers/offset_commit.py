@@ -5,20 +5,26 @@
 - Members commit with their member id and generation (and group.instance.id v7+):
   UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, and REBALANCE_IN_PROGRESS while
   the group waits for its assignment. Commits during PreparingRebalance are accepted.
+- A generation for a group that does not exist: GROUP_ID_NOT_FOUND from v9,
+  ILLEGAL_GENERATION below (Kafka 4's coordinator).
 - Generation -1 with no member id: a consumer that assigns partitions itself (or an admin
   client) commits for a group with no members; the group is created if needed.
+- retention_time (v2-v4), unless -1, sets when the offsets expire, instead of
+  offsets.retention.minutes (stored in an OffsetCommitValue v1 record, as Kafka does).
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes.
-- Deviations: retention_time (v2-v4) is ignored (offsets.retention.minutes applies), as
-  it is by Kafka's value v3 records; v10 (topic ids, KIP-848) is not offered, nor v0-v1,
-  which Kafka 4 removed.
+- Deviations: v10 (topic ids, KIP-848) is not offered, nor v0-v1, which Kafka 4 removed.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._groups import group_coordinator, split_offsets
-from oncelog.protocol.messages import NO_THROTTLE
+from oncelog.broker.handlers._groups import duration_ms, group_coordinator, split_offsets
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+# GROUP_ID_NOT_FOUND for a commit to a group that does not exist is new in v9 (KIP-848);
+# older clients expect ILLEGAL_GENERATION.
+FIRST_VERSION_WITH_GROUP_ID_NOT_FOUND = 9
 
 
 @api(8, "OffsetCommit", range(2, 10))
@@ -27,13 +33,18 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     offsets, errors = split_offsets(ctx, request, coordinator)
     if offsets:
-        errors.update(coordinator.commit_offsets(
+        results = coordinator.commit_offsets(
             request.group_id,
             request.member_id,
             getattr(request, "group_instance_id", None),
             request.generation_id_or_member_epoch,
             offsets,
-        ))
+            retention_ms=duration_ms(getattr(request, "retention_time", None)),
+        )
+        if ctx.version < FIRST_VERSION_WITH_GROUP_ID_NOT_FOUND:
+            results = {tp: ErrorCode.illegal_generation if error == ErrorCode.group_id_not_found else error
+                       for tp, error in results.items()}
+        errors.update(results)
     topics = tuple(
         make(
             "OffsetCommitResponseTopic",

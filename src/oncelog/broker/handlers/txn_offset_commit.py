@@ -5,21 +5,28 @@
   `__consumer_offsets` partition as one transactional batch of the producer and stay
   pending, invisible to OffsetFetch (UNSTABLE_OFFSET_COMMIT with require_stable), until
   the COMMIT marker makes them the group's offsets; ABORT drops them.
+- KIP-890 part 1 (Kafka 3.6+): the group's `__consumer_offsets` partition must be part of
+  the producer's open transaction, asked of the transaction coordinator before anything
+  else about the group. A late commit, whose transaction has ended or never added the
+  group, gets INVALID_TXN_STATE; a fenced epoch INVALID_PRODUCER_EPOCH; an unknown
+  transactional id or another producer id INVALID_PRODUCER_ID_MAPPING; a transaction whose
+  markers are being written CONCURRENT_TRANSACTIONS (retriable).
 - v3 (KIP-447) carries the consumer's member id, generation and group.instance.id: a
   zombie from an older generation gets ILLEGAL_GENERATION, an unknown member
-  UNKNOWN_MEMBER_ID, a fenced static member FENCED_INSTANCE_ID. v0-v2 are not checked.
+  UNKNOWN_MEMBER_ID, a fenced static member FENCED_INSTANCE_ID. A group that does not
+  exist: ILLEGAL_GENERATION with a generation, created (as a simple group) without one.
+  v0-v2 are not checked.
 - INVALID_PRODUCER_EPOCH for an epoch older than the one the offsets partition has seen.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes.
-- Deviation: whether the transaction really added the group (AddOffsetsToTxn) is not
-  verified here, as in Kafka before KIP-890.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator, split_offsets
-from oncelog.protocol.messages import NO_THROTTLE
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
 @api(28, "TxnOffsetCommit", range(0, 4))
@@ -28,15 +35,19 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     offsets, errors = split_offsets(ctx, request, coordinator, group_id_required=True)
     if offsets:
-        errors.update(coordinator.txn_offset_commit(
-            request.group_id,
-            request.producer_id,
-            request.producer_epoch,
-            getattr(request, "member_id", ""),
-            getattr(request, "generation_id", -1),
-            getattr(request, "group_instance_id", None),
-            offsets,
-        ))
+        refusal = _verify_transaction(ctx, request, coordinator)
+        if refusal is not ErrorCode.none:
+            errors.update(dict.fromkeys(offsets, refusal))
+        else:
+            errors.update(coordinator.txn_offset_commit(
+                request.group_id,
+                request.producer_id,
+                request.producer_epoch,
+                getattr(request, "member_id", ""),
+                getattr(request, "generation_id", -1),
+                getattr(request, "group_instance_id", None),
+                offsets,
+            ))
     topics = tuple(
         make(
             "TxnOffsetCommitResponseTopic",
@@ -50,3 +61,20 @@ async def handle(ctx: RequestContext, request) -> object:
         for topic in request.topics
     )
     return make("TxnOffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _verify_transaction(ctx: RequestContext, request, coordinator) -> ErrorCode:
+    """KIP-890 part 1, as for transactional Produce: offsets are written only into an
+    Ongoing transaction that added the group (AddOffsetsToTxn), so a TxnOffsetCommit
+    arriving after its transaction ended cannot leave offsets pending with no marker to
+    come, nor slip into the producer's next transaction."""
+    transactions = ctx.broker.txn_coordinator
+    if transactions is None:
+        return ErrorCode.none
+    offsets_partition = (CONSUMER_OFFSETS, coordinator.partition_for_group(request.group_id))
+    error = transactions.verify_partition(
+        request.transactional_id, request.producer_id, request.producer_epoch, offsets_partition
+    )
+    # Kafka's broker hands the coordinator's answer on, except PRODUCER_FENCED: producers
+    # expect INVALID_PRODUCER_EPOCH here (AddPartitionsToTxnManager).
+    return ErrorCode.invalid_producer_epoch if error is ErrorCode.producer_fenced else error

@@ -783,16 +783,22 @@ class GroupCoordinator:
             Record(
                 records.encode_offset_commit_key(OffsetCommitKey(group_id, topic, partition)),
                 records.encode_offset_commit_value(OffsetCommitValue(
-                    value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms
+                    value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms,
+                    value.expire_timestamp_ms,
                 )),
             )
             for (topic, partition), value in offsets.items()
         ]
 
-    def _stamp(self, offsets: Mapping[TopicPartition, CommitOffset]) -> dict[TopicPartition, OffsetAndMetadata]:
+    def _stamp(self, offsets: Mapping[TopicPartition, CommitOffset], retention_ms: int = -1
+               ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The offsets as stored: commit time now; an explicit retention (OffsetCommit
+        v2-v4) fixes the expiry time, as in Kafka, instead of offsets.retention.minutes."""
         now = self._now()
+        # -1 is "no retention given"; any other value counts, a negative one expires at once.
+        expire_timestamp_ms = -1 if retention_ms == -1 else max(0, now + retention_ms)
         return {
-            tp: OffsetAndMetadata(commit.offset, commit.leader_epoch, commit.metadata or "", now)
+            tp: OffsetAndMetadata(commit.offset, commit.leader_epoch, commit.metadata or "", now, expire_timestamp_ms)
             for tp, commit in offsets.items()
         }
 
@@ -805,8 +811,11 @@ class GroupCoordinator:
         }
 
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
-                       offsets: Mapping[TopicPartition, CommitOffset]) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit: an error code per partition."""
+                       offsets: Mapping[TopicPartition, CommitOffset], *, retention_ms: int = -1
+                       ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit: an error code per partition. A member of a group that does not
+        exist gets GROUP_ID_NOT_FOUND (the handler answers ILLEGAL_GENERATION below v9, as
+        Kafka does). `retention_ms` other than -1: the offsets expire that long after now."""
         def all_fail(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, error)
 
@@ -814,7 +823,7 @@ class GroupCoordinator:
         if group is None:
             if generation_id >= 0:
                 # The group is gone or never existed: the request is from an old generation.
-                return all_fail(ErrorCode.illegal_generation)
+                return all_fail(ErrorCode.group_id_not_found)
             group = self._create_group(group_id)  # a "simple" consumer storing offsets only
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
                                              transactional=False)
@@ -827,7 +836,7 @@ class GroupCoordinator:
         if member is not None:
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
         results = self._metadata_errors(offsets)
-        accepted = self._stamp({tp: commit for tp, commit in offsets.items() if tp not in results})
+        accepted = self._stamp({tp: commit for tp, commit in offsets.items() if tp not in results}, retention_ms)
         if accepted:
             try:
                 base_offset = self._offsets_topic.append(
@@ -846,13 +855,18 @@ class GroupCoordinator:
                           generation_id: int, group_instance_id: str | None,
                           offsets: Mapping[TopicPartition, CommitOffset]) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: append the offsets as one transactional batch of the producer;
-        they stay pending (invisible to OffsetFetch) until `complete_transaction`."""
+        they stay pending (invisible to OffsetFetch) until `complete_transaction`. The
+        caller has verified that the transaction is open and holds the group's partition."""
         def all_fail(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, error)
 
         group = self._groups.get(group_id)
         if group is None:
-            group = self._create_group(group_id)
+            if generation_id >= 0:
+                # A consumer of a generation the group no longer has (Kafka 4's coordinator;
+                # the older one created the group and answered UNKNOWN_MEMBER_ID).
+                return all_fail(ErrorCode.illegal_generation)
+            group = self._create_group(group_id)  # a producer committing for a simple group
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
                                              transactional=True)
         if error != ErrorCode.none:

@@ -12,7 +12,9 @@ Values (a null value is a tombstone: the offset or the group is deleted):
 
     OffsetCommitValue v3       offset int64, leaderEpoch int32, metadata string,
                                commitTimestamp int64
-      (read also: v0 without leaderEpoch; v1 adds expireTimestamp int64 last; v2 = v0)
+      v1 (written for an explicit retention) offset int64, metadata string,
+                               commitTimestamp int64, expireTimestamp int64
+      (read also: v0 = v1 without expireTimestamp; v2 = v0)
     GroupMetadataValue v3      protocolType string, generation int32,
                                protocol nullable string, leader nullable string,
                                currentStateTimestamp int64, members [MemberMetadata]
@@ -23,8 +25,9 @@ Values (a null value is a tombstone: the offset or the group is deleted):
        v1 adds rebalanceTimeout; v2 adds currentStateTimestamp)
 
 Encoding is Kafka's non-flexible one: strings as int16 length + UTF-8 (-1 for null),
-bytes as int32 length, arrays as int32 count. oncelog writes key v1 / v2 and value v3,
-what Kafka 3.x writes, so Kafka's tools can read an oncelog `__consumer_offsets`.
+bytes as int32 length, arrays as int32 count. oncelog writes key v1 / v2 and value v3
+(v1 with an expiry), what Kafka writes, so Kafka's tools can read an oncelog
+`__consumer_offsets`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_WITH_EXPIRY_VERSION = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
 _INT16 = struct.Struct(">h")
@@ -131,6 +135,17 @@ def encode_group_metadata_key(key: GroupMetadataKey) -> bytes:
 
 
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
+    if value.expire_timestamp_ms >= 0:
+        # An explicit retention (OffsetCommit v2-v4) needs v1, the only version with
+        # expireTimestamp; it has no leader epoch (those requests carry none). Kafka does the same.
+        return (
+            _Writer(OFFSET_COMMIT_VALUE_WITH_EXPIRY_VERSION)
+            .int64(value.offset)
+            .string(value.metadata)
+            .int64(value.commit_timestamp_ms)
+            .int64(value.expire_timestamp_ms)
+            .done()
+        )
     return (
         _Writer(OFFSET_COMMIT_VALUE_VERSION)
         .int64(value.offset)
