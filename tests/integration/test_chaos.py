@@ -43,6 +43,9 @@ def test_a_minute_of_broker_kills_and_dropped_responses_leaves_no_anomaly(tmp_pa
     assert field(output, "broker_kills") >= 20, report
     assert field(output, "txns_committed") > 0 and field(output, "txns_aborted") > 0, report
     assert field(output, "proxy_faults") > 0 and field(output, "drop_and_close") > 0, report
+    # Every fault kind the run enables happened (the proxy counts each when it acts).
+    for kind in ("truncate_response", "delay", "drop_request_and_close", "duplicate_request", "duplicates_answered"):
+        assert field(output, kind) > 0, report
 
     # The history holds what the summary counted: every kind of client took part.
     history = History.load(tmp_path / "history.jsonl")

@@ -29,7 +29,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="broker kills (SIGKILL, then restart) per minute (default: %(default)s)")
     chaos.add_argument("--drop-rate", type=float, default=0.05,
                        help="fraction of Produce/AddPartitionsToTxn/EndTxn/TxnOffsetCommit responses the proxy "
-                            "drops, closing the connection; half as many are delayed 300 ms (default: %(default)s)")
+                            "drops, closing the connection; half as many are cut part way, delayed 300 ms, or "
+                            "have their request dropped; as many accepted Produce requests are sent again "
+                            "(default: %(default)s)")
     chaos.add_argument("--data-dir", type=Path,
                        help="keep the broker's log.dirs and log here (default: a temporary directory, "
                             "removed after a clean run)")

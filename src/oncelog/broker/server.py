@@ -12,6 +12,15 @@ without being copied in Python (profiled: the stream reader's chunk joining and
 parsed out of a shared 64 KiB receive buffer. While frames wait for the connection's
 task, reading pauses at `_MAX_QUEUED_BYTES`, so a client that pipelines cannot make the
 broker buffer without bound (TCP pushes back instead).
+
+Limits, as Kafka's SocketServer applies them:
+- `socket.request.max.bytes`: a larger length prefix closes the connection;
+- `max.connections`: a connection above it is closed as soon as it is accepted;
+- `queued.max.request.bytes` (`RequestMemoryPool`): the request bytes held at once over
+  all connections, reserved when a frame's size is known (the moment its buffer is
+  allocated) and released once its request has been handled. When the pool is used up,
+  a connection that needs a new frame buffer stops reading until memory is released.
+  Kafka's default (-1, or any value <= 0) is no bound.
 """
 
 from __future__ import annotations
@@ -48,6 +57,55 @@ class CloseConnection(Exception):
     """The request is one Kafka answers by closing the connection."""
 
 
+class RequestMemoryPool:
+    """`queued.max.request.bytes`: request bytes held in memory at once, over all connections.
+
+    Kafka's semantics (SimpleMemoryPool, non-strict, as its SocketServer uses it): a
+    capacity <= 0 means no bound; otherwise a reservation succeeds while the total is below
+    the capacity, so the last frame admitted may take the total past it by less than
+    socket.request.max.bytes, and the largest frame is admitted once the pool drains. A
+    refused connection waits, reading paused; released memory resumes the waiting
+    connections in the order they were refused, for as long as there is room.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.peak = 0  # the largest `used` seen, for tests and diagnostics
+        self.refusals = 0
+        self._waiting: dict[_Connection, None] = {}  # insertion-ordered set
+
+    @property
+    def bounded(self) -> bool:
+        return self.capacity > 0
+
+    @property
+    def waiting(self) -> int:
+        """Connections that stopped reading until memory is released."""
+        return len(self._waiting)
+
+    def try_reserve(self, size: int, connection: _Connection) -> bool:
+        if self.bounded and self.used >= self.capacity and size > 0:
+            self.refusals += 1
+            self._waiting[connection] = None
+            return False
+        self.used += size
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        if self.used < 0:
+            raise AssertionError(f"request memory released twice: {self.used} bytes in use")
+        while self._waiting and self.used < self.capacity:
+            connection = next(iter(self._waiting))
+            del self._waiting[connection]
+            connection.memory_available()  # may reserve again, or wait again
+
+    def forget(self, connection: _Connection) -> None:
+        self._waiting.pop(connection, None)
+
+
 class _Connection(asyncio.BufferedProtocol):
     """One client socket: whole request frames in, response bytes out.
 
@@ -58,6 +116,7 @@ class _Connection(asyncio.BufferedProtocol):
     def __init__(self, server: KafkaServer) -> None:
         self._server = server
         self._max_frame = server.max_request_bytes
+        self._memory = server.request_memory
         self.transport: asyncio.Transport | None = None
         self.client_host = "?"
         # Bytes not yet parsed are _receive[_start:_end]; a frame too large for this
@@ -69,7 +128,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None
         self._frame_filled = 0
         self._frames: collections.deque[bytearray] = collections.deque()
-        self._queued_bytes = 0
+        self._queued_bytes = 0  # frames delivered, not yet taken by the task
+        self._reserved_bytes = 0  # held in the request memory pool by this connection
+        self._waiting_for_memory = False
+        self._closed = False  # no more frames: the task ended or the connection was refused
         self._reading_paused = False
         self._frame_waiter: asyncio.Future | None = None
         self._failure: BaseException | None = None  # set once no more frames will come
@@ -94,6 +156,8 @@ class _Connection(asyncio.BufferedProtocol):
         return self._receive_view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._closed:
+            return  # bytes after the end are dropped, as the socket is closing
         if self._frame is not None:
             self._frame_filled += nbytes
             if self._frame_filled == len(self._frame):
@@ -131,7 +195,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _parse_frames(self) -> None:
         receive = self._receive
-        while self._end - self._start >= 4:
+        while self._end - self._start >= 4 and not self._waiting_for_memory:
             size = _SIZE.unpack_from(receive, self._start)[0]
             if size < 0 or size > self._max_frame:
                 raise CloseConnection(
@@ -140,13 +204,18 @@ class _Connection(asyncio.BufferedProtocol):
             body_start = self._start + 4
             available = self._end - body_start
             if available >= size:
+                if not self._reserve(size):
+                    return  # the frame stays in the receive buffer until memory is released
                 self._start = body_start + size
                 self._deliver(receive[body_start:self._start])
                 continue
             if 4 + size > len(receive):
                 # Too large for the receive buffer: give it a buffer of its own and let
                 # the socket fill that directly. Allocated once the size is known, as
-                # Kafka's NetworkReceive does; socket.request.max.bytes bounds it.
+                # Kafka's NetworkReceive does; socket.request.max.bytes bounds one
+                # buffer, queued.max.request.bytes all of them.
+                if not self._reserve(size):
+                    return
                 frame = bytearray(size)
                 frame[:available] = self._receive_view[body_start:self._end]
                 self._frame, self._frame_filled = frame, available
@@ -166,17 +235,64 @@ class _Connection(asyncio.BufferedProtocol):
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
         self._queued_bytes += len(frame)
-        if self._queued_bytes >= _MAX_QUEUED_BYTES and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self._update_reading()
         self._wake()
 
     def _fail(self, reason: BaseException) -> None:
         self._failure = reason
-        if not self._reading_paused:
+        self._update_reading()
+        self._wake()
+
+    # -- request memory --------------------------------------------------------------
+
+    def _reserve(self, size: int) -> bool:
+        """Reserve a new frame buffer in the pool; when refused, stop reading until
+        `memory_available`."""
+        if self._memory.try_reserve(size, self):
+            self._reserved_bytes += size
+            return True
+        self._waiting_for_memory = True
+        self._update_reading()
+        return False
+
+    def memory_available(self) -> None:
+        """Called by the pool: parse what was already received, then read on."""
+        self._waiting_for_memory = False
+        if self._closed:
+            return
+        try:
+            self._parse_frames()
+        except CloseConnection as reason:
+            self._fail(reason)
+        self._update_reading()
+
+    def frame_done(self, frame: bytearray) -> None:
+        """The request in `frame` has been handled: its bytes leave the pool."""
+        if not self._closed:
+            self._reserved_bytes -= len(frame)
+            self._memory.release(len(frame))
+
+    def release_all(self) -> None:
+        """The connection is over: return everything it holds (queued frames, a
+        partly received one, the one in hand) to the pool."""
+        self._closed = True
+        self._memory.forget(self)
+        reserved, self._reserved_bytes = self._reserved_bytes, 0
+        self._frames.clear()
+        self._frame = None
+        if reserved:
+            self._memory.release(reserved)
+
+    def _update_reading(self) -> None:
+        """Read while nothing stops it: a framing failure, the pool, or the read-ahead."""
+        pause = (self._failure is not None or self._waiting_for_memory
+                 or self._queued_bytes >= _MAX_QUEUED_BYTES)
+        if pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
-        self._wake()
+        elif not pause and self._reading_paused and not self._closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
 
     def _wake(self) -> None:
         if self._frame_waiter is not None and not self._frame_waiter.done():
@@ -206,9 +322,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self._frame_waiter = None
         frame = self._frames.popleft()
         self._queued_bytes -= len(frame)
-        if self._reading_paused and self._failure is None and self._queued_bytes < _MAX_QUEUED_BYTES:
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self._update_reading()
         return frame
 
     async def write(self, response: list) -> None:
@@ -230,6 +344,7 @@ class KafkaServer:
         self.handlers = load_handlers()
         self.max_request_bytes = broker.config["socket.request.max.bytes"]
         self.max_connections = broker.config["max.connections"]
+        self.request_memory = RequestMemoryPool(broker.config["queued.max.request.bytes"])
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
@@ -254,6 +369,7 @@ class KafkaServer:
     def _connection_made(self, connection: _Connection) -> None:
         if len(self._connections) >= self.max_connections:
             log.warning("refusing connection: max.connections=%d reached", self.max_connections)
+            connection.release_all()
             connection.transport.close()
             return
         task = asyncio.get_running_loop().create_task(self._serve_connection(connection))
@@ -267,7 +383,10 @@ class KafkaServer:
                 frame = await connection.next_frame()
                 if frame is None:
                     return  # the client closed its side
-                response = await self._handle(frame, client_host)
+                try:
+                    response = await self._handle(frame, client_host)
+                finally:
+                    connection.frame_done(frame)
                 if response is not None:
                     await connection.write(response)
         except ConnectionError:
@@ -281,6 +400,7 @@ class KafkaServer:
         finally:
             self._connections.discard(task)
             connection.transport.close()
+            connection.release_all()
 
     async def _handle(self, frame: bytearray, client_host: str) -> list | None:
         """The response frame's buffers for one request frame, or None for no response."""

@@ -23,8 +23,12 @@ One run, in this order:
      the group's committed offsets by recreating the consumer);
    - the killer: kill -9 of the broker at random moments within evenly spaced slots
      (about `kills_per_minute`), restarted on the same port and log.dirs;
-   - the proxy drops a fraction `drop_rate` of the Produce, AddPartitionsToTxn, EndTxn
-     and TxnOffsetCommit responses, closing their connections, and delays half as many.
+   - the proxy, on the Produce, AddPartitionsToTxn, EndTxn and TxnOffsetCommit requests,
+     with R = `drop_rate`: drops a fraction R of their responses, closing the
+     connection; cuts R/2 part way (a prefix, then close); delays R/2 by 300 ms; drops
+     R/2 of the requests before they reach the broker, closing the connection; and sends
+     R of the Produce requests the broker accepted a second time, 100 ms after the
+     answer, on a new connection (a duplicate the broker must recognise).
 4. The end: the killer stops (the broker left running), the proxy stops injecting,
    the workers end their open transactions and close; the run waits until the
    coordinator lists no open transaction and every partition's last stable offset has
@@ -78,9 +82,18 @@ PARTITIONS = 3
 CTP_GROUP = "chaos-ctp"
 CTP_TRANSACTIONAL_ID = "chaos-ctp"
 
-# Kafka API keys whose responses the proxy may drop.
+# Kafka API keys whose requests and responses the proxy may drop, cut or delay. Only
+# Produce is duplicated: its sequence numbers make a copy harmless. A late copy of an
+# EndTxn, AddPartitionsToTxn or TxnOffsetCommit, or a Produce held back past an abort,
+# acts on the producer's next transaction (same epoch), in oncelog as in Kafka without
+# KIP-890 part 2 (docs/reliability.md, "Known limitations"): not a fault to inject here.
 PRODUCE, ADD_PARTITIONS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 0, 24, 26, 28
 FAULTED_APIS = frozenset({PRODUCE, ADD_PARTITIONS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
+DUPLICATED_APIS = frozenset({PRODUCE})
+# The proxy's counters of injected faults (see oncelog.testing.proxy), in report order.
+FAULT_KINDS = ("drop", "drop_and_close", "truncate_response", "delay", "drop_request_and_close",
+               "duplicate_request")
+RESPONSE_OUTCOMES = ("drop", "drop_and_close", "truncate_response", "delay", "forward")
 
 TRANSACTION_TIMEOUT_MS = 10_000
 BROKER_CONFIG = {
@@ -157,7 +170,7 @@ class ChaosResult:
 
     @property
     def faults_injected(self) -> int:
-        return sum(self.proxy_stats.get(kind, 0) for kind in ("drop", "drop_and_close", "delay"))
+        return sum(self.proxy_stats.get(kind, 0) for kind in FAULT_KINDS)
 
     @property
     def ok(self) -> bool:
@@ -170,10 +183,10 @@ class ChaosResult:
             f"counts: operations={s.get('operations', 0)} sends_acknowledged={s.get('acked', 0)} "
             f"txns_committed={s.get('committed_txns', 0)} txns_aborted={s.get('aborted_txns', 0)} "
             f"txns_unknown={s.get('unknown_txns', 0)} polls={polls} broker_kills={self.kills} "
-            f"proxy_faults={self.faults_injected} (drop={self.proxy_stats.get('drop', 0)} "
-            f"drop_and_close={self.proxy_stats.get('drop_and_close', 0)} delay={self.proxy_stats.get('delay', 0)} "
-            f"of {sum(self.proxy_stats.get(k, 0) for k in ('drop', 'drop_and_close', 'delay', 'forward'))} "
-            f"targeted responses)"
+            f"proxy_faults={self.faults_injected} ("
+            + " ".join(f"{kind}={self.proxy_stats.get(kind, 0)}" for kind in FAULT_KINDS)
+            + f"; {sum(self.proxy_stats.get(k, 0) for k in RESPONSE_OUTCOMES)} targeted responses, "
+            f"duplicates_answered={self.proxy_stats.get('replay_answered', 0)})"
         )
 
     def events_line(self) -> str:
@@ -786,9 +799,13 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
     # A dropped response always takes its connection with it: on a live connection later
     # responses would still arrive, which TCP never does (an idempotent producer then
     # takes a later acknowledgement for the earlier batch, and its retry of that batch
-    # is out of sequence, as with Apache Kafka). Half as many responses are delayed.
-    policy = FaultPolicy(api_keys=FAULTED_APIS, drop_response_and_close=settings.drop_rate,
-                         delay_response=settings.drop_rate / 2, delay_ms=300, seed=settings.seed, enabled=False)
+    # is out of sequence, as with Apache Kafka). Requests are likewise only dropped with
+    # their connection. The other kinds at half the rate, duplicates at the full rate.
+    rate = settings.drop_rate
+    policy = FaultPolicy(api_keys=FAULTED_APIS, drop_response_and_close=rate, truncate_response=rate / 2,
+                         delay_response=rate / 2, delay_ms=300, drop_request_and_close=rate / 2,
+                         duplicate_request=rate, duplicate_api_keys=DUPLICATED_APIS, replay_delay_ms=100,
+                         seed=settings.seed, enabled=False)
     proxy = FaultProxy(("127.0.0.1", broker.port), policy).start()
     broker.config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
     history = History()
@@ -831,7 +848,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         deadline = started + settings.duration
         while not run.stop.is_set() and time.monotonic() < deadline:
             run.stop.wait(min(settings.progress_interval, max(0.0, deadline - time.monotonic())))
-            faults = sum(proxy.stats[kind] for kind in ("drop", "drop_and_close", "delay"))
+            faults = sum(proxy.stats[kind] for kind in FAULT_KINDS)
             outcomes = " ".join(f"{name}={count}" for name, count in sorted(run.events.items())
                                 if name.endswith(("commit", "abort", "failed")))
             log(f"chaos: t={time.monotonic() - started:.0f}s kills={killer.kills} faults={faults} "
