@@ -1,5 +1,7 @@
-"""Errors the oncelog Spark source raises. Each message names the option, topic or
-partition it is about, because Spark shows it to the user wrapped in a Python traceback."""
+"""Errors the oncelog Spark source and the sink's KIP-939 client raise. Each message names
+the option, topic or partition it is about, because Spark shows it to the user wrapped in
+a Python traceback. (No imports beyond the standard library: every Python worker that
+loads the source or sink loads this.)"""
 
 from __future__ import annotations
 
@@ -28,3 +30,15 @@ class DataLoss(SourceError):
 class ReadStalled(SourceError):
     """An executor made no progress towards a range's end offset for
     kafkaConsumer.pollTimeoutMs."""
+
+
+class TwoPhaseError(Exception):
+    """A KIP-939 call (oncelog.spark.twophase) failed with an error that retrying will not fix."""
+
+
+class TwoPhaseCommitUnavailable(TwoPhaseError):
+    """The cluster cannot keep a prepared transaction for an external decision."""
+
+
+class ClusterUnreachable(TwoPhaseError):
+    """No broker of kafka.bootstrap.servers answered in time."""

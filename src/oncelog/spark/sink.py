@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -51,6 +52,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from oncelog.spark.errors import ClusterUnreachable, TwoPhaseCommitUnavailable
 from oncelog.spark.sink_options import (
     BATCH_MODE,
     PARTITION_MODE,
@@ -60,11 +62,9 @@ from oncelog.spark.sink_options import (
     SinkWriteError,
     parse_sink_options,
 )
-from oncelog.spark.twophase import (
-    ClusterUnreachable,
-    TwoPhaseClient,
-    TwoPhaseCommitUnavailable,
-)
+
+if TYPE_CHECKING:
+    from oncelog.spark.twophase import TwoPhaseClient
 
 # Header of the gate transaction's one record per partition (aborted, so read_committed
 # consumers never see it; read_uncommitted ones do).
@@ -93,6 +93,14 @@ def pause_point(name: str) -> None:
     os.close(descriptor)
     while True:  # until the test kills the process group
         time.sleep(1)
+
+
+def two_phase_client(bootstrap_servers: str, timeout_s: float) -> TwoPhaseClient:
+    """The KIP-939 wire client, imported only where batch mode needs it: its protocol
+    entities (kio) cost every fresh Python worker that loads the sink ~0.1 s to import."""
+    from oncelog.spark.twophase import TwoPhaseClient
+
+    return TwoPhaseClient(bootstrap_servers, timeout_s)
 
 
 # -- entry points (called by OncelogDataSource) -----------------------------------------------
@@ -379,7 +387,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
         """Driver, mode=batch, before the batch's tasks write: check the cluster does 2PC and
         open the gate."""
         query_id = read_query_id(self.options)
-        with TwoPhaseClient(self.options.bootstrap_servers, self.options.cluster_timeout_s) as client:
+        with two_phase_client(self.options.bootstrap_servers, self.options.cluster_timeout_s) as client:
             client.check_two_phase_commit()
             BatchCommitter(self.options, query_id, client).open_gate()
 
@@ -390,7 +398,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
             pause_point("commit:return:partition")  # the tasks committed; nothing is left to do
             return
         query_id = read_query_id(self.options)
-        with TwoPhaseClient(self.options.bootstrap_servers, self.options.cluster_timeout_s) as client:
+        with two_phase_client(self.options.bootstrap_servers, self.options.cluster_timeout_s) as client:
             BatchCommitter(self.options, query_id, client).commit(_results(messages), batchId)
         pause_point("commit:return:batch")
 
@@ -401,7 +409,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
         if self.options.mode == PARTITION_MODE:
             return
         query_id = read_query_id(self.options)
-        with TwoPhaseClient(self.options.bootstrap_servers, self.options.cluster_timeout_s) as client:
+        with two_phase_client(self.options.bootstrap_servers, self.options.cluster_timeout_s) as client:
             BatchCommitter(self.options, query_id, client).abort(_results(messages), batchId)
 
 
@@ -553,7 +561,7 @@ def write_batch_mode(options: SinkOptions, task: TaskIdentity, run_token: str, b
             writer.produce(more)
         writer.flush(timeout)
         pause_point("batch:before-handover")  # every row is in the open transaction
-        with TwoPhaseClient(options.bootstrap_servers, timeout) as client:
+        with two_phase_client(options.bootstrap_servers, timeout) as client:
             kept = client.keep_prepared(transactional_id)
         handed_over = True
         if not kept.has_ongoing:
@@ -816,7 +824,7 @@ def abandon_query(bootstrap_servers: str, query_id: str, transactional_id_prefix
     the partitions they wrote. Returns the transactional ids it aborted."""
     pattern = re.escape(f"{transactional_id_prefix}-{query_id}-") + ".+"
     aborted = []
-    with TwoPhaseClient(bootstrap_servers, timeout_s) as client:
+    with two_phase_client(bootstrap_servers, timeout_s) as client:
         for transactional_id in client.list_ongoing(pattern):
             kept = client.keep_prepared(transactional_id)
             if kept.has_ongoing:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from oncelog.protocol.client import WireClient
+from oncelog.spark.errors import ClusterUnreachable, TwoPhaseCommitUnavailable, TwoPhaseError
 
 INIT_PRODUCER_ID_KEY = 22
 TWO_PHASE_VERSION = 6
@@ -45,18 +46,6 @@ NO_TWO_PHASE_COMMIT = (
     "mode=batch needs an oncelog broker with transaction.two.phase.commit.enable=true "
     "(KIP-939 InitProducerId v6); use mode=partition against other Kafka clusters"
 )
-
-
-class TwoPhaseError(Exception):
-    """A KIP-939 call failed with an error that retrying will not fix."""
-
-
-class TwoPhaseCommitUnavailable(TwoPhaseError):
-    """The cluster cannot keep a prepared transaction for an external decision."""
-
-
-class ClusterUnreachable(TwoPhaseError):
-    """No broker of kafka.bootstrap.servers answered in time."""
 
 
 @dataclass(frozen=True)
