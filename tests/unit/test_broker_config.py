@@ -55,3 +55,20 @@ def test_properties_reader_accepts_colon_separator(tmp_path):
     path = tmp_path / "p"
     path.write_text("a: 1\n! bang comment\nb=x=y\n")
     assert read_properties(path) == {"a": "1", "b": "x=y"}
+
+
+def test_log_cleaner_keys_set_the_cleaner_and_the_topic_compaction_defaults():
+    from oncelog.storage.config import LogConfig
+
+    config = BrokerConfig({
+        "log.cleaner.enable": "false", "log.cleaner.backoff.ms": "250",
+        "log.cleaner.min.cleanable.ratio": "0.2", "log.cleaner.delete.retention.ms": "1000",
+        "log.cleaner.min.compaction.lag.ms": "5", "log.cleaner.max.compaction.lag.ms": "60000",
+        "log.cleaner.threads": "2", "log.cleaner.io.max.bytes.per.second": "1e6",
+    })
+    assert (config["log.cleaner.enable"], config["log.cleaner.backoff.ms"]) == (False, 250)
+    assert config.ignored == ["log.cleaner.io.max.bytes.per.second", "log.cleaner.threads"]
+    topic_defaults = LogConfig().with_overrides(config.log_defaults())
+    assert (topic_defaults.min_cleanable_dirty_ratio, topic_defaults.delete_retention_ms) == (0.2, 1000)
+    assert (topic_defaults.min_compaction_lag_ms, topic_defaults.max_compaction_lag_ms) == (5, 60000)
+    assert BrokerConfig({})["log.cleaner.enable"] is True

@@ -8,9 +8,10 @@ does. `TOPIC_CONFIGS` is the one table tying the three spellings together.
 
 Accepted but not acted on yet (stored and described, no effect): segment.jitter.ms,
 file.delete.delay.ms (segments are deleted at once), compression.type (batches are
-stored as produced), the compaction settings (compaction is not implemented, so
-cleanup.policy=compact only turns off deletion), min.insync.replicas and
-unclean.leader.election.enable (single node), preallocate.
+stored as produced), min.insync.replicas and unclean.leader.election.enable (single
+node), preallocate. cleanup.policy=compact and the compaction settings
+(delete.retention.ms, min.cleanable.dirty.ratio, min.compaction.lag.ms,
+max.compaction.lag.ms) drive the log cleaner (cleaner.py).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigKey] = {
     key.name: key
     for key in (
         ConfigKey("cleanup.policy", "cleanup_policy", _cleanup_policy, "log.cleanup.policy",
-                  doc="delete and/or compact (compaction not implemented)"),
+                  doc="delete and/or compact"),
         ConfigKey("compression.type", "compression_type",
                   _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
                   "compression.type", doc="accepted; batches are stored as produced"),
@@ -211,6 +212,11 @@ class LogConfig:
     def deletes_old_segments(self) -> bool:
         """Whether retention applies (cleanup.policy contains delete)."""
         return CLEANUP_DELETE in self.cleanup_policy.split(",")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy contains compact)."""
+        return CLEANUP_COMPACT in self.cleanup_policy.split(",")
 
     @property
     def log_append_time(self) -> bool:

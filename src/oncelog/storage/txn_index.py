@@ -96,6 +96,15 @@ class TransactionIndex:
             del self._last_offsets[:drop]
             self._rewrite()
 
+    def remove(self, last_offsets: set[int]) -> None:
+        """Forget the aborts whose marker offsets are given (the log cleaner dropped
+        their markers, or found no data of theirs left)."""
+        kept = [entry for entry in self.entries if entry.last_offset not in last_offsets]
+        if len(kept) != len(self.entries):
+            self.entries = kept
+            self._last_offsets = [entry.last_offset for entry in kept]
+            self._rewrite()
+
     def clear(self) -> None:
         self.entries.clear()
         self._last_offsets.clear()
