@@ -2,6 +2,7 @@
 and after kill -9, because producer state is snapshotted and rebuilt from the log."""
 
 import datetime
+import time
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -13,21 +14,21 @@ from oncelog.protocol.client import WireClient
 from oncelog.testing.process import BrokerProcess
 
 
-def produce(bootstrap, batch, partition=0):
+def produce(bootstrap, batch, partition=0, topic="idem"):
     request = produce_v9.ProduceRequest(
         transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
         topic_data=(produce_v9.TopicProduceData(
-            name="idem", partition_data=(produce_v9.PartitionProduceData(index=partition, records=batch),)),),
+            name=topic, partition_data=(produce_v9.PartitionProduceData(index=partition, records=batch),)),),
     )
     with WireClient.connect(bootstrap) as client:
         return client.request(request).responses[0].partition_responses[0]
 
 
-def create_topic(bootstrap):
+def create_topic(bootstrap, name="idem", config=None):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("idem", 1, 1)])["idem"].result(10)
+    admin.create_topics([NewTopic(name, 1, 1, config=config or {})])[name].result(10)
 
 
 def init_producer_id(bootstrap):
@@ -39,7 +40,10 @@ def init_producer_id(bootstrap):
     return response.producer_id, response.producer_epoch
 
 
-def idempotent_batch(producer_id, epoch, sequence, count=3, timestamp=1_700_000_000_000):
+def idempotent_batch(producer_id, epoch, sequence, count=3, timestamp=None):
+    # Current time by default: state of producers whose last timestamp is older than
+    # producer.id.expiration.ms is left out when it is loaded after a restart, as in Kafka.
+    timestamp = time.time_ns() // 1_000_000 if timestamp is None else timestamp
     records = [rb.Record(f"k{sequence + i}".encode(), f"v{sequence + i}".encode()) for i in range(count)]
     return rb.build_batch(records, timestamp_ms=timestamp, producer_id=producer_id,
                           producer_epoch=epoch, base_sequence=sequence)
@@ -95,3 +99,37 @@ def test_validation_errors_on_the_wire(tmp_path):
         assert new_epoch_bad_start.error_code == ErrorCode.out_of_order_sequence_number
         # KIP-360: an unknown producer id is accepted at any sequence.
         assert produce(broker.bootstrap_servers, idempotent_batch(999_999, 0, 42)).error_code == ErrorCode.none
+
+
+def millis(moment):
+    return None if moment is None else round(moment.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("how", ["clean_restart", "kill_9"])
+def test_duplicate_on_a_log_append_time_topic_returns_the_original_append_time(tmp_path, how):
+    """Producer state keeps the batch's time as written (the broker's append time), so a
+    retry answers with the original LogAppendTime before and after a restart, never the
+    client's own timestamp."""
+    client_timestamp = 1_000  # long past: were it kept, the producer would count as expired
+    with BrokerProcess(tmp_path / "data", {"log.flush.interval.messages": "1"}) as broker:
+        create_topic(broker.bootstrap_servers, "stamped", {"message.timestamp.type": "LogAppendTime"})
+        producer_id, epoch = init_producer_id(broker.bootstrap_servers)
+        first = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 0, timestamp=client_timestamp),
+                        topic="stamped")
+        assert first.error_code == ErrorCode.none
+        append_time = millis(first.log_append_time)
+        assert append_time > client_timestamp
+
+        retry = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 0, timestamp=client_timestamp),
+                        topic="stamped")
+        assert (retry.error_code, retry.base_offset, millis(retry.log_append_time)) == (ErrorCode.none, 0, append_time)
+
+        if how == "clean_restart":
+            broker.restart()
+        else:
+            broker.kill()
+            broker.start()
+
+        after = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 0, timestamp=client_timestamp),
+                        topic="stamped")
+        assert (after.error_code, after.base_offset, millis(after.log_append_time)) == (ErrorCode.none, 0, append_time)

@@ -8,6 +8,10 @@ batches after it. Layout (big-endian):
     crc     uint32   CRC32C of the payload
     payload          UTF-8 JSON: {"offset": N, "producers": [entry, ...]}
 
+Entries are kept in the manager's order (least recently written first), which is its
+eviction order once `producer.id.max.entries.per.partition` is reached. Expired entries
+are dropped by the loader (ProducerStateManager.load), not here.
+
 Written to a temporary file, fsynced and renamed, so a crash leaves either the old
 snapshot or the new one; a snapshot whose CRC fails is ignored (recovery then replays
 from an older snapshot or from the log start).
@@ -23,7 +27,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from oncelog.storage.producer_state import BatchMetadata, ProducerStateEntry
+from oncelog.storage.producer_state import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
 
 log = logging.getLogger("oncelog.storage")
 
@@ -93,11 +97,11 @@ def read_snapshot(path: Path) -> dict[int, ProducerStateEntry] | None:
         entry = ProducerStateEntry(
             raw["producer_id"],
             raw["producer_epoch"],
+            batches=[BatchMetadata(*b) for b in raw["batches"][-NUM_BATCHES_TO_RETAIN:]],
             coordinator_epoch=raw["coordinator_epoch"],
             last_timestamp=raw["last_timestamp"],
             current_txn_first_offset=raw["current_txn_first_offset"],
         )
-        entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
         entries[entry.producer_id] = entry
     return entries
 

@@ -2,23 +2,38 @@
 
 Owns, per producer id, the epoch, the last five batches (sequence range, offsets,
 timestamp), the coordinator epoch and the first offset of the producer's open
-transaction. `ProducerStateManager.check()` answers for one incoming batch, exactly as
-Kafka's ProducerAppendInfo does:
+transaction. `ProducerStateManager.check()` answers for one incoming client batch in
+Kafka's order (UnifiedLog's duplicate lookup, then ProducerAppendInfo's epoch, sequence
+and transaction checks):
 
-- a duplicate of one of the last 5 batches of the same epoch  -> Duplicate(original offsets)
-- a lower epoch                                               -> INVALID_PRODUCER_EPOCH
-- a new (higher) epoch that does not start at sequence 0      -> OUT_OF_ORDER_SEQUENCE_NUMBER
-- the same epoch, sequence not last + 1 (wrapping at Int.MAX) -> OUT_OF_ORDER_SEQUENCE_NUMBER
-- an unknown producer id: any sequence is accepted (KIP-360)
+1. a duplicate of one of the last 5 batches of the same epoch -> Duplicate(original offsets)
+2. a lower epoch                                              -> INVALID_PRODUCER_EPOCH
+3. a new (higher) epoch that does not start at sequence 0     -> OUT_OF_ORDER_SEQUENCE_NUMBER
+   the same epoch, sequence not last + 1 (wrapping at Int.MAX;
+   "last" is -1 when no batch of this epoch is kept, e.g. the
+   entry came from a marker, so only 0 follows it)           -> OUT_OF_ORDER_SEQUENCE_NUMBER
+4. a non-transactional batch while the producer has an open
+   transaction (at any epoch)                                 -> INVALID_TXN_STATE
+- an unknown producer id (never seen, expired or evicted), or
+  one without an epoch: any sequence is accepted (KIP-360)
 
 Transactions: a producer's first transactional batch on the partition opens its
 transaction (`current_txn_first_offset`); the COMMIT/ABORT marker closes it and
 `record()` returns the CompletedTxn, which the log turns into an aborted-transaction
-index entry when aborted. A non-transactional batch from a producer with an open
-transaction is INVALID_TXN_STATE; a marker with an older producer epoch is
+index entry when aborted. A marker with an older producer epoch is
 INVALID_PRODUCER_EPOCH, with an older coordinator epoch TRANSACTION_COORDINATOR_FENCED.
 The first offset of the oldest open transaction is the partition's first unstable
 offset, which bounds the last stable offset.
+
+Bounds (ProducerStateConfig, from the broker settings):
+- `producer.id.expiration.ms`: a producer idle that long with no open transaction is
+  forgotten, by the broker's periodic `remove_expired()` and whenever state is loaded
+  from a snapshot or the log, so an expired producer stays expired across restarts.
+- `producer.id.max.entries.per.partition`: Kafka has no such cap. When a new producer
+  would exceed it, the least recently written entry without an open transaction is
+  evicted, and is then treated like an expired one. Entries of open transactions are
+  never evicted (the coordinator's timeout bounds them), so the cap can be exceeded only
+  while more producers than the cap have transactions open here.
 
 `record()` applies a batch after it is in the log; recovery replays batch headers
 through the same `record()`. Nothing here reads record bytes.
@@ -26,14 +41,30 @@ through the same `record()`. Nothing here reads record bytes.
 
 from __future__ import annotations
 
-from collections import deque
+import logging
 from dataclasses import dataclass, field
 from enum import Enum
+
+logger = logging.getLogger("oncelog.storage")
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 INT_MAX = 2**31 - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateConfig:
+    """The broker settings producer state obeys (Kafka's ProducerStateManagerConfig)."""
+
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS  # producer.id.expiration.ms
+    max_entries: int = DEFAULT_MAX_ENTRIES_PER_PARTITION  # producer.id.max.entries.per.partition
+
+    def __post_init__(self) -> None:
+        if self.max_entries < 1:
+            raise ValueError(f"the producer entry cap must be at least 1, got {self.max_entries}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +73,16 @@ class BatchMetadata:
     last_seq: int
     first_offset: int
     last_offset: int
-    timestamp: int  # the batch's max timestamp
+    timestamp: int  # the batch's max timestamp as written (the append time with LogAppendTime)
 
 
 @dataclass(slots=True)
 class ProducerStateEntry:
     producer_id: int
     producer_epoch: int = NO_PRODUCER_EPOCH
-    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    # At most NUM_BATCHES_TO_RETAIN, oldest first. A list, not a deque: an empty deque
+    # already costs ~600 bytes, and a partition may hold many entries.
+    batches: list[BatchMetadata] = field(default_factory=list)
     coordinator_epoch: int = -1
     last_timestamp: int = -1
     current_txn_first_offset: int | None = None
@@ -61,6 +94,11 @@ class ProducerStateEntry:
     @property
     def last_offset(self) -> int:
         return self.batches[-1].last_offset if self.batches else -1
+
+    def add_batch(self, batch: BatchMetadata) -> None:
+        if len(self.batches) >= NUM_BATCHES_TO_RETAIN:
+            del self.batches[0]
+        self.batches.append(batch)
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         if epoch != self.producer_epoch:
@@ -94,6 +132,11 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT_MAX)
 
 
+def next_sequence(last_seq: int) -> int:
+    """The only sequence `in_sequence` accepts after `last_seq` (0 after NO_SEQUENCE)."""
+    return 0 if last_seq == INT_MAX else last_seq + 1
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerBatch:
     """What the producer state needs from one batch header."""
@@ -104,7 +147,7 @@ class ProducerBatch:
     last_seq: int
     first_offset: int
     last_offset: int
-    max_timestamp: int
+    max_timestamp: int  # as written in the log: the append time with LogAppendTime
     is_transactional: bool = False
     is_control: bool = False
     control_type: int | None = None  # 0 abort, 1 commit (control batches only)
@@ -122,19 +165,26 @@ class CompletedTxn:
 class ProducerStateManager:
     """The producer entries of one partition. Single owner: the partition's log."""
 
-    def __init__(self, partition_name: str) -> None:
+    def __init__(self, partition_name: str, config: ProducerStateConfig | None = None) -> None:
         self.partition_name = partition_name
+        self.config = config or ProducerStateConfig()
+        # Ordered least recently written first (record() moves an entry to the end): the
+        # eviction order when the cap is reached, and the order snapshots keep.
         self.producers: dict[int, ProducerStateEntry] = {}
         # producer id -> first offset of its open transaction: derived from the entries'
         # current_txn_first_offset, kept beside them so the LSO is cheap to read.
         self._open_txns: dict[int, int] = {}
 
-    def load(self, entries: dict[int, ProducerStateEntry]) -> None:
-        """Replace the state (from a snapshot, or empty)."""
+    def load(self, entries: dict[int, ProducerStateEntry], now_ms: int | None = None) -> None:
+        """Replace the state (from a snapshot, or empty). With `now_ms`, entries expired
+        by then are left out, as Kafka's loadFromSnapshot does; the cap is applied."""
+        if now_ms is not None:
+            entries = {pid: e for pid, e in entries.items() if not self.is_expired(e, now_ms)}
         self.producers = entries
         self._open_txns = {
             pid: e.current_txn_first_offset for pid, e in entries.items() if e.current_txn_first_offset is not None
         }
+        self._evict_over_cap()
 
     @property
     def first_unstable_offset(self) -> int | None:
@@ -143,59 +193,65 @@ class ProducerStateManager:
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
               transactional: bool = False, offset_hint: int = -1) -> Check:
-        """Validate an incoming client batch against the state; changes nothing."""
+        """Validate an incoming client batch against the state; changes nothing.
+        `offset_hint` is where the batch would go (the log end offset), for messages."""
         entry = self.producers.get(producer_id)
-        if entry is None or entry.producer_epoch == NO_PRODUCER_EPOCH:
+        if entry is None:
             return APPEND  # KIP-360: unknown producers are accepted with any sequence
         duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
         if duplicate is not None:
             return Check(Verdict.DUPLICATE, duplicate_of=duplicate)
-        if not transactional and entry.current_txn_first_offset is not None and epoch == entry.producer_epoch:
-            return Check(
-                Verdict.INVALID_TXN_STATE,
-                message=f"Expected transactional write from producer {producer_id} at offset {offset_hint} in "
-                f"partition {self.partition_name}: it has a transaction open since offset "
-                f"{entry.current_txn_first_offset}",
-            )
-        if epoch < entry.producer_epoch:
+        where = f"at offset {offset_hint} in partition {self.partition_name}"
+        current_epoch = entry.producer_epoch
+        if epoch < current_epoch:
             return Check(
                 Verdict.INVALID_PRODUCER_EPOCH,
-                message=f"Epoch of producer {producer_id} in {self.partition_name} is {epoch}, "
-                f"which is smaller than the last seen epoch {entry.producer_epoch}",
+                message=f"Epoch of producer {producer_id} {where} is {epoch}, which is smaller than the last "
+                f"seen epoch {current_epoch} (incoming sequence {first_seq})",
             )
-        if epoch > entry.producer_epoch:
-            if first_seq != 0:
+        if epoch != current_epoch:
+            # A new epoch starts at sequence 0, unless the entry never had an epoch.
+            if first_seq != 0 and current_epoch != NO_PRODUCER_EPOCH:
                 return Check(
                     Verdict.OUT_OF_ORDER_SEQUENCE,
-                    message=f"Invalid sequence number for new epoch of producer {producer_id} in "
-                    f"{self.partition_name}: {epoch} (request epoch), {first_seq} (seq. number), "
-                    f"{entry.producer_epoch} (current producer epoch); expected sequence 0",
+                    message=f"Invalid sequence number for new epoch {epoch} of producer {producer_id} {where}: "
+                    f"{first_seq} (incoming seq. number), expected sequence 0 "
+                    f"(current producer epoch {current_epoch})",
                 )
-            return APPEND
-        if not entry.batches or in_sequence(entry.last_seq, first_seq):
-            return APPEND
-        return Check(
-            Verdict.OUT_OF_ORDER_SEQUENCE,
-            message=f"Out of order sequence number for producer {producer_id} epoch {epoch} in "
-            f"{self.partition_name}: {first_seq} (incoming seq. number), expected {entry.last_seq + 1} "
-            f"(current end sequence number {entry.last_seq})",
-        )
+        elif current_epoch != NO_PRODUCER_EPOCH and not in_sequence(entry.last_seq, first_seq):
+            # With no batch of this epoch kept (the entry came from a marker, say), the
+            # last sequence is NO_SEQUENCE and only 0 follows it.
+            return Check(
+                Verdict.OUT_OF_ORDER_SEQUENCE,
+                message=f"Out of order sequence number for producer {producer_id} with epoch {epoch} {where}: "
+                f"{first_seq} (incoming seq. number), expected sequence {next_sequence(entry.last_seq)} "
+                f"(current end sequence number {entry.last_seq})",
+            )
+        if not transactional and entry.current_txn_first_offset is not None:
+            return Check(
+                Verdict.INVALID_TXN_STATE,
+                message=f"Expected transactional write from producer {producer_id} with epoch {epoch} {where} "
+                f"(incoming sequence {first_seq}): it has a transaction open since offset "
+                f"{entry.current_txn_first_offset}",
+            )
+        return APPEND
 
-    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> Check:
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, *, offset_hint: int = -1) -> Check:
         """Validate a COMMIT/ABORT marker from a transaction coordinator."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return APPEND
+        where = f"at offset {offset_hint} in partition {self.partition_name}"
         if epoch < entry.producer_epoch:
             return Check(
                 Verdict.INVALID_PRODUCER_EPOCH,
-                message=f"Transaction marker of producer {producer_id} in {self.partition_name} has epoch {epoch}, "
+                message=f"Transaction marker of producer {producer_id} {where} has epoch {epoch}, "
                 f"which is smaller than the last seen epoch {entry.producer_epoch}",
             )
         if coordinator_epoch < entry.coordinator_epoch:
             return Check(
                 Verdict.COORDINATOR_FENCED,
-                message=f"Transaction marker of producer {producer_id} in {self.partition_name} comes from "
+                message=f"Transaction marker of producer {producer_id} with epoch {epoch} {where} comes from "
                 f"coordinator epoch {coordinator_epoch}, older than the last seen {entry.coordinator_epoch}",
             )
         return APPEND
@@ -203,9 +259,13 @@ class ProducerStateManager:
     def record(self, batch: ProducerBatch) -> CompletedTxn | None:
         """Apply a batch that is now in the log (also used when replaying the log).
         Returns the transaction a COMMIT/ABORT marker completed, if it had data here."""
-        entry = self.producers.get(batch.producer_id)
+        entry = self.producers.pop(batch.producer_id, None)
         if entry is None:
-            entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
+            entry = ProducerStateEntry(batch.producer_id)
+            self.producers[batch.producer_id] = entry
+            self._evict_over_cap(keep=batch.producer_id)
+        else:
+            self.producers[batch.producer_id] = entry  # now the most recently written
         if batch.producer_epoch != entry.producer_epoch:
             entry.producer_epoch = batch.producer_epoch
             entry.batches.clear()
@@ -219,7 +279,7 @@ class ProducerStateManager:
             del self._open_txns[batch.producer_id]
             return CompletedTxn(batch.producer_id, first_offset, batch.first_offset, batch.control_type == 0)
         if batch.first_seq != NO_SEQUENCE:
-            entry.batches.append(
+            entry.add_batch(
                 BatchMetadata(batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset, batch.max_timestamp)
             )
         if batch.is_transactional and entry.current_txn_first_offset is None:
@@ -227,16 +287,38 @@ class ProducerStateManager:
             self._open_txns[batch.producer_id] = batch.first_offset
         return None
 
-    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+    def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        """Kafka's isProducerExpired: idle past producer.id.expiration.ms, no open transaction."""
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= self.config.producer_id_expiration_ms
+        )
+
+    def remove_expired(self, now_ms: int) -> list[int]:
         """Forget producers idle longer than `producer.id.expiration.ms` with no open transaction."""
-        expired = [
-            pid
-            for pid, entry in self.producers.items()
-            if entry.current_txn_first_offset is None and now_ms - entry.last_timestamp >= expiration_ms
-        ]
+        expired = [pid for pid, entry in self.producers.items() if self.is_expired(entry, now_ms)]
         for pid in expired:
             del self.producers[pid]
         return expired
+
+    def _evict_over_cap(self, keep: int | None = None) -> list[int]:
+        """Evict least recently written entries without an open transaction (never `keep`,
+        the one being written) until the cap holds or only such entries are left."""
+        excess = len(self.producers) - self.config.max_entries
+        if excess <= 0:
+            return []
+        victims = []
+        for pid, entry in self.producers.items():
+            if pid != keep and entry.current_txn_first_offset is None:
+                victims.append(pid)
+                if len(victims) == excess:
+                    break
+        for pid in victims:
+            del self.producers[pid]
+        if victims:
+            logger.debug("%s: evicted %d producer(s) past the cap of %d: %s",
+                         self.partition_name, len(victims), self.config.max_entries, victims[:10])
+        return victims
 
     def active_producers(self) -> list[ProducerStateEntry]:
         return sorted(self.producers.values(), key=lambda e: e.producer_id)
