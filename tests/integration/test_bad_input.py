@@ -3,6 +3,7 @@ broker keeps serving everyone else."""
 
 import datetime
 import struct
+import zlib
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -113,6 +114,31 @@ def test_batch_above_max_message_bytes_is_message_too_large(strict_broker):
 def test_two_batches_in_one_partition_are_an_invalid_record(strict_broker):
     with WireClient.connect(strict_broker.bootstrap_servers) as client:
         assert produce(client, "t", batch() + batch()).error_code == ErrorCode.invalid_record
+
+
+def legacy_message(magic: int, value: bytes = b"v") -> bytes:
+    """A magic 0 or 1 message set entry (offset, size, crc, magic, attributes, [timestamp],
+    null key, value), what pre-0.11 clients send."""
+    body = struct.pack(">bb", magic, 0) + (struct.pack(">q", 1000) if magic == 1 else b"")
+    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
+    return struct.pack(">qiI", 0, 4 + len(body), zlib.crc32(body)) + body
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_magic_0_and_1_message_sets_are_an_invalid_record_as_in_kafka(strict_broker, magic):
+    with WireClient.connect(strict_broker.bootstrap_servers) as client:
+        result = produce(client, "t", legacy_message(magic))
+        assert result.error_code == ErrorCode.invalid_record
+        assert "magic version 2" in result.error_message
+        assert produce(client, "t", batch()).base_offset == 0  # nothing was written
+
+
+@pytest.mark.parametrize("magic", [3, -1])
+def test_a_magic_above_2_or_negative_is_corrupt_message(strict_broker, magic):
+    data = bytearray(batch())
+    data[16] = magic & 0xFF
+    with WireClient.connect(strict_broker.bootstrap_servers) as client:
+        assert produce(client, "t", bytes(data)).error_code == ErrorCode.corrupt_message
 
 
 def test_control_batch_from_a_client_is_an_invalid_record(strict_broker):

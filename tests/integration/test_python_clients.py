@@ -6,6 +6,9 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+T0 = 1_700_000_000_000
+CREATE_TIME = 0
+
 
 @pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_kafka_python_round_trip(broker, codec):
@@ -16,7 +19,7 @@ def test_kafka_python_round_trip(broker, codec):
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type=codec, linger_ms=5)
     futures = [
         producer.send("kp", key=f"k{i % 10}".encode(), value=f"value-{i}".encode() * 20,
-                      headers=[("i", str(i).encode())], partition=i % 2)
+                      headers=[("i", str(i).encode())], partition=i % 2, timestamp_ms=T0 + i * 3)
         for i in range(2000)
     ]
     producer.flush()
@@ -40,10 +43,13 @@ def test_kafka_python_round_trip(broker, codec):
     for partition in (0, 1):
         values = [int(dict(m.headers)["i"]) for m in received if m.partition == partition]
         assert values == list(range(partition, 2000, 2))
-    assert all(m.value == f"value-{dict(m.headers)['i'].decode()}".encode() * 20 for m in received)
+    for m in received:
+        i = int(dict(m.headers)["i"])
+        assert (m.key, m.value) == (f"k{i % 10}".encode(), f"value-{i}".encode() * 20)
+        assert (m.timestamp, m.timestamp_type) == (T0 + i * 3, CREATE_TIME)
 
 
-@pytest.mark.parametrize("codec", [None, "gzip", "lz4", "zstd"])
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_aiokafka_round_trip(broker, codec):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient
@@ -62,7 +68,8 @@ def test_aiokafka_round_trip(broker, codec):
             sent = []
             for i in range(600):
                 metadata = await producer.send_and_wait(
-                    "aio", f"v{i}".encode(), key=f"k{i}".encode(), partition=i % 3, headers=[("h", b"x")]
+                    "aio", f"v{i}".encode(), key=f"k{i}".encode(), partition=i % 3, headers=[("h", b"x")],
+                    timestamp_ms=T0 + i * 7,
                 )
                 sent.append((metadata.partition, metadata.offset))
         finally:
@@ -84,6 +91,9 @@ def test_aiokafka_round_trip(broker, codec):
     assert sorted(sent) == sorted((p, o) for p in range(3) for o in range(200))
     assert len(received) == 600
     for partition in range(3):
-        values = [m.value for m in received if m.partition == partition]
-        assert values == [f"v{i}".encode() for i in range(partition, 600, 3)]
+        in_partition = [m for m in received if m.partition == partition]
+        expected = range(partition, 600, 3)
+        assert [m.value for m in in_partition] == [f"v{i}".encode() for i in expected]
+        assert [m.key for m in in_partition] == [f"k{i}".encode() for i in expected]
+        assert [(m.timestamp, m.timestamp_type) for m in in_partition] == [(T0 + i * 7, CREATE_TIME) for i in expected]
     assert all(m.headers == (("h", b"x"),) or list(m.headers) == [("h", b"x")] for m in received)

@@ -1,10 +1,12 @@
 """LogSegment: one .log file with its sparse offset and time indexes."""
 
 import os
+import struct
 
 import pytest
+from crc32c import crc32c
 
-from oncelog.protocol.record_batch import Record, build_batch, parse_batches
+from oncelog.protocol.record_batch import TIMESTAMP_TYPE_BIT, Record, build_batch, parse_batches
 from oncelog.storage import segment as segment_module
 from oncelog.storage.segment import (
     LogSegment,
@@ -170,6 +172,65 @@ def test_find_offset_by_timestamp_uses_the_time_index_over_many_batches(segment)
     assert segment.time_index_entry_count > 10
     for target in (10_000, 10_001, 10_099, 10_150, 10_199):
         assert segment.find_offset_by_timestamp(target, 100) == (100 + target - 10_000, target)
+
+
+def records_batch(base_offset: int, timestamps: list[int], *, codec: int = 0, log_append_time: bool = False) -> bytes:
+    """One batch holding a record per timestamp (out of order allowed), built by
+    kafka-python the way producers build them; `codec` 0-4 compresses it."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for delta, timestamp in enumerate(timestamps):
+        builder.append(delta, timestamp=timestamp, key=b"k%d" % delta, value=b"v" * 30, headers=[])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)
+    if log_append_time:  # as the log stamps it: type bit, max timestamp, CRC
+        (attributes,) = struct.unpack_from(">h", data, 21)
+        struct.pack_into(">h", data, 21, attributes | TIMESTAMP_TYPE_BIT)
+        struct.pack_into(">q", data, 35, NOW_MS)
+        struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def append_raw(segment: LogSegment, data: bytes) -> None:
+    segment.append(data, parse_batches(data), now_ms=NOW_MS, index_interval_bytes=INTERVAL)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4], ids=["none", "gzip", "snappy", "lz4", "zstd"])
+def test_find_offset_by_timestamp_returns_the_record_inside_a_multi_record_batch(segment, codec):
+    append_raw(segment, records_batch(100, [1_000, 1_010, 1_005, 1_030, 1_020], codec=codec))
+    append_raw(segment, records_batch(105, [2_000, 2_040, 2_010], codec=codec))
+    assert segment.find_offset_by_timestamp(1_000, 100) == (100, 1_000)
+    assert segment.find_offset_by_timestamp(1_006, 100) == (101, 1_010)
+    assert segment.find_offset_by_timestamp(1_011, 100) == (103, 1_030)
+    assert segment.find_offset_by_timestamp(1_031, 100) == (105, 2_000)
+    assert segment.find_offset_by_timestamp(2_001, 100) == (106, 2_040)
+    assert segment.find_offset_by_timestamp(2_041, 100) is None
+    # records below the start offset do not count, even inside the batch found
+    assert segment.find_offset_by_timestamp(1_000, 102) == (102, 1_005)
+    assert segment.find_offset_by_timestamp(1_021, 104) == (105, 2_000)
+
+
+@pytest.mark.parametrize("codec", [0, 4], ids=["none", "zstd"])
+def test_max_timestamp_record_is_the_first_record_with_the_largest_timestamp(segment, codec):
+    append_raw(segment, records_batch(100, [1_000, 1_050, 1_020], codec=codec))
+    append_raw(segment, records_batch(103, [1_010, 1_090, 1_040, 1_090], codec=codec))
+    append_raw(segment, records_batch(107, [1_060], codec=codec))
+    assert segment.max_timestamp_record() == (104, 1_090)
+
+
+def test_log_append_time_batches_answer_from_the_header_without_decoding(segment, monkeypatch):
+    append_raw(segment, records_batch(100, [1_000, 1_010, 1_020], codec=2, log_append_time=True))
+    monkeypatch.setattr(segment_module, "decode_records", None)  # any decoding would fail
+    assert segment.find_offset_by_timestamp(5, 100) == (100, NOW_MS)
+    assert segment.find_offset_by_timestamp(NOW_MS, 101) == (101, NOW_MS)
+    assert segment.max_timestamp_record() == (100, NOW_MS)
+
+
+def test_find_offset_by_timestamp_on_an_empty_segment_is_none(segment):
+    assert segment.find_offset_by_timestamp(0, 100) is None
+    assert segment.max_timestamp_record() is None
 
 
 def test_truncate_to_removes_the_holding_batch_and_everything_after(segment):

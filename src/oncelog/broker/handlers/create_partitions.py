@@ -4,12 +4,16 @@
   with Kafka's message; a missing topic UNKNOWN_TOPIC_OR_PARTITION; assignments naming
   other brokers INVALID_REPLICA_ASSIGNMENT; more than 10,000 new partitions in one
   request POLICY_VIOLATION, as Kafka's controller answers. `validate_only` changes nothing.
+- Deviation: the internal topics (`__consumer_offsets`, `__transaction_state`) get
+  INVALID_TOPIC_EXCEPTION, the code Kafka gives its other refusals of internal topics.
+  Kafka's controller allows it (kafka-topics before 3.0 refused, client-side), though
+  it moves group and transactional ids to other partitions and strands their state.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, error_code_for
+from oncelog.broker.topics import INTERNAL_TOPICS, MAX_PARTITIONS_PER_REQUEST, error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
@@ -28,6 +32,10 @@ def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode,
     info = logs.topics().get(topic.name)
     if info is None:
         return ErrorCode.unknown_topic_or_partition, f"The topic '{topic.name}' does not exist."
+    if topic.name in INTERNAL_TOPICS:
+        return ErrorCode.invalid_topic_exception, (
+            f"The number of partitions of internal topic {topic.name} cannot be changed."
+        )
     if topic.count < info.num_partitions:
         return ErrorCode.invalid_partitions, (
             f"Topic currently has {info.num_partitions} partitions, which is higher than the requested {topic.count}."

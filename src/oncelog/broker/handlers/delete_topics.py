@@ -4,6 +4,11 @@
   UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID when asked by id); with
   `delete.topic.enable=false` every topic gets TOPIC_DELETION_DISABLED.
 - The partitions' directories are removed before the response is sent.
+- Deviation: the internal topics (`__consumer_offsets`, `__transaction_state`) get
+  INVALID_TOPIC_EXCEPTION, the code Kafka gives its other refusals of internal topics
+  (produce, DeleteRecords). Kafka's KRaft controller deletes them (only kafka-topics
+  before 3.0 refused, client-side); oncelog's coordinators hold their state in them
+  and do not survive their removal while running.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import error_code_for
+from oncelog.broker.topics import INTERNAL_TOPICS, error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 log = logging.getLogger("oncelog.topics")
@@ -42,6 +47,8 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> tuple[ErrorCode,
         if info is None:
             return ErrorCode.unknown_topic_id, f"Topic id {topic_id} not found."
         name = info.name
+    if name in INTERNAL_TOPICS:
+        return ErrorCode.invalid_topic_exception, f"Cannot delete internal topic {name}."
     try:
         broker.logs.delete_topic(name)
     except Exception as error:

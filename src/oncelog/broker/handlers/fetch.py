@@ -3,12 +3,16 @@
 - Reads whole batches from the segment files (bytes only, never records), starting
   with the batch that holds `fetch_offset`, up to the high watermark
   (read_uncommitted) or the last stable offset (read_committed, isolation_level 1).
-- Size limits: `partition_max_bytes` per partition and `max_bytes` for the response;
-  the first partition with data always returns at least one whole batch, so a batch
-  larger than the limits still makes progress (KIP-74).
+- Size limits: `partition_max_bytes` per partition and `max_bytes` for the response,
+  the latter capped by the broker's `fetch.max.bytes` (and `min_bytes` by the result),
+  as Kafka does; the first partition with data always returns at least one whole
+  batch, so a batch larger than the limits still makes progress (KIP-74).
 - Long polling: when fewer than `min_bytes` are available the request waits up to
   `max_wait` for an append to any of its partitions, then answers with what exists.
 - `fetch_offset` outside [log start offset, log end offset] gets OFFSET_OUT_OF_RANGE.
+- Below v10 a partition of a topic whose `compression.type` is zstd gets
+  UNSUPPORTED_COMPRESSION_TYPE (Kafka's KafkaApis check, made on the topic's setting
+  after the read: zstd batches in a `producer`-compression topic are served as is).
 - read_committed responses always carry the AbortedTransactions list.
 - Fetch sessions (KIP-227): the broker answers session_id 0, which tells clients it
   keeps no session, so every request is a full fetch.
@@ -25,6 +29,7 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.errors import OffsetOutOfRangeError
 
 READ_COMMITTED = 1
+ZSTD_MIN_FETCH_VERSION = 10
 
 
 @api(1, "Fetch", range(4, 13))
@@ -33,19 +38,21 @@ async def handle(ctx: RequestContext, request) -> object:
     max_wait_s = request.max_wait.total_seconds()
     deadline = loop.time() + max_wait_s
     watched = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    max_bytes = min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
+    min_bytes = min(request.min_bytes, max_bytes)
     while True:
-        response, total_bytes, failed = _read_all(ctx, request)
+        response, total_bytes, failed = _read_all(ctx, request, max_bytes)
         remaining = deadline - loop.time()
-        if failed or total_bytes >= request.min_bytes or remaining <= 0 or not watched:
+        if failed or total_bytes >= min_bytes or remaining <= 0 or not watched:
             return response
         await ctx.broker.wait_for_append(watched, remaining)
 
 
-def _read_all(ctx: RequestContext, request) -> tuple[object, int, bool]:
+def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int, bool]:
     make = ctx.response.make
     logs = ctx.broker.logs
     read_committed = request.isolation_level == READ_COMMITTED
-    budget = request.max_bytes
+    budget = max_bytes
     total = 0
     failed = False
     topics = []
@@ -81,6 +88,9 @@ def _read_all(ctx: RequestContext, request) -> tuple[object, int, bool]:
                 failed = True
             total += len(records)
             budget -= len(records)
+            if ctx.version < ZSTD_MIN_FETCH_VERSION and log_.config.compression_type == "zstd":
+                partitions.append(_error(make, wanted.partition, ErrorCode.unsupported_compression_type))
+                continue
             partitions.append(
                 make(
                     "PartitionData",

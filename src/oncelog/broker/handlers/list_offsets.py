@@ -2,33 +2,62 @@
 
 - timestamp -1 (latest): the high watermark, or the last stable offset when the
   request's isolation level is read_committed (v2+).
-- -2 (earliest) and -4 (earliest local, v8): the log start offset.
-- -3 (max timestamp, v7+): the batch holding the largest timestamp.
-- Any other timestamp: the first batch whose max timestamp is at least the target
-  (offset -1, timestamp -1 when there is none).
+- -2 (earliest) and -4 (earliest local, v8+): the log start offset.
+- -3 (max timestamp, v7+): the first record carrying the largest timestamp, with it.
+- Any other timestamp: the first record whose timestamp is at least the target, with
+  that record's timestamp. The batch the headers point to is decoded (decompressed if
+  need be) to find the record, off the produce/fetch path; LogAppendTime batches answer
+  from their header (every record has the batch's time).
+- As in Kafka's ReplicaManager, a timestamp lookup (and -3) whose record lies at or past
+  the last fetchable offset (high watermark; last stable offset for read_committed)
+  answers offset -1, timestamp -1. Requests from a replica id other than -1 (consumer)
+  have no isolation level: their bound and "latest" are the log end offset.
+- A negative timestamp this version cannot carry (-3 before v7, -4 before v8, any other
+  below -4) gets UNSUPPORTED_VERSION; a partition asked for twice INVALID_REQUEST.
+- Deviation: -3 raises the offset to the log start offset when the record with the
+  largest timestamp was deleted by DeleteRecords (Kafka returns the deleted offset).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.topics import error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.storage.errors import LogError
 
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
+# The first version that may carry each special timestamp (Kafka's
+# ReplicaManager.timestampMinSupportedVersion); other negative values are unsupported.
+_MIN_VERSION = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
 
 
 @api(2, "ListOffsets", range(1, 9))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
-    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    if getattr(request, "replica_id", CONSUMER_REPLICA_ID) != CONSUMER_REPLICA_ID:
+        isolation = None  # a replica or a debugging tool: bounded by the log end offset
+    else:
+        isolation = getattr(request, "isolation_level", 0)
+    asked = Counter((topic.name, wanted.partition_index) for topic in request.topics for wanted in topic.partitions)
     topics = []
     for topic in request.topics:
         partitions = []
+        answered: set[int] = set()
         for wanted in topic.partitions:
-            code, timestamp, offset = _lookup(ctx, topic.name, wanted, read_committed)
+            if wanted.partition_index in answered:
+                continue  # a duplicate gets one answer, as Kafka keys its answers by partition
+            answered.add(wanted.partition_index)
+            if asked[(topic.name, wanted.partition_index)] > 1:
+                code, timestamp, offset = ErrorCode.invalid_request, -1, -1
+            else:
+                code, timestamp, offset = _lookup(ctx, topic.name, wanted, isolation)
             partitions.append(
                 make(
                     "ListOffsetsPartitionResponse",
@@ -43,25 +72,33 @@ async def handle(ctx: RequestContext, request) -> object:
     return make("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _lookup(ctx: RequestContext, topic: str, wanted, read_committed: bool) -> tuple[ErrorCode, int, int]:
+def _lookup(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int]:
+    target = wanted.timestamp
+    if target < 0 and ctx.version < _MIN_VERSION.get(target, ctx.version + 1):
+        return ErrorCode.unsupported_version, -1, -1
     log_ = ctx.broker.logs.partition(topic, wanted.partition_index)
     if log_ is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     epoch = getattr(wanted, "current_leader_epoch", -1)
     if epoch not in (-1, 0):
         return (ErrorCode.unknown_leader_epoch if epoch > 0 else ErrorCode.fenced_leader_epoch), -1, -1
-    target = wanted.timestamp
+    if isolation is None:
+        last_fetchable = log_.log_end_offset
+    elif isolation == READ_COMMITTED:
+        last_fetchable = log_.last_stable_offset
+    else:
+        last_fetchable = log_.high_watermark
     if target == LATEST:
-        return ErrorCode.none, -1, log_.last_stable_offset if read_committed else log_.high_watermark
+        return ErrorCode.none, -1, last_fetchable
     if target in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, -1, log_.log_start_offset
-    if target == MAX_TIMESTAMP:
-        found = log_.max_timestamp_and_offset()
-    elif target < 0:
-        return ErrorCode.unsupported_version, -1, -1
-    else:
-        found = log_.offset_for_timestamp(target)
+    try:
+        found = log_.max_timestamp_and_offset() if target == MAX_TIMESTAMP else log_.offset_for_timestamp(target)
+    except LogError as error:
+        return error_code_for(error), -1, -1
     if found is None:
         return ErrorCode.none, -1, -1
     offset, timestamp = found
+    if offset >= last_fetchable:
+        return ErrorCode.none, -1, -1
     return ErrorCode.none, timestamp, offset

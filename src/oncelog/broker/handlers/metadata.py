@@ -5,6 +5,9 @@
 - Auto-creates a missing topic when `auto.create.topics.enable` is true and the request
   allows it (v4+ `allow_auto_topic_creation`; always allowed below v4), with
   `num.partitions` partitions. The created topic is returned in the same response.
+- A missing topic that is not created gets UNKNOWN_TOPIC_OR_PARTITION, or
+  INVALID_TOPIC_EXCEPTION when its name is not a legal topic name (with auto-creation
+  on or off), as Kafka answers.
 - Topics named by id (v10+) that do not exist get UNKNOWN_TOPIC_ID.
 - Deviation: leader epochs are always 0 (single node, no leadership changes).
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, create_topic
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.storage.errors import InvalidTopicError
+from oncelog.storage.manager import validate_topic_name
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
@@ -52,7 +57,7 @@ async def handle(ctx: RequestContext, request) -> object:
                     results.append(_topic_error(make, code, name, None))
                     continue
         if info is None:
-            results.append(_topic_error(make, ErrorCode.unknown_topic_or_partition, name, None))
+            results.append(_topic_error(make, _missing_topic_code(name), name, None))
             continue
         results.append(_topic(ctx, info))
 
@@ -103,6 +108,14 @@ def _topic_error(make, code: ErrorCode, name, topic_id) -> object:
         partitions=(),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+
+
+def _missing_topic_code(name: str) -> ErrorCode:
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        return ErrorCode.invalid_topic_exception
+    return ErrorCode.unknown_topic_or_partition
 
 
 def _topic_id(requested):

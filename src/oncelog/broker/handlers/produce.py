@@ -5,9 +5,14 @@
   same append (the ISR is this broker).
 - Each partition's records must be exactly one magic-2 batch: checked in
   `oncelog.broker.partitions.append_records` (size, CRC32C, compression, control bit).
+  A magic 0/1 message set is INVALID_RECORD, a magic above 2 CORRUPT_MESSAGE, as in Kafka.
+- Writes to internal topics (`__consumer_offsets`, `__transaction_state`) get
+  INVALID_TOPIC_EXCEPTION unless the client id is `__admin_client`, as in Kafka.
 - Produce never auto-creates topics (Kafka creates them only from Metadata).
-- Deviation: records inside a batch are not decompressed or validated one by one;
-  the batch header and CRC are.
+- A record without a key on a compacted topic (cleanup.policy has compact) is
+  INVALID_RECORD with Kafka's message; only then are records decoded (decompressed).
+- Deviation: otherwise records inside a batch are not decompressed or validated one by
+  one; the batch header and CRC are.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.partitions import ProduceOutcome, append_records
 from oncelog.broker.server import CloseConnection
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+# Kafka lets only this client id (its old AdminUtils' id) write to internal topics.
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 @api(0, "Produce", range(3, 12))
@@ -37,6 +45,7 @@ async def handle(ctx: RequestContext, request) -> object | None:
                 outcome = append_records(
                     ctx.broker, topic.name, data.index, data.records,
                     produce_version=ctx.version, now_ms=now, transactional_id=request.transactional_id,
+                    internal_topics_allowed=ctx.client_id == ADMIN_CLIENT_ID,
                 )
             failed = failed or outcome.error_code != ErrorCode.none
             partitions.append(
