@@ -1,8 +1,8 @@
 """The broker: owns the configuration, the logs and the waiting fetches, on one event loop.
 
 Everything here runs on the broker's single asyncio loop; handlers call these methods
-and never share state across threads. Timers (flush, retention, checkpoints) post
-their work back onto the same loop.
+and never share state across threads. Timers (flush, retention, checkpoints, log
+cleaning) post their work back onto the same loop.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from oncelog.broker.server import KafkaServer
 from oncelog.coordinator.group import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
+from oncelog.storage.producer_state import ProducerStateConfig
 
 log = logging.getLogger("oncelog.broker")
 
@@ -43,6 +45,7 @@ class Broker:
         self.logs: LogManager | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
+        self.cleaner: LogCleaner | None = None
         self.server = KafkaServer(self)
         # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
         # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
@@ -63,8 +66,17 @@ class Broker:
             defaults = LogConfig().with_overrides(self.config.log_defaults())
         except Exception as error:
             raise ConfigError(f"invalid log settings: {error}") from None
-        self.logs = LogManager(self.config.log_dirs, defaults)
+        self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
+            producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
+            max_entries=self.config["producer.id.max.entries.per.partition"],
+        ))
         self.logs.load()
+        self.cleaner = LogCleaner(self.logs, CleanerConfig(
+            enabled=self.config["log.cleaner.enable"],
+            backoff_ms=self.config["log.cleaner.backoff.ms"],
+            dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
+            io_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
+        ))
         # Groups load before transactions: markers the transaction coordinator completes
         # on load must find the pending transactional offsets.
         self.coordinators[0] = GroupCoordinator(self)
@@ -82,6 +94,7 @@ class Broker:
             asyncio.create_task(self._every(self.config["log.flush.scheduler.interval.ms"], self._flush_due)),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
             asyncio.create_task(self._every(60_000, self._checkpoint)),
+            asyncio.create_task(self._every(self.config["log.cleaner.backoff.ms"], self._clean_logs)),
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
             ),
@@ -135,12 +148,17 @@ class Broker:
     def _checkpoint(self) -> None:
         self.logs.checkpoint()
 
+    def _clean_logs(self) -> None:
+        """Compact the dirtiest compacted partitions, for up to a tenth of a second."""
+        deadline = time.monotonic() + 0.1
+        while self.cleaner.clean_filthiest(now_ms()) is not None and time.monotonic() < deadline:
+            pass
+
     def _expire_producers(self) -> None:
         """Drop producer state idle past producer.id.expiration.ms (open transactions stay)."""
-        expiration_ms = self.config["producer.id.expiration.ms"]
         now = now_ms()
         for partition_log in self.logs.partitions():
-            expired = partition_log.producer_state.remove_expired(now, expiration_ms)
+            expired = partition_log.producer_state.remove_expired(now)
             if expired:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 

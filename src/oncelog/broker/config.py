@@ -40,6 +40,10 @@ def _str(value: str) -> str:
     return value.strip()
 
 
+def _float(value: str) -> float:
+    return float(value.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -74,12 +78,31 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush timer looks at partitions."),
         Setting("log.index.interval.bytes", _int, "4096", "Bytes of log between offset index entries."),
         Setting("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
+        Setting("log.cleaner.enable", _bool, "true", "Run the log cleaner (compaction of cleanup.policy=compact topics)."),
+        Setting("log.cleaner.backoff.ms", _int, "15000", "How often the cleaner looks for a partition to clean."),
+        Setting("log.cleaner.min.cleanable.ratio", _float, "0.5",
+                "Default min.cleanable.dirty.ratio: clean when dirty bytes / all bytes is above it."),
+        Setting("log.cleaner.delete.retention.ms", _int, "86400000",
+                "Default delete.retention.ms: how long cleaned tombstones and markers stay."),
+        Setting("log.cleaner.min.compaction.lag.ms", _int, "0", "Default min.compaction.lag.ms."),
+        Setting("log.cleaner.max.compaction.lag.ms", _int, str(LONG_MAX), "Default max.compaction.lag.ms."),
+        Setting("log.cleaner.dedupe.buffer.size", _int, "134217728",
+                "Memory budget of the cleaner's key map (24 bytes per key, as in Kafka)."),
+        Setting("log.cleaner.io.buffer.load.factor", _float, "0.9", "Fill factor of the cleaner's key map."),
         Setting("log.message.timestamp.type", _str, "CreateTime", "Default message.timestamp.type of topics."),
         Setting("message.max.bytes", _int, "1048588", "Largest record batch a topic accepts by default."),
         Setting("socket.request.max.bytes", _int, "104857600", "Largest request frame; larger closes the connection."),
+        Setting("fetch.max.bytes", _int, "57671680",
+                "Largest Fetch response: caps a request's max_bytes (one whole batch is still returned)."),
         Setting("max.connections", _int, "2147483647", "Connections accepted at once."),
+        Setting("queued.max.request.bytes", _int, "-1",
+                "Request bytes held in memory over all connections before the broker stops reading "
+                "requests (-1 or 0: no bound; else at least socket.request.max.bytes)."),
         Setting("producer.id.expiration.ms", _int, "86400000", "Forget an idle producer's state after this long."),
         Setting("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producers are looked for."),
+        Setting("producer.id.max.entries.per.partition", _int, "100000",
+                "oncelog only (Kafka has no cap): most producer ids whose state a partition keeps; past it the "
+                "least recently written one without an open transaction is forgotten, as if expired."),
         Setting("offsets.topic.num.partitions", _int, "50", "Partitions of __consumer_offsets."),
         Setting("transaction.state.log.num.partitions", _int, "50", "Partitions of __transaction_state."),
         Setting("transaction.state.log.segment.bytes", _int, "104857600", "Segment size of __transaction_state."),
@@ -130,6 +153,9 @@ IGNORED_KAFKA_KEYS = frozenset(
         "zookeeper.connection.timeout.ms",
         "confluent.support.metrics.enable",
         "log.preallocate",
+        "log.cleaner.threads",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.max.bytes.per.second",
         "unclean.leader.election.enable",
         "auto.leader.rebalance.enable",
         "share.coordinator.state.topic.replication.factor",
@@ -204,9 +230,17 @@ class BrokerConfig:
         self.listener = parse_listener(self["listeners"], "listeners")
         advertised = self["advertised.listeners"]
         self.advertised = parse_listener(advertised, "advertised.listeners") if advertised else None
-        for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions"):
+        for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",
+                    "producer.id.max.entries.per.partition"):
             if self[key] <= 0:
                 raise ConfigError(f"{key}: must be positive, got {self[key]}")
+        if self["fetch.max.bytes"] < 1024:  # Kafka's lower bound
+            raise ConfigError(f"fetch.max.bytes: must be at least 1024, got {self['fetch.max.bytes']}")
+        queued = self["queued.max.request.bytes"]
+        if 0 < queued < self["socket.request.max.bytes"]:
+            # Kafka's rule too: its memory pool refuses a bound below the largest single request.
+            raise ConfigError(f"queued.max.request.bytes: must be at least socket.request.max.bytes="
+                              f"{self['socket.request.max.bytes']} (or <= 0 for no bound), got {queued}")
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
@@ -263,12 +297,9 @@ class BrokerConfig:
             "index.interval.bytes": str(self["log.index.interval.bytes"]),
             "max.message.bytes": str(self["message.max.bytes"]),
             "cleanup.policy": self["log.cleanup.policy"],
+            "delete.retention.ms": str(self["log.cleaner.delete.retention.ms"]),
+            "min.cleanable.dirty.ratio": str(self["log.cleaner.min.cleanable.ratio"]),
+            "min.compaction.lag.ms": str(self["log.cleaner.min.compaction.lag.ms"]),
+            "max.compaction.lag.ms": str(self["log.cleaner.max.compaction.lag.ms"]),
             "message.timestamp.type": self["log.message.timestamp.type"],
-        }
-
-    def describe(self) -> dict[str, tuple[str, bool]]:
-        """Every broker key -> (value, explicitly set), for DescribeConfigs on the broker."""
-        return {
-            key: (self.explicit.get(key, SETTINGS[key].default), key in self.explicit)
-            for key in SETTINGS
         }

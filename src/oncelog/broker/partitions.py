@@ -7,13 +7,15 @@ Record batches stay opaque: only headers are read, and the CRC32C is checked.
 from __future__ import annotations
 
 import logging
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.broker.topics import error_code_for
+from oncelog.broker.topics import INTERNAL_TOPICS, error_code_for
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import Compression, CorruptRecordError
+from oncelog.storage import batch_records
 from oncelog.storage.errors import LogError, StorageError
 from oncelog.storage.log import AppendOrigin, wall_clock_ms
 
@@ -24,6 +26,12 @@ log = logging.getLogger("oncelog.partitions")
 
 ZSTD_MIN_PRODUCE_VERSION = 7
 TRANSACTION_KEY_TYPE = 1
+# Message-set framing shared by every magic: offset int64, size int32, then (magic 0/1)
+# crc int32 and magic int8, or (magic 2) leader epoch int32 and magic int8.
+SIZE_OFFSET = 8
+MAGIC_OFFSET = 16
+LEGACY_RECORD_OVERHEAD_V0 = 14
+_SIZE = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,7 @@ def append_records(
     produce_version: int,
     now_ms: int,
     transactional_id: str | None = None,
+    internal_topics_allowed: bool = False,
 ) -> ProduceOutcome:
     """Validate one partition's records from a Produce request and append them."""
     log_ = broker.logs.partition(topic, partition)
@@ -54,6 +63,12 @@ def append_records(
             ErrorCode.invalid_record,
             error_message=f"Produce requests with version {produce_version} must have at least one record batch",
         )
+    if _is_legacy_message(records):
+        return ProduceOutcome(
+            ErrorCode.invalid_record,
+            error_message=f"Produce requests with version {produce_version} are only allowed to contain record "
+            "batches with magic version 2",
+        )
     # The log stamps offsets into the batch in place: a writable view of the request
     # frame (what the server's Produce decoding gives) is used as is, anything else copied.
     buffer = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
@@ -61,12 +76,19 @@ def append_records(
         batches = record_batch.parse_batches(buffer, verify_crc=False)
     except CorruptRecordError as error:
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=str(error))
+    if batches[0].compression_id == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION:
+        return ProduceOutcome(ErrorCode.unsupported_compression_type)
     if len(batches) != 1:
         return ProduceOutcome(
             ErrorCode.invalid_record,
             error_message=f"Produce requests with version {produce_version} must have exactly one record batch "
             f"per partition, got {len(batches)}",
         )
+    if topic in INTERNAL_TOPICS and not internal_topics_allowed:
+        # Kafka's ReplicaManager refuses clients' writes to internal topics (its answer
+        # carries no message).
+        log.debug("produce to internal topic %s-%d refused", topic, partition)
+        return ProduceOutcome(ErrorCode.invalid_topic_exception)
     batch = batches[0]
     max_message_bytes = log_.config.max_message_bytes
     if batch.size > max_message_bytes:
@@ -86,10 +108,12 @@ def append_records(
         )
     if batch.compression_id > Compression.ZSTD:
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression_id}")
-    if batch.compression_id == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION:
-        return ProduceOutcome(ErrorCode.unsupported_compression_type)
     if batch.is_transactional:
         refusal = _verify_transactional(broker, transactional_id, batch, topic, partition)
+        if refusal is not None:
+            return refusal
+    if log_.config.compacts:
+        refusal = _refuse_keyless_record(buffer, batch, topic, partition)
         if refusal is not None:
             return refusal
     try:
@@ -109,6 +133,42 @@ def append_records(
     )
 
 
+def _is_legacy_message(records: bytes | memoryview) -> bool:
+    """Whether `records` starts with a whole magic 0 or 1 message set entry: Kafka's
+    ProduceRequest.validateRecords answers INVALID_RECORD for those, while framing that
+    is broken or a magic above 2 stays CORRUPT_MESSAGE (its ByteBufferLogInputStream)."""
+    if len(records) < MAGIC_OFFSET + 1:
+        return False
+    (size,) = _SIZE.unpack_from(records, SIZE_OFFSET)
+    return size >= LEGACY_RECORD_OVERHEAD_V0 and SIZE_OFFSET + 4 + size <= len(records) \
+        and records[MAGIC_OFFSET] in (0, 1)
+
+
+_PRODUCE_ERROR_FOR_VERIFICATION = {
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+}
+
+
+def _refuse_keyless_record(buffer, batch, topic: str, partition: int) -> ProduceOutcome | None:
+    """Kafka's LogValidator check for compacted topics: every record needs a key. The
+    one place produce decodes (and decompresses) records, as Kafka does for this check."""
+    try:
+        index = batch_records.first_record_without_key(buffer, batch)
+    except batch_records.CodecUnavailableError:
+        return None  # no library for the codec here: the batch cannot be looked into
+    except CorruptRecordError as error:
+        return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"{topic}-{partition}: {error}")
+    if index is None:
+        return None
+    return ProduceOutcome(
+        ErrorCode.invalid_record,
+        error_message="One or more records have been rejected due to 1 record errors in total, and only showing "
+        f"the first three errors at most: [RecordError(batchIndex={index}, message='Compacted topic cannot "
+        f"accept message without key in topic partition {topic}-{partition}.')]",
+    )
+
+
 def _verify_transactional(broker: Broker, transactional_id: str | None, batch, topic: str,
                           partition: int) -> ProduceOutcome | None:
     """KIP-890 part 1: a transactional batch is accepted only for a partition of the
@@ -123,6 +183,15 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
     code = coordinator.verify_partition(transactional_id, batch.producer_id, batch.producer_epoch, (topic, partition))
     if code is ErrorCode.none:
         return None
+    # Kafka's broker translates the coordinator's answers for producers: a fenced one
+    # expects INVALID_PRODUCER_EPOCH; CONCURRENT_TRANSACTIONS (markers being written)
+    # becomes NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+    if code in _PRODUCE_ERROR_FOR_VERIFICATION:
+        return ProduceOutcome(
+            _PRODUCE_ERROR_FOR_VERIFICATION[code],
+            error_message=f"unable to verify that {topic}-{partition} is in the transaction of transactional id "
+            f"{transactional_id!r} (producer {batch.producer_id} epoch {batch.producer_epoch}): {code.name}",
+        )
     return ProduceOutcome(
         code,
         error_message=f"{topic}-{partition} is not part of an ongoing transaction of transactional id "

@@ -16,7 +16,11 @@ recent batch returns its original offsets and writes nothing), assign offsets
 
 The log also owns the partition's idempotent producer state (producer_state.py). It is
 snapshotted when a segment rolls and at a clean close, and rebuilt on open from the
-newest snapshot plus the batch headers after it.
+newest snapshot plus the batch headers after it, leaving out producers expired by then
+(producer.id.expiration.ms, as Kafka does).
+
+Compaction (cleaner.py) rewrites inactive segments and swaps them in through
+`replace_segments`; `open` first completes a swap that a crash interrupted.
 
 Everything here is synchronous and called from the broker's single event loop.
 """
@@ -44,24 +48,29 @@ from oncelog.protocol.record_batch import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from oncelog.storage import cleaner, producer_snapshot
 from oncelog.storage.config import LogConfig
-from oncelog.storage import producer_snapshot
 from oncelog.storage.errors import (
     CorruptLogError,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
-    OutOfOrderSequenceError,
-    TransactionCoordinatorFencedError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
+    TransactionCoordinatorFencedError,
     topic_partition_name,
 )
-from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
-from oncelog.storage.producer_state import CompletedTxn, ProducerBatch, ProducerStateManager, Verdict
+from oncelog.storage.producer_state import (
+    CompletedTxn,
+    ProducerBatch,
+    ProducerStateConfig,
+    ProducerStateManager,
+    Verdict,
+)
 from oncelog.storage.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -70,6 +79,7 @@ from oncelog.storage.segment import (
     LogSegment,
     parse_segment_base_offset,
 )
+from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
 
 logger = logging.getLogger("oncelog.storage")
 
@@ -122,7 +132,8 @@ class PartitionLog:
     """One topic-partition's log. Create with `PartitionLog.open`."""
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
-                 segments: list[LogSegment], *, log_start_offset: int, now_ms: int) -> None:
+                 segments: list[LogSegment], *, log_start_offset: int, now_ms: int,
+                 producer_state_config: ProducerStateConfig | None = None) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -138,7 +149,7 @@ class PartitionLog:
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
         self._directory_dirty = False  # segment files created or removed since the last fsync
         self._closed = False
-        self.producer_state = ProducerStateManager(self.name)
+        self.producer_state = ProducerStateManager(self.name, producer_state_config)
         self.txn_index = TransactionIndex(directory)
 
     # -- opening and recovery ------------------------------------------------------------
@@ -146,7 +157,7 @@ class PartitionLog:
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, *, recover: bool,
              recovery_point: int | None = None, log_start_offset: int | None = None,
-             now_ms: int | None = None) -> PartitionLog:
+             now_ms: int | None = None, producer_state_config: ProducerStateConfig | None = None) -> PartitionLog:
         """Open (or create) the log in `directory`.
 
         With `recover` (no clean shutdown), segments from the one holding
@@ -163,6 +174,8 @@ class PartitionLog:
             except OSError as exc:
                 raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}", exc.errno) from exc
             fsync_directory(directory.parent)
+        # Compaction: finish a segment swap a crash interrupted, before listing segments.
+        swapped = cleaner.complete_interrupted_swaps(directory, name)
         bases = _clean_directory(directory)
         if not recover:
             first_to_recover = len(bases)
@@ -207,7 +220,8 @@ class PartitionLog:
             raise
 
         start = max(log_start_offset or 0, segments[0].base_offset)
-        log = cls(directory, topic, partition, config, segments, log_start_offset=start, now_ms=now_ms)
+        log = cls(directory, topic, partition, config, segments, log_start_offset=start, now_ms=now_ms,
+                  producer_state_config=producer_state_config)
         if log.log_start_offset > log.log_end_offset:
             logger.warning(
                 "%s: log start offset %d is past the recovered log end offset %d; starting the log there",
@@ -215,7 +229,9 @@ class PartitionLog:
             )
             log.truncate_fully_and_start_at(log.log_start_offset)
         else:
-            log._rebuild_producer_state()
+            log._rebuild_producer_state(now_ms)
+        if swapped:
+            cleaner.drop_orphan_aborted_txns(log)
         if recovered:
             # Make the recovered state (truncations, rebuilt indexes) durable now.
             for segment in recovered:
@@ -263,6 +279,25 @@ class PartitionLog:
     @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
+
+    # -- compaction hooks (the work is in cleaner.py) -------------------------------------
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy)."""
+        return list(self._segments)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put the cleaned segment `new` in place of the consecutive inactive segments `old`
+        (their files are already swapped on disk); the old ones are closed."""
+        first = self._segments.index(old[0])
+        if self._segments[first : first + len(old)] != old or first + len(old) >= len(self._segments):
+            raise ValueError(f"{self.name}: segments to replace are not consecutive inactive segments")
+        self._segments[first : first + len(old)] = [new]
+        self._segment_bases[first : first + len(old)] = [new.base_offset]
+        self._directory_dirty = True
+        for segment in old:
+            segment.close_without_flush()
 
     # -- appending -----------------------------------------------------------------------
 
@@ -313,7 +348,8 @@ class PartitionLog:
         for header in batches:
             if header.is_control and header.has_producer_id:
                 _kind, coordinator_epoch = _control_record(records, header)
-                check = self.producer_state.check_marker(header.producer_id, header.producer_epoch, coordinator_epoch)
+                check = self.producer_state.check_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
+                                                         offset_hint=self.log_end_offset)
                 if check.verdict is not Verdict.APPEND:
                     _raise_refusal(self.name, check)
 
@@ -373,7 +409,10 @@ class PartitionLog:
                 offset = header.base_offset
             if header.has_producer_id:
                 control = _control_record(records, header) if header.is_control else None
-                self._record_producer_batch(_producer_batch(header, offset, control))
+                # The max timestamp as written (the append time with LogAppendTime), which
+                # is also what a replay of the log after a restart reads.
+                (written_max_timestamp,) = _INT64.unpack_from(records, header.position + _MAX_TIMESTAMP_POSITION)
+                self._record_producer_batch(_producer_batch(header, offset, control, written_max_timestamp))
             offset += header.last_offset_delta + 1
         self.log_end_offset = last_offset + 1
         self.high_watermark = self.log_end_offset  # single node; replication moves it separately
@@ -392,9 +431,12 @@ class PartitionLog:
             completed.producer_id, completed.first_offset, completed.last_offset, self.last_stable_offset
         ))
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, now_ms: int | None = None) -> None:
         """Load the newest usable snapshot at or below the log end offset, then replay the
-        batch headers after it. Snapshots above the log end (after a truncation) go."""
+        batch headers after it. Snapshots above the log end (after a truncation) go.
+        Producers expired by `now_ms` are left out of both, as Kafka's loadFromSnapshot
+        does, so a producer that expired before a restart stays expired after it."""
+        now_ms = wall_clock_ms() if now_ms is None else now_ms
         producer_snapshot.delete_snapshots(self.directory, above=self.log_end_offset)
         self.txn_index.truncate_to(self.log_end_offset)
         entries, start = {}, self.log_start_offset
@@ -403,7 +445,7 @@ class PartitionLog:
             if loaded is not None:
                 entries, start = loaded, max(offset, self.log_start_offset)
                 break
-        self.producer_state.load(entries)
+        self.producer_state.load(entries, now_ms)
         replayed = 0
         number = max(bisect_right(self._segment_bases, start) - 1, 0)
         for segment in self._segments[number:]:
@@ -412,6 +454,7 @@ class PartitionLog:
                 if completed is not None and completed.is_aborted and not self.txn_index.contains(completed.last_offset):
                     self._index_abort(completed)
                 replayed += 1
+        self.producer_state.remove_expired(now_ms)
         if replayed or entries:
             logger.info("%s: producer state of %d producer(s) loaded from offset %d, %d batch(es) replayed",
                         self.name, len(self.producer_state.producers), start, replayed)
@@ -519,9 +562,8 @@ class PartitionLog:
         return ReadResult(records, first_offset, self.high_watermark, self.log_start_offset, self.log_end_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch whose max timestamp is >= `timestamp_ms`
-        (ListOffsets by time), or None. The offset is the batch's base offset, raised to
-        the log start offset; see LogSegment.find_offset_by_timestamp for the timestamp.
+        """(offset, timestamp) of the first record at or after the log start offset whose
+        timestamp is >= `timestamp_ms` (ListOffsets by time), or None.
         The caller hides results at or past the high watermark / LSO."""
         for segment in self._segments:
             if segment.next_offset <= self.log_start_offset or segment.max_timestamp < timestamp_ms:
@@ -532,8 +574,9 @@ class PartitionLog:
         return None
 
     def max_timestamp_and_offset(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the batch with the largest timestamp (ListOffsets -3),
-        or None when no batch has a timestamp. The offset is that batch's base offset."""
+        """(offset, timestamp) of the first record with the largest timestamp (ListOffsets
+        -3), or None when no batch has a timestamp. The offset is raised to the log start
+        offset. The caller hides results at or past the high watermark / LSO."""
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.next_offset <= self.log_start_offset or segment.max_timestamp < 0:
@@ -542,7 +585,11 @@ class PartitionLog:
                 best = segment
         if best is None:
             return None
-        return max(best.offset_of_max_timestamp, self.log_start_offset), best.max_timestamp
+        found = best.max_timestamp_record()
+        if found is None:
+            return None
+        offset, timestamp = found
+        return max(offset, self.log_start_offset), timestamp
 
     # -- retention and truncation --------------------------------------------------------
 
@@ -712,10 +759,12 @@ def _control_record(records: bytearray | memoryview, header: BatchHeader) -> tup
     return read_control_record(memoryview(records)[start : header.position + header.size])
 
 
-def _producer_batch(header: BatchHeader, base_offset: int, control: tuple[int, int] | None = None) -> ProducerBatch:
+def _producer_batch(header: BatchHeader, base_offset: int, control: tuple[int, int] | None = None,
+                    max_timestamp: int | None = None) -> ProducerBatch:
     return ProducerBatch(
         header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
-        base_offset, base_offset + header.last_offset_delta, header.max_timestamp,
+        base_offset, base_offset + header.last_offset_delta,
+        header.max_timestamp if max_timestamp is None else max_timestamp,
         is_transactional=header.is_transactional, is_control=header.is_control,
         control_type=None if control is None else int(control[0]),
         coordinator_epoch=-1 if control is None else control[1],

@@ -44,6 +44,7 @@ from oncelog.storage.errors import (
 )
 from oncelog.storage.framed_file import fsync_directory, read_json_file, write_json_file
 from oncelog.storage.log import PartitionLog, wall_clock_ms
+from oncelog.storage.producer_state import ProducerStateConfig
 
 logger = logging.getLogger("oncelog.storage")
 
@@ -112,11 +113,14 @@ class _TopicRecord:
 class LogManager:
     """Owns every partition log of the broker. Call `load()` before anything else."""
 
-    def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig,
+                 producer_state_config: ProducerStateConfig | None = None) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(directory) for directory in log_dirs]
         self._default_config = default_config
+        # Broker-wide (producer.id.expiration.ms, producer.id.max.entries.per.partition).
+        self.producer_state_config = producer_state_config or ProducerStateConfig()
         self._topics: dict[str, _TopicRecord] = {}
         self._topic_names_by_id: dict[uuid.UUID, str] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -174,6 +178,7 @@ class LogManager:
                     recovery_point=recovery_points[directory].get(key, 0),
                     log_start_offset=log_starts[directory].get(key),
                     now_ms=now_ms,
+                    producer_state_config=self.producer_state_config,
                 )
         for (topic, partition), directory in existing.items():
             self._set_aside_stray(directory, topic_partition_name(topic, partition))
@@ -361,7 +366,8 @@ class LogManager:
             directory = self._least_loaded_dir()
             self._log_dir_of[key] = directory
             self._logs[key] = PartitionLog.open(
-                directory / topic_partition_name(*key), record.name, partition, config, recover=False
+                directory / topic_partition_name(*key), record.name, partition, config, recover=False,
+                producer_state_config=self.producer_state_config,
             )
 
     def delete_topic(self, name: str) -> None:

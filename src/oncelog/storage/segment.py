@@ -22,8 +22,10 @@ stops being active (roll), on flush of a rolled segment, and on close. The activ
 segment's index files are not rewritten on flush: after a crash the active segment is
 always rescanned by recovery, so only a clean close needs them.
 
-A segment never decodes records: it reads batch headers only (the 43 bytes up to and
-including maxTimestamp) and moves batches as opaque bytes.
+A segment moves batches as opaque bytes and reads batch headers only (the 43 bytes up to
+and including maxTimestamp), with one exception off the produce/fetch path: a lookup by
+timestamp (ListOffsets) decodes the batches the headers point it to, usually one, to
+answer with a record's offset and timestamp, as Kafka does.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from oncelog.protocol.record_batch import (
     read_header,
     scan_valid_prefix,
 )
+from oncelog.storage.batch_records import CodecUnavailableError, decode_records
 from oncelog.storage.errors import CorruptLogError, StorageError
 from oncelog.storage.producer_state import ProducerBatch
 
@@ -477,6 +480,34 @@ class LogSegment:
             yield position, base, base + delta, size, attributes, base_ts, max_ts, producer_id, epoch, sequence
             position += size
 
+    def read_batches(self, chunk_bytes: int = _RECOVERY_CHUNK) -> Iterator[tuple[bytes, list[BatchHeader]]]:
+        """Every batch from the start, a chunk of whole batches at a time: (buffer, the
+        headers in it). The log cleaner's reader; a batch larger than a chunk is read whole."""
+        position = 0
+        while position < self.size:
+            try:
+                chunk = os.pread(self._fd, min(chunk_bytes, self.size - position), position)
+            except OSError as exc:
+                raise _storage_error(self.log_path, "read segment", exc) from exc
+            headers = []
+            used = 0
+            while used + LOG_OVERHEAD <= len(chunk):
+                declared = _LENGTH.unpack_from(chunk, used)[1] + LOG_OVERHEAD
+                if used + declared > len(chunk):
+                    break
+                try:
+                    headers.append(read_header(chunk, used))
+                except CorruptRecordError as exc:
+                    raise CorruptLogError(str(self.log_path), f"at position {position + used}: {exc}") from exc
+                used += declared
+            if not headers:
+                if len(chunk) >= LOG_OVERHEAD and position + _LENGTH.unpack_from(chunk)[1] + LOG_OVERHEAD <= self.size:
+                    chunk_bytes = _LENGTH.unpack_from(chunk)[1] + LOG_OVERHEAD
+                    continue
+                raise CorruptLogError(str(self.log_path), f"no whole batch at position {position}")
+            yield chunk, headers
+            position += used
+
     def locate(self, offset: int) -> tuple[int, int, int, int] | None:
         """(position, base offset, last offset, size) of the first batch whose last
         offset is >= `offset` (the batch holding it), or None past the end."""
@@ -504,6 +535,10 @@ class LogSegment:
             is_control = bool(attributes & CONTROL_BIT)
             control_type, coordinator_epoch = None, -1
             if is_control:
+                if _size <= HEADER_SIZE:
+                    # A marker the log cleaner emptied: its whole transaction is gone from
+                    # the log, so it changes nothing (as in Kafka's ProducerAppendInfo).
+                    continue
                 control_type, coordinator_epoch = self._control_record_at(_position, _size)
             yield ProducerBatch(
                 producer_id, epoch, sequence, last_sequence, base, last, max_ts,
@@ -567,12 +602,13 @@ class LogSegment:
         return data, end == self.size
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch at or after `start_offset` whose max
-        timestamp is >= `timestamp`, or None.
+        """(offset, timestamp) of the first record at or after `start_offset` whose
+        timestamp is >= `timestamp`, or None (Kafka's FileRecords.searchForTimestamp).
 
-        Batches are not decoded, so the offset is the batch's base offset (raised to
-        `start_offset`). The timestamp is the first record's (the batch's base timestamp)
-        when that already qualifies, or with LogAppendTime, and else the batch's max.
+        The time index and batch headers skip every batch whose max timestamp is older;
+        the records of a batch that may hold the answer are decoded (decompressed if
+        need be). LogAppendTime batches need no decoding: all their records carry the
+        batch's max timestamp.
         """
         if self.max_timestamp < timestamp or self.next_offset <= start_offset:
             return None
@@ -582,16 +618,59 @@ class LogSegment:
         first = self.locate(max(scan_from, start_offset))
         if first is None:
             return None
-        for _position, base, last, _size, attributes, base_ts, max_ts, *_ in self._scan(first[0]):
+        for position, base, last, size, attributes, _base_ts, max_ts, *_ in self._scan(first[0]):
             if last < start_offset or max_ts < timestamp:
                 continue
-            offset = max(base, start_offset)
             if attributes & TIMESTAMP_TYPE_BIT:
-                return offset, max_ts
-            if base_ts >= timestamp and base >= start_offset:
-                return offset, base_ts
-            return offset, max_ts
+                return max(base, start_offset), max_ts
+            records = self._record_timestamps(position, size)
+            if records is None:  # no library for the batch's codec: answer from its header
+                return max(base, start_offset), max_ts
+            for offset, record_timestamp in records:
+                if record_timestamp >= timestamp and offset >= start_offset:
+                    return offset, record_timestamp
         return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the segment's largest
+        timestamp (ListOffsets MAX_TIMESTAMP), or None when no batch has a timestamp."""
+        if self.max_timestamp == NO_TIMESTAMP or self.offset_of_max_timestamp < 0:
+            return None
+        located = self.locate(self.offset_of_max_timestamp)
+        if located is None:
+            return None
+        for position, base, _last, size, attributes, _base_ts, max_ts, *_ in self._scan(located[0]):
+            if max_ts != self.max_timestamp:
+                continue
+            if attributes & TIMESTAMP_TYPE_BIT:
+                return base, max_ts
+            records = self._record_timestamps(position, size)
+            if records is None:
+                return base, max_ts
+            # Kafka looks in the first batch with that max timestamp only.
+            return next(((o, t) for o, t in records if t == max_ts), None)
+        return None
+
+    def _record_timestamps(self, position: int, size: int) -> list[tuple[int, int]] | None:
+        """(offset, timestamp) of every record of the batch at `position`; None when the
+        batch's codec has no library installed here."""
+        try:
+            data = os.pread(self._fd, size, position)
+        except OSError as exc:
+            raise _storage_error(self.log_path, "read segment", exc) from exc
+        try:
+            header = read_header(data)
+            records = decode_records(data, header)
+        except CodecUnavailableError as exc:
+            logger.warning("%s: cannot decode the batch at position %d for a timestamp lookup: %s",
+                           self.log_path, position, exc)
+            return None
+        except CorruptRecordError as exc:
+            raise CorruptLogError(str(self.log_path), f"batch at position {position}: {exc}") from exc
+        return [
+            (header.base_offset + record.offset_delta, header.base_timestamp + record.timestamp_delta)
+            for record in records
+        ]
 
     def largest_timestamp(self) -> int:
         """The segment's largest timestamp, or its file's mtime when no batch has one
