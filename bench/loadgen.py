@@ -6,7 +6,7 @@ the steady part of its work: connections, metadata and (for idempotent producers
 InitProducerId are done by a warm-up message before the clock starts.
 
     loadgen.py produce  --bootstrap H:P --topic T --messages N [--acks 1|all] [--idempotent]
-                        [--transactional-id ID --transaction-size K]
+                        [--transactional-id ID --transaction-size K [--producers P]]
     loadgen.py consume  --bootstrap H:P --topic T --messages N [--isolation read_committed]
     loadgen.py wire-produce --bootstrap H:P --topic T --messages N [--acks 1|all] [--idempotent]
     loadgen.py create-topic --bootstrap H:P --topic T [--partitions P]
@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 
 # Client settings shared by every broker under test, so only the broker differs.
@@ -88,24 +89,29 @@ def produce(args: argparse.Namespace) -> dict:
     cpu_before = _cpu_seconds()
     started = time.perf_counter()
     if transactional:
-        sent = 0
-        while sent < args.messages:
-            producer.begin_transaction()
-            in_this = min(args.transaction_size, args.messages - sent)
-            for _ in range(in_this):
-                while True:
-                    try:
-                        produce_one(topic, value)
-                        break
-                    except BufferError:
-                        poll(0.001)
-            commit_started = time.perf_counter()
-            try:
-                producer.commit_transaction(60)
-            except KafkaException as error:
-                _fail(f"commit_transaction failed: {error}")
-            commit_latencies.append(time.perf_counter() - commit_started)
-            sent += in_this
+        # --producers K: K-1 more transactional producers (own transactional ids), warmed up
+        # before the clock starts, each running its share of the transactions in a thread
+        # (librdkafka's blocking calls release the GIL).
+        others = [_warm_transactional(config, f"{args.transactional_id}-{number}", topic, value, on_delivery)
+                  for number in range(1, args.producers)]
+        cpu_before = _cpu_seconds()
+        started = time.perf_counter()
+        shares = [args.messages // args.producers + (1 if number < args.messages % args.producers else 0)
+                  for number in range(args.producers)]
+        failures: list[str] = []
+        threads = [threading.Thread(target=_run_transactions,
+                                    args=(other, topic, value, share, args.transaction_size, commit_latencies,
+                                          failures))
+                   for other, share in zip(others, shares[1:], strict=True)]
+        for thread in threads:
+            thread.start()
+        _run_transactions(producer, topic, value, shares[0], args.transaction_size, commit_latencies, failures)
+        for thread in threads:
+            thread.join()
+        for other in others:
+            other.flush(120)
+        if failures:
+            _fail(f"commit_transaction failed: {failures[0]}")
     else:
         for _ in range(args.messages):
             try:
@@ -137,6 +143,46 @@ def produce(args: argparse.Namespace) -> dict:
         result["commit_p99_ms"] = _percentile(commit_latencies, 0.99) * 1000
         result["transactions"] = len(commit_latencies)
     return result
+
+
+def _warm_transactional(config: dict, transactional_id: str, topic: str, value: bytes, on_delivery):
+    """A transactional producer with its id initialised and one committed warm-up message."""
+    from confluent_kafka import Producer
+
+    producer = Producer({**config, "transactional.id": transactional_id, "on_delivery": on_delivery})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value)
+    producer.commit_transaction(30)
+    return producer
+
+
+def _run_transactions(producer, topic: str, value: bytes, messages: int, transaction_size: int,
+                      commit_latencies: list[float], failures: list[str]) -> None:
+    """`messages` records in transactions of `transaction_size`, appending each commit's
+    latency (list.append is atomic: threads share the list)."""
+    from confluent_kafka import KafkaException
+
+    produce_one, poll = producer.produce, producer.poll
+    sent = 0
+    while sent < messages and not failures:
+        producer.begin_transaction()
+        in_this = min(transaction_size, messages - sent)
+        for _ in range(in_this):
+            while True:
+                try:
+                    produce_one(topic, value)
+                    break
+                except BufferError:
+                    poll(0.001)
+        commit_started = time.perf_counter()
+        try:
+            producer.commit_transaction(60)
+        except KafkaException as error:
+            failures.append(str(error))
+            return
+        commit_latencies.append(time.perf_counter() - commit_started)
+        sent += in_this
 
 
 def consume(args: argparse.Namespace) -> dict:
@@ -326,6 +372,8 @@ def main() -> None:
     p.add_argument("--idempotent", action="store_true")
     p.add_argument("--transactional-id")
     p.add_argument("--transaction-size", type=int, default=1000)
+    p.add_argument("--producers", type=int, default=1,
+                   help="transactional producers running at once, each with its own transactional id")
     p.set_defaults(run=produce)
     c = modes.add_parser("consume")
     c.add_argument("--bootstrap", required=True)

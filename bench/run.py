@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     report["elapsed_s"] = round(time.time() - started, 1)
     report["profiles"] = settings.profiles
     _add_comparisons(report, {s.id: s for s in selected})
+    _add_cross_targets(report)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
@@ -240,6 +241,33 @@ def _add_comparisons(report: dict, scenarios: dict[str, Scenario]) -> None:
         summary["targets"] = targets
 
 
+# The issue's targets that compare two of our own scenarios in the same run:
+# (numerator scenario, denominator scenario, at least this fraction).
+CROSS_TARGETS = (
+    ("4", "2", 0.90),   # transactions every 1000 records vs idempotent produce
+    ("3", "2", 0.40),   # transactions every 10 records (one producer) vs idempotent produce
+    ("3c", "2", 0.40),  # the same from 16 producers at once
+    ("5c", "5", 0.90),  # read_committed vs read_uncommitted consume
+)
+
+
+def _add_cross_targets(report: dict) -> None:
+    """`report["cross_targets"]`: our msg/s medians of one scenario over another's."""
+    found = []
+    for numerator, denominator, fraction in CROSS_TARGETS:
+        medians = []
+        for scenario_id in (numerator, denominator):
+            metric = (report["scenarios"].get(scenario_id, {}).get("peers", {}).get(ONCELOG, {})
+                      .get("metrics", {}).get("msg_per_s"))
+            medians.append(None if metric is None else metric["median"])
+        if None in medians or not medians[1]:
+            continue
+        ratio = medians[0] / medians[1]
+        found.append({"scenario": numerator, "over": denominator, "ratio": ratio, "target": fraction,
+                      "met": ratio >= fraction})
+    report["cross_targets"] = found
+
+
 def _number(value: float | None) -> str:
     if value is None:
         return "-"
@@ -286,6 +314,12 @@ def _table(report: dict, scenarios: dict[str, Scenario]) -> str:
         for key, target in summary["targets"].items():
             verdict = {True: "met", False: "NOT met", None: "-"}[target["met"]]
             lines.append(f"{'':<44} target {key} {target['target']}: {_number(target['median'])} -> {verdict}")
+    if report.get("cross_targets"):
+        lines += ["", "ours over ours (msg/s medians, same run):"]
+        for entry in report["cross_targets"]:
+            verdict = "met" if entry["met"] else "NOT met"
+            lines.append(f"  {entry['scenario']:>2} / {entry['over']:<2} {entry['ratio']:.2f}  "
+                         f"target >= {entry['target']:.2f} -> {verdict}")
     if notes:
         lines += ["", "errors:"] + [f"  {note}" for note in notes]
     lines.append("\nmedians of noisy runs on a shared machine: compare ratios, not absolute figures")

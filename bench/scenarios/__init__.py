@@ -4,9 +4,9 @@ Adding one: write a module here with a `Scenario` object (see base.py and produc
 for the shape) and list it below. Numbering follows the issue:
 
  1 produce acks=1              2 produce idempotent acks=all   2w 2 from a raw wire client
- 3 txn every 10 records        4 txn every 1000 records        5 consume read_uncommitted
- 5c consume read_committed     6 commit latency p50/p99        7 start-up
- 7r recovery after kill -9     8 Spark pipeline
+ 3 txn every 10 records        3c 3 from 16 producers at once  4 txn every 1000 records
+ 5 consume read_uncommitted    5c consume read_committed     6 commit latency p50/p99
+ 7 start-up                   7r recovery after kill -9       8 Spark pipeline
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ SCENARIOS: list[Scenario] = [
     produce.IDEMPOTENT,
     produce.WIRE_IDEMPOTENT,
     transactions.EVERY_10,
+    transactions.EVERY_10_CONCURRENT,
     transactions.EVERY_1000,
     consume.READ_UNCOMMITTED,
     consume.READ_COMMITTED,
