@@ -244,6 +244,7 @@ def _add_comparisons(report: dict, scenarios: dict[str, Scenario]) -> None:
 # The targets that compare two of our own scenarios in the same run:
 # (numerator scenario, denominator scenario, at least this fraction).
 CROSS_TARGETS = (
+    ("2", "1", 0.90),   # idempotent acks=all vs plain acks=1: "close to 1", the check is per batch
     ("4", "2", 0.90),   # transactions every 1000 records vs idempotent produce
     ("3", "2", 0.40),   # transactions every 10 records (one producer) vs idempotent produce
     ("3c", "2", 0.40),  # the same from 16 producers at once
