@@ -180,6 +180,34 @@ def test_max_timestamp_needs_v7_and_earliest_local_v8(shared_broker):
         assert lookup(client, "no-such-topic", -3, version=list_v6)[0] == ErrorCode.unsupported_version
 
 
+def test_tiered_storage_timestamps_answer_no_offset_from_v9_and_v11(shared_broker):
+    """-5 (latest tiered, v9) and -6 (earliest pending upload, v11) answer offset -1 as
+    Kafka does for a topic without remote storage; v10 adds only a timeout."""
+    from kio.schema.list_offsets.v9 import request as list_v9
+    from kio.schema.list_offsets.v11 import request as list_v11
+
+    topic = unique("tiered")
+    create_topic(shared_broker.bootstrap_servers, topic)
+
+    def ask(version, timestamp: int, **extra):
+        request = version.ListOffsetsRequest(replica_id=-1, isolation_level=READ_UNCOMMITTED, topics=(
+            version.ListOffsetsTopic(name=topic, partitions=(
+                version.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp),)),),
+            **extra)
+        (answer,) = client.request(request).topics[0].partitions
+        return answer.error_code, answer.offset, answer.timestamp, answer.leader_epoch
+
+    with WireClient.connect(shared_broker.bootstrap_servers) as client:
+        produce(client, topic, records_batch([T0, T0 + 5]))
+        assert ask(list_v9, -5) == (ErrorCode.none, -1, -1, -1)
+        assert ask(list_v9, -6)[0] == ErrorCode.unsupported_version
+        v11 = {"timeout": datetime.timedelta(seconds=5)}
+        assert ask(list_v11, -6, **v11) == (ErrorCode.none, -1, -1, -1)
+        assert ask(list_v11, -2, **v11) == (ErrorCode.none, 0, -1, 0)
+        assert ask(list_v11, -1, **v11) == (ErrorCode.none, 2, -1, 0)
+        assert ask(list_v11, -7, **v11)[0] == ErrorCode.unsupported_version
+
+
 def test_a_partition_asked_twice_gets_one_invalid_request_answer(shared_broker):
     topic = unique("dupes")
     create_topic(shared_broker.bootstrap_servers, topic, partitions=2)

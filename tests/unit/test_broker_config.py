@@ -72,3 +72,11 @@ def test_log_cleaner_keys_set_the_cleaner_and_the_topic_compaction_defaults():
     assert (topic_defaults.min_cleanable_dirty_ratio, topic_defaults.delete_retention_ms) == (0.2, 1000)
     assert (topic_defaults.min_compaction_lag_ms, topic_defaults.max_compaction_lag_ms) == (5, 60000)
     assert BrokerConfig({})["log.cleaner.enable"] is True
+
+
+def test_the_replication_keys_of_kafka_pythons_test_broker_config_are_accepted_and_ignored():
+    # kafka-python's integration fixture (servers/resources/default/kafka.properties)
+    # sets these; oncelog refused to start with them.
+    config = BrokerConfig({"replica.lag.time.max.ms": "1000", "replica.socket.timeout.ms": "1000",
+                           "offsets.commit.timeout.ms": "500"})
+    assert config.ignored == ["offsets.commit.timeout.ms", "replica.lag.time.max.ms", "replica.socket.timeout.ms"]

@@ -58,3 +58,22 @@ def test_records_longer_than_the_request_are_refused():
     data[-7:-3] = (10**9).to_bytes(4, "big")  # the records length
     with pytest.raises(framing.MalformedRequestError, match="declares"):
         check_lengths(produce_v3.ProduceRequest, bytes(data), 0)
+
+
+def test_a_null_or_present_nullable_struct_passes_and_a_lying_one_is_refused():
+    """KIP-893 nullable structs (DescribeTopicPartitions' cursor) start with an int8
+    marker; read as a string length it made kafka-python's null cursor look malformed."""
+    from kio.schema.describe_topic_partitions.v0.request import (
+        Cursor,
+        DescribeTopicPartitionsRequest,
+        TopicRequest,
+    )
+
+    for cursor in (None, Cursor(topic_name="abc", partition_index=2)):
+        request = DescribeTopicPartitionsRequest(topics=(TopicRequest(name="abc"),), response_partition_limit=1,
+                                                 cursor=cursor)
+        check_lengths(DescribeTopicPartitionsRequest, body(request), 0)
+    present = body(DescribeTopicPartitionsRequest(topics=(), response_partition_limit=1,
+                                                  cursor=Cursor(topic_name="abc", partition_index=2)))
+    with pytest.raises(framing.MalformedRequestError, match="declares"):
+        check_lengths(DescribeTopicPartitionsRequest, present[:6] + b"\x7f" + present[7:], 0)  # the name's length

@@ -18,7 +18,13 @@ import dataclasses
 import struct
 from functools import cache
 
-from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
 
 from oncelog.protocol.framing import MalformedRequestError, read_unsigned_varint
 
@@ -35,6 +41,7 @@ _I32 = struct.Struct(">i")
 # One step of a struct's plan: (kind, detail)
 #   ("fixed", size) | ("string", None) | ("bytes", None) | ("uvarint", None)
 #   | ("array", element plan or element size) | ("entity", plan)
+#   | ("nullable entity", plan): KIP-893's nullable struct, an int8 marker (-1: null) first
 _Plan = tuple
 
 
@@ -44,8 +51,8 @@ def _plan(cls: type) -> tuple[bool, tuple, dict]:
     flexible = bool(getattr(cls, "__flexible__", False))
     steps, tagged = [], {}
     for field in dataclasses.fields(cls):
-        step = _step(field, flexible)
         tag = field.metadata.get("tag")
+        step = _step(field, flexible, tagged=tag is not None)
         if tag is None:
             steps.append(step)
         else:
@@ -53,12 +60,15 @@ def _plan(cls: type) -> tuple[bool, tuple, dict]:
     return flexible, tuple(steps), tagged
 
 
-def _step(field: dataclasses.Field, flexible: bool) -> tuple:
+def _step(field: dataclasses.Field, flexible: bool, *, tagged: bool = False) -> tuple:
     kind = field.metadata.get("kafka_type")
     shape = classify_field(field)
     if isinstance(shape, EntityTupleField):
         return ("array", ("entity", shape.type_))
     if isinstance(shape, EntityField):
+        # A tagged struct's presence is its tag; an untagged nullable one has a marker.
+        if not tagged and is_optional(field):
+            return ("nullable entity", shape.type_)
         return ("entity", shape.type_)
     element = _scalar(kind)
     if isinstance(shape, PrimitiveTupleField):
@@ -129,6 +139,12 @@ def _walk(step: tuple, flexible: bool, data, position: int, limit: int) -> int:
         return position + max(size, 0)
     if kind == "entity":
         return _walk_entity(detail, data, position, limit)
+    if kind == "nullable entity":
+        if position >= limit:
+            raise MalformedRequestError("a nullable struct's marker runs past the end of the request")
+        if data[position] == 0xFF:  # int8 -1: null
+            return position + 1
+        return _walk_entity(detail, data, position + 1, limit)
     # an array
     count, position = _length(flexible, data, position, wide=True)
     if count > limit - position:  # every element takes at least one byte

@@ -1,8 +1,11 @@
-"""ListOffsets (key 2), v1-v8.
+"""ListOffsets (key 2), v1-v11.
 
 - timestamp -1 (latest): the high watermark, or the last stable offset when the
   request's isolation level is read_committed (v2+).
 - -2 (earliest) and -4 (earliest local, v8+): the log start offset.
+- -5 (latest tiered, v9+) and -6 (earliest pending upload, v11+): offset -1, timestamp
+  -1, as Kafka answers for a topic without remote (tiered) storage, which oncelog
+  never has. v10's timeout only bounds remote-storage lookups: there are none to wait for.
 - -3 (max timestamp, v7+): the first record carrying the largest timestamp, with it.
 - Any other timestamp: the first record whose timestamp is at least the target, with
   that record's timestamp. The batch the headers point to is decoded (decompressed if
@@ -12,8 +15,9 @@
   the last fetchable offset (high watermark; last stable offset for read_committed)
   answers offset -1, timestamp -1. Requests from a replica id other than -1 (consumer)
   have no isolation level: their bound and "latest" are the log end offset.
-- A negative timestamp this version cannot carry (-3 before v7, -4 before v8, any other
-  below -4) gets UNSUPPORTED_VERSION; a partition asked for twice INVALID_REQUEST.
+- A negative timestamp this version cannot carry (-3 before v7, -4 before v8, -5 before
+  v9, -6 before v11, any other below -6) gets UNSUPPORTED_VERSION; a partition asked
+  for twice INVALID_REQUEST.
 - Deviation: -3 raises the offset to the log start offset when the record with the
   largest timestamp was deleted by DeleteRecords (Kafka returns the deleted offset).
 """
@@ -31,14 +35,19 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
 # The first version that may carry each special timestamp (Kafka's
 # ReplicaManager.timestampMinSupportedVersion); other negative values are unsupported.
-_MIN_VERSION = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8}
+_MIN_VERSION = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                EARLIEST_PENDING_UPLOAD: 11}
+# Offsets that only remote (tiered) storage has: none here.
+_REMOTE_STORAGE_TARGETS = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
 
 
-@api(2, "ListOffsets", range(1, 9))
+@api(2, "ListOffsets", range(1, 12))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     if getattr(request, "replica_id", CONSUMER_REPLICA_ID) != CONSUMER_REPLICA_ID:
@@ -92,6 +101,8 @@ def _lookup(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> t
         return ErrorCode.none, -1, last_fetchable
     if target in (EARLIEST, EARLIEST_LOCAL):
         return ErrorCode.none, -1, log_.log_start_offset
+    if target in _REMOTE_STORAGE_TARGETS:
+        return ErrorCode.none, -1, -1
     try:
         found = log_.max_timestamp_and_offset() if target == MAX_TIMESTAMP else log_.offset_for_timestamp(target)
     except LogError as error:

@@ -1,0 +1,45 @@
+"""AlterReplicaLogDirs (key 34), v1-v2.
+
+- A destination that is not one of the broker's log dirs (compared as absolute paths)
+  is LOG_DIR_NOT_FOUND; a partition that does not exist REPLICA_NOT_AVAILABLE, as
+  Kafka's ReplicaManager answers; a partition already in the destination NONE (a no-op).
+- Deviation: moving a partition to another of the broker's log dirs is not implemented
+  (Kafka copies it with a future log and swaps); it is answered with INVALID_REQUEST
+  and the partition stays where it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+
+@api(34, "AlterReplicaLogDirs", range(1, 3))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    logs = ctx.broker.logs
+    configured = {directory.absolute(): directory for directory in logs.log_dirs}
+    results: dict[str, list] = {}
+    for destination in request.dirs:
+        target = configured.get(Path(destination.path).absolute())
+        for topic in destination.topics:
+            for index in topic.partitions:
+                current = logs.log_dir_of(topic.name, index)
+                if target is None:
+                    code = ErrorCode.log_dir_not_found
+                elif current is None:
+                    code = ErrorCode.replica_not_available
+                elif current.absolute() == target.absolute():
+                    code = ErrorCode.none
+                else:
+                    code = ErrorCode.invalid_request
+                results.setdefault(topic.name, []).append(
+                    make("AlterReplicaLogDirPartitionResult", partition_index=index, error_code=code))
+    return make(
+        "AlterReplicaLogDirsResponse",
+        throttle_time=NO_THROTTLE,
+        results=tuple(make("AlterReplicaLogDirTopicResult", topic_name=name, partitions=tuple(partitions))
+                      for name, partitions in results.items()),
+    )

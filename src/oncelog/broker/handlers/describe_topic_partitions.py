@@ -1,0 +1,81 @@
+"""DescribeTopicPartitions (key 75), v0.
+
+- The topics asked for (every topic when the list is empty), in name order, with
+  their partitions as Metadata describes them (this broker leads each and is its only
+  replica, in-sync; no eligible leader replicas), at most `response_partition_limit`
+  partitions (clamped to 1..2000, Kafka's max.request.partition.size.limit) per answer.
+  When the limit cuts the list, `next_cursor` names the topic and partition to ask
+  from next, as Kafka's KRaftMetadataCache does.
+- A named topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION (with the listing
+  of every topic there are none). A cursor whose topic is not among those named, or
+  whose partition is negative, is INVALID_REQUEST for every topic asked for.
+- Deviation: leader epochs are always 0 (single node, no leadership changes).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.topics import INTERNAL_TOPICS
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@api(75, "DescribeTopicPartitions", range(0, 1))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    known = ctx.broker.logs.topics()
+    cursor = request.cursor
+    cursor_topic = cursor.topic_name if cursor is not None else ""
+    list_all = not request.topics
+    if list_all:
+        names = sorted(name for name in known if name >= cursor_topic)
+    else:
+        names = sorted({topic.name for topic in request.topics if topic.name >= cursor_topic})
+        if cursor is not None and cursor.topic_name not in names:
+            return _refuse(make, request)
+    if cursor is not None and cursor.partition_index < 0:
+        return _refuse(make, request)
+
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
+    node = ctx.broker.node_id
+    topics, next_cursor = [], None
+    for name in names:
+        info = known.get(name)
+        if remaining == 0:  # the limit fell on a topic boundary: go on from the next one
+            next_cursor = make("Cursor", topic_name=name, partition_index=0)
+            break
+        if info is None:
+            if not list_all:
+                topics.append(_topic(make, ErrorCode.unknown_topic_or_partition, name, ZERO_UUID, False, ()))
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        last = min(info.num_partitions, first + remaining)
+        partitions = tuple(
+            make("DescribeTopicPartitionsResponsePartition", error_code=ErrorCode.none, partition_index=index,
+                 leader_id=node, leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
+                 eligible_leader_replicas=(), last_known_elr=(), offline_replicas=())
+            for index in range(first, last)
+        )
+        remaining -= len(partitions)
+        if last < info.num_partitions:
+            next_cursor = make("Cursor", topic_name=name, partition_index=last)
+        topics.append(_topic(make, ErrorCode.none, name, info.topic_id, name in INTERNAL_TOPICS, partitions))
+        if next_cursor is not None:
+            break
+    return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics),
+                next_cursor=next_cursor)
+
+
+def _topic(make, code: ErrorCode, name: str, topic_id, internal: bool, partitions: tuple) -> object:
+    return make("DescribeTopicPartitionsResponseTopic", error_code=code, name=name, topic_id=topic_id,
+                is_internal=internal, partitions=partitions, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _refuse(make, request) -> object:
+    topics = tuple(_topic(make, ErrorCode.invalid_request, topic.name, ZERO_UUID, False, ()) for topic in request.topics)
+    return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=topics, next_cursor=None)

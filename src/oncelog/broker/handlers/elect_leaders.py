@@ -1,0 +1,42 @@
+"""ElectLeaders (key 43), v0-v2.
+
+- Every partition has one replica, this broker, which leads it: a preferred (0) or
+  unclean (1) election is never needed. As Kafka's controller answers: each named
+  partition gets ELECTION_NOT_NEEDED, a missing topic or partition
+  UNKNOWN_TOPIC_OR_PARTITION; with `topic_partitions` null (every partition) each topic
+  is listed with no partition results, since partitions that already have their
+  leader are left out.
+- v0 has no election type (preferred only) and no top-level error code.
+"""
+
+from __future__ import annotations
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
+@api(43, "ElectLeaders", range(0, 3))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    topics = ctx.broker.logs.topics()
+    results = []
+    if request.topic_partitions is None:
+        for name in sorted(topics):
+            results.append(make("ReplicaElectionResult", topic=name, partition_result=()))
+    else:
+        for wanted in request.topic_partitions:
+            info = topics.get(wanted.topic)
+            partitions = []
+            for index in wanted.partitions:
+                if info is None:
+                    code, message = ErrorCode.unknown_topic_or_partition, f"No such topic as {wanted.topic}"
+                elif not 0 <= index < info.num_partitions:
+                    code, message = ErrorCode.unknown_topic_or_partition, f"No such partition as {wanted.topic}-{index}"
+                else:
+                    code, message = ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
+                partitions.append(make("PartitionResult", partition_id=index, error_code=code, error_message=message))
+            results.append(make("ReplicaElectionResult", topic=wanted.topic, partition_result=tuple(partitions)))
+    return make("ElectLeadersResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                replica_election_results=tuple(results))
