@@ -5,8 +5,9 @@ already runs).
 
 Each worker binds its own loopback address (127.0.0.2, 127.0.0.3, ...), which Spark
 takes for a separate host. The master and workers are the `spark-class` launchers of the
-installed pyspark, run with the Java 17+ that `java_home()` finds; executors run this
-Python interpreter, so they import the same oncelog. Nothing is downloaded.
+installed pyspark (through oncelog.spark.session.spark_home()), run with the Java 17+
+that `java_home()` finds; executors run this Python interpreter, so they import the same
+oncelog. Nothing is downloaded.
 
     with StandaloneSpark(workers=2) as cluster:
         build_session(master=cluster.master_url, conf={"spark.speculation": "true"})
@@ -25,6 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from oncelog.spark.session import spark_home
 from oncelog.testing.java import java_home
 
 MASTER_HOST = "127.0.0.1"
@@ -34,12 +36,6 @@ def _free_port(host: str = MASTER_HOST) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
 
 
 class StandaloneSpark:
@@ -67,7 +63,7 @@ class StandaloneSpark:
         return {
             **os.environ,
             "JAVA_HOME": str(java_home()),
-            "SPARK_HOME": str(spark_home()),
+            "SPARK_HOME": spark_home(),
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOG_DIR": str(self.work_dir / "logs"),
         }
@@ -76,7 +72,7 @@ class StandaloneSpark:
         log = open(self.work_dir / f"{name}.log", "wb")
         try:
             process = subprocess.Popen(
-                [str(spark_home() / "bin" / "spark-class"), *arguments], stdout=log, stderr=log,
+                [str(Path(spark_home()) / "bin" / "spark-class"), *arguments], stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, env=environment, start_new_session=True,
             )
         finally:
