@@ -62,6 +62,12 @@ def end(client, transactional_id, producer_id, producer_epoch, commit):
                                         producer_epoch=producer_epoch, committed=commit)).error_code
 
 
+def coordinator_abort_bump(broker):
+    """How much the coordinator's own abort (fence, timeout) bumps the epoch beyond the
+    fence: with transaction.version 2 every end of a transaction bumps it (KIP-890 part 2)."""
+    return 1 if broker.broker.config["transaction.version"] >= 2 else 0
+
+
 def state_of(broker, transactional_id):
     return broker.call(lambda: broker.broker.txn_coordinator.describe(transactional_id).state)
 
@@ -136,8 +142,10 @@ def test_coordinator_answers_each_request_in_each_state_as_kafka(answers_broker,
         assert state_of(answers_broker, transactional_id) is state, "a refused request changes nothing"
 
 
-def test_end_txn_v4_is_advertised_and_v5_is_not(answers_broker):
-    with WireClient.connect(answers_broker.bootstrap_servers) as client:
+def test_end_txn_v4_is_advertised_and_v5_is_not(tmp_path):
+    """At transaction.version 1; level 2 adds v5 (see test_txn_version_2.py)."""
+    with EmbeddedBroker(tmp_path / "b", {"transaction.version": "1"}) as level_1, \
+            WireClient.connect(level_1.bootstrap_servers) as client:
         versions = client.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     (end_txn,) = [key for key in versions.api_keys if key.api_key == 26]
     assert (end_txn.min_version, end_txn.max_version) == (0, 4)
@@ -305,9 +313,10 @@ def test_a_failed_epoch_fence_does_not_bump_the_epoch_again(answers_broker):
         assert add_partitions(client, "fence-fails", pid, epoch, partitions=(2,)) == {ErrorCode.producer_fenced}
         assert init(client, "fence-fails").error_code == ErrorCode.concurrent_transactions
         wait_for_state(answers_broker, "fence-fails", S.COMPLETE_ABORT)
-        assert answers_broker.call(lambda: coordinator.describe("fence-fails").producer_epoch) == epoch + 1
+        aborted_at = epoch + 1 + coordinator_abort_bump(answers_broker)
+        assert answers_broker.call(lambda: coordinator.describe("fence-fails").producer_epoch) == aborted_at
         again = init(client, "fence-fails")
-    assert (again.error_code, again.producer_id, again.producer_epoch) == (ErrorCode.none, pid, epoch + 2)
+    assert (again.error_code, again.producer_id, again.producer_epoch) == (ErrorCode.none, pid, aborted_at + 1)
 
 
 def test_a_failed_timeout_abort_does_not_bump_the_epoch_again(broker):
@@ -328,7 +337,7 @@ def test_a_failed_timeout_abort_does_not_bump_the_epoch_again(broker):
 
     assert broker.call(abort_later, True) == epoch + 1
     assert broker.call(abort_later, True) == epoch + 1
-    assert broker.call(abort_later, False) == epoch + 1
+    assert broker.call(abort_later, False) == epoch + 1 + coordinator_abort_bump(broker)
     wait_for_state(broker, "timeout-fence-fails", S.COMPLETE_ABORT)
 
 

@@ -10,6 +10,8 @@
 //                 another producer's committed records, until it commits
 //   fence_commit  a second instance fences the first; the first's commit fails
 //   fence_send    as fence_commit, but the first's next send fails
+//   offsets       sendOffsetsToTransaction: offsets committed with one transaction,
+//                 dropped with an aborted one (consume-transform-produce's commit)
 //
 // One JVM runs every scenario named. Results are lines "RESULT <scenario> <key> <value>"
 // on stdout (values without spaces); a scenario that throws prints
@@ -28,6 +30,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -79,6 +83,7 @@ public final class TxnScenario {
             case "lso" -> openTransactionHoldsLastStableOffset();
             case "fence_commit" -> secondInstanceFencesFirst(false);
             case "fence_send" -> secondInstanceFencesFirst(true);
+            case "offsets" -> offsetsCommitWithTheTransaction();
             default -> throw new IllegalArgumentException("unknown scenario " + scenario);
         }
     }
@@ -214,6 +219,34 @@ public final class TxnScenario {
         }
         readToEnd(scenario, "read_committed", partitions);
         readToEnd(scenario, "read_uncommitted", partitions);
+    }
+
+    private void offsetsCommitWithTheTransaction() {
+        TopicPartition input = new TopicPartition("offsets-in", 0);
+        String group = "java-offsets-group";
+        try (KafkaProducer<String, String> producer = transactional("java-offsets")) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>("offsets-out", 0, null, "committed"));
+            producer.sendOffsetsToTransaction(Map.of(input, new OffsetAndMetadata(7)), new ConsumerGroupMetadata(group));
+            producer.commitTransaction();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>("offsets-out", 0, null, "aborted"));
+            producer.sendOffsetsToTransaction(Map.of(input, new OffsetAndMetadata(9)), new ConsumerGroupMetadata(group));
+            producer.flush();
+            producer.abortTransaction();
+        }
+        Properties config = new Properties();
+        config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        config.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        config.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, (int) DEADLINE.toMillis());
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
+            OffsetAndMetadata committed = consumer.committed(java.util.Set.of(input), DEADLINE).get(input);
+            result("offsets", "committed_offset", committed == null ? "-" : Long.toString(committed.offset()));
+        }
+        readToEnd("offsets", "read_committed", List.of(new TopicPartition("offsets-out", 0)));
     }
 
     // -- clients ------------------------------------------------------------------------

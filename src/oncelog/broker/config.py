@@ -44,6 +44,16 @@ def _float(value: str) -> float:
     return float(value.strip())
 
 
+MAX_TRANSACTION_VERSION = 2
+
+
+def _transaction_version(value: str) -> int:
+    level = int(value.strip())
+    if not 0 <= level <= MAX_TRANSACTION_VERSION:
+        raise ValueError(f"expected a transaction.version level from 0 to {MAX_TRANSACTION_VERSION}, got {level}")
+    return level
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -111,6 +121,10 @@ SETTINGS: Mapping[str, Setting] = {
                 "How often transactions past their timeout are looked for and aborted."),
         Setting("transaction.two.phase.commit.enable", _bool, "false",
                 "Allow KIP-939 two-phase-commit transactions (InitProducerId v6 enable2Pc/keepPreparedTxn)."),
+        Setting("transaction.version", _transaction_version, "2",
+                "The finalized level of Kafka's transaction.version feature (Kafka sets it with kafka-features; "
+                "oncelog reads it here). 2 enables KIP-890 part 2: an epoch bump at the end of every transaction, "
+                "EndTxn v5, Produce v12 and TxnOffsetCommit v5; 0 and 1 keep the classic protocol."),
         Setting("transactional.id.expiration.ms", _int, "604800000", "Forget an idle transactional id after this."),
         Setting("transaction.remove.expired.transaction.cleanup.interval.ms", _int, "3600000",
                 "How often expired transactional ids are removed."),

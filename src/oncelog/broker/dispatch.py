@@ -2,12 +2,15 @@
 
 A handler module declares itself with `@api(key, "Name", versions)`; ApiVersions is
 answered from this registry, so what the broker advertises is exactly what it handles.
+Versions that belong to KIP-890 part 2 (`first_transaction_v2_version`) are offered only
+by a broker whose finalized `transaction.version` is 2 (`load_handlers(level)`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.messages import ResponseBuilder
@@ -25,18 +28,23 @@ class ApiHandler:
     min_version: int
     max_version: int
     handle: Handler
+    first_transaction_v2_version: int | None = None
 
 
 REGISTRY: dict[int, ApiHandler] = {}
+TRANSACTION_V2_LEVEL = 2
 
 
-def api(api_key: int, name: str, versions: range) -> Callable[[Handler], Handler]:
-    """Register `handle` for `versions` (a range: `range(3, 12)` means v3 to v11)."""
+def api(api_key: int, name: str, versions: range, *,
+        first_transaction_v2_version: int | None = None) -> Callable[[Handler], Handler]:
+    """Register `handle` for `versions` (a range: `range(3, 12)` means v3 to v11).
+    `first_transaction_v2_version`: the versions from it on are KIP-890 part 2's."""
 
     def register(handle: Handler) -> Handler:
         if api_key in REGISTRY:
             raise RuntimeError(f"API {api_key} ({name}) registered twice")
-        REGISTRY[api_key] = ApiHandler(api_key, name, versions.start, versions.stop - 1, handle)
+        REGISTRY[api_key] = ApiHandler(api_key, name, versions.start, versions.stop - 1, handle,
+                                       first_transaction_v2_version)
         return handle
 
     return register
@@ -59,8 +67,20 @@ class RequestContext:
         return self.api_version
 
 
-def load_handlers() -> dict[int, ApiHandler]:
-    """Import every handler module (each registers itself) and return the registry."""
+def load_handlers(transaction_version: int = TRANSACTION_V2_LEVEL) -> dict[int, ApiHandler]:
+    """Import every handler module (each registers itself) and return the registry as a
+    broker with `transaction.version` finalized at `transaction_version` offers it."""
     import oncelog.broker.handlers  # noqa: F401  (registration happens on import)
 
-    return REGISTRY
+    if transaction_version >= TRANSACTION_V2_LEVEL:
+        return REGISTRY
+    return _without_transaction_v2(len(REGISTRY))
+
+
+@cache
+def _without_transaction_v2(_registry_size: int) -> dict[int, ApiHandler]:
+    return {
+        key: replace(handler, max_version=handler.first_transaction_v2_version - 1)
+        if handler.first_transaction_v2_version is not None else handler
+        for key, handler in REGISTRY.items()
+    }

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.partitions")
 
 ZSTD_MIN_PRODUCE_VERSION = 7
+FIRST_IMPLICIT_ADD_PRODUCE_VERSION = 12  # KIP-890 part 2
 TRANSACTION_KEY_TYPE = 1
 # Message-set framing shared by every magic: offset int64, size int32, then (magic 0/1)
 # crc int32 and magic int8, or (magic 2) leader epoch int32 and magic int8.
@@ -109,7 +110,7 @@ def append_records(
     if batch.compression_id > Compression.ZSTD:
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression_id}")
     if batch.is_transactional:
-        refusal = _verify_transactional(broker, transactional_id, batch, topic, partition)
+        refusal = _verify_transactional(broker, transactional_id, batch, topic, partition, produce_version, now_ms)
         if refusal is not None:
             return refusal
     if log_.config.compacts:
@@ -147,6 +148,8 @@ def _is_legacy_message(records: bytes | memoryview) -> bool:
 _PRODUCE_ERROR_FOR_VERIFICATION = {
     ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
     ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+    # Produce v12's add could not be written to __transaction_state: retriable, as Kafka says it.
+    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
 }
 
 
@@ -170,9 +173,12 @@ def _refuse_keyless_record(buffer, batch, topic: str, partition: int) -> Produce
 
 
 def _verify_transactional(broker: Broker, transactional_id: str | None, batch, topic: str,
-                          partition: int) -> ProduceOutcome | None:
+                          partition: int, produce_version: int, now_ms: int) -> ProduceOutcome | None:
     """KIP-890 part 1: a transactional batch is accepted only for a partition of the
-    producer's ongoing transaction, so a late write of an ended transaction cannot land."""
+    producer's ongoing transaction, so a late write of an ended transaction cannot land.
+    KIP-890 part 2: Produce v12 (a transaction version 2 client, which sends no
+    AddPartitionsToTxn) adds the partition to the transaction instead, under the same
+    producer id and epoch checks."""
     coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
     if transactional_id is None:
         return ProduceOutcome(
@@ -180,7 +186,12 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
         )
     if coordinator is None:
         return None
-    code = coordinator.verify_partition(transactional_id, batch.producer_id, batch.producer_epoch, (topic, partition))
+    if produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION:
+        code = coordinator.add_partitions(transactional_id, batch.producer_id, batch.producer_epoch,
+                                          {(topic, partition)}, now_ms, transaction_version=2)
+    else:
+        code = coordinator.verify_partition(transactional_id, batch.producer_id, batch.producer_epoch,
+                                            (topic, partition))
     if code is ErrorCode.none:
         return None
     # Kafka's broker translates the coordinator's answers for producers: a fenced one
@@ -192,6 +203,12 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
             error_message=f"unable to verify that {topic}-{partition} is in the transaction of transactional id "
             f"{transactional_id!r} (producer {batch.producer_id} epoch {batch.producer_epoch}): {code.name}",
         )
+    if produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION:
+        return ProduceOutcome(
+            code,
+            error_message=f"unable to add {topic}-{partition} to the transaction of transactional id "
+            f"{transactional_id!r} (producer {batch.producer_id} epoch {batch.producer_epoch}): {code.name}",
+        )
     return ProduceOutcome(
         code,
         error_message=f"{topic}-{partition} is not part of an ongoing transaction of transactional id "
@@ -199,17 +216,20 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
     )
 
 
-def append_internal(broker: Broker, topic: str, partition: int, batch: bytes, *, now_ms: int):
+def append_internal(broker: Broker, topic: str, partition: int, batch: bytes, *, now_ms: int,
+                    marker_transaction_version: int = 0):
     """Append a batch the broker built itself (coordinator records, control markers).
 
     Goes through the log's coordinator path: offsets are assigned, producer state is
     updated, client-only checks are skipped. Wakes fetches waiting on the partition.
+    `marker_transaction_version` 2 applies KIP-890 part 2's stricter marker epoch check.
     """
     log_ = broker.logs.partition(topic, partition)
     if log_ is None:
         raise LookupError(f"internal partition {topic}-{partition} does not exist")
     buffer = bytearray(batch)
-    result = log_.append(buffer, record_batch.parse_batches(buffer), now_ms=now_ms, origin=AppendOrigin.COORDINATOR)
+    result = log_.append(buffer, record_batch.parse_batches(buffer), now_ms=now_ms, origin=AppendOrigin.COORDINATOR,
+                         marker_transaction_version=marker_transaction_version)
     broker.partition_appended(topic, partition)
     return result
 
@@ -229,9 +249,11 @@ def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: in
 
 
 def append_marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                  coordinator_epoch: int, *, commit: bool):
+                  coordinator_epoch: int, *, commit: bool, transaction_version: int = 0):
     """Write a COMMIT or ABORT control batch for `producer_id` (the coordinator's phase
-    two, and WriteTxnMarkers). Raises the storage error if the partition refuses it."""
+    two, and WriteTxnMarkers). Raises the storage error if the partition refuses it.
+    With transaction version 2 the marker carries the bumped epoch and must be above
+    the producer's epoch on the partition (see ProducerStateManager.check_marker)."""
     marker = record_batch.build_control_batch(
         record_batch.ControlType.COMMIT if commit else record_batch.ControlType.ABORT,
         producer_id=producer_id,
@@ -239,4 +261,5 @@ def append_marker(broker: Broker, topic: str, partition: int, producer_id: int, 
         coordinator_epoch=coordinator_epoch,
         timestamp_ms=wall_clock_ms(),
     )
-    return append_internal(broker, topic, partition, marker, now_ms=wall_clock_ms())
+    return append_internal(broker, topic, partition, marker, now_ms=wall_clock_ms(),
+                           marker_transaction_version=transaction_version)

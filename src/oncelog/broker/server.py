@@ -29,6 +29,7 @@ import asyncio
 import collections
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING
 
 from oncelog.broker.dispatch import RequestContext, load_handlers
@@ -341,7 +342,10 @@ class _Connection(asyncio.BufferedProtocol):
 class KafkaServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.handlers = load_handlers()
+        self.handlers = load_handlers(broker.config["transaction.version"])
+        # ApiVersions' FinalizedFeaturesEpoch (Kafka: the metadata offset of the features).
+        # The level can only change across a restart, so the start time orders them.
+        self.finalized_features_epoch = time.time_ns() // 1_000_000
         self.max_request_bytes = broker.config["socket.request.max.bytes"]
         self.max_connections = broker.config["max.connections"]
         self.request_memory = RequestMemoryPool(broker.config["queued.max.request.bytes"])

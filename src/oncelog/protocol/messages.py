@@ -83,7 +83,7 @@ def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryv
 # needs a writable buffer (it stamps offsets into the batch header), which cost a second
 # copy. Profiling a 1 KB-record produce load put these copies at ~8% of the broker's
 # CPU; decoding the few Produce fields here leaves the records as a view of the frame.
-# Layout (ProduceRequest.json), v3-v8 classic, v9+ flexible (compact lengths, tagged
+# Layout (ProduceRequest.json), v3-v8 classic, v9-v12 flexible (compact lengths, tagged
 # fields after every struct):
 #
 #     transactional_id  nullable string
@@ -94,7 +94,7 @@ def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryv
 #                                                            records nullable bytes } }
 
 PRODUCE_KEY = 0
-PRODUCE_VERSIONS = range(3, 12)
+PRODUCE_VERSIONS = range(3, 13)
 FIRST_FLEXIBLE_PRODUCE_VERSION = 9
 
 _INT16 = struct.Struct(">h")

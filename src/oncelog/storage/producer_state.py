@@ -236,8 +236,15 @@ class ProducerStateManager:
             )
         return APPEND
 
-    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, *, offset_hint: int = -1) -> Check:
-        """Validate a COMMIT/ABORT marker from a transaction coordinator."""
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, *, offset_hint: int = -1,
+                     transaction_version: int = 0) -> Check:
+        """Validate a COMMIT/ABORT marker from a transaction coordinator.
+
+        Transaction version 2 (KIP-890 part 2): the coordinator bumps the epoch before it
+        writes the markers, so a marker must carry an epoch above the producer's epoch on
+        the partition; one at that epoch is a late or repeated marker and would end the
+        producer's next transaction, so it is INVALID_PRODUCER_EPOCH, unless no
+        transaction is open here (a retried marker: accepted again, as Kafka does)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return APPEND
@@ -247,6 +254,13 @@ class ProducerStateManager:
                 Verdict.INVALID_PRODUCER_EPOCH,
                 message=f"Transaction marker of producer {producer_id} {where} has epoch {epoch}, "
                 f"which is smaller than the last seen epoch {entry.producer_epoch}",
+            )
+        if transaction_version >= 2 and epoch == entry.producer_epoch and entry.current_txn_first_offset is not None:
+            return Check(
+                Verdict.INVALID_PRODUCER_EPOCH,
+                message=f"Transaction marker of producer {producer_id} {where} has epoch {epoch}, the epoch of its "
+                f"transaction open since offset {entry.current_txn_first_offset}; a transaction version 2 marker "
+                "must be above it",
             )
         if coordinator_epoch < entry.coordinator_epoch:
             return Check(

@@ -8,8 +8,13 @@
   CONCURRENT_TRANSACTIONS while the previous transaction is being completed.
 - A partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION and the others
   OPERATION_NOT_ATTEMPTED, and nothing is added, as in Kafka.
-- Deviation: v4+ (batched, broker-to-coordinator verification) is not offered; the
-  broker verifies transactional writes against its own coordinator (KIP-890 part 1).
+- Clients of transaction version 2 (KIP-890 part 2) do not send it: Produce v12 and
+  TxnOffsetCommit v5 add their partitions themselves (see those handlers). An id whose
+  transaction was started by such an implicit add can still be added to with this API.
+- Deviation: v4+ (batched, broker-to-coordinator verification and, with
+  `verify_only` false, the add of Produce v12) is not offered: it is what brokers send
+  to the transaction coordinator, and on a single node the Produce path asks its own
+  coordinator in-process (KIP-890 parts 1 and 2).
 """
 
 from __future__ import annotations

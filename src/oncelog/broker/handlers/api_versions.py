@@ -1,29 +1,54 @@
 """ApiVersions (key 18), v0-v3.
 
 - Answered from the dispatcher's registry: every API the broker handles, with exactly
-  the versions it handles.
+  the versions it handles. The versions of KIP-890 part 2 (EndTxn v5, Produce v12,
+  TxnOffsetCommit v5) are offered only with `transaction.version` finalized at 2.
+- v3 carries the features: SupportedFeatures `transaction.version` 0-2, and
+  FinalizedFeatures `transaction.version` at the broker's `transaction.version` setting
+  (left out at level 0, as Kafka leaves out features finalized at 0). Clients (the Java
+  client from 4.0) use transaction version 2 only when it is finalized at 2.
+  FinalizedFeaturesEpoch is the time the broker started (Kafka: the metadata offset of
+  the finalized features), so a client sees a changed level after a restart.
 - A request in a version newer than v3 gets a v0-format response with
   UNSUPPORTED_VERSION and the ApiVersions range, as Kafka does, so the client retries
   with a version both sides know.
-- No feature flags are advertised (no `transaction.version`, so clients use the
-  KIP-890 part 1 protocol at most).
+- Deviation: Kafka finalizes features with `kafka-features.sh` (UpdateFeatures, the
+  metadata log) and always offers the KIP-890 part 2 versions; oncelog reads the level
+  from its configuration and offers those versions only at level 2, so a broker at level
+  0 or 1 offers the API versions it offered before the feature existed.
 """
 
 from __future__ import annotations
 
-from oncelog.broker.dispatch import REGISTRY, ApiHandler, RequestContext, api
+from oncelog.broker.config import MAX_TRANSACTION_VERSION
+from oncelog.broker.dispatch import ApiHandler, RequestContext, api, load_handlers
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode, ResponseBuilder, encode_response
 
 KEY = 18
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 
 @api(KEY, "ApiVersions", range(0, 4))
 async def handle(ctx: RequestContext, request) -> object:
-    return ctx.response.make(
+    make = ctx.response.make
+    level = ctx.broker.config["transaction.version"]
+    fields = {}
+    if ctx.response.has("ApiVersionsResponse", "supported_features"):
+        fields["supported_features"] = (
+            make("SupportedFeatureKey", name=TRANSACTION_VERSION_FEATURE, min_version=0,
+                 max_version=MAX_TRANSACTION_VERSION),
+        )
+        fields["finalized_features_epoch"] = ctx.broker.server.finalized_features_epoch
+        fields["finalized_features"] = () if level == 0 else (
+            make("FinalizedFeatureKey", name=TRANSACTION_VERSION_FEATURE, max_version_level=level,
+                 min_version_level=level),
+        )
+    return make(
         "ApiVersionsResponse",
         error_code=ErrorCode.none,
-        api_keys=_api_keys(ctx.response, REGISTRY),
+        api_keys=_api_keys(ctx.response, load_handlers(level)),
         throttle_time=NO_THROTTLE,
+        **fields,
     )
 
 

@@ -1,15 +1,21 @@
-"""EndTxn (key 26), v0-v4.
+"""EndTxn (key 26), v0-v5 (v5 only with `transaction.version` finalized at 2).
 
 - Ongoing -> PrepareCommit/PrepareAbort, persisted, then answered; the COMMIT/ABORT
   markers and the Complete* record follow right after (see the coordinator).
-- Retries: the same outcome on a completed transaction succeeds; the opposite outcome
-  is INVALID_TXN_STATE; while the markers are being written the same outcome gets
-  CONCURRENT_TRANSACTIONS (the opposite one INVALID_TXN_STATE). Empty (nothing added)
-  is INVALID_TXN_STATE.
+- Retries (v0-v4): the same outcome on a completed transaction succeeds; the opposite
+  outcome is INVALID_TXN_STATE; while the markers are being written the same outcome
+  gets CONCURRENT_TRANSACTIONS (the opposite one INVALID_TXN_STATE). Empty (nothing
+  added) is INVALID_TXN_STATE.
 - INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2).
 - v4 has v3's wire format; it only says the client knows TRANSACTION_ABORTABLE, which
   EndTxn never answers. As in Kafka, v4 still ends the transaction the classic way.
-- Deviation: v5 (KIP-890 part 2, an epoch bump on every transaction) is not offered.
+- v5 (KIP-890 part 2, transaction version 2): ending bumps the producer epoch, and the
+  response carries the producer id and epoch the client continues with (a new producer
+  id at epoch 0 when the epoch is exhausted); the markers carry the bumped epoch. A
+  retry names the epoch before the bump and gets the same answer; any other epoch but
+  the current one is PRODUCER_FENCED, so a late EndTxn of an earlier transaction cannot
+  end the current one. An abort with nothing to abort (Empty, Complete*) succeeds and
+  bumps the epoch too. Errors carry producer id and epoch -1, as Kafka's do.
 """
 
 from __future__ import annotations
@@ -19,13 +25,17 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._txn import fenced_for_version
 from oncelog.protocol.messages import NO_THROTTLE
 
+FIRST_TRANSACTION_V2_VERSION = 5
 
-@api(26, "EndTxn", range(0, 5))
+
+@api(26, "EndTxn", range(0, 6), first_transaction_v2_version=FIRST_TRANSACTION_V2_VERSION)
 async def handle(ctx: RequestContext, request) -> object:
-    error = ctx.broker.txn_coordinator.end_transaction(
+    result = ctx.broker.txn_coordinator.end_transaction_result(
         request.transactional_id, request.producer_id, request.producer_epoch,
         commit=request.committed, now=now_ms(),
+        transaction_version=2 if ctx.version >= FIRST_TRANSACTION_V2_VERSION else 0,
     )
     return ctx.response.make(
-        "EndTxnResponse", throttle_time=NO_THROTTLE, error_code=fenced_for_version(error, ctx.version, 2)
+        "EndTxnResponse", throttle_time=NO_THROTTLE, error_code=fenced_for_version(result.error, ctx.version, 2),
+        producer_id=result.producer_id, producer_epoch=result.producer_epoch,
     )

@@ -1,4 +1,4 @@
-"""Produce (key 0), v3-v11.
+"""Produce (key 0), v3-v12 (v12 only with `transaction.version` finalized at 2).
 
 - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition); acks=0 gets
   no response at all, and the connection is closed if any partition failed. On a single node acks=-1 and acks=1 are acknowledged after the
@@ -11,6 +11,13 @@
 - Produce never auto-creates topics (Kafka creates them only from Metadata).
 - A record without a key on a compacted topic (cleanup.policy has compact) is
   INVALID_RECORD with Kafka's message; only then are records decoded (decompressed).
+- A transactional batch must belong to the producer's ongoing transaction (KIP-890
+  part 1, checked in `append_records`): a partition not added gets INVALID_TXN_STATE, a
+  fenced epoch INVALID_PRODUCER_EPOCH, a transaction whose markers are being written
+  NOT_ENOUGH_REPLICAS (retried). v12 (KIP-890 part 2, a transaction version 2 client,
+  which sends no AddPartitionsToTxn) adds the partition to the transaction instead,
+  after the same producer id and epoch checks; as the epoch is bumped at the end of
+  every transaction, a late batch of an earlier transaction gets INVALID_PRODUCER_EPOCH.
 - Deviation: otherwise records inside a batch are not decompressed or validated one by
   one; the batch header and CRC are.
 """
@@ -29,7 +36,7 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 ADMIN_CLIENT_ID = "__admin_client"
 
 
-@api(0, "Produce", range(3, 12))
+@api(0, "Produce", range(3, 13), first_transaction_v2_version=12)
 async def handle(ctx: RequestContext, request) -> object | None:
     make = ctx.response.make
     acks = request.acks

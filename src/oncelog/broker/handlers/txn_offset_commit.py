@@ -1,4 +1,4 @@
-"""TxnOffsetCommit (key 28), v0-v3.
+"""TxnOffsetCommit (key 28), v0-v5 (v4-v5 only with `transaction.version` finalized at 2).
 
 - A transactional producer commits a group's offsets inside its transaction
   (sendOffsetsToTransaction, after AddOffsetsToTxn). They are appended to the group's
@@ -16,6 +16,15 @@
   UNKNOWN_MEMBER_ID, a fenced static member FENCED_INSTANCE_ID. A group that does not
   exist: ILLEGAL_GENERATION with a generation, created (as a simple group) without one.
   v0-v2 are not checked.
+- v4 (KIP-890): a commit whose transaction has not added the group gets
+  TRANSACTION_ABORTABLE instead of INVALID_TXN_STATE, as Kafka answers v4.
+- v5 (KIP-890 part 2, a transaction version 2 client, which sends no AddOffsetsToTxn):
+  the group's `__consumer_offsets` partition is added to the producer's transaction here,
+  after the same producer id and epoch checks (Ongoing, persisted); as the epoch is
+  bumped at the end of every transaction, a late commit of an earlier transaction gets
+  INVALID_PRODUCER_EPOCH instead of joining the next one.
+- Deviation: Kafka offers v4 and v5 whatever the feature level; oncelog offers them only
+  at transaction.version 2, so a broker at level 0 or 1 answers as before.
 - INVALID_PRODUCER_EPOCH for an epoch older than the one the offsets partition has seen.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes.
@@ -23,13 +32,17 @@
 
 from __future__ import annotations
 
+from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator, split_offsets
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
+FIRST_TRANSACTION_ABORTABLE_VERSION = 4
+FIRST_IMPLICIT_ADD_VERSION = 5  # KIP-890 part 2
 
-@api(28, "TxnOffsetCommit", range(0, 4))
+
+@api(28, "TxnOffsetCommit", range(0, 6), first_transaction_v2_version=FIRST_TRANSACTION_ABORTABLE_VERSION)
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
@@ -72,9 +85,17 @@ def _verify_transaction(ctx: RequestContext, request, coordinator) -> ErrorCode:
     if transactions is None:
         return ErrorCode.none
     offsets_partition = (CONSUMER_OFFSETS, coordinator.partition_for_group(request.group_id))
-    error = transactions.verify_partition(
-        request.transactional_id, request.producer_id, request.producer_epoch, offsets_partition
-    )
+    if ctx.version >= FIRST_IMPLICIT_ADD_VERSION:
+        error = transactions.add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, {offsets_partition}, now_ms(),
+            transaction_version=2,
+        )
+    else:
+        error = transactions.verify_partition(
+            request.transactional_id, request.producer_id, request.producer_epoch, offsets_partition
+        )
+        if error is ErrorCode.invalid_txn_state and ctx.version >= FIRST_TRANSACTION_ABORTABLE_VERSION:
+            error = ErrorCode.transaction_abortable  # the coordinator's own answer, which v4+ knows
     # Kafka's broker hands the coordinator's answer on, except PRODUCER_FENCED: producers
     # expect INVALID_PRODUCER_EPOCH here (AddPartitionsToTxnManager).
     return ErrorCode.invalid_producer_epoch if error is ErrorCode.producer_fenced else error

@@ -8,6 +8,16 @@ two-phase commit.
     markers         -> COMMIT/ABORT control batch on every partition of the transaction
                     -> CompleteCommit | CompleteAbort (persisted)
 
+Transaction version 2 (KIP-890 part 2; `transaction.version` finalized at 2 and a client
+that uses it: EndTxn v5, Produce v12, TxnOffsetCommit v5): every end of a transaction
+bumps the producer epoch, which EndTxn v5 returns and the markers carry (on an exhausted
+epoch, the client continues under a new producer id at epoch 0); Produce v12 and
+TxnOffsetCommit v5 add their partition to the transaction themselves (`add_partitions`
+with transaction version 2) instead of being verified against it. Each transaction then
+has its own epoch, so a late EndTxn, Produce or TxnOffsetCommit of an earlier one is
+fenced. The coordinator's own aborts (timeouts, fencing) follow the finalized level, as
+Kafka's do.
+
 Every change is prepared on the metadata (pending), appended to the id's partition of
 `__transaction_state`, then completed. Timers abort transactions older than their
 timeout (fencing the producer) and expire idle ids. On start-up the coordinator loads
@@ -34,7 +44,13 @@ from oncelog.coordinator.internal_topics import (
 )
 from oncelog.coordinator.txn import log as txn_log
 from oncelog.coordinator.txn.coordinator_epoch import NO_COORDINATOR_EPOCH, next_coordinator_epoch
-from oncelog.coordinator.txn.metadata import NO_PRODUCER_EPOCH, TransactionMetadata, TxnTransit
+from oncelog.coordinator.txn.metadata import (
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionMetadata,
+    TxnTransit,
+)
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
@@ -51,6 +67,16 @@ MARKER_RETRY_S = 1.0
 
 
 TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1  # a 2PC transaction waits for its decision, however long
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    """EndTxn's answer; with transaction version 2 also the producer id and epoch the
+    client continues with (after this transaction completes)."""
+
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +97,9 @@ class TransactionCoordinator:
         self.max_timeout_ms: int = config["transaction.max.timeout.ms"]
         self.id_expiration_ms: int = config["transactional.id.expiration.ms"]
         self.two_phase_commit_enabled: bool = config["transaction.two.phase.commit.enable"]
+        # The finalized transaction.version: 2 turns on KIP-890 part 2 for the
+        # coordinator's own aborts and writes TransactionLogValue v1 records.
+        self.transaction_version: int = config["transaction.version"]
         # Kafka's leader epoch of the state partitions; taken (and bumped) by load().
         self.coordinator_epoch = NO_COORDINATOR_EPOCH
         self.txns: dict[str, TransactionMetadata] = {}
@@ -155,7 +184,8 @@ class TransactionCoordinator:
                      transactional_id)
             metadata.prepare_fence_epoch()
             error = self.end_transaction(transactional_id, metadata.producer_id, metadata.producer_epoch,
-                                         commit=False, from_client=False, now=now)
+                                         commit=False, from_client=False, now=now,
+                                         transaction_version=self.transaction_version)
             return InitResult(error if error is not ErrorCode.none else ErrorCode.concurrent_transactions)
         if metadata.state not in COMPLETED:
             raise RuntimeError(f"{transactional_id!r} is in state {metadata.state} during InitProducerId")
@@ -185,13 +215,15 @@ class TransactionCoordinator:
         return ErrorCode.none, metadata
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: set[TopicPartition], now: int) -> ErrorCode:
+                       partitions: set[TopicPartition], now: int, *, transaction_version: int = 0) -> ErrorCode:
+        """AddPartitionsToTxn and AddOffsetsToTxn (transaction version 0), and KIP-890 part
+        2's implicit adds of Produce v12 and TxnOffsetCommit v5 (transaction version 2)."""
         error, metadata = self._check_producer(transactional_id, producer_id, epoch)
         if error is not ErrorCode.none:
             return error
         if metadata.state is S.ONGOING and partitions <= metadata.partitions:
             return ErrorCode.none  # a retry: nothing new to record
-        return self._persist(metadata, metadata.prepare_add_partitions(partitions, now))
+        return self._persist(metadata, metadata.prepare_add_partitions(partitions, now, transaction_version))
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str, now: int) -> ErrorCode:
         offsets_partition = self.offsets_partition_for(group_id)
@@ -227,7 +259,25 @@ class TransactionCoordinator:
     # -- ending transactions --------------------------------------------------------------
 
     def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
-                        from_client: bool = True, now: int) -> ErrorCode:
+                        from_client: bool = True, now: int, transaction_version: int = 0) -> ErrorCode:
+        return self.end_transaction_result(
+            transactional_id, producer_id, epoch, commit=commit, from_client=from_client, now=now,
+            transaction_version=transaction_version,
+        ).error
+
+    def end_transaction_result(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
+                               from_client: bool = True, now: int, transaction_version: int = 0) -> EndTxnResult:
+        """EndTxn, or the coordinator's own abort (`from_client=False`). Clients of
+        EndTxn v5 use transaction version 2, older ones 0; the coordinator's aborts use
+        the finalized level."""
+        if transaction_version >= 2:
+            return self._end_transaction_v2(transactional_id, producer_id, epoch, commit=commit,
+                                            from_client=from_client, now=now)
+        return EndTxnResult(self._end_transaction_v0(transactional_id, producer_id, epoch, commit=commit,
+                                                     from_client=from_client, now=now))
+
+    def _end_transaction_v0(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
+                            from_client: bool, now: int) -> ErrorCode:
         metadata = self.txns.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
@@ -259,6 +309,80 @@ class TransactionCoordinator:
             return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
         return ErrorCode.invalid_txn_state  # Empty: nothing to end
 
+    def _end_transaction_v2(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
+                            from_client: bool, now: int) -> EndTxnResult:
+        """KIP-890 part 2, as Kafka's TransactionCoordinator.endTransaction for TV2. The
+        epoch in the request tells a retry from a new request: the retry of an end that
+        went through names the epoch before the bump (or, after an overflow, the last
+        epoch of the previous producer id), a request of the current transaction the
+        current epoch, anything else is fenced. From a completed state a new abort is
+        allowed (the client may not know whether its transaction started): it bumps the
+        epoch too."""
+        metadata = self.txns.get(transactional_id)
+        if metadata is None:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        state = metadata.state
+        epoch_fence = metadata.pending_state is S.PREPARE_EPOCH_FENCE
+        retry_after_overflow = (not epoch_fence and metadata.previous_producer_id == producer_id
+                                and epoch == MAX_EPOCH - 1 and metadata.producer_epoch == 0)
+        retry_after_bump = not epoch_fence and metadata.producer_epoch == epoch + 1
+        if epoch_fence:
+            # The coordinator's own abort, with the epoch its fence bumped (classic rule).
+            valid_epoch = (not from_client or epoch == metadata.producer_epoch) and epoch >= metadata.producer_epoch
+        elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            valid_epoch = retry_after_bump
+        elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid_epoch = retry_after_bump or retry_after_overflow or epoch == metadata.producer_epoch
+        else:
+            valid_epoch = epoch == metadata.producer_epoch
+        retry = retry_after_bump or retry_after_overflow
+        if metadata.producer_id != producer_id and not retry_after_overflow:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        if not valid_epoch:
+            return EndTxnResult(ErrorCode.producer_fenced)
+        if metadata.pending and not epoch_fence:
+            return EndTxnResult(ErrorCode.concurrent_transactions)
+        current = EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+        invalid = EndTxnResult(ErrorCode.invalid_txn_state)
+        if state is S.ONGOING:
+            return self._prepare_end_v2(metadata, commit, now, epoch_fence=epoch_fence, nothing_added=False)
+        if state is S.COMPLETE_COMMIT:
+            if commit:
+                return current if retry else invalid
+            return invalid if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
+        if state is S.COMPLETE_ABORT:
+            if commit:
+                return invalid
+            return current if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
+        if state is S.PREPARE_COMMIT:
+            return EndTxnResult(ErrorCode.concurrent_transactions) if commit else invalid
+        if state is S.PREPARE_ABORT:
+            return invalid if commit else EndTxnResult(ErrorCode.concurrent_transactions)
+        if state is S.EMPTY:
+            return invalid if commit else self._prepare_end_v2(metadata, False, now, nothing_added=True)
+        raise RuntimeError(f"{transactional_id!r} is in state {state} during EndTxn")
+
+    def _prepare_end_v2(self, metadata: TransactionMetadata, commit: bool, now: int, *, epoch_fence: bool = False,
+                        nothing_added: bool) -> EndTxnResult:
+        """Persist PrepareCommit/PrepareAbort with the bumped epoch (and, on an exhausted
+        epoch, the next producer id); answer what the client continues with."""
+        next_producer_id = NO_PRODUCER_ID
+        if not epoch_fence and metadata.epoch_exhausted:
+            next_producer_id = self.broker.producer_ids.next_producer_id()
+        transit = metadata.prepare_end(commit, now, transaction_version=2, next_producer_id=next_producer_id,
+                                       nothing_added=nothing_added)
+        error = self._persist(metadata, transit)
+        if error is not ErrorCode.none:
+            if epoch_fence:
+                metadata.has_failed_epoch_fence = True
+                log.warning("the epoch fence of %r (producer %d, epoch %d) was not written: %s",
+                            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch, error.name)
+            return EndTxnResult(error)
+        self._schedule_markers(metadata.transactional_id)
+        if metadata.next_producer_id != NO_PRODUCER_ID:
+            return EndTxnResult(ErrorCode.none, metadata.next_producer_id, 0)
+        return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+
     def _schedule_markers(self, transactional_id: str, delay_s: float = 0.0) -> None:
         # The client is answered once PrepareCommit/PrepareAbort is durable; the markers
         # follow on the next turn of the loop, as Kafka's marker channel does.
@@ -280,7 +404,8 @@ class TransactionCoordinator:
         for topic, partition in sorted(metadata.partitions):
             try:
                 append_marker(self.broker, topic, partition, metadata.producer_id, metadata.producer_epoch,
-                              self.coordinator_epoch, commit=commit)
+                              self.coordinator_epoch, commit=commit,
+                              transaction_version=metadata.client_transaction_version)
             except LookupError:
                 log.warning("%s-%d no longer exists: no %s marker for %r", topic, partition,
                             "COMMIT" if commit else "ABORT", transactional_id)
@@ -312,7 +437,8 @@ class TransactionCoordinator:
                          now - metadata.txn_start_timestamp, metadata.txn_timeout_ms)
                 metadata.prepare_fence_epoch()
                 self.end_transaction(metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
-                                     commit=False, from_client=False, now=now)
+                                     commit=False, from_client=False, now=now,
+                                     transaction_version=self.transaction_version)
                 aborted.append(metadata.transactional_id)
         return aborted
 
@@ -348,8 +474,10 @@ class TransactionCoordinator:
         from oncelog.broker.broker import now_ms
 
         now = now_ms()
+        value_version = txn_log.FLEXIBLE_VALUE_VERSION if self.transaction_version >= 2 else txn_log.VERSION
         record = record_batch.Record(
-            txn_log.encode_key(transit.transactional_id), None if tombstone else txn_log.encode_value(transit)
+            txn_log.encode_key(transit.transactional_id),
+            None if tombstone else txn_log.encode_value(transit, value_version),
         )
         partition = self.partition_of(transit.transactional_id)
         try:
@@ -384,4 +512,4 @@ class TransactionCoordinator:
         return sorted(found, key=lambda m: m.transactional_id)
 
 
-__all__ = ["InitResult", "TransactionCoordinator", "NO_PRODUCER_EPOCH"]
+__all__ = ["NO_PRODUCER_EPOCH", "EndTxnResult", "InitResult", "TransactionCoordinator"]

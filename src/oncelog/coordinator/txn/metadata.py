@@ -5,13 +5,21 @@ checks the transition table and returns the target (`TxnTransit`, immutable) whi
 marking the transition pending; the coordinator appends the target to
 `__transaction_state`; `complete_transition` then applies it. While a transition is
 pending, other requests for the id get CONCURRENT_TRANSACTIONS.
+
+Transaction version 2 (KIP-890 part 2, `client_transaction_version` 2): ending a
+transaction bumps the producer epoch (`prepare_end`), so its markers and the next
+transaction carry epoch + 1; when the epoch is exhausted the end also allocates
+`next_producer_id`, which `prepare_complete` switches to at epoch 0.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState, check_transition
+
+log = logging.getLogger("oncelog.txn")
 
 S = TransactionState
 NO_PRODUCER_ID = -1
@@ -40,6 +48,10 @@ class TxnTransit:
     partitions: frozenset[TopicPartition]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    # KIP-890 part 2: the producer id the client continues with after an epoch overflow
+    # (set by a TV2 end, applied by its completion), and the client's transaction version.
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
 
 
 @dataclass(slots=True)
@@ -59,6 +71,8 @@ class TransactionMetadata:
     # memory but never handed to a client, so the next fence reuses it (Kafka's
     # hasFailedEpochFence) instead of burning another epoch on every retry.
     has_failed_epoch_fence: bool = False
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
 
     @classmethod
     def from_transit(cls, transit: TxnTransit) -> TransactionMetadata:
@@ -66,6 +80,7 @@ class TransactionMetadata:
             transit.transactional_id, transit.producer_id, transit.previous_producer_id, transit.producer_epoch,
             transit.last_producer_epoch, transit.txn_timeout_ms, transit.state, set(transit.partitions),
             transit.txn_start_timestamp, transit.txn_last_update_timestamp,
+            next_producer_id=transit.next_producer_id, client_transaction_version=transit.client_transaction_version,
         )
 
     @property
@@ -91,13 +106,15 @@ class TransactionMetadata:
         return TxnTransit(
             self.transactional_id, self.producer_id, self.previous_producer_id, self.producer_epoch,
             self.last_producer_epoch, self.txn_timeout_ms, self.state, frozenset(self.partitions),
-            self.txn_start_timestamp, self.txn_last_update_timestamp,
+            self.txn_start_timestamp, self.txn_last_update_timestamp, self.next_producer_id,
+            self.client_transaction_version,
         )
 
     def _prepare(self, target: TransactionState, **changes) -> TxnTransit:
         if self.pending_state is not None:
             raise RuntimeError(f"{self.transactional_id!r} already has a pending transition to {self.pending_state}")
-        check_transition(self.transactional_id, self.state, target)
+        check_transition(self.transactional_id, self.state, target,
+                         changes.get("client_transaction_version", self.client_transaction_version))
         self.pending_state = target
         return replace(self.snapshot(), state=target, **changes)
 
@@ -148,23 +165,54 @@ class TransactionMetadata:
             txn_timeout_ms=timeout_ms, txn_last_update_timestamp=now,
         )
 
-    def prepare_add_partitions(self, partitions: set[TopicPartition], now: int) -> TxnTransit:
+    def prepare_add_partitions(self, partitions: set[TopicPartition], now: int,
+                               transaction_version: int | None = None) -> TxnTransit:
+        """`transaction_version`: 2 for KIP-890 part 2's implicit adds (Produce v12,
+        TxnOffsetCommit v5), 0 for AddPartitionsToTxn/AddOffsetsToTxn; None keeps it."""
         start = now if self.state in COMPLETED else self.txn_start_timestamp
+        if transaction_version is None:
+            transaction_version = self.client_transaction_version
         return self._prepare(
             S.ONGOING, partitions=frozenset(self.partitions | partitions),
-            txn_start_timestamp=start, txn_last_update_timestamp=now,
+            txn_start_timestamp=start, txn_last_update_timestamp=now, client_transaction_version=transaction_version,
         )
 
-    def prepare_end(self, commit: bool, now: int) -> TxnTransit:
+    def prepare_end(self, commit: bool, now: int, *, transaction_version: int = 0,
+                    next_producer_id: int = NO_PRODUCER_ID, nothing_added: bool = False) -> TxnTransit:
+        """EndTxn (or the coordinator's own abort). With transaction version 2 the epoch is
+        bumped here (not past MAX_EPOCH: an abort at MAX_EPOCH, possible only after a fence
+        at the last epoch, keeps it) and `next_producer_id` is recorded for an exhausted
+        epoch; `nothing_added` is TV2's abort from a completed state, which starts now."""
         if self.pending_state is S.PREPARE_EPOCH_FENCE:
             self.pending_state = None  # the fence becomes this abort
             self.last_producer_epoch = NO_PRODUCER_EPOCH
-        return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, txn_last_update_timestamp=now)
+        target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        if transaction_version < 2:
+            return self._prepare(target, txn_last_update_timestamp=now, client_transaction_version=transaction_version)
+        if self.producer_epoch < MAX_EPOCH:
+            bumped_epoch = self.producer_epoch + 1
+        elif commit:
+            raise RuntimeError(f"{self.transactional_id!r}: committing at epoch {MAX_EPOCH}, which no client is given")
+        else:
+            log.error("aborting the transaction of %r (producer %d) at epoch %d: it is not bumped past the last epoch",
+                      self.transactional_id, self.producer_id, self.producer_epoch)
+            bumped_epoch = self.producer_epoch
+        return self._prepare(
+            target, producer_epoch=bumped_epoch, last_producer_epoch=self.producer_epoch,
+            next_producer_id=next_producer_id, client_transaction_version=transaction_version,
+            txn_start_timestamp=now if nothing_added else self.txn_start_timestamp, txn_last_update_timestamp=now,
+        )
 
     def prepare_complete(self, now: int) -> TxnTransit:
         target = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
         self.has_failed_epoch_fence = False  # the PrepareCommit/PrepareAbort before it is in the log
-        return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now)
+        rotation = {}
+        if self.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
+            # The epoch overflowed: the client continues under the new producer id at epoch
+            # 0; the last epoch stays the one it last used with the old id (for its retry).
+            rotation = {"producer_id": self.next_producer_id, "previous_producer_id": self.producer_id, "producer_epoch": 0}
+        return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now,
+                             next_producer_id=NO_PRODUCER_ID, **rotation)
 
     def prepare_dead(self) -> TxnTransit:
         return self._prepare(S.DEAD, partitions=frozenset())
@@ -174,7 +222,7 @@ class TransactionMetadata:
             raise RuntimeError(
                 f"{self.transactional_id!r}: completing {transit.state} but {self.pending_state} is pending"
             )
-        check_transition(self.transactional_id, self.state, transit.state)
+        check_transition(self.transactional_id, self.state, transit.state, transit.client_transaction_version)
         self.producer_id = transit.producer_id
         self.previous_producer_id = transit.previous_producer_id
         self.producer_epoch = transit.producer_epoch
@@ -184,6 +232,8 @@ class TransactionMetadata:
         self.partitions = set(transit.partitions)
         self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.next_producer_id = transit.next_producer_id
+        self.client_transaction_version = transit.client_transaction_version
         self.pending_state = None
 
     def abandon_transition(self) -> None:

@@ -56,13 +56,25 @@ VALID_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
 # States from which a new transaction may start (and the id may expire).
 COMPLETED = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
 
+# Transaction version 2 (KIP-890 part 2) adds to the table above: a client that does not
+# know whether its transaction reached the coordinator may abort it anyway, so
+# PrepareAbort may also follow a completed state (an abort of nothing, which bumps the
+# epoch). Kafka keeps one table with these; here they apply only to TV2 EndTxn.
+TV2_EXTRA_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
+    S.PREPARE_ABORT: COMPLETED,
+}
+
 
 class IllegalTransitionError(RuntimeError):
     """A transition the table forbids: a coordinator bug, never a client's mistake."""
 
 
-def check_transition(transactional_id: str, current: TransactionState, target: TransactionState) -> None:
-    if current not in VALID_PREVIOUS_STATES[target]:
+def check_transition(transactional_id: str, current: TransactionState, target: TransactionState,
+                     transaction_version: int = 0) -> None:
+    allowed = VALID_PREVIOUS_STATES[target]
+    if transaction_version >= 2:
+        allowed = allowed | TV2_EXTRA_PREVIOUS_STATES.get(target, frozenset())
+    if current not in allowed:
         raise IllegalTransitionError(
             f"transactional id {transactional_id!r} cannot go from {current.display_name} to {target.display_name}"
         )
