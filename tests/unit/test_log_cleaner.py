@@ -3,7 +3,10 @@ producer state, the LSO bound, and crash safety of the segment swap."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -441,3 +444,121 @@ def test_after_a_completed_swap_aborts_whose_marker_is_gone_are_forgotten(tmp_pa
     log.txn_index.append(AbortedTxn(8, 2, 2, 2))
     cleaner_module.drop_orphan_aborted_txns(log)
     assert [entry.last_offset for entry in log.txn_index.entries] == [kept_marker]
+
+
+# -- the round's heavy part on a thread (the broker's cleaner thread) ---------------------
+
+
+def _history_with_retention(tmp_path: Path) -> PartitionLog:
+    log = open_log(tmp_path, {"cleanup.policy": "compact,delete", "retention.ms": str(DAY_MS)})
+    for i in range(40):
+        put(log, b"k%d" % (i % 3), b"v%d" % i)
+    roll(log)
+    put(log, b"k0", b"active")
+    return log
+
+
+def _leftovers(directory: Path) -> list[str]:
+    if not directory.exists():
+        return []
+    return [name for name in os.listdir(directory) if name.endswith((".cleaned", ".swap"))]
+
+
+def test_cleaning_on_a_thread_leaves_the_same_log_as_cleaning_in_place(tmp_path):
+    in_place = _history_with_retention(tmp_path / "a")
+    on_thread = _history_with_retention(tmp_path / "b")
+    clean(in_place)
+    cleaner = LogCleaner(_OneLogManager(on_thread), CleanerConfig())
+    stats = asyncio.run(cleaner.clean_filthiest_in_thread(NOW_MS, asyncio.to_thread))
+    assert stats is not None and stats.end_offset == 40
+    assert contents(on_thread) == contents(in_place) == EXPECTED_AFTER_CLEANING
+    assert on_thread.cleaning is None and not cleaner.is_cleaning("table", 0)
+    assert _leftovers(on_thread.directory) == []
+
+
+@pytest.mark.parametrize("when", ["while_the_thread_writes", "before_the_swap"])
+@pytest.mark.parametrize("change", ["retention", "truncation", "deletion"])
+def test_a_log_changed_during_the_thread_work_gets_no_cleaned_segment(tmp_path, change, when):
+    log = _history_with_retention(tmp_path)
+    before = contents(log)
+    cleaner = LogCleaner(_OneLogManager(log), CleanerConfig())
+
+    def change_the_log():
+        if change == "retention":
+            assert log.apply_retention(NOW_MS + 2 * DAY_MS) > 0
+        elif change == "truncation":
+            log.truncate_to(20)
+        else:
+            log.delete()
+
+    async def run_in_thread(step):
+        if not isinstance(step, partial):  # the offset map
+            return await asyncio.to_thread(step)
+        if when == "while_the_thread_writes":
+            change_the_log()  # on the loop, as a request handler or timer would
+            return await asyncio.to_thread(step)
+        result = await asyncio.to_thread(step)
+        assert _leftovers(log.directory)  # the cleaned segment waits for its swap
+        change_the_log()
+        return result
+
+    assert asyncio.run(cleaner.clean_filthiest_in_thread(NOW_MS, run_in_thread)) is None
+    assert cleaner.rounds_aborted == 1 and not cleaner.uncleanable
+    assert log.cleaning is None and not cleaner.is_cleaning("table", 0)
+    assert _leftovers(log.directory) == []
+    assert cleaner.first_dirty_offset(log) == log.log_start_offset  # no checkpoint written
+    if change == "retention":
+        assert contents(log) == [] and log.log_start_offset == 41
+    elif change == "truncation":
+        assert contents(log) == before[:20]  # untouched by the cleaner
+    else:
+        assert not log.directory.exists()  # nothing written back into a deleted partition
+
+
+def test_cancelling_a_round_waits_for_the_thread_and_discards_its_output(tmp_path):
+    log = _log_with_history(tmp_path)
+    before = contents(log)
+    cleaner = LogCleaner(_OneLogManager(log), CleanerConfig())
+    entered, release = threading.Event(), threading.Event()
+
+    async def run_in_thread(step):
+        def held():
+            if isinstance(step, partial):
+                entered.set()
+                release.wait(10)
+            return step()
+
+        return await asyncio.to_thread(held)
+
+    async def scenario():
+        task = asyncio.create_task(cleaner.clean_filthiest_in_thread(NOW_MS, run_in_thread))
+        assert await asyncio.to_thread(entered.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        assert not task.done()  # the thread is still running: the round waits for it
+        assert log.cleaning is not None and log.cleaning.abort_reason is not None
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert contents(log) == before
+    assert cleaner.rounds_aborted == 1 and log.cleaning is None
+    assert _leftovers(log.directory) == []
+
+
+def test_a_partition_being_cleaned_is_not_picked_for_a_second_round(tmp_path):
+    log = _log_with_history(tmp_path)
+    cleaner = LogCleaner(_OneLogManager(log), CleanerConfig())
+    seen = []
+
+    async def run_in_thread(step):
+        seen.append(cleaner.is_cleaning("table", 0))
+        seen.append(cleaner.clean_filthiest(NOW_MS))  # mid-round: nothing else qualifies
+        with pytest.raises(RuntimeError, match="cleaning"):
+            LogCleaner(_OneLogManager(log), CleanerConfig()).clean(log, NOW_MS)
+        return await asyncio.to_thread(step)
+
+    assert asyncio.run(cleaner.clean_filthiest_in_thread(NOW_MS, run_in_thread)) is not None
+    assert seen[:2] == [True, None]
+    assert contents(log) == EXPECTED_AFTER_CLEANING

@@ -2,7 +2,10 @@
 
 Everything here runs on the broker's single asyncio loop; handlers call these methods
 and never share state across threads. Timers (flush, retention, checkpoints, log
-cleaning) post their work back onto the same loop.
+cleaning) post their work back onto the same loop. One exception, as Kafka's cleaner
+thread: the heavy part of a log-cleaning round (reading, filtering and rewriting
+segment files) runs on the broker's single cleaner thread; it touches files only, and
+the loop plans each round and swaps its result in (storage/cleaner.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError
@@ -46,6 +50,7 @@ class Broker:
         self.producer_ids: ProducerIdManager | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cleaner: LogCleaner | None = None
+        self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
         # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
         # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
@@ -77,6 +82,7 @@ class Broker:
             dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
             io_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
         ))
+        self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
         # Groups load before transactions: markers the transaction coordinator completes
         # on load must find the pending transactional offsets.
         self.coordinators[0] = GroupCoordinator(self)
@@ -94,7 +100,7 @@ class Broker:
             asyncio.create_task(self._every(self.config["log.flush.scheduler.interval.ms"], self._flush_due)),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
             asyncio.create_task(self._every(60_000, self._checkpoint)),
-            asyncio.create_task(self._every(self.config["log.cleaner.backoff.ms"], self._clean_logs)),
+            asyncio.create_task(self._clean_logs(self.config["log.cleaner.backoff.ms"])),
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
             ),
@@ -116,7 +122,11 @@ class Broker:
         """Stop accepting requests, then flush and close every log with checkpoints."""
         for task in self._timers:
             task.cancel()
+        # A cancelled cleaning round aborts, waits for the cleaner thread and discards
+        # its output before the gather returns: no cleaner I/O once the logs close.
         await asyncio.gather(*self._timers, return_exceptions=True)
+        if self._cleaner_thread is not None:
+            self._cleaner_thread.shutdown(wait=True)
         groups = self.coordinators.get(0)
         if groups is not None:
             groups.close()  # no session or rebalance timer may fire while the logs close
@@ -148,11 +158,24 @@ class Broker:
     def _checkpoint(self) -> None:
         self.logs.checkpoint()
 
-    def _clean_logs(self) -> None:
-        """Compact the dirtiest compacted partitions, for up to a tenth of a second."""
-        deadline = time.monotonic() + 0.1
-        while self.cleaner.clean_filthiest(now_ms()) is not None and time.monotonic() < deadline:
-            pass
+    async def _clean_logs(self, backoff_ms: int) -> None:
+        """Kafka's cleaner thread loop: clean the filthiest compacted partition, round
+        after round while one qualifies and rounds make progress, then back off for
+        log.cleaner.backoff.ms. Each round's heavy part runs on the cleaner thread."""
+        loop = asyncio.get_running_loop()
+
+        def run_in_cleaner_thread(step):
+            return loop.run_in_executor(self._cleaner_thread, step)
+
+        while True:
+            await asyncio.sleep(max(backoff_ms, 10) / 1000)
+            try:
+                while True:
+                    stats = await self.cleaner.clean_filthiest_in_thread(now_ms(), run_in_cleaner_thread)
+                    if stats is None or stats.end_offset <= stats.first_dirty_offset:
+                        break  # nothing qualifies, the round was aborted or made no progress
+            except Exception:
+                log.exception("log cleaning failed")
 
     def _expire_producers(self) -> None:
         """Drop producer state idle past producer.id.expiration.ms (open transactions stay)."""

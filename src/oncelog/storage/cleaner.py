@@ -27,27 +27,47 @@ What a cleaning round does to one partition (Kafka's Cleaner.doClean):
    - offsets never change: kept batches keep base offset, last offset delta, producer
      id, epoch and base sequence (see batch_records.py).
 4. Swap each group's cleaned segment in, crash-safely, as Kafka does:
-   `<base>.log.cleaned` is written and fsynced, renamed to `<base>.log.swap` (from here
-   on recovery completes the swap), the aborted-transaction entries of dropped markers
-   are removed, the old segments' files are deleted and the swap file is renamed to
-   `<base>.log`; its indexes are rebuilt. On open, `complete_interrupted_swaps` finishes
-   a swap a crash interrupted and `.cleaned` leftovers are discarded.
+   `<base>.log.cleaned` (and its `.index.cleaned`, `.timeindex.cleaned`) is written and
+   fsynced, renamed to `<base>.log.swap` (from here on recovery completes the swap),
+   the aborted-transaction entries of dropped markers are removed, the old segments'
+   files are deleted, the indexes and then the swap file get the segment names. On
+   open, `complete_interrupted_swaps` finishes a swap a crash interrupted and `.cleaned`
+   leftovers are discarded.
 
-Deviations from Kafka: cleaning runs on the broker's event loop (one partition per
-round, between requests) rather than on cleaner threads; batches at or past the first
-uncleanable offset are copied untouched even in the segment that holds it; the offset
-map holds whole keys rather than their MD5. log.cleaner.threads, log.cleaner.io.* and
-log.cleaner.io.max.bytes.per.second are accepted and ignored.
+Who runs what (Kafka's cleaner thread and LogCleanerManager): a round is a sequence of
+steps (`LogCleaner._round`). On the event loop: choosing the partition, taking an
+immutable `CleaningPlan` (segments, bounds, aborted transactions, producers, horizons),
+and, after each group, checking that the plan still holds and swapping. On the cleaner
+thread (`_CleaningWork`): everything that reads or writes record data: the offset map,
+the filter, writing and fsyncing the cleaned files and building their indexes. The
+thread reads the closed segments through its own read-only handles (only the cleaner
+rewrites them, and only by a swap on the loop) and never touches a PartitionLog.
+While a round runs the log holds its `CleaningInProgress`: deleting the partition,
+truncating it, closing it or deleting segments by retention aborts the round (Kafka's
+abortCleaning); the thread stops at its next batch and can no longer create files in
+the partition's directory, and the loop discards what it wrote. The broker runs rounds
+on one thread of its own (log.cleaner.threads=1); `clean` and `clean_filthiest` run
+the same steps in the calling thread.
+
+Deviations from Kafka: one partition is cleaned at a time; retention deleting segments
+of a partition being cleaned aborts the round instead of waiting for it; batches at or
+past the first uncleanable offset are copied untouched even in the segment that holds
+it; the offset map holds whole keys rather than their MD5. log.cleaner.threads,
+log.cleaner.io.* and log.cleaner.io.max.bytes.per.second are accepted and ignored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import threading
 import time
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.record_batch import (
     HEADER_SIZE,
@@ -87,6 +107,10 @@ _CHECKPOINT_VERSION = 1
 _BYTES_PER_MAP_ENTRY = 24  # Kafka's SkimpyOffsetMap: a 16-byte MD5 and an 8-byte offset
 _HEADER_PREFIX = 27  # baseOffset .. lastOffsetDelta: enough to walk a swap file
 
+# A step of a round to run on the cleaner thread, and how a caller runs one there.
+ThreadStep = Callable[[], Any]
+RunInThread = Callable[[ThreadStep], Awaitable[Any]]
+
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
@@ -121,6 +145,7 @@ class CleanableRange:
 @dataclass(slots=True)
 class CleanerStats:
     end_offset: int = 0  # the new cleaner checkpoint
+    first_dirty_offset: int = 0  # the checkpoint the round started from
     segments_cleaned: int = 0
     batches_read: int = 0
     batches_written: int = 0
@@ -128,6 +153,102 @@ class CleanerStats:
     bytes_written: int = 0
     records_removed: int = 0
 
+
+class CleaningAbortedError(Exception):
+    """The round was aborted (the partition was deleted, truncated, closed or lost
+    segments to retention while it ran): its output is discarded."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentToClean:
+    """What the cleaner thread knows of one inactive segment, read on the loop."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    index_entry_count: int
+    time_index_entry_count: int
+    largest_timestamp: int  # for the cleaned file's modification time
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningPlan:
+    """Everything a round's thread work needs, taken on the loop when the round starts
+    (Kafka's LogToClean plus what cleanSegments reads from the log). Immutable."""
+
+    name: str
+    directory: Path
+    first_dirty_offset: int
+    upper_bound: int  # the first uncleanable offset
+    segments: tuple[SegmentToClean, ...]  # the inactive segments below upper_bound, oldest first
+    aborted_txns: tuple[AbortedTxn, ...]  # the aborted-transaction entries overlapping them
+    # producer id -> (offset of its last data batch or None, epoch): their last batch stays
+    active_producers: Mapping[int, tuple[int | None, int]]
+    now_ms: int
+    delete_horizon_ms: int  # now + delete.retention.ms
+    segment_bytes: int
+    segment_index_bytes: int
+    index_interval_bytes: int
+    max_map_entries: int
+
+
+class CleaningInProgress:
+    """A partition's running round (Kafka's LogCleaningInProgress state), held by its
+    PartitionLog as `cleaning` so that deleting, truncating or closing the partition,
+    or retention deleting its segments, can abort the round.
+
+    The lock makes "not aborted, so create this file" atomic against `abort`: once
+    `abort` returns, the cleaner thread creates no file in the partition's directory,
+    so a directory being removed stays removed. It is held for an open() only.
+    """
+
+    def __init__(self, log: PartitionLog, plan: CleaningPlan, segments: list[LogSegment]) -> None:
+        self.log = log
+        self.plan = plan
+        self.segments = segments  # the live segments of the plan, to check before each swap
+        self.abort_reason: str | None = None
+        self._lock = threading.Lock()
+
+    def abort(self, reason: str) -> None:
+        """Stop the round (loop side): the thread stops at its next check, the loop
+        discards its output instead of swapping it in."""
+        with self._lock:
+            if self.abort_reason is not None:
+                return
+            self.abort_reason = reason
+        logger.info("%s: aborting the cleaning round: %s", self.plan.name, reason)
+
+    def raise_if_aborted(self) -> None:
+        if self.abort_reason is not None:
+            raise CleaningAbortedError(f"{self.plan.name}: cleaning aborted: {self.abort_reason}")
+
+    def create_file(self, path: Path) -> int:
+        """Create (or truncate) a `.cleaned` file for reading and writing, unless the
+        round was aborted (cleaner thread side)."""
+        with self._lock:
+            self.raise_if_aborted()
+            try:
+                return os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            except OSError as exc:
+                raise StorageError(str(path), f"cannot create cleaned file: {exc.strerror}", exc.errno) from exc
+
+    def live_segments(self, base_offsets: Sequence[int]) -> list[LogSegment] | None:
+        """The log's segments at `base_offsets` if the round still holds: not aborted,
+        and those segments still consecutive inactive segments of the log."""
+        if self.abort_reason is not None:
+            return None
+        bases = set(base_offsets)
+        wanted = [segment for segment in self.segments if segment.base_offset in bases]
+        if not wanted or len(wanted) != len(bases):
+            return None
+        current = self.log.segments
+        try:
+            first = next(number for number, segment in enumerate(current) if segment is wanted[0])
+        except StopIteration:
+            return None
+        if current[first : first + len(wanted)] != wanted or first + len(wanted) >= len(current):
+            return None
+        return wanted
 
 # -- transactions seen while cleaning (Kafka's CleanedTransactionMetadata) ----------------
 
@@ -197,8 +318,8 @@ class _TransactionTracker:
         return True
 
 
-def _aborted_overlapping(log: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
-    return [entry for entry in log.txn_index.entries if entry.last_offset >= start and entry.first_offset < end]
+def _aborted_overlapping(entries: Sequence[AbortedTxn], start: int, end: int) -> list[AbortedTxn]:
+    return [entry for entry in entries if entry.last_offset >= start and entry.first_offset < end]
 
 
 def _control_type(buffer: bytes, header: BatchHeader) -> ControlType | None:
@@ -213,13 +334,19 @@ def _control_type(buffer: bytes, header: BatchHeader) -> ControlType | None:
 
 
 class LogCleaner:
-    """Cleans the compacted partitions of a LogManager, one round at a time."""
+    """Cleans the compacted partitions of a LogManager, one round at a time.
+
+    Its state (checkpoints, rounds in progress) belongs to the event loop; only the
+    `_CleaningWork` of a round runs on the cleaner thread.
+    """
 
     def __init__(self, logs: LogManager, config: CleanerConfig) -> None:
         self._logs = logs
         self.config = config
         self._checkpoints: dict[tuple[str, int], int] = {}
+        self._in_progress: dict[tuple[str, int], CleaningInProgress] = {}
         self.uncleanable: dict[tuple[str, int], str] = {}  # partition -> why cleaning failed
+        self.rounds_aborted = 0  # rounds whose output was discarded
         for directory in logs.log_dirs:
             self._checkpoints.update(_read_checkpoint(directory / CHECKPOINT_FILE))
 
@@ -252,15 +379,22 @@ class LogCleaner:
             needs_now = first_timestamp is not None and now_ms - first_timestamp > config.max_compaction_lag_ms
         return CleanableRange(first_dirty, first_uncleanable, clean_bytes, dirty_bytes, needs_now)
 
-    def clean_filthiest(self, now_ms: int | None = None) -> CleanerStats | None:
-        """Clean the compacted partition most in need of it, if any qualifies (the
-        periodic task). Returns the round's stats, or None when nothing was cleaned."""
-        if not self.config.enabled:
-            return None
-        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+    def is_cleaning(self, topic: str, partition: int) -> bool:
+        """Whether a round of this partition is running."""
+        return (topic, partition) in self._in_progress
+
+    def abort_all(self, reason: str) -> None:
+        """Abort every running round (the broker stopping)."""
+        for in_progress in list(self._in_progress.values()):
+            in_progress.abort(reason)
+
+    # -- choosing and running rounds -----------------------------------------------------
+
+    def _filthiest(self, now_ms: int) -> tuple[PartitionLog, CleanableRange] | None:
         best: tuple[float, PartitionLog, CleanableRange] | None = None
         for log in self._logs.partitions():
-            if not log.config.compacts or (log.topic, log.partition) in self.uncleanable:
+            key = (log.topic, log.partition)
+            if not log.config.compacts or key in self.uncleanable or key in self._in_progress:
                 continue
             cleanable = self.cleanable_range(log, now_ms)
             if cleanable.first_uncleanable_offset <= cleanable.first_dirty_offset or cleanable.dirty_bytes == 0:
@@ -270,82 +404,155 @@ class LogCleaner:
                 continue
             if best is None or ratio > best[0]:
                 best = (ratio, log, cleanable)
-        if best is None:
-            return None
-        _ratio, log, cleanable = best
-        key = (log.topic, log.partition)
-        try:
-            return self.clean(log, now_ms, cleanable)
-        except (LogError, batch_records.CodecUnavailableError, ValueError) as exc:
-            # As Kafka marks a partition uncleanable: log it, skip it from now on.
-            self.uncleanable[key] = str(exc)
-            logger.error("%s: cleaning failed, the partition will not be cleaned again until restart: %s",
-                         log.name, exc)
-            return None
+        return None if best is None else (best[1], best[2])
 
-    def clean(self, log: PartitionLog, now_ms: int, cleanable: CleanableRange | None = None) -> CleanerStats:
-        """One cleaning round of `log` (Kafka's Cleaner.doClean)."""
+    def clean_filthiest(self, now_ms: int | None = None) -> CleanerStats | None:
+        """Clean the compacted partition most in need of it, if any qualifies, in the
+        calling thread. Returns the round's stats, or None when nothing was cleaned."""
+        if not self.config.enabled:
+            return None
+        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+        chosen = self._filthiest(now_ms)
+        if chosen is None:
+            return None
+        log, cleanable = chosen
+        with _MarkUncleanable(self, log):
+            return _run_steps_here(self._round(log, now_ms, cleanable))
+        return None
+
+    async def clean_filthiest_in_thread(self, now_ms: int, run_in_thread: RunInThread) -> CleanerStats | None:
+        """`clean_filthiest` with the round's heavy steps run by `run_in_thread` (the
+        broker's cleaner thread); the loop only plans, checks and swaps. Cancelling it
+        aborts the round and returns once the thread has stopped and its output is gone."""
+        if not self.config.enabled:
+            return None
+        chosen = self._filthiest(now_ms)
+        if chosen is None:
+            return None
+        log, cleanable = chosen
+        with _MarkUncleanable(self, log):
+            return await self._run_steps_in_thread(self._round(log, now_ms, cleanable), run_in_thread)
+        return None
+
+    def clean(self, log: PartitionLog, now_ms: int, cleanable: CleanableRange | None = None) -> CleanerStats | None:
+        """One cleaning round of `log` in the calling thread (Kafka's Cleaner.doClean).
+        Returns None when the round was aborted."""
+        return _run_steps_here(self._round(log, now_ms, cleanable or self.cleanable_range(log, now_ms)))
+
+    async def _run_steps_in_thread(self, steps: Generator[ThreadStep, Any, CleanerStats | None],
+                                   run_in_thread: RunInThread) -> CleanerStats | None:
+        try:
+            step = next(steps)
+            while True:
+                running = asyncio.ensure_future(run_in_thread(step))
+                try:
+                    result = await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    # A thread cannot be interrupted: abort the round, wait for the thread
+                    # to notice, let the round discard what it wrote, then give up.
+                    self.abort_all("the cleaner is stopping")
+                    await asyncio.wait([running])
+                    _finish_aborted_steps(steps, running)
+                    raise
+                except Exception as exc:  # noqa: BLE001 (handed to the round, which decides)
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(result)
+        except StopIteration as done:
+            return done.value
+
+    def _round(self, log: PartitionLog, now_ms: int,
+               cleanable: CleanableRange) -> Generator[ThreadStep, Any, CleanerStats | None]:
+        """One round as steps. The code here runs on the caller's thread (the loop);
+        each yielded callable is thread work, and what it returns (or raises) comes back
+        at the `yield`. Returns the stats, or None when the round was aborted."""
         started = time.perf_counter()
-        cleanable = cleanable or self.cleanable_range(log, now_ms)
-        first_dirty, upper_bound = cleanable.first_dirty_offset, cleanable.first_uncleanable_offset
-        stats = CleanerStats(end_offset=first_dirty)
-        if upper_bound <= first_dirty:
+        first_dirty = cleanable.first_dirty_offset
+        stats = CleanerStats(end_offset=first_dirty, first_dirty_offset=first_dirty)
+        if cleanable.first_uncleanable_offset <= first_dirty:
             return stats
-        offset_map, latest_offset = self._build_offset_map(log, first_dirty, upper_bound, stats)
-        end_offset = latest_offset + 1
-        stats.end_offset = end_offset
-        active_producers = {
-            entry.producer_id: (entry.last_offset if entry.last_offset >= 0 else None, entry.producer_epoch)
-            for entry in log.producer_state.producers.values()
-        }
-        tracker = _TransactionTracker()
-        round_ = _Round(log, offset_map, latest_offset, upper_bound, now_ms, tracker, active_producers, stats)
-        for group in _group_segments(log, end_offset, upper_bound):
-            round_.clean_group(group)
-        self._checkpoints[(log.topic, log.partition)] = end_offset
-        self._write_checkpoint(log)
+        key = (log.topic, log.partition)
+        if key in self._in_progress:
+            raise RuntimeError(f"{log.name}: a cleaning round is already running")
+        if log.cleaning is not None:
+            raise RuntimeError(f"{log.name}: another cleaner is cleaning this log")
+        in_progress = self._begin(log, now_ms, cleanable)
+        try:
+            work = _CleaningWork(in_progress.plan, in_progress, stats)
+            try:
+                yield work.build_offset_map
+                for group in work.groups:
+                    in_progress.raise_if_aborted()
+                    try:
+                        cleaned = yield partial(work.clean_group, group)
+                    except Exception:
+                        # Removed here, on the loop, never by the thread: a deleted
+                        # partition's directory may be in the middle of its rmtree.
+                        _unlink_cleaned_files(log.directory, group[0].base_offset)
+                        raise
+                    old = in_progress.live_segments([segment.base_offset for segment in group])
+                    if old is None:
+                        cleaned.discard()
+                        self._aborted(in_progress)
+                        return None
+                    swap_segments(log, old, cleaned)
+            except Exception:
+                if in_progress.abort_reason is None:
+                    raise
+                self._aborted(in_progress)
+                return None
+            stats.end_offset = work.end_offset
+            self._checkpoints[key] = work.end_offset
+            self._write_checkpoint(log)
+        finally:
+            del self._in_progress[key]
+            log.cleaning = None
         logger.info(
             "%s: cleaned offsets below %d in %.0f ms: %d segment(s), %d of %d bytes kept, %d record(s) removed",
-            log.name, end_offset, (time.perf_counter() - started) * 1000, stats.segments_cleaned,
+            log.name, stats.end_offset, (time.perf_counter() - started) * 1000, stats.segments_cleaned,
             stats.bytes_written, stats.bytes_read, stats.records_removed,
         )
         return stats
 
-    def _build_offset_map(self, log: PartitionLog, start: int, upper_bound: int,
-                          stats: CleanerStats) -> tuple[dict[bytes, int], int]:
-        """key -> offset of its latest record in [start, upper_bound), and the offset the
-        map is complete up to (Kafka's buildOffsetMap)."""
-        offset_map: dict[bytes, int] = {}
-        limit = self.config.max_map_entries
-        tracker = _TransactionTracker()
-        tracker.add_aborted(_aborted_overlapping(log, start, upper_bound))
-        latest = start - 1
-        segments = log.segments
-        for number, segment in enumerate(segments):
-            if segment.next_offset <= start:
-                continue
-            if segment.base_offset >= upper_bound:
-                break
-            next_start = segments[number + 1].base_offset if number + 1 < len(segments) else upper_bound
-            for buffer, headers in segment.read_batches():
-                for header in headers:
-                    if header.base_offset >= upper_bound:
-                        return offset_map, latest
-                    if header.last_offset < start:
-                        continue
-                    if header.is_control:
-                        tracker.on_marker(header, _control_type(buffer, header))
-                    elif not tracker.on_data_batch(header):
-                        for record in batch_records.decode_records(buffer, header):
-                            offset = header.base_offset + record.offset_delta
-                            if record.key is None or offset < start:
-                                continue
-                            if len(offset_map) >= limit and record.key not in offset_map:
-                                return offset_map, latest  # full: the next round goes on from here
-                            offset_map[record.key] = offset
-                    latest = max(latest, header.last_offset)
-            latest = max(latest, min(next_start, upper_bound) - 1)
-        return offset_map, latest
+    def _begin(self, log: PartitionLog, now_ms: int, cleanable: CleanableRange) -> CleaningInProgress:
+        """Take the round's plan and mark the partition as being cleaned."""
+        config = log.config
+        upper_bound = cleanable.first_uncleanable_offset
+        segments = [segment for segment in log.segments[:-1] if segment.base_offset < upper_bound]
+        described = tuple(
+            SegmentToClean(segment.base_offset, segment.next_offset, segment.size, segment.index_entry_count,
+                           segment.time_index_entry_count, segment.largest_timestamp())
+            for segment in segments
+        )
+        first_base = described[0].base_offset if described else upper_bound
+        plan_end = described[-1].next_offset if described else upper_bound
+        plan = CleaningPlan(
+            name=log.name,
+            directory=log.directory,
+            first_dirty_offset=cleanable.first_dirty_offset,
+            upper_bound=upper_bound,
+            segments=described,
+            aborted_txns=tuple(_aborted_overlapping(log.txn_index.entries, first_base, plan_end)),
+            active_producers={
+                entry.producer_id: (entry.last_offset if entry.last_offset >= 0 else None, entry.producer_epoch)
+                for entry in log.producer_state.producers.values()
+            },
+            now_ms=now_ms,
+            delete_horizon_ms=now_ms + config.delete_retention_ms,
+            segment_bytes=config.segment_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            index_interval_bytes=config.index_interval_bytes,
+            max_map_entries=self.config.max_map_entries,
+        )
+        in_progress = CleaningInProgress(log, plan, segments)
+        self._in_progress[(log.topic, log.partition)] = in_progress
+        log.cleaning = in_progress
+        return in_progress
+
+    def _aborted(self, in_progress: CleaningInProgress) -> None:
+        self.rounds_aborted += 1
+        logger.info("%s: cleaning round aborted, its output discarded: %s",
+                    in_progress.plan.name, in_progress.abort_reason or "the log changed")
 
     def _write_checkpoint(self, log: PartitionLog) -> None:
         directory = self._logs.log_dir_of(log.topic, log.partition)
@@ -358,6 +565,59 @@ class LogCleaner:
                 offsets.append([other.topic, other.partition, self._checkpoints[key]])
         write_json_file(directory / CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
                         {"offsets": sorted(offsets)})
+
+
+class _MarkUncleanable:
+    """As Kafka marks a partition uncleanable when a round fails: log it, skip it from
+    now on (until restart). An aborted round is not a failure."""
+
+    def __init__(self, cleaner: LogCleaner, log: PartitionLog) -> None:
+        self._cleaner = cleaner
+        self._log = log
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, _traceback) -> bool:
+        if exc is None or not isinstance(exc, (LogError, batch_records.CodecUnavailableError, ValueError)):
+            return False
+        self._cleaner.uncleanable[(self._log.topic, self._log.partition)] = str(exc)
+        logger.error("%s: cleaning failed, the partition will not be cleaned again until restart: %s",
+                     self._log.name, exc)
+        return True
+
+
+def _run_steps_here(steps: Generator[ThreadStep, Any, CleanerStats | None]) -> CleanerStats | None:
+    """Run a round's steps, thread work included, in the calling thread."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                result = step()
+            except Exception as exc:  # noqa: BLE001 (handed to the round, which decides)
+                step = steps.throw(exc)
+            else:
+                step = steps.send(result)
+    except StopIteration as done:
+        return done.value
+
+
+def _finish_aborted_steps(steps: Generator[ThreadStep, Any, CleanerStats | None], finished: asyncio.Future) -> None:
+    """Hand an aborted round the outcome of its last thread step, so it discards what
+    that step wrote; any further step is not run."""
+    try:
+        if finished.cancelled():
+            steps.throw(CleaningAbortedError("the cleaner thread step was cancelled"))
+        elif finished.exception() is not None:
+            steps.throw(finished.exception())
+        else:
+            steps.send(finished.result())
+    except StopIteration:
+        return
+    except Exception:
+        logger.exception("error while discarding an aborted cleaning round")
+        return
+    steps.close()
 
 
 def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -376,13 +636,13 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _group_segments(log: PartitionLog, end_offset: int, upper_bound: int) -> list[list[LogSegment]]:
-    """The inactive segments below `end_offset`, in runs that fit one segment: total size
+
+def _group_segments(plan: CleaningPlan, end_offset: int) -> list[tuple[SegmentToClean, ...]]:
+    """The planned segments below `end_offset`, in runs that fit one segment: total size
     within segment.bytes, index entries within segment.index.bytes, offsets within int32
     (Kafka's groupSegmentsBySize)."""
-    config = log.config
-    segments = [s for s in log.segments[:-1] if s.base_offset < end_offset]
-    groups: list[list[LogSegment]] = []
+    segments = [s for s in plan.segments if s.base_offset < end_offset]
+    groups: list[tuple[SegmentToClean, ...]] = []
     index = 0
     while index < len(segments):
         group = [segments[index]]
@@ -392,12 +652,12 @@ def _group_segments(log: PartitionLog, end_offset: int, upper_bound: int) -> lis
         index += 1
         while index < len(segments):
             candidate = segments[index]
-            last_offset = segments[index + 1].base_offset - 1 if index + 1 < len(segments) else upper_bound - 1
+            last_offset = segments[index + 1].base_offset - 1 if index + 1 < len(segments) else plan.upper_bound - 1
             if (
-                size + candidate.size > config.segment_bytes
-                or (entries + candidate.index_entry_count) * INDEX_ENTRY_SIZE > config.segment_index_bytes
+                size + candidate.size > plan.segment_bytes
+                or (entries + candidate.index_entry_count) * INDEX_ENTRY_SIZE > plan.segment_index_bytes
                 or (time_entries + candidate.time_index_entry_count) * TIME_INDEX_ENTRY_SIZE
-                > config.segment_index_bytes
+                > plan.segment_index_bytes
                 or (candidate.size > 0 and last_offset - group[0].base_offset > INT32_MAX)
             ):
                 break
@@ -406,40 +666,122 @@ def _group_segments(log: PartitionLog, end_offset: int, upper_bound: int) -> lis
             entries += candidate.index_entry_count
             time_entries += candidate.time_index_entry_count
             index += 1
-        groups.append(group)
+        groups.append(tuple(group))
     return groups
 
 
-class _Round:
-    """One cleaning round's filter and swaps (Kafka's cleanSegments / cleanInto)."""
+@dataclass(slots=True)
+class CleanedSegment:
+    """One group's cleaned segment, written and fsynced under `.cleaned` names with its
+    indexes, waiting for the loop to swap it in (or discard it)."""
 
-    def __init__(self, log: PartitionLog, offset_map: dict[bytes, int], latest_offset: int, upper_bound: int,
-                 now_ms: int, tracker: _TransactionTracker, active_producers: dict[int, tuple[int | None, int]],
-                 stats: CleanerStats) -> None:
-        self.log = log
-        self.offset_map = offset_map
-        self.latest_offset = latest_offset
-        self.upper_bound = upper_bound
-        self.now_ms = now_ms
-        self.tracker = tracker
-        self.active_producers = active_producers
+    segment: LogSegment  # open on the `.cleaned` file, indexes built
+    dropped_abort_markers: frozenset[int]  # aborted-transaction entries to remove at the swap
+
+    def discard(self) -> None:
+        """Close and remove the cleaned files (on the loop)."""
+        self.segment.close_without_flush()
+        _unlink_cleaned_files(self.segment.directory, self.segment.base_offset)
+
+
+def _unlink_cleaned_files(directory: Path, base: int) -> None:
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        (directory / (segment_file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
+
+
+class _CleaningWork:
+    """The heavy part of one round (Kafka's Cleaner), run on the cleaner thread: it
+    reads the planned segments through handles of its own, builds the offset map,
+    filters and writes the cleaned segments. It knows the log only through the plan,
+    and stops at the next batch once the round is aborted."""
+
+    def __init__(self, plan: CleaningPlan, in_progress: CleaningInProgress, stats: CleanerStats) -> None:
+        self.plan = plan
+        self.in_progress = in_progress
         self.stats = stats
-        self.delete_horizon_ms = now_ms + log.config.delete_retention_ms
+        self.offset_map: dict[bytes, int] = {}
+        self.latest_offset = plan.first_dirty_offset - 1
+        self.end_offset = plan.first_dirty_offset
+        self.groups: list[tuple[SegmentToClean, ...]] = []
+        self.tracker = _TransactionTracker()
+        # What the filter reads, as attributes for speed.
+        self.upper_bound = plan.upper_bound
+        self.now_ms = plan.now_ms
+        self.active_producers = plan.active_producers
+        self.delete_horizon_ms = plan.delete_horizon_ms
 
-    def clean_group(self, group: list[LogSegment]) -> None:
-        log = self.log
-        directory = log.directory
+    def _read_batches(self, segment: SegmentToClean):
+        reader = LogSegment.open_read_only(self.plan.directory, segment.base_offset, segment.size)
+        try:
+            for buffer, headers in reader.read_batches():
+                self.in_progress.raise_if_aborted()
+                yield buffer, headers
+        finally:
+            reader.close_without_flush()
+
+    def build_offset_map(self) -> None:
+        """Build the offset map, then the groups of segments to rewrite."""
+        self.offset_map, self.latest_offset = self._offset_map()
+        self.end_offset = self.latest_offset + 1
+        self.groups = _group_segments(self.plan, self.end_offset)
+
+    def _offset_map(self) -> tuple[dict[bytes, int], int]:
+        """key -> offset of its latest record in [first dirty, upper bound), and the
+        offset the map is complete up to (Kafka's buildOffsetMap)."""
+        plan = self.plan
+        start, upper_bound = plan.first_dirty_offset, plan.upper_bound
+        offset_map: dict[bytes, int] = {}
+        limit = plan.max_map_entries
+        tracker = _TransactionTracker()
+        tracker.add_aborted(_aborted_overlapping(plan.aborted_txns, start, upper_bound))
+        in_progress = self.in_progress
+        latest = start - 1
+        segments = plan.segments
+        for number, segment in enumerate(segments):
+            if segment.next_offset <= start:
+                continue
+            if segment.base_offset >= upper_bound:
+                break
+            next_start = segments[number + 1].base_offset if number + 1 < len(segments) else upper_bound
+            for buffer, headers in self._read_batches(segment):
+                for header in headers:
+                    if header.base_offset >= upper_bound:
+                        return offset_map, latest
+                    if header.last_offset < start:
+                        continue
+                    in_progress.raise_if_aborted()
+                    if header.is_control:
+                        tracker.on_marker(header, _control_type(buffer, header))
+                    elif not tracker.on_data_batch(header):
+                        for record in batch_records.decode_records(buffer, header):
+                            offset = header.base_offset + record.offset_delta
+                            if record.key is None or offset < start:
+                                continue
+                            if len(offset_map) >= limit and record.key not in offset_map:
+                                return offset_map, latest  # full: the next round goes on from here
+                            offset_map[record.key] = offset
+                    latest = max(latest, header.last_offset)
+            latest = max(latest, min(next_start, upper_bound) - 1)
+        return offset_map, latest
+
+    def clean_group(self, group: tuple[SegmentToClean, ...]) -> CleanedSegment:
+        """Write the group's cleaned segment and its indexes as fsynced `.cleaned` files."""
+        plan = self.plan
+        in_progress = self.in_progress
         base = group[0].base_offset
-        group_end = group[-1].next_offset
-        self.tracker.add_aborted(_aborted_overlapping(log, base, group_end))
+        self.tracker.add_aborted(_aborted_overlapping(plan.aborted_txns, base, group[-1].next_offset))
         self.tracker.dropped_abort_markers.clear()
-        cleaned_path = directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
-        fd = _create(cleaned_path)
+        cleaned_path = plan.directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
+        fd = in_progress.create_file(cleaned_path)
+        cleaned = LogSegment(plan.directory, base, fd, 0, CLEANED_SUFFIX)
         try:
             written = 0
             for segment in group:
-                for buffer, headers in segment.read_batches():
-                    pieces = [self._filter(buffer, header) for header in headers]
+                for buffer, headers in self._read_batches(segment):
+                    pieces = []
+                    for header in headers:
+                        in_progress.raise_if_aborted()
+                        pieces.append(self._filter(buffer, header))
                     data = b"".join(piece for piece in pieces if piece)
                     if data:
                         _write_all(fd, data, cleaned_path)
@@ -450,20 +792,21 @@ class _Round:
                 os.fsync(fd)
             except OSError as exc:
                 raise StorageError(str(cleaned_path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
+            # Like Kafka's setLastModified: an emptied segment ages for retention.ms as its data did.
+            modified_ns = max(segment.largest_timestamp for segment in group) * 1_000_000
+            try:
+                os.utime(fd, ns=(modified_ns, modified_ns))
+            except OSError as exc:
+                raise StorageError(str(cleaned_path), f"cannot set its time: {exc.strerror}", exc.errno) from exc
+            cleaned.recover(plan.index_interval_bytes, _wall_clock_ms())
+            cleaned.on_become_inactive()
+            cleaned.write_indexes(sync=True, open_file=in_progress.create_file)
         except BaseException:
-            os.close(fd)
-            cleaned_path.unlink(missing_ok=True)
+            cleaned.close_without_flush()  # the loop removes the files
             raise
-        os.close(fd)
-        # Like Kafka's setLastModified: an emptied segment ages for retention.ms as its data did.
-        modified_ns = max(segment.largest_timestamp() for segment in group) * 1_000_000
-        try:
-            os.utime(cleaned_path, ns=(modified_ns, modified_ns))
-        except OSError as exc:
-            raise StorageError(str(cleaned_path), f"cannot set its time: {exc.strerror}", exc.errno) from exc
         self.stats.bytes_written += written
         self.stats.segments_cleaned += len(group)
-        swap_segments(log, group, cleaned_path, self.tracker.dropped_abort_markers)
+        return CleanedSegment(cleaned, frozenset(self.tracker.dropped_abort_markers))
 
     def _filter(self, buffer: bytes, header: BatchHeader) -> bytes | None:
         """The batch as it is to be written to the cleaned segment, or None to drop it."""
@@ -530,14 +873,8 @@ def _whole(buffer: bytes, header: BatchHeader) -> bytes:
     return bytes(memoryview(buffer)[header.position : header.position + header.size])
 
 
+
 # -- files: writing, swapping, recovering ------------------------------------------------
-
-
-def _create(path: Path) -> int:
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as exc:
-        raise StorageError(str(path), f"cannot create cleaned segment: {exc.strerror}", exc.errno) from exc
 
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
@@ -561,40 +898,40 @@ def _unlink_segment_files(directory: Path, base: int) -> None:
         (directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
 
 
-def swap_segments(log: PartitionLog, old: list[LogSegment], cleaned_path: Path,
-                  dropped_abort_markers: set[int]) -> LogSegment:
-    """Replace the segments `old` by the fsynced cleaned file, crash-safely.
+def swap_segments(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegment) -> LogSegment:
+    """Replace the segments `old` by the fsynced cleaned segment, crash-safely (on the
+    loop: renames, unlinks and directory fsyncs only).
 
-    Order: rename to `.swap` (the commit point: recovery completes the swap from here),
-    drop the index entries of dropped abort markers (durably), delete the old files,
-    rename the swap file to the segment name, rebuild its indexes, swap in memory.
+    Order: rename the log file to `.swap` (the commit point: recovery completes the swap
+    from here), drop the index entries of dropped abort markers (durably), delete the old
+    files, give the indexes and then the swap file their segment names, swap in memory.
     Old segments stay readable through their open file handles until the in-memory swap.
     """
     directory = log.directory
+    new = cleaned.segment
     base = old[0].base_offset
     swap_path = directory / (segment_file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
-    _rename(cleaned_path, swap_path)
-    fsync_directory(directory)
-    if dropped_abort_markers:
-        log.txn_index.remove(dropped_abort_markers)
-        log.txn_index.flush()
+    try:
+        _rename(new.log_path, swap_path)
         fsync_directory(directory)
-    for segment in old:
-        _unlink_segment_files(directory, segment.base_offset)
-    _rename(swap_path, directory / segment_file_name(base, LOG_SUFFIX))
-    fsync_directory(directory)
-    new = _open_rebuilt(directory, base, log.config.index_interval_bytes)
+        if cleaned.dropped_abort_markers:
+            log.txn_index.remove(set(cleaned.dropped_abort_markers))
+            log.txn_index.flush()
+            fsync_directory(directory)
+        for segment in old:
+            _unlink_segment_files(directory, segment.base_offset)
+        # The old files at `base` are gone: the new indexes cannot be taken for theirs.
+        _rename(new.index_path, directory / segment_file_name(base, INDEX_SUFFIX))
+        _rename(new.time_index_path, directory / segment_file_name(base, TIME_INDEX_SUFFIX))
+        _rename(swap_path, directory / segment_file_name(base, LOG_SUFFIX))
+        fsync_directory(directory)
+    except BaseException:
+        new.close_without_flush()
+        raise
+    new.use_file_suffix("")
     log.replace_segments(old, new)
     return new
 
-
-def _open_rebuilt(directory: Path, base: int, index_interval_bytes: int) -> LogSegment:
-    segment = LogSegment.open(directory, base)
-    now_ms = _wall_clock_ms()
-    segment.recover(index_interval_bytes, now_ms)
-    segment.on_become_inactive()
-    segment.write_indexes(sync=True)
-    return segment
 
 
 def _swap_file_next_offset(path: Path) -> int | None:

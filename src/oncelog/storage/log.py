@@ -20,9 +20,13 @@ newest snapshot plus the batch headers after it, leaving out producers expired b
 (producer.id.expiration.ms, as Kafka does).
 
 Compaction (cleaner.py) rewrites inactive segments and swaps them in through
-`replace_segments`; `open` first completes a swap that a crash interrupted.
+`replace_segments`; `open` first completes a swap that a crash interrupted. While a
+cleaning round runs, `cleaning` holds it: deleting, truncating or closing the log, or
+retention deleting segments, aborts that round (`_abort_cleaning`), because the
+cleaner's thread is reading those segments' files and writing `.cleaned` files here.
 
-Everything here is synchronous and called from the broker's single event loop.
+Everything here is synchronous and called from the broker's single event loop (the
+cleaner's thread reads segment files through its own handles, never this object).
 """
 
 from __future__ import annotations
@@ -151,6 +155,7 @@ class PartitionLog:
         self._closed = False
         self.producer_state = ProducerStateManager(self.name, producer_state_config)
         self.txn_index = TransactionIndex(directory)
+        self.cleaning: cleaner.CleaningInProgress | None = None  # the running cleaning round
 
     # -- opening and recovery ------------------------------------------------------------
 
@@ -282,6 +287,12 @@ class PartitionLog:
 
     # -- compaction hooks (the work is in cleaner.py) -------------------------------------
 
+    def _abort_cleaning(self, reason: str) -> None:
+        """The running cleaning round, if any, must not swap anything in: the segments it
+        read are changing or going (Kafka's abortCleaning before deletion or truncation)."""
+        if self.cleaning is not None:
+            self.cleaning.abort(reason)
+
     @property
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first (a copy)."""
@@ -302,10 +313,12 @@ class PartitionLog:
     # -- appending -----------------------------------------------------------------------
 
     def append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader], *, now_ms: int,
-               origin: AppendOrigin = AppendOrigin.CLIENT, leader_epoch: int = 0) -> AppendResult:
+               origin: AppendOrigin = AppendOrigin.CLIENT, leader_epoch: int = 0,
+               marker_transaction_version: int = 0) -> AppendResult:
         """Append whole batches (`batches` from `parse_batches(records)`), rewriting in
         `records` their base offsets, partition leader epoch and, with LogAppendTime,
-        their timestamps and CRC."""
+        their timestamps and CRC. `marker_transaction_version`: the transaction version
+        of the coordinator's markers in `records` (2: KIP-890 part 2's epoch rule)."""
         if not batches:
             return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
         self._validate_append(records, batches, origin)
@@ -314,7 +327,7 @@ class PartitionLog:
             if duplicate is not None:
                 return duplicate
         elif origin is AppendOrigin.COORDINATOR:
-            self._check_markers(records, batches)
+            self._check_markers(records, batches, marker_transaction_version)
         base_offset, last_offset, log_append_time_ms = self._assign_offsets(
             records, batches, origin, leader_epoch, now_ms
         )
@@ -344,12 +357,14 @@ class PartitionLog:
             _raise_refusal(self.name, check)
         return None
 
-    def _check_markers(self, records: bytearray | memoryview, batches: Sequence[BatchHeader]) -> None:
+    def _check_markers(self, records: bytearray | memoryview, batches: Sequence[BatchHeader],
+                       transaction_version: int) -> None:
         for header in batches:
             if header.is_control and header.has_producer_id:
                 _kind, coordinator_epoch = _control_record(records, header)
                 check = self.producer_state.check_marker(header.producer_id, header.producer_epoch, coordinator_epoch,
-                                                         offset_hint=self.log_end_offset)
+                                                         offset_hint=self.log_end_offset,
+                                                         transaction_version=transaction_version)
                 if check.verdict is not Verdict.APPEND:
                     _raise_refusal(self.name, check)
 
@@ -659,6 +674,7 @@ class PartitionLog:
             count += 1
         if count == 0:
             return 0
+        self._abort_cleaning(f"segments deleted due to {reason}")
         if count == len(segments):
             self.roll()
         doomed = segments[:count]
@@ -690,6 +706,7 @@ class PartitionLog:
         if offset <= self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self._abort_cleaning(f"truncation to offset {offset}")
         old_end = self.log_end_offset
         while self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
@@ -705,6 +722,7 @@ class PartitionLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
+        self._abort_cleaning(f"full truncation to offset {offset}")
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(self.directory, offset)
@@ -723,6 +741,7 @@ class PartitionLog:
         """Write every index, fsync everything; the log cannot be used afterwards."""
         if self._closed:
             return
+        self._abort_cleaning("the log is closing")
         self.take_producer_snapshot()
         self.txn_index.flush()
         for segment in self._segments:
@@ -733,12 +752,15 @@ class PartitionLog:
 
     def close_without_flush(self) -> None:
         """Release the files without writing anything (error paths)."""
+        self._abort_cleaning("the log is closing")
         for segment in self._segments:
             segment.close_without_flush()
         self._closed = True
 
     def delete(self) -> None:
-        """Close without flushing and remove the partition's directory."""
+        """Close without flushing and remove the partition's directory. A running
+        cleaning round is aborted first, so its thread creates no file here any more."""
+        self._abort_cleaning("the partition is being deleted")
         self.close_without_flush()
         try:
             shutil.rmtree(self.directory)

@@ -36,7 +36,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from oncelog.protocol.record_batch import (
@@ -165,12 +165,10 @@ class LogSegment:
         "time_index_path",
     )
 
-    def __init__(self, directory: Path, base_offset: int, fd: int, size: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, fd: int, size: int, file_suffix: str = "") -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self.index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
-        self.time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        self.use_file_suffix(file_suffix)
         self.size = size
         self.next_offset = base_offset  # offset after the last batch; known once loaded
         self.max_timestamp = NO_TIMESTAMP
@@ -180,6 +178,15 @@ class LogSegment:
         self._reset_indexes()
         self._log_dirty = False
         self._indexes_dirty = False
+
+    def use_file_suffix(self, file_suffix: str) -> None:
+        """Name the segment's files `<base>.log<file_suffix>` and so on. The log cleaner
+        writes a segment as `.cleaned` files and renames them into place; the open file
+        handle follows a rename, only the names kept here change."""
+        directory, base_offset = self.directory, self.base_offset
+        self.log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + file_suffix)
+        self.index_path = directory / (segment_file_name(base_offset, INDEX_SUFFIX) + file_suffix)
+        self.time_index_path = directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix)
 
     def _reset_indexes(self) -> None:
         self._index_offsets = array("i")
@@ -205,6 +212,18 @@ class LogSegment:
         segment = cls(directory, base_offset, fd, 0)
         segment._indexes_dirty = True
         return segment
+
+    @classmethod
+    def open_read_only(cls, directory: Path, base_offset: int, size: int) -> LogSegment:
+        """A second, read-only handle on the first `size` bytes of an existing segment,
+        for `read_batches` on the log cleaner's thread: that thread never uses the log's
+        own handle, which the event loop may close at any time."""
+        log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        try:
+            fd = os.open(log_path, os.O_RDONLY)
+        except OSError as exc:
+            raise _storage_error(log_path, "open segment", exc) from exc
+        return cls(directory, base_offset, fd, size)
 
     @classmethod
     def open(cls, directory: Path, base_offset: int) -> LogSegment:
@@ -727,8 +746,10 @@ class LogSegment:
         """Record the final largest timestamp in the time index (called at roll)."""
         self._maybe_append_time_entry()
 
-    def write_indexes(self, *, sync: bool) -> None:
-        """Write both index files whole (temp file, then rename)."""
+    def write_indexes(self, *, sync: bool, open_file: Callable[[Path], int] | None = None) -> None:
+        """Write both index files whole: through a temp file renamed into place, or, with
+        `open_file`, straight into the descriptor it opens for each index path (the log
+        cleaner's `.cleaned` files, which nothing reads before its swap renames them)."""
         count = len(self._index_offsets)
         index_data = _interleave(
             ((_to_big_endian(self._index_offsets), 4), (_to_big_endian(self._index_positions), 4)), count
@@ -738,9 +759,12 @@ class LogSegment:
             ((_to_big_endian(self._time_timestamps), 8), (_to_big_endian(self._time_offsets), 4)), time_count
         )
         for path, data in ((self.index_path, index_data), (self.time_index_path, time_data)):
-            temp = path.with_name(path.name + ".tmp")
+            temp = path.with_name(path.name + ".tmp") if open_file is None else path
             try:
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                if open_file is None:
+                    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                else:
+                    fd = open_file(path)
                 try:
                     view = memoryview(data)
                     while view:
@@ -749,7 +773,8 @@ class LogSegment:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
-                os.replace(temp, path)
+                if open_file is None:
+                    os.replace(temp, path)
             except OSError as exc:
                 raise _storage_error(path, "write index", exc) from exc
         self._indexes_dirty = False

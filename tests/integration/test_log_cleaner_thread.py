@@ -1,0 +1,306 @@
+"""The log cleaner's heavy work runs on its own thread, not on the broker's event loop:
+the broker keeps answering while a large partition is cleaned, and deleting the topic,
+retention, or stopping the broker in the middle of a round discard the round's output
+safely (Kafka's cleaner thread and LogCleanerManager's abort)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog import EmbeddedBroker
+from oncelog.protocol.record_batch import Record, build_batch, parse_batches
+from oncelog.storage import cleaner as cleaner_module
+from oncelog.storage.cleaner import CleaningInProgress
+from oncelog.testing.process import wait_until
+
+FAST_CLEANER = {
+    "log.cleaner.backoff.ms": "50",
+    "log.cleaner.min.cleanable.ratio": "0.01",
+}
+LATENCY_P99_LIMIT_S = 0.2
+
+
+# Runs in a process of its own, so that its timings are not the broker's GIL waits.
+_PROBE = """
+import json, sys, threading, time
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
+from oncelog.protocol.client import WireClient
+
+stop_requested = []  # when "stop" came: every probe due before it is still sent
+
+
+def wait_for_stop():
+    sys.stdin.readline()
+    stop_requested.append(time.monotonic())
+
+
+threading.Thread(target=wait_for_stop, daemon=True).start()
+samples = []
+with WireClient.connect(sys.argv[1], timeout=60) as client:
+    interval = float(sys.argv[2])
+    due = time.monotonic()
+    number = 0
+    while not stop_requested or due <= stop_requested[0]:
+        wait = due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        if number % 2:
+            client.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False))
+        else:
+            client.request(ApiVersionsRequest(client_software_name="probe", client_software_version="1"))
+        samples.append((due, time.monotonic() - due))
+        if number == 0:
+            print("ready", flush=True)
+        due += interval
+        number += 1
+print(json.dumps(samples), flush=True)
+"""
+
+
+class LatencyProbe:
+    """ApiVersions and Metadata round trips on a fixed schedule, from another process.
+    Each latency counts from the probe's scheduled send time, so a stalled event loop
+    shows in every probe that fell due during the stall, not in one slow answer only.
+    (CLOCK_MONOTONIC is the same in both processes.)"""
+
+    def __init__(self, bootstrap: str, interval_s: float = 0.005) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", _PROBE, bootstrap, str(interval_s)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout.readline().strip() == "ready"
+        self.samples: list[tuple[float, float]] = []  # (scheduled time, latency)
+
+    def stop(self) -> None:
+        output, _ = self.process.communicate("stop\n", timeout=60)
+        assert self.process.returncode == 0, output
+        self.samples = [tuple(sample) for sample in json.loads(output)]
+
+    def latencies_between(self, start: float, end: float) -> list[float]:
+        return sorted(latency for due, latency in self.samples if start <= due <= end)
+
+
+def test_broker_answers_with_bounded_latency_while_a_large_partition_is_cleaned(tmp_path):
+    with EmbeddedBroker(tmp_path / "data", FAST_CLEANER) as broker:
+        broker.call(lambda: broker.broker.logs.create_topic("big", 1, {"cleanup.policy": "compact"}))
+        log = broker.call(lambda: broker.broker.logs.partition("big", 0))
+        # ~32 MB of small keyed records, each key written ~20 times, in the active
+        # segment: nothing is cleanable until it rolls.
+        now_ms = time.time_ns() // 1_000_000
+        value = b"v" * 60
+        written = number = 0
+        while written < 32 * 1024 * 1024:
+            batch = bytearray(build_batch(
+                [Record(key=b"key-%06d" % ((number * 500 + i) % 20_000), value=value) for i in range(500)],
+                timestamp_ms=now_ms,
+            ))
+            broker.call(lambda data=batch: log.append(data, parse_batches(data), now_ms=now_ms))
+            written += len(batch)
+            number += 1
+        end = broker.call(lambda: log.log_end_offset)
+
+        probe = LatencyProbe(broker.bootstrap_servers)
+        started = time.monotonic()
+        broker.call(log.roll)  # the whole 32 MB becomes the dirty section
+        wait_until(lambda: broker.call(lambda: broker.broker.cleaner.first_dirty_offset(log)) == end,
+                   timeout=120, interval=0.05, message="the cleaning round finished")
+        finished = time.monotonic()
+        probe.stop()
+
+        assert broker.call(lambda: log.size_in_bytes) < written / 10  # the round did clean
+        during = probe.latencies_between(started, finished)
+        assert len(during) >= 20, f"only {len(during)} probes in a {finished - started:.2f} s cleaning round"
+        p99 = during[int(len(during) * 0.99) - 1]
+        assert p99 < LATENCY_P99_LIMIT_S, (
+            f"p99 {p99 * 1000:.0f} ms, max {during[-1] * 1000:.0f} ms over {len(during)} probes "
+            f"while cleaning for {finished - started:.2f} s"
+        )
+
+
+class CleanerThreadGate:
+    """Holds the cleaner thread inside its first write of a cleaned segment until
+    released (the round is then mid-way: its `.cleaned` file exists, nothing swapped)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.entered = threading.Event()
+        self.released = threading.Event()
+        self.aborted = threading.Event()
+        real_write = cleaner_module._write_all
+        real_abort = CleaningInProgress.abort
+
+        def gated_write(fd, data, path):
+            if not self.entered.is_set():
+                self.entered.set()
+                self.released.wait(60)
+            real_write(fd, data, path)
+
+        def observed_abort(in_progress, reason):
+            real_abort(in_progress, reason)
+            self.aborted.set()
+
+        monkeypatch.setattr(cleaner_module, "_write_all", gated_write)
+        monkeypatch.setattr(CleaningInProgress, "abort", observed_abort)
+
+
+def produce_keyed(bootstrap: str, topic: str, count: int, keys: int = 10) -> None:
+    """`count` records over `keys` keys, ten per batch (segments of 2048 bytes roll often)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for number in range(count):
+        producer.produce(topic, key=b"key-%d" % (number % keys), value=b"value-%d" % number + b"x" * 40)
+        if number % 10 == 9:
+            assert producer.flush(10) == 0
+    assert producer.flush(10) == 0
+
+
+def leftovers(data_dir: Path) -> list[str]:
+    return [name for _root, _dirs, files in os.walk(data_dir) for name in files
+            if name.endswith((".cleaned", ".swap"))]
+
+
+def consume(bootstrap: str, topic: str, expected: int) -> list[tuple[int, bytes, bytes]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    found = []
+    deadline = time.monotonic() + 20
+    while len(found) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None:
+            assert message.error() is None, message.error()
+            found.append((message.offset(), message.key(), message.value()))
+    consumer.close()
+    return found
+
+
+def call_within(broker: EmbeddedBroker, seconds: float, function):
+    """broker.call, failing instead of hanging when the event loop does not answer."""
+    result = []
+    caller = threading.Thread(target=lambda: result.append(broker.call(function)), daemon=True)
+    caller.start()
+    caller.join(seconds)
+    assert result, f"the broker's event loop did not answer within {seconds} s"
+    return result[0]
+
+
+def test_deleting_the_topic_during_a_cleaning_round_discards_its_output(tmp_path, monkeypatch):
+    gate = CleanerThreadGate(monkeypatch)
+    data = tmp_path / "data"
+    try:
+        with EmbeddedBroker(data, FAST_CLEANER) as broker:
+            bootstrap = broker.bootstrap_servers
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic("table", 1, 1, config={
+                "cleanup.policy": "compact", "segment.bytes": "2048",
+            })])["table"].result(10)
+            produce_keyed(bootstrap, "table", 300)
+            assert gate.entered.wait(30), "no cleaning round started"
+            assert leftovers(data), "the round has a cleaned file"
+
+            admin.delete_topics(["table"])["table"].result(10)  # answered while the round is held
+            assert not (data / "table-0").exists()
+            gate.released.set()
+            wait_until(lambda: broker.call(lambda: broker.broker.cleaner.rounds_aborted) == 1, timeout=30,
+                       message="the round counted as aborted")
+            assert not broker.call(lambda: broker.broker.cleaner.is_cleaning("table", 0))
+            assert not (data / "table-0").exists()  # nothing resurrected
+            assert leftovers(data) == []
+
+            # A topic of the same name starts empty and works.
+            admin.create_topics([NewTopic("table", 1, 1, config={"cleanup.policy": "compact"})])["table"].result(10)
+            produce_keyed(bootstrap, "table", 1)
+            assert consume(bootstrap, "table", 1) == [(0, b"key-0", b"value-0" + b"x" * 40)]
+    finally:
+        gate.released.set()
+
+
+def test_retention_deleting_segments_during_a_cleaning_round_discards_its_output(tmp_path, monkeypatch):
+    gate = CleanerThreadGate(monkeypatch)
+    data = tmp_path / "data"
+    try:
+        with EmbeddedBroker(data, FAST_CLEANER) as broker:
+            bootstrap = broker.bootstrap_servers
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic("table", 1, 1, config={
+                "cleanup.policy": "compact,delete", "segment.bytes": "2048", "retention.ms": "3600000",
+            })])["table"].result(10)
+            produce_keyed(bootstrap, "table", 300)
+            assert gate.entered.wait(30), "no cleaning round started"
+            log = call_within(broker, 10, lambda: broker.broker.logs.partition("table", 0))
+
+            # Retention, as its timer would run it two hours later: every segment is too old.
+            in_two_hours = time.time_ns() // 1_000_000 + 7_200_000
+            deleted = call_within(broker, 10, lambda: log.apply_retention(in_two_hours))
+            assert deleted > 0
+            assert gate.aborted.is_set()
+            start, end = broker.call(lambda: (log.log_start_offset, log.log_end_offset))
+            assert start == end == 300
+            gate.released.set()
+            wait_until(lambda: broker.call(lambda: broker.broker.cleaner.rounds_aborted) >= 1, timeout=30,
+                       message="the round counted as aborted")
+            wait_until(lambda: not broker.call(lambda: broker.broker.cleaner.is_cleaning("table", 0)), timeout=30,
+                       message="no round running")
+            assert leftovers(data) == []
+            # The deleted segments stay deleted: no cleaned copy of them was swapped in.
+            assert broker.call(lambda: (log.log_start_offset, log.log_end_offset, log.size_in_bytes)) == (300, 300, 0)
+            assert broker.call(lambda: log.segment_base_offsets) == [300]
+            produce_keyed(bootstrap, "table", 1)
+        with EmbeddedBroker(data, FAST_CLEANER) as broker:
+            log = broker.call(lambda: broker.broker.logs.partition("table", 0))
+            assert broker.call(lambda: (log.log_start_offset, log.log_end_offset)) == (300, 301)
+            assert consume(broker.bootstrap_servers, "table", 1)[0][0] == 300
+    finally:
+        gate.released.set()
+
+
+def test_stopping_the_broker_during_a_cleaning_round_is_clean_and_the_restart_consistent(tmp_path, monkeypatch):
+    gate = CleanerThreadGate(monkeypatch)
+    data = tmp_path / "data"
+    broker = EmbeddedBroker(data, FAST_CLEANER).start()
+    try:
+        bootstrap = broker.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("table", 1, 1, config={
+            "cleanup.policy": "compact", "segment.bytes": "2048",
+        })])["table"].result(10)
+        produce_keyed(bootstrap, "table", 300)
+        assert gate.entered.wait(30), "no cleaning round started"
+
+        stopping = threading.Thread(target=broker.stop, daemon=True)
+        stopping.start()
+        # stop() aborts the round on the loop, then waits for the held thread.
+        assert gate.aborted.wait(10), "stop() did not abort the running round"
+        assert stopping.is_alive(), "stop() returned while the cleaner thread was still writing"
+        gate.released.set()
+        stopping.join(30)
+        assert not stopping.is_alive(), "stop() did not finish"
+    finally:
+        gate.released.set()
+        broker.stop()
+    assert leftovers(data) == []
+    assert (data / ".oncelog_cleanshutdown").exists()
+    monkeypatch.undo()
+
+    with EmbeddedBroker(data, FAST_CLEANER) as broker:
+        read = consume(broker.bootstrap_servers, "table", 10)
+        offsets = [offset for offset, *_ in read]
+        assert offsets == sorted(set(offsets))
+        latest = {b"key-%d" % (number % 10): b"value-%d" % number + b"x" * 40 for number in range(300)}
+        log = broker.call(lambda: broker.broker.logs.partition("table", 0))
+        end = broker.call(lambda: log.log_end_offset)
+        assert end == 300
+        # After the restart the cleaner finishes the job: one record per key is left
+        # (the active segment's records may still repeat a key).
+        wait_until(lambda: broker.call(lambda: broker.broker.cleaner.first_dirty_offset(log))
+                   == broker.call(lambda: log.active_segment.base_offset), timeout=30,
+                   message="the cleaner caught up after the restart")
+        everything = consume(broker.bootstrap_servers, "table", 10 + 300)
+        assert {key: value for _offset, key, value in everything} == latest
