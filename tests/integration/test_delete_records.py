@@ -11,6 +11,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kio.schema.delete_records.v2 import request as delete_v2
 from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v5 import request as list_offsets_v5
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
@@ -116,3 +117,37 @@ def test_deleted_records_stay_deleted_after_a_restart(tmp_path):
         assert delete_records(broker.bootstrap_servers, topic, {0: 15}) == [(0, ErrorCode.none, 15)]
     with EmbeddedBroker(tmp_path / "broker") as broker:
         assert consumed_offsets(broker.bootstrap_servers, TopicPartition(topic, 0)) == list(range(15, 20))
+
+
+def test_deleting_records_past_an_open_transactions_start_moves_the_last_stable_offset_with_it(shared_broker):
+    from confluent_kafka import Producer
+
+    bootstrap = shared_broker.bootstrap_servers
+    topic = unique("delete-open-txn")
+    create_topic(bootstrap, topic)
+    transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("open")})
+    transactional.init_transactions(10)
+    transactional.begin_transaction()
+    for i in range(3):
+        transactional.produce(topic, f"t{i}".encode(), partition=0)  # offsets 0-2, left open
+    transactional.flush(10)
+    produce(bootstrap, topic, 5)  # offsets 3-7, behind the open transaction
+
+    def last_stable_offset() -> int:
+        """ListOffsets latest with isolation level read_committed, on the wire."""
+        request = list_offsets_v5.ListOffsetsRequest(
+            replica_id=-1, isolation_level=1, topics=(list_offsets_v5.ListOffsetsTopic(name=topic, partitions=(
+                list_offsets_v5.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),
+            )),),
+        )
+        with WireClient.connect(bootstrap) as client:
+            (answer,) = client.request(request).topics
+        (partition,) = answer.partitions
+        assert partition.error_code == ErrorCode.none
+        return partition.offset
+
+    assert last_stable_offset() == 0
+    assert delete_records(bootstrap, topic, {0: 2}) == [(0, ErrorCode.none, 2)]
+    assert last_stable_offset() == 2  # Kafka: max(first unstable offset, log start offset)
+    transactional.abort_transaction(10)
+    assert last_stable_offset() == 9  # the abort marker is offset 8

@@ -262,11 +262,13 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """The read_committed bound: the high watermark, or the first offset of the oldest
-        open transaction when that is lower."""
+        open transaction when that is lower, but never below the log start offset (as
+        Kafka's UnifiedLog: DeleteRecords past an open transaction's first offset moves
+        the bound up with it)."""
         first_unstable = self.producer_state.first_unstable_offset
         if first_unstable is None or first_unstable > self.high_watermark:
             return self.high_watermark
-        return first_unstable
+        return max(first_unstable, self.log_start_offset)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end),
