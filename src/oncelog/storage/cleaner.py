@@ -79,7 +79,7 @@ from oncelog.protocol.record_batch import (
 )
 from oncelog.storage import batch_records
 from oncelog.storage.errors import CorruptLogError, LogError, StorageError
-from oncelog.storage.framed_file import fsync_directory, read_json_file, write_json_file
+from oncelog.storage.framed_file import fsync_directory, read_partition_offsets, write_json_file
 from oncelog.storage.segment import (
     INDEX_ENTRY_SIZE,
     INDEX_SUFFIX,
@@ -621,12 +621,9 @@ def _finish_aborted_steps(steps: Generator[ThreadStep, Any, CleanerStats | None]
 
 
 def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    if not path.exists():
-        return {}
     try:
-        _version, document = read_json_file(path, _CHECKPOINT_MAGIC, (_CHECKPOINT_VERSION,))
-        return {(str(topic), int(partition)): int(offset) for topic, partition, offset in document["offsets"]}
-    except (CorruptLogError, KeyError, TypeError, ValueError) as exc:
+        return read_partition_offsets(path, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION)
+    except CorruptLogError as exc:
         # Losing it costs one full re-clean, never data.
         logger.warning("%s: ignoring unreadable cleaner checkpoint: %s", path, exc)
         return {}

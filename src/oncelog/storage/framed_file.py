@@ -96,3 +96,16 @@ def read_json_file(path: Path, magic: bytes, versions: range | tuple[int, ...]) 
         return version, json.loads(payload)
     except ValueError as exc:
         raise CorruptLogError(str(path), f"payload is not JSON: {exc}") from None
+
+
+def read_partition_offsets(path: Path, magic: bytes, version: int) -> dict[tuple[str, int], int]:
+    """A checkpoint of one offset per partition (`{"offsets": [[topic, partition,
+    offset], ...]}`), or {} when the file is absent. Raises CorruptLogError when it
+    cannot be read: the callers decide what losing it costs."""
+    if not path.exists():
+        return {}
+    _version, document = read_json_file(path, magic, (version,))
+    try:
+        return {(str(topic), int(partition)): int(offset) for topic, partition, offset in document["offsets"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLogError(str(path), f"not a partition offset checkpoint: {exc}") from None

@@ -42,7 +42,12 @@ from oncelog.storage.errors import (
     UnknownTopicError,
     topic_partition_name,
 )
-from oncelog.storage.framed_file import fsync_directory, read_json_file, write_json_file
+from oncelog.storage.framed_file import (
+    fsync_directory,
+    read_json_file,
+    read_partition_offsets,
+    write_json_file,
+)
 from oncelog.storage.log import PartitionLog, wall_clock_ms
 from oncelog.storage.producer_state import ProducerStateConfig
 
@@ -258,12 +263,9 @@ class LogManager:
             write_json_file(directory / TOPICS_META_FILE, _TOPICS_META_MAGIC, _TOPICS_META_VERSION, document)
 
     def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
-        if not path.exists():
-            return {}
         try:
-            _version, document = read_json_file(path, _CHECKPOINT_MAGIC, (_CHECKPOINT_VERSION,))
-            return {(str(topic), int(partition)): int(offset) for topic, partition, offset in document["offsets"]}
-        except (CorruptLogError, KeyError, TypeError, ValueError) as exc:
+            return read_partition_offsets(path, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION)
+        except CorruptLogError as exc:
             # Losing a checkpoint costs a longer recovery, never data: carry on without it.
             logger.warning("%s: ignoring unreadable checkpoint: %s", path, exc)
             return {}
