@@ -162,6 +162,31 @@ def test_marker_completes_the_transaction_and_reports_aborts():
     assert manager.producers[7].coordinator_epoch == 4
 
 
+def test_retry_of_a_batch_in_the_open_transaction_is_a_duplicate():
+    manager = manager_with(batch(7, 0, 20, 3, 31, is_transactional=True))
+    check = manager.check(7, 0, 20, 22, transactional=True)
+    assert check.verdict is Verdict.DUPLICATE
+    assert check.duplicate_of.first_offset == 31
+
+
+def test_transactional_batch_repeating_an_aborted_transactions_sequences_is_out_of_order():
+    # The chaos run's torn transaction: records 31-33 (sequences 20-22) were aborted by
+    # the marker at 34; the next transaction's new records came with the same sequences
+    # and would have been "acknowledged" at 31-33, aborted, and lost from its commit.
+    manager = manager_with(batch(7, 0, 20, 3, 31, is_transactional=True), marker(7, 0, 34, commit=False))
+    check = manager.check(7, 0, 20, 22, transactional=True, offset_hint=35)
+    assert check.verdict is Verdict.OUT_OF_ORDER_SEQUENCE
+    assert check.message == (
+        "Transactional batch of producer 7 with epoch 0 at offset 35 in partition orders-0 repeats sequence "
+        "numbers 20-22 of the batch at offset 31, which belongs to a transaction that has ended: a retry of an "
+        "ended transaction's batch, or sequence numbers reused in the same epoch (expected sequence 23)"
+    )
+    # Once the next transaction is open here, a batch of the ended one is still refused.
+    manager.record(batch(7, 0, 23, 2, 35, is_transactional=True))
+    assert manager.check(7, 0, 20, 22, transactional=True).verdict is Verdict.OUT_OF_ORDER_SEQUENCE
+    assert manager.check(7, 0, 23, 24, transactional=True).verdict is Verdict.DUPLICATE
+
+
 def test_marker_without_data_on_the_partition_completes_nothing():
     manager = ProducerStateManager("orders-0")
     assert manager.record(marker(7, 0, 0)) is None

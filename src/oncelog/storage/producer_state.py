@@ -7,6 +7,9 @@ Kafka's order (UnifiedLog's duplicate lookup, then ProducerAppendInfo's epoch, s
 and transaction checks):
 
 1. a duplicate of one of the last 5 batches of the same epoch -> Duplicate(original offsets)
+   ...unless the batch is transactional and the one it repeats
+   belongs to a transaction that has ended (deviation, see check())
+                                                              -> OUT_OF_ORDER_SEQUENCE_NUMBER
 2. a lower epoch                                              -> INVALID_PRODUCER_EPOCH
 3. a new (higher) epoch that does not start at sequence 0     -> OUT_OF_ORDER_SEQUENCE_NUMBER
    the same epoch, sequence not last + 1 (wrapping at Int.MAX;
@@ -99,6 +102,10 @@ class ProducerStateEntry:
         if len(self.batches) >= NUM_BATCHES_TO_RETAIN:
             del self.batches[0]
         self.batches.append(batch)
+
+    def in_open_transaction(self, batch: BatchMetadata) -> bool:
+        """Whether `batch` was written in this producer's transaction that is still open here."""
+        return self.current_txn_first_offset is not None and batch.first_offset >= self.current_txn_first_offset
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         if epoch != self.producer_epoch:
@@ -199,9 +206,24 @@ class ProducerStateManager:
         if entry is None:
             return APPEND  # KIP-360: unknown producers are accepted with any sequence
         duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
-        if duplicate is not None:
-            return Check(Verdict.DUPLICATE, duplicate_of=duplicate)
         where = f"at offset {offset_hint} in partition {self.partition_name}"
+        if duplicate is not None:
+            if transactional and not entry.in_open_transaction(duplicate):
+                # Deviation from Kafka, which answers with the original offsets: the batch
+                # it repeats belongs to a transaction that has ended (its marker is
+                # written), and no client may retry a batch of an ended transaction. A
+                # client reusing the sequence numbers of aborted records (librdkafka does
+                # after purging possibly persisted ones at abort_transaction, in the same
+                # epoch) would otherwise see its new records acknowledged at the aborted
+                # records' offsets and lose them from the transaction it then commits.
+                return Check(
+                    Verdict.OUT_OF_ORDER_SEQUENCE,
+                    message=f"Transactional batch of producer {producer_id} with epoch {epoch} {where} repeats "
+                    f"sequence numbers {first_seq}-{last_seq} of the batch at offset {duplicate.first_offset}, "
+                    "which belongs to a transaction that has ended: a retry of an ended transaction's batch, "
+                    f"or sequence numbers reused in the same epoch (expected sequence {next_sequence(entry.last_seq)})",
+                )
+            return Check(Verdict.DUPLICATE, duplicate_of=duplicate)
         current_epoch = entry.producer_epoch
         if epoch < current_epoch:
             return Check(

@@ -355,8 +355,9 @@ def _close_quietly(producer: RecordingProducer, purge: bool = False) -> None:
         try:
             producer.close(timeout=3 if purge else CALL_TIMEOUT_S)
             return
-        except KafkaException:
-            # confluent-kafka raises a fatal error once, from whichever call comes next;
+        except (KafkaException, SystemError):
+            # confluent-kafka raises a fatal error once, from whichever call comes next
+            # (2.16's flush sometimes as a SystemError: see history._clear_stray_error);
             # closing again flushes and records the leftovers.
             if attempt == 2:
                 raise

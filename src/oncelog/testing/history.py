@@ -186,7 +186,7 @@ class History:
     """Operations in the order they were recorded; safe to append from many threads."""
 
     def __init__(self, operations: Iterable[Operation] = ()) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # see _clear_stray_error
         self._operations: list[Operation] = list(operations)
 
     def append(self, operation: Operation) -> Operation:
@@ -242,6 +242,20 @@ def _text(data: bytes | str | None) -> str | None:
     return data.decode("utf-8", "backslashreplace")
 
 
+def _clear_stray_error() -> None:
+    """confluent-kafka (2.16) can call a delivery callback while the producer's fatal error
+    is already set as the current exception. The callback's first call into C code then
+    does its work and raises SystemError ("returned a result with an exception set") on
+    the way back: if that call is a lock's __enter__, the lock stays held and the next
+    callback on the thread waits for it forever (the chaos run hung so). So the callback's
+    first C call is this harmless one, which absorbs the stray error; the producer raises
+    its fatal error again from the next call into it, as it always does."""
+    try:
+        time.monotonic()
+    except SystemError:
+        pass
+
+
 class RecordingProducer:
     """A confluent-kafka Producer that records a Send for every delivery report.
 
@@ -259,7 +273,7 @@ class RecordingProducer:
         self._producer = Producer(dict(config))
         self._counter = itertools.count()
         self._tokens = itertools.count()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # see _clear_stray_error
         self._pending: dict[int, tuple[str, int, str, str | None, str | None, int | None]] = {}
         self._txn: tuple[str, int] | None = None  # (transactional id, txn seq) while one is open
 
@@ -296,6 +310,7 @@ class RecordingProducer:
         return value
 
     def _delivered(self, token: int, error, message) -> None:
+        _clear_stray_error()
         with self._lock:
             pending = self._pending.pop(token, None)
         if pending is None:

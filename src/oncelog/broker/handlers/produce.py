@@ -18,6 +18,12 @@
   which sends no AddPartitionsToTxn) adds the partition to the transaction instead,
   after the same producer id and epoch checks; as the epoch is bumped at the end of
   every transaction, a late batch of an earlier transaction gets INVALID_PRODUCER_EPOCH.
+- Deviation: a transactional batch that repeats the sequence numbers of a batch from a
+  transaction that has ended (its marker is written) is OUT_OF_ORDER_SEQUENCE_NUMBER,
+  where Kafka answers it as a duplicate with the old offsets: no client may retry an
+  ended transaction's batch, and librdkafka reuses the sequences of aborted records in
+  the same epoch, whose new records would otherwise be lost from the next transaction
+  (storage/producer_state.py).
 - Deviation: otherwise records inside a batch are not decompressed or validated one by
   one; the batch header and CRC are.
 """
