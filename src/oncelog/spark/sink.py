@@ -259,6 +259,18 @@ class RowProducer:
         if self.errors:
             raise SinkWriteError("records could not be written: " + "; ".join(self.errors))
 
+    @classmethod
+    def write_all(cls, producer, options: SinkOptions, first: Rows, rest: Iterable[Rows],
+                  timeout_s: float) -> RowProducer:
+        """Produce `first` and every batch of `rest`, then flush: every row acknowledged
+        (in the producer's open transaction) or SinkWriteError."""
+        writer = cls(producer, options)
+        writer.produce(first)
+        for more in rest:
+            writer.produce(more)
+        writer.flush(timeout_s)
+        return writer
+
 
 def _nonempty_rows(batches: Iterable) -> Iterator[Rows]:
     for batch in batches:
@@ -453,11 +465,7 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
             return TaskResult(**{**asdict(result), "skipped": True})
         producer.begin_transaction()
         began = True
-        writer = RowProducer(producer, options)
-        writer.produce(first)
-        for more in rows:
-            writer.produce(more)
-        writer.flush(timeout)
+        writer = RowProducer.write_all(producer, options, first, rows, timeout)
         pause_point("partition:before-task-commit")  # every row is in the open transaction
         producer.send_offsets_to_transaction(
             [TopicPartition(marker.topic, 0, task.batch_id + 1)], marker_group.consumer_group_metadata(), timeout
@@ -555,11 +563,7 @@ def write_batch_mode(options: SinkOptions, task: TaskIdentity, run_token: str, b
     try:
         producer.init_transactions(timeout)
         producer.begin_transaction()
-        writer = RowProducer(producer, options)
-        writer.produce(first)
-        for more in rows:
-            writer.produce(more)
-        writer.flush(timeout)
+        writer = RowProducer.write_all(producer, options, first, rows, timeout)
         pause_point("batch:before-handover")  # every row is in the open transaction
         with two_phase_client(options.bootstrap_servers, timeout) as client:
             kept = client.keep_prepared(transactional_id)
@@ -869,11 +873,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
         try:
             producer.init_transactions(timeout)
             producer.begin_transaction()
-            writer = RowProducer(producer, self.options)
-            writer.produce(first)
-            for more in rows:
-                writer.produce(more)
-            writer.flush(timeout)
+            writer = RowProducer.write_all(producer, self.options, first, rows, timeout)
             producer.commit_transaction(timeout)
             return BatchWriteResult(partition_id, writer.count)
         except (KafkaException, SystemError) as error:
