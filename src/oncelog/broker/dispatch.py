@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.messages import ResponseBuilder
@@ -74,11 +73,6 @@ def load_handlers(transaction_version: int = TRANSACTION_V2_LEVEL) -> dict[int, 
 
     if transaction_version >= TRANSACTION_V2_LEVEL:
         return REGISTRY
-    return _without_transaction_v2(len(REGISTRY))
-
-
-@cache
-def _without_transaction_v2(_registry_size: int) -> dict[int, ApiHandler]:
     return {
         key: replace(handler, max_version=handler.first_transaction_v2_version - 1)
         if handler.first_transaction_v2_version is not None else handler

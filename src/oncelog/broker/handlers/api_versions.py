@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from oncelog.broker.config import MAX_TRANSACTION_VERSION
-from oncelog.broker.dispatch import ApiHandler, RequestContext, api, load_handlers
+from oncelog.broker.dispatch import ApiHandler, RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode, ResponseBuilder, encode_response
 
 KEY = 18
@@ -46,7 +46,7 @@ async def handle(ctx: RequestContext, request) -> object:
     return make(
         "ApiVersionsResponse",
         error_code=ErrorCode.none,
-        api_keys=_api_keys(ctx.response, load_handlers(level)),
+        api_keys=_api_keys(ctx.response, ctx.broker.server.handlers),  # what requests dispatch to
         throttle_time=NO_THROTTLE,
         **fields,
     )
