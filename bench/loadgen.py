@@ -57,7 +57,7 @@ def _fail(message: str) -> None:
 
 
 def produce(args: argparse.Namespace) -> dict:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
 
     config = {"bootstrap.servers": args.bootstrap, **PRODUCER_DEFAULTS, "acks": args.acks}
     if args.idempotent or args.transactional_id:
@@ -86,16 +86,14 @@ def produce(args: argparse.Namespace) -> dict:
     produce_one = producer.produce
     poll = producer.poll
     commit_latencies: list[float] = []
+    # --producers K: K-1 more transactional producers (own transactional ids), warmed up
+    # before the clock starts, each running its share of the transactions in a thread
+    # (librdkafka's blocking calls release the GIL).
+    others = [_warm_transactional(config, f"{args.transactional_id}-{number}", topic, value, on_delivery)
+              for number in range(1, args.producers)] if transactional else []
     cpu_before = _cpu_seconds()
     started = time.perf_counter()
     if transactional:
-        # --producers K: K-1 more transactional producers (own transactional ids), warmed up
-        # before the clock starts, each running its share of the transactions in a thread
-        # (librdkafka's blocking calls release the GIL).
-        others = [_warm_transactional(config, f"{args.transactional_id}-{number}", topic, value, on_delivery)
-                  for number in range(1, args.producers)]
-        cpu_before = _cpu_seconds()
-        started = time.perf_counter()
         shares = [args.messages // args.producers + (1 if number < args.messages % args.producers else 0)
                   for number in range(args.producers)]
         failures: list[str] = []

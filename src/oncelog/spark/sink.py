@@ -665,7 +665,7 @@ class BatchCommitter:
         self.client = client
         self.state = SinkState(options.checkpoint_location)
         self.prefix = batch_transactional_prefix(options, query_id)
-        self.gate_prefix = f"{options.transactional_id_prefix}-{query_id}-gate-"
+        self.gate_prefix = f"{self.prefix}gate-"
 
     def commit(self, results: list[TaskResult], batch_id: int) -> None:
         decision = self.state.load(batch_id)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,14 +27,9 @@ from pathlib import Path
 
 from oncelog.spark.session import spark_home
 from oncelog.testing.java import java_home
+from oncelog.testing.process import free_port
 
 MASTER_HOST = "127.0.0.1"
-
-
-def _free_port(host: str = MASTER_HOST) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 class StandaloneSpark:
@@ -51,8 +45,8 @@ class StandaloneSpark:
         self.memory = memory
         self.start_timeout_s = start_timeout_s
         self.work_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="oncelog-spark-"))
-        self.master_port = _free_port()
-        self.master_ui_port = _free_port()
+        self.master_port = free_port()
+        self.master_ui_port = free_port()
         self.master_url = f"spark://{MASTER_HOST}:{self.master_port}"
         self._processes: list[subprocess.Popen] = []
 
@@ -90,7 +84,7 @@ class StandaloneSpark:
             self._launch(f"worker-{number}", [
                 "org.apache.spark.deploy.worker.Worker", "--host", host,
                 "--cores", str(self.cores_per_worker), "--memory", self.memory,
-                "--webui-port", str(_free_port(host)), "--work-dir", str(self.work_dir / f"work-{number}"),
+                "--webui-port", str(free_port(host)), "--work-dir", str(self.work_dir / f"work-{number}"),
                 self.master_url,
             ], {**environment, "SPARK_LOCAL_IP": host})
         self._wait_for_workers()
