@@ -1,7 +1,7 @@
 # oncelog developer tasks. `make demo` and `make test` work on a fresh machine with
 # Python 3.11+: both run `setup` first.
 #
-#   make setup   .venv with oncelog and its test dependencies, kcat, a Java 17+ runtime
+#   make setup   .venv with oncelog and its test dependencies, kcat, etcd, a Java 17+ runtime
 #   make test    the default test suite (everything not marked slow)
 #   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
 #   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
@@ -34,6 +34,7 @@ help:
 
 setup: $(SETUP_STAMP)
 	@scripts/ensure-kcat.sh
+	@scripts/ensure-etcd.sh
 	@scripts/ensure-java.sh $(VENV_PYTHON)
 
 # Reinstalled only when the dependencies change.
@@ -55,6 +56,9 @@ test: setup
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "test: error: kcat is not installed and the kcat tests need it" \
 	       "(sudo apt-get install -y kcat)" >&2; exit 1; }
+	@$(VENV_PYTHON) -c 'from oncelog.cluster.etcd_member import find_etcd; find_etcd()' 2>/dev/null || { \
+	  echo "test: error: no etcd binary and the cluster tests need it" \
+	       "(make setup or scripts/ensure-etcd.sh; or set ONCELOG_ETCD to an etcd 3.4+ binary)" >&2; exit 1; }
 	$(VENV_PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: setup
