@@ -314,6 +314,7 @@ def test_leftover_temporary_and_orphan_index_files_are_removed_on_open(tmp_path)
         assert sorted(os.listdir(directory)) == [
             "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
             "00000000000000000001.snapshot",  # producer state, written at the clean close
+            "leader-epoch-checkpoint",  # written by the first append (epoch 0)
         ]
     finally:
         reopened.close()

@@ -1,7 +1,8 @@
 """Storage: partition logs (segments, indexes, recovery, retention) and the log manager.
 
 Public entry points: `LogManager` (all partitions of a broker), `PartitionLog` (one
-topic-partition), `LogConfig` (topic-level settings) and the exceptions in `errors`.
+topic-partition), `LeaderEpochCache` (its leader epochs), `LogConfig` (topic-level
+settings) and the exceptions in `errors`.
 """
 
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
@@ -19,6 +20,7 @@ from oncelog.storage.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from oncelog.storage.leader_epoch import LeaderEpochCache
 from oncelog.storage.log import AppendOrigin, AppendResult, PartitionLog, ReadResult
 from oncelog.storage.manager import LogManager, TopicInfo
 
@@ -31,6 +33,7 @@ __all__ = [
     "InvalidPartitionsError",
     "InvalidRecordError",
     "InvalidTopicError",
+    "LeaderEpochCache",
     "LogConfig",
     "LogError",
     "LogManager",

@@ -165,3 +165,30 @@ class InvalidTxnStateError(ProducerStateError):
 
 class TransactionCoordinatorFencedError(ProducerStateError):
     kafka_error_code = 52  # TRANSACTION_COORDINATOR_FENCED
+
+
+class CorruptBatchError(LogError):
+    """Replicated bytes whose framing, magic or CRC32C is wrong (Kafka's CorruptRecordException)."""
+
+    kafka_error_code = 2  # CORRUPT_MESSAGE
+
+    def __init__(self, topic_partition: str, message: str) -> None:
+        self.topic_partition = topic_partition
+        super().__init__(f"partition {topic_partition}: {message}")
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append whose first batch starts below the log end offset (Kafka's
+    UnexpectedAppendOffsetException). The offsets let the caller do what Kafka's
+    Partition does when the log is empty and the batch holds its log end offset (the
+    leader's log start fell inside a batch): start the log at `first_offset` and retry."""
+
+    def __init__(self, topic_partition: str, first_offset: int, last_offset: int, log_end_offset: int) -> None:
+        self.topic_partition = topic_partition
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_end_offset = log_end_offset
+        super().__init__(
+            f"unexpected offset in append to partition {topic_partition}: first offset {first_offset} "
+            f"(last offset {last_offset}) is less than the log end offset {log_end_offset}"
+        )

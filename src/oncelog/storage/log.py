@@ -4,7 +4,10 @@ Directory `<log.dir>/<topic>-<partition>/` holds the segments (see segment.py). 
 owns the offsets Kafka reports for a partition:
 
     log_start_offset  first offset a consumer may fetch (moves with retention, DeleteRecords)
-    high_watermark    last offset + 1 visible to consumers (single node: the log end offset)
+    high_watermark    last offset + 1 visible to consumers: the log end offset on a
+                      standalone log; on a `replicated` log, whatever the replication
+                      side sets through `update_high_watermark` (restored at load from
+                      the log manager's `replication-offset-checkpoint`)
     log_end_offset    next offset to assign
     recovery_point    offsets below it are known to be fsynced
 
@@ -17,7 +20,14 @@ recent batch returns its original offsets and writes nothing), assign offsets
 The log also owns the partition's idempotent producer state (producer_state.py). It is
 snapshotted when a segment rolls and at a clean close, and rebuilt on open from the
 newest snapshot plus the batch headers after it, leaving out producers expired by then
-(producer.id.expiration.ms, as Kafka does).
+(producer.id.expiration.ms, as Kafka does). Aborted transactions go to the transaction
+index with a last stable offset computed from the log alone, so the leader, followers
+and a replay write identical entries.
+
+Replication: a follower appends the leader's bytes with `append_as_follower` (offsets,
+leader epochs and timestamps kept). The leader epoch cache (leader_epoch.py, file
+`leader-epoch-checkpoint`) is assigned from every append, truncated with the log, and
+moved with the log start; it is rebuilt from the batch headers when the file is missing.
 
 Compaction (cleaner.py) rewrites inactive segments and swaps them in through
 `replace_segments`; `open` first completes a swap that a crash interrupted. While a
@@ -48,6 +58,8 @@ from oncelog.protocol.record_batch import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
+    CorruptRecordError,
+    parse_batches,
     read_control_record,
     set_base_offset,
     set_partition_leader_epoch,
@@ -55,6 +67,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage import cleaner, producer_snapshot
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import (
+    CorruptBatchError,
     CorruptLogError,
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -65,9 +78,12 @@ from oncelog.storage.errors import (
     RecordTooLargeError,
     StorageError,
     TransactionCoordinatorFencedError,
+    UnexpectedAppendOffsetError,
     topic_partition_name,
 )
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
+from oncelog.storage.leader_epoch import FILE_NAME as LEADER_EPOCH_CHECKPOINT_FILE
+from oncelog.storage.leader_epoch import LeaderEpochCache
 from oncelog.storage.producer_state import (
     CompletedTxn,
     ProducerBatch,
@@ -137,7 +153,8 @@ class PartitionLog:
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
                  segments: list[LogSegment], *, log_start_offset: int, now_ms: int,
-                 producer_state_config: ProducerStateConfig | None = None) -> None:
+                 producer_state_config: ProducerStateConfig | None = None, replicated: bool = False,
+                 leader_epoch_cache: LeaderEpochCache | None = None) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -148,6 +165,9 @@ class PartitionLog:
         self.log_end_offset = segments[-1].next_offset
         self.log_start_offset = log_start_offset
         self.high_watermark = self.log_end_offset
+        # False: standalone, the high watermark follows the log end offset. True: only
+        # update_high_watermark (and truncation, log-start moves) change it.
+        self.replicated = replicated
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
@@ -155,6 +175,7 @@ class PartitionLog:
         self._closed = False
         self.producer_state = ProducerStateManager(self.name, producer_state_config)
         self.txn_index = TransactionIndex(directory)
+        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         self.cleaning: cleaner.CleaningInProgress | None = None  # the running cleaning round
 
     # -- opening and recovery ------------------------------------------------------------
@@ -162,7 +183,8 @@ class PartitionLog:
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, *, recover: bool,
              recovery_point: int | None = None, log_start_offset: int | None = None,
-             now_ms: int | None = None, producer_state_config: ProducerStateConfig | None = None) -> PartitionLog:
+             now_ms: int | None = None, producer_state_config: ProducerStateConfig | None = None,
+             replicated: bool = False, high_watermark: int | None = None) -> PartitionLog:
         """Open (or create) the log in `directory`.
 
         With `recover` (no clean shutdown), segments from the one holding
@@ -170,6 +192,10 @@ class PartitionLog:
         truncated at the first torn or corrupt batch; any segment after a truncation is
         dropped. Other segments load their index files, rebuilding them when missing or
         damaged. `log_start_offset` comes from the log-start checkpoint.
+
+        A `replicated` log starts with `high_watermark` (from the replication-offset
+        checkpoint; the log start offset when None) kept within [log start, log end]; a
+        standalone log's high watermark is its log end offset.
         """
         now_ms = wall_clock_ms() if now_ms is None else now_ms
         name = topic_partition_name(topic, partition)
@@ -182,6 +208,10 @@ class PartitionLog:
         # Compaction: finish a segment swap a crash interrupted, before listing segments.
         swapped = cleaner.complete_interrupted_swaps(directory, name)
         bases = _clean_directory(directory)
+        # A corrupt epoch checkpoint fails the open here, before any segment is opened.
+        epoch_checkpoint = directory / LEADER_EPOCH_CHECKPOINT_FILE
+        rebuild_epochs = not epoch_checkpoint.exists()
+        leader_epoch_cache = LeaderEpochCache(epoch_checkpoint)
         if not recover:
             first_to_recover = len(bases)
         elif recovery_point is None:
@@ -226,7 +256,8 @@ class PartitionLog:
 
         start = max(log_start_offset or 0, segments[0].base_offset)
         log = cls(directory, topic, partition, config, segments, log_start_offset=start, now_ms=now_ms,
-                  producer_state_config=producer_state_config)
+                  producer_state_config=producer_state_config, replicated=replicated,
+                  leader_epoch_cache=leader_epoch_cache)
         if log.log_start_offset > log.log_end_offset:
             logger.warning(
                 "%s: log start offset %d is past the recovered log end offset %d; starting the log there",
@@ -235,6 +266,10 @@ class PartitionLog:
             log.truncate_fully_and_start_at(log.log_start_offset)
         else:
             log._rebuild_producer_state(now_ms)
+            log._load_leader_epochs(log._segments if rebuild_epochs else recovered)
+        if replicated:
+            log.high_watermark = log.log_start_offset
+            log.update_high_watermark(log.log_start_offset if high_watermark is None else high_watermark)
         if swapped:
             cleaner.drop_orphan_aborted_txns(log)
         if recovered:
@@ -248,6 +283,26 @@ class PartitionLog:
                 name, len(recovered), log.log_start_offset, log.log_end_offset,
             )
         return log
+
+    def _load_leader_epochs(self, scanned: list[LogSegment]) -> None:
+        """Bring the epoch cache in line with the loaded log: drop entries past its end
+        (a crash or truncation cut it), assign the epochs of the `scanned` segments'
+        batches above the latest known one (as Kafka's segment recovery does; all
+        segments when the checkpoint file was missing), and move the first entry to the
+        log start offset."""
+        cache = self.leader_epoch_cache
+        cache.truncate_from_end(self.log_end_offset)
+        starts = []
+        for segment in scanned:
+            if segment not in self._segments:
+                continue
+            for epoch, start_offset in segment.leader_epoch_starts():
+                if epoch >= 0 and epoch > max(cache.latest_epoch, starts[-1][0] if starts else -1):
+                    starts.append((epoch, start_offset))
+        if starts:
+            cache.assign_all(starts)
+            logger.info("%s: leader epochs %s assigned from the batch headers", self.name, starts)
+        cache.truncate_from_start(self.log_start_offset)
 
     # -- properties ----------------------------------------------------------------------
 
@@ -269,6 +324,28 @@ class PartitionLog:
         if first_unstable is None or first_unstable > self.high_watermark:
             return self.high_watermark
         return max(first_unstable, self.log_start_offset)
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Set the high watermark to `offset` kept within [log start, log end]; returns
+        whether it changed. The replication side decides the value (a leader: the
+        minimum log end offset over the ISR, never moving back; a follower: the leader's
+        high watermark capped at its own log end offset), so any value in range is taken."""
+        new = min(max(offset, self.log_start_offset), self.log_end_offset)
+        if new == self.high_watermark:
+            return False
+        self.high_watermark = new
+        return True
+
+    def set_replicated(self, replicated: bool) -> None:
+        """Hand the high watermark to the replication side (True) or back to the log
+        (False: it becomes the log end offset again and follows it)."""
+        self.replicated = replicated
+        if not replicated:
+            self.high_watermark = self.log_end_offset
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) answering OffsetForLeaderEpoch (see LeaderEpochCache.end_offset_for)."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end),
@@ -320,7 +397,10 @@ class PartitionLog:
         """Append whole batches (`batches` from `parse_batches(records)`), rewriting in
         `records` their base offsets, partition leader epoch and, with LogAppendTime,
         their timestamps and CRC. `marker_transaction_version`: the transaction version
-        of the coordinator's markers in `records` (2: KIP-890 part 2's epoch rule)."""
+        of the coordinator's markers in `records` (2: KIP-890 part 2's epoch rule).
+        `leader_epoch` starts a new entry in the leader epoch cache when it is above the
+        latest one there. With origin REPLICATION offsets and epochs are kept as written
+        (use `append_as_follower`, which also checks the CRCs)."""
         if not batches:
             return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
         self._validate_append(records, batches, origin)
@@ -333,9 +413,46 @@ class PartitionLog:
         base_offset, last_offset, log_append_time_ms = self._assign_offsets(
             records, batches, origin, leader_epoch, now_ms
         )
+        # Before the write, as Kafka: the checkpoint never misses an epoch the log holds.
+        self._assign_leader_epochs(batches, origin, leader_epoch, base_offset)
         self._write(records, batches, last_offset, now_ms)
         self._update_after_append(records, batches, base_offset, last_offset, origin, now_ms)
         return AppendResult(base_offset, last_offset, log_append_time_ms, self.log_start_offset)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
+        """Append bytes fetched from the leader: whole batches (data, control and
+        coordinator batches alike) with the leader's offsets, leader epochs and
+        timestamps. The first batch must not start below the log end offset
+        (UnexpectedAppendOffsetError; gaps are allowed, compaction leaves them) and every
+        CRC must match (CorruptBatchError). Producer state, the aborted-transaction index
+        and the leader epoch cache are updated from the batches exactly as on the leader;
+        segments roll as usual. The high watermark does not move (on a replicated log)."""
+        try:
+            batches = parse_batches(records, verify_crc=True)
+        except CorruptRecordError as exc:
+            raise CorruptBatchError(self.name, str(exc)) from exc
+        if not batches:
+            return AppendResult(-1, -1, NO_TIMESTAMP, self.log_start_offset)
+        if batches[0].base_offset < self.log_end_offset:
+            raise UnexpectedAppendOffsetError(
+                self.name, batches[0].base_offset, batches[0].last_offset, self.log_end_offset
+            )
+        return self.append(records, batches, now_ms=now_ms, origin=AppendOrigin.REPLICATION)
+
+    def _assign_leader_epochs(self, batches: Sequence[BatchHeader], origin: AppendOrigin, leader_epoch: int,
+                              base_offset: int) -> None:
+        cache = self.leader_epoch_cache
+        if origin is AppendOrigin.REPLICATION:
+            # Kafka assigns every batch's epoch; only a change of epoch can alter the
+            # cache here, because its latest entry never starts past the log end.
+            latest = cache.latest_epoch
+            for header in batches:
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch != latest:  # -1: a batch without an epoch
+                    cache.assign(epoch, header.base_offset)
+                    latest = epoch
+        elif leader_epoch > cache.latest_epoch:
+            cache.assign(leader_epoch, base_offset)
 
     def _check_producer_state(self, batches: Sequence[BatchHeader]) -> AppendResult | None:
         """Kafka's idempotence checks for client batches. Returns the original offsets
@@ -386,7 +503,9 @@ class PartitionLog:
             raise InvalidRecordError(self.name, f"a produce request holds {len(batches)} batches, Kafka allows one")
         expected_offset = self.log_end_offset
         for header in batches:
-            if header.size > config.max_message_bytes:
+            # A follower takes what its leader accepted, even under another
+            # max.message.bytes (Kafka's appendAsFollower ignores the record size).
+            if header.size > config.max_message_bytes and origin is not AppendOrigin.REPLICATION:
                 raise RecordTooLargeError(self.name, header.size, config.max_message_bytes)
             if origin is AppendOrigin.CLIENT:
                 _check_client_batch(self.name, header)
@@ -432,7 +551,8 @@ class PartitionLog:
                 self._record_producer_batch(_producer_batch(header, offset, control, written_max_timestamp))
             offset += header.last_offset_delta + 1
         self.log_end_offset = last_offset + 1
-        self.high_watermark = self.log_end_offset  # single node; replication moves it separately
+        if not self.replicated:
+            self.high_watermark = self.log_end_offset  # standalone; replication moves it separately
         if self.log_end_offset - self.recovery_point >= self._config.flush_messages:
             self.flush(now_ms)
 
@@ -444,8 +564,11 @@ class PartitionLog:
             self._index_abort(completed)
 
     def _index_abort(self, completed: CompletedTxn) -> None:
+        # Not self.last_stable_offset: that depends on the high watermark, which differs
+        # between replicas and between a live append and a replay.
         self.txn_index.append(AbortedTxn(
-            completed.producer_id, completed.first_offset, completed.last_offset, self.last_stable_offset
+            completed.producer_id, completed.first_offset, completed.last_offset,
+            self.producer_state.last_stable_offset_after(completed),
         ))
 
     def _rebuild_producer_state(self, now_ms: int | None = None) -> None:
@@ -648,6 +771,7 @@ class PartitionLog:
             )
         if offset > self.log_start_offset:
             self.log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
             self._delete_segments_below_log_start()
         return self.log_start_offset
 
@@ -691,6 +815,7 @@ class PartitionLog:
         self._directory_dirty = True
         self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
         self.txn_index.drop_below(self.log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, segments[0].base_offset)
         return count
@@ -699,7 +824,8 @@ class PartitionLog:
         """Remove everything from the batch holding `offset` on (replication, recovery).
 
         If `offset` is inside a batch, that whole batch goes and the log end offset
-        becomes its base offset.
+        becomes its base offset. Leader epochs, producer state and aborted transactions
+        past the new end go with it; the high watermark is capped at it.
         """
         if offset < 0:
             raise OffsetOutOfRangeError(self.name, offset, self.log_start_offset, self.log_end_offset)
@@ -719,7 +845,8 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self._rebuild_producer_state()
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state()  # also drops aborted transactions at or after the new end
         logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -735,6 +862,7 @@ class PartitionLog:
         producer_snapshot.delete_snapshots(self.directory, above=-1)
         self.producer_state.load({})
         self.txn_index.clear()
+        self.leader_epoch_cache.clear()
         logger.info("%s: truncated fully; the log now starts at offset %d", self.name, offset)
 
     # -- closing -------------------------------------------------------------------------

@@ -7,14 +7,24 @@ Each log directory holds:
                                         generation wins at load)
     recovery-point-offset-checkpoint    per partition: offsets below are fsynced
     log-start-offset-checkpoint         per partition: the log start offset
+    replication-offset-checkpoint       per replicated partition: the high watermark
+                                        (Kafka's name and text format, checkpoint_file.py)
     .oncelog_cleanshutdown              written last by close(), removed by load()
     .lock                               flock'ed while a broker uses the directory
     <topic>-<partition>/                one partition log each
 
-All three data files are versioned and CRC32C-framed (framed_file.py). Topic metadata is
+The first three are versioned and CRC32C-framed (framed_file.py). Topic metadata is
 written before partition directories are created and before they are removed, so a crash
 in between leaves either empty partitions to create or unclaimed directories, which load
 renames to `<name>.<hex>-stray` (as Kafka does with stray logs) rather than deleting.
+
+With `replicated` (cluster mode) every log's high watermark belongs to the replication
+side; `checkpoint()` records it and `load()` restores it (capped at the log end offset;
+the log start offset when the partition has no entry). Standalone logs keep the high
+watermark at the log end offset and write no replication checkpoint. An unreadable
+replication checkpoint is logged and ignored like the other checkpoints (deviation:
+Kafka fails the log directory): a high watermark restarting at the log start offset only
+delays visibility until the leader moves it again.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncelog.storage.checkpoint_file import read_checkpoint, write_checkpoint
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import (
     CorruptLogError,
@@ -56,6 +67,7 @@ logger = logging.getLogger("oncelog.storage")
 TOPICS_META_FILE = "__topics.meta"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".oncelog_cleanshutdown"
 LOCK_FILE = ".lock"
 
@@ -119,13 +131,14 @@ class LogManager:
     """Owns every partition log of the broker. Call `load()` before anything else."""
 
     def __init__(self, log_dirs: list[Path], default_config: LogConfig,
-                 producer_state_config: ProducerStateConfig | None = None) -> None:
+                 producer_state_config: ProducerStateConfig | None = None, *, replicated: bool = False) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(directory) for directory in log_dirs]
         self._default_config = default_config
         # Broker-wide (producer.id.expiration.ms, producer.id.max.entries.per.partition).
         self.producer_state_config = producer_state_config or ProducerStateConfig()
+        self.replicated = replicated  # passed to every log opened or created (see PartitionLog)
         self._topics: dict[str, _TopicRecord] = {}
         self._topic_names_by_id: dict[uuid.UUID, str] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -163,6 +176,10 @@ class LogManager:
         generations = self._read_topics_meta()
         recovery_points = {d: self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT_FILE) for d in self.log_dirs}
         log_starts = {d: self._read_checkpoint(d / LOG_START_CHECKPOINT_FILE) for d in self.log_dirs}
+        high_watermarks = {
+            d: self._read_replication_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT_FILE) if self.replicated else {}
+            for d in self.log_dirs
+        }
         existing = self._partition_directories()
 
         now_ms = wall_clock_ms()
@@ -184,6 +201,8 @@ class LogManager:
                     log_start_offset=log_starts[directory].get(key),
                     now_ms=now_ms,
                     producer_state_config=self.producer_state_config,
+                    replicated=self.replicated,
+                    high_watermark=high_watermarks[directory].get(key),
                 )
         for (topic, partition), directory in existing.items():
             self._set_aside_stray(directory, topic_partition_name(topic, partition))
@@ -269,6 +288,17 @@ class LogManager:
             # Losing a checkpoint costs a longer recovery, never data: carry on without it.
             logger.warning("%s: ignoring unreadable checkpoint: %s", path, exc)
             return {}
+
+    def _read_replication_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
+        try:
+            entries = read_checkpoint(path, _parse_partition_offset)
+        except FileNotFoundError:
+            return {}
+        except CorruptLogError as exc:
+            logger.warning("%s: ignoring unreadable checkpoint; high watermarks restart at the log start: %s",
+                           path, exc)
+            return {}
+        return {(topic, partition): offset for topic, partition, offset in entries}
 
     def _partition_directories(self) -> dict[tuple[str, int], Path]:
         """Every `<topic>-<partition>` directory, by partition, with its log dir."""
@@ -369,7 +399,7 @@ class LogManager:
             self._log_dir_of[key] = directory
             self._logs[key] = PartitionLog.open(
                 directory / topic_partition_name(*key), record.name, partition, config, recover=False,
-                producer_state_config=self.producer_state_config,
+                producer_state_config=self.producer_state_config, replicated=self.replicated,
             )
 
     def delete_topic(self, name: str) -> None:
@@ -496,19 +526,26 @@ class LogManager:
         return sum(log.apply_retention(now_ms) for log in list(self._logs.values()))
 
     def checkpoint(self) -> None:
-        """Write the recovery-point and log-start checkpoints of every log dir."""
+        """Write the recovery-point and log-start checkpoints of every log dir, and the
+        high watermarks of its replicated logs."""
         for directory in self.log_dirs:
             recovery_points = []
             log_starts = []
+            high_watermarks = []
             for (topic, partition), log in sorted(self._logs.items()):
                 if self._log_dir_of[(topic, partition)] != directory:
                     continue
                 recovery_points.append([topic, partition, log.recovery_point])
                 log_starts.append([topic, partition, log.log_start_offset])
+                if log.replicated:
+                    high_watermarks.append((topic, partition, log.high_watermark))
             write_json_file(directory / RECOVERY_POINT_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
                             {"offsets": recovery_points})
             write_json_file(directory / LOG_START_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
                             {"offsets": log_starts})
+            replication_checkpoint = directory / REPLICATION_OFFSET_CHECKPOINT_FILE
+            if high_watermarks or self.replicated or replication_checkpoint.exists():
+                write_checkpoint(replication_checkpoint, high_watermarks)
 
     def close(self) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown markers."""
@@ -534,3 +571,8 @@ class LogManager:
         self._loaded = False
         self._unlock_all()
 
+
+def _parse_partition_offset(fields: list[str]) -> tuple[str, int, int]:
+    """One "topic partition offset" line of Kafka's OffsetCheckpointFile."""
+    topic, partition, offset = fields
+    return topic, int(partition), int(offset)

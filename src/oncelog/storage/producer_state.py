@@ -198,6 +198,18 @@ class ProducerStateManager:
         """First offset of the oldest open transaction, or None when none is open."""
         return min(self._open_txns.values()) if self._open_txns else None
 
+    def first_unstable_offset_excluding(self, producer_id: int) -> int | None:
+        """First offset of the oldest open transaction of another producer, or None."""
+        return min((first for pid, first in self._open_txns.items() if pid != producer_id), default=None)
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The last stable offset an aborted-transaction index entry records (Kafka's
+        lastStableOffset(completedTxn)): the first offset of the oldest other transaction
+        open when the marker is applied, else the offset after the marker. Computed from
+        the log alone, so a leader, its followers and a replay agree on it."""
+        first = self.first_unstable_offset_excluding(completed.producer_id)
+        return completed.last_offset + 1 if first is None else first
+
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
               transactional: bool = False, offset_hint: int = -1) -> Check:
         """Validate an incoming client batch against the state; changes nothing.

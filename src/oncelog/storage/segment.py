@@ -69,6 +69,8 @@ NO_TIMESTAMP = -1
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence: what a segment and
 # the producer state need from a batch header (the record count is not read).
 _SCAN = struct.Struct(">qi9xhiqqqhi")
+# baseOffset, batchLength, partitionLeaderEpoch: for rebuilding the leader epoch cache.
+_EPOCH_SCAN = struct.Struct(">qii")
 _BASE_OFFSET = struct.Struct(">q")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_POSITION = 35
@@ -564,6 +566,38 @@ class LogSegment:
                 is_transactional=bool(attributes & TRANSACTIONAL_BIT),
                 is_control=is_control, control_type=control_type, coordinator_epoch=coordinator_epoch,
             )
+
+    def leader_epoch_starts(self) -> list[tuple[int, int]]:
+        """(partition leader epoch, base offset) of each batch whose epoch differs from
+        the previous batch's, in log order: what the leader epoch cache is rebuilt from."""
+        starts: list[tuple[int, int]] = []
+        fd, end = self._fd, self.size
+        header_size = _EPOCH_SCAN.size
+        unpack_from = _EPOCH_SCAN.unpack_from
+        position = chunk_start = 0
+        chunk = b""
+        while position < end:
+            relative = position - chunk_start
+            if relative + header_size > len(chunk):
+                try:
+                    chunk = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+                except OSError as exc:
+                    raise _storage_error(self.log_path, "read segment", exc) from exc
+                chunk_start, relative = position, 0
+                if len(chunk) < header_size:
+                    raise CorruptLogError(
+                        str(self.log_path), f"{len(chunk)} bytes at position {position} are not a batch header"
+                    )
+            base, length, epoch = unpack_from(chunk, relative)
+            size = length + LOG_OVERHEAD
+            if size < HEADER_SIZE or position + size > end:
+                raise CorruptLogError(
+                    str(self.log_path), f"batch at position {position} declares {size} bytes, {end - position} remain"
+                )
+            if not starts or starts[-1][0] != epoch:
+                starts.append((epoch, base))
+            position += size
+        return starts
 
     def _control_record_at(self, position: int, size: int) -> tuple[int, int]:
         """(marker type, coordinator epoch) of the control batch at `position`."""
