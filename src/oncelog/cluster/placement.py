@@ -1,0 +1,159 @@
+"""Where replicas go and who leads: the decisions, without the writes.
+
+- `place_replicas`: Kafka's rack-unaware assignment (AdminUtils): the first replica of each
+  partition round-robin from a random broker, the others at an increasing shift, so
+  leaders spread over the brokers and each broker's followers spread over the others.
+- `check_assignment`: the checks Kafka's controller makes on an explicit assignment
+  (ReplicationControlManager.validateManualPartitionAssignment), with its messages.
+- `elect_leader` / `elect_on_return`: the partition change the active controller writes
+  when brokers go away or come back (PartitionChangeBuilder, ONLINE election, no ELR and no
+  unclean election): the leader comes only from the ISR, and the ISR never becomes empty.
+
+Deviation: no racks (oncelog brokers have no `broker.rack`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+
+from oncelog.cluster.image import NO_LEADER, PartitionRecord
+
+
+class InvalidReplicationFactor(ValueError):
+    """The replication factor cannot be placed; the message is Kafka's (answer
+    INVALID_REPLICATION_FACTOR with it)."""
+
+
+def _unable(replication_factor: int, reason: str) -> InvalidReplicationFactor:
+    # Kafka's controller prefixes the placer's reason with this sentence.
+    return InvalidReplicationFactor(
+        f"Unable to replicate the partition {replication_factor} time(s): {reason}"
+    )
+
+
+def place_replicas(
+    broker_ids: Sequence[int],
+    num_partitions: int,
+    replication_factor: int,
+    *,
+    start_partition: int = 0,
+    fixed_start_index: int | None = None,
+    rng: random.Random | None = None,
+) -> list[list[int]]:
+    """Replica lists for partitions `start_partition .. start_partition + num_partitions - 1`
+    (element i is partition start_partition + i), first replica = preferred leader.
+
+    The start index and the replica shift are drawn from `rng` (Kafka draws both at random)
+    unless `fixed_start_index` is given, which fixes both as Kafka's `fixedStartIndex` does.
+    Brokers are taken in id order, so the result depends only on the ids and the rng."""
+    if replication_factor < 1:
+        raise _unable(
+            replication_factor,
+            f"Invalid replication factor {replication_factor}: the replication factor must be positive.",
+        )
+    brokers = sorted(set(broker_ids))
+    if replication_factor > len(brokers):
+        raise _unable(
+            replication_factor,
+            f"The target replication factor of {replication_factor} cannot be reached because only "
+            f"{len(brokers)} broker(s) are registered.",
+        )
+    if num_partitions < 1:
+        raise ValueError(f"cannot place {num_partitions} partitions")
+    if start_partition < 0:
+        raise ValueError(f"partitions start at 0, not {start_partition}")
+    count = len(brokers)
+    if fixed_start_index is not None:
+        start_index = replica_shift = fixed_start_index
+    else:
+        rng = rng or random.Random()
+        start_index = rng.randrange(count)
+        replica_shift = rng.randrange(count)
+    assignment: list[list[int]] = []
+    for partition in range(start_partition, start_partition + num_partitions):
+        # Each full round over the brokers moves the followers one step further, so the
+        # same leader does not always get the same followers.
+        if partition > 0 and partition % count == 0:
+            replica_shift += 1
+        first = (partition + start_index) % count
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[_follower_index(first, replica_shift, j, count)])
+        assignment.append(replicas)
+    return assignment
+
+
+def _follower_index(first: int, shift: int, j: int, count: int) -> int:
+    # 1 + (...) % (count - 1) is never 0 nor count: a follower is never the leader's broker.
+    return (first + 1 + (shift + j) % (count - 1)) % count
+
+
+def check_assignment(
+    assignment: Mapping[int, Sequence[int]],
+    broker_ids: Collection[int],
+    *,
+    replication_factor: int | None = None,
+    first_partition: int = 0,
+) -> str | None:
+    """Kafka's error message for an explicit assignment (partition -> replicas), or None
+    when it is acceptable (answer INVALID_REPLICA_ASSIGNMENT with the message).
+
+    `replication_factor` is the existing topic's, for CreatePartitions; otherwise the first
+    partition's size sets it. The partitions must be `first_partition, first_partition + 1, ...`."""
+    registered = set(broker_ids)
+    expected_size = replication_factor
+    for replicas in assignment.values():
+        if not replicas:
+            return "The manual partition assignment includes an empty replica list."
+        previous = None
+        for broker_id in sorted(replicas):
+            if broker_id not in registered:
+                return f"The manual partition assignment includes broker {broker_id}, but no such broker is registered."
+            if broker_id == previous:
+                return f"The manual partition assignment includes the broker {broker_id} more than once."
+            previous = broker_id
+        if expected_size is not None and len(replicas) != expected_size:
+            return (
+                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this "
+                f"is not consistent with previous partitions, which have {expected_size} replica(s)."
+            )
+        expected_size = len(replicas)
+    if set(assignment) != set(range(first_partition, first_partition + len(assignment))):
+        return "partitions should be a consecutive 0-based integer sequence"
+    return None
+
+
+def elect_leader(partition: PartitionRecord, live: Collection[int]) -> PartitionRecord | None:
+    """The partition after the brokers outside `live` are gone, or None if that changes
+    nothing. The dead leave the ISR, except that the ISR never becomes empty: when every
+    member is dead, the last one stays (the leader, if it was a member) and the leader is
+    -1, so only that replica, which holds every committed offset, can lead again. A live
+    leader still in the ISR keeps leading; otherwise the first replica, in replica order,
+    that is live and in the ISR leads. A new leader bumps the leader epoch; any change
+    bumps the partition epoch."""
+    live = set(live)
+    isr = tuple(r for r in partition.isr if r in live)
+    if not isr and partition.isr:
+        isr = (partition.leader,) if partition.leader in partition.isr else partition.isr[-1:]
+    leader = partition.leader
+    if not (leader in isr and leader in live):
+        leader = next((r for r in partition.replicas if r in isr and r in live), NO_LEADER)
+    if isr == partition.isr and leader == partition.leader:
+        return None
+    return replace(
+        partition,
+        isr=isr,
+        leader=leader,
+        leader_epoch=partition.leader_epoch + (1 if leader != partition.leader else 0),
+        partition_epoch=partition.partition_epoch + 1,
+    )
+
+
+def elect_on_return(partition: PartitionRecord, live: Collection[int]) -> PartitionRecord | None:
+    """A leaderless partition when brokers come back: its remaining ISR member leads again
+    if it is live. Replicas outside the ISR never lead (no unclean election)."""
+    if partition.leader != NO_LEADER:
+        return None
+    return elect_leader(partition, live)
