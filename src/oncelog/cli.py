@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         transactions,
     )
     from oncelog.broker import cli as broker_cli
+    from oncelog.cluster import cli as cluster_cli
 
     parser = argparse.ArgumentParser(
         prog="oncelog",
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"oncelog {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     broker_cli.register(commands)
+    cluster_cli.register(commands)
     topics.register(commands)
     console.register(commands)
     groups.register(commands)

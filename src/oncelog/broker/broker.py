@@ -20,7 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.server import KafkaServer
+from oncelog.cluster.settings import cluster_settings
 from oncelog.coordinator.group import GroupCoordinator
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
@@ -46,12 +48,19 @@ class Broker:
         self.host = ""  # advertised to clients in Metadata
         self.port = 0
         self.bound_port = 0  # where the listener really is (differs behind a proxy)
+        self.inter_broker_host = ""  # where other brokers reach this one (the bound listener)
         self.logs: LogManager | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.cleaner: LogCleaner | None = None
         self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
+        # Cluster mode (controller.quorum.voters set): the runtime that registers this
+        # broker, follows the metadata and replicates; None when standalone.
+        self.cluster = None
+        self.cluster_settings = cluster_settings(config)
+        # Who leads what, and when a write is replicated (broker/leadership.py).
+        self.leadership = StandaloneLeadership(self)
         # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
         # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
         self.coordinators: dict[int, object] = {}
@@ -65,8 +74,22 @@ class Broker:
         started = time.perf_counter()
         for directory in self.config.log_dirs:
             directory.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = self._load_or_create_meta_properties()
-        self.producer_ids = ProducerIdManager(self.config.log_dirs[0])
+        if self.cluster_settings is not None:
+            from oncelog.cluster.runtime import ClusterRuntime
+
+            self.cluster = ClusterRuntime(self, self.cluster_settings)
+            self.leadership = self.cluster.replicas
+            self.cluster.start_member()
+            self.cluster_id = self._load_or_create_meta_properties(
+                await self.cluster.cluster_id(self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id())
+            )
+            from oncelog.cluster.producer_ids import ClusterProducerIds
+
+            self.producer_ids = ClusterProducerIds(self.cluster.store)
+            await self.producer_ids.start()
+        else:
+            self.cluster_id = self._load_or_create_meta_properties()
+            self.producer_ids = ProducerIdManager(self.config.log_dirs[0])
         try:
             defaults = LogConfig().with_overrides(self.config.log_defaults())
         except Exception as error:
@@ -74,7 +97,7 @@ class Broker:
         self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
             max_entries=self.config["producer.id.max.entries.per.partition"],
-        ))
+        ), replicated=self.cluster is not None)
         self.logs.load()
         self.cleaner = LogCleaner(self.logs, CleanerConfig(
             enabled=self.config["log.cleaner.enable"],
@@ -85,34 +108,44 @@ class Broker:
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
         # Groups load before transactions: markers the transaction coordinator completes
         # on load must find the pending transactional offsets.
-        self.coordinators[0] = GroupCoordinator(self)
-        self.txn_coordinator = TransactionCoordinator(self)
-        self.coordinators[1] = self.txn_coordinator
-        self.txn_coordinator.load(now_ms())
+        if self.cluster is None:
+            self.coordinators[0] = GroupCoordinator(self)
+            self.txn_coordinator = TransactionCoordinator(self)
+            self.coordinators[1] = self.txn_coordinator
+            self.txn_coordinator.load(now_ms())
         listener = self.config.listener
         bound_host, self.bound_port = await self.server.start(listener.host, listener.port)
+        self.inter_broker_host = listener.host or bound_host
         advertised = self.config.advertised
         if advertised is not None:
             self.host, self.port = advertised.host, advertised.port or self.bound_port
         else:
             self.host, self.port = listener.host or bound_host, self.bound_port
+        if self.cluster is not None:
+            await self.cluster.start()
         self._timers = [
             asyncio.create_task(self._every(self.config["log.flush.scheduler.interval.ms"], self._flush_due)),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
-            asyncio.create_task(self._every(60_000, self._checkpoint)),
+            asyncio.create_task(self._every(
+                self.config["replica.high.watermark.checkpoint.interval.ms"] if self.cluster else 60_000,
+                self._checkpoint,
+            )),
             asyncio.create_task(self._clean_logs(self.config["log.cleaner.backoff.ms"])),
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
             ),
-            asyncio.create_task(self._every(
-                self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
-                lambda: self.txn_coordinator.abort_timed_out(now_ms()),
-            )),
-            asyncio.create_task(self._every(
-                self.config["transaction.remove.expired.transaction.cleanup.interval.ms"],
-                lambda: self.txn_coordinator.expire_ids(now_ms()),
-            )),
         ]
+        if self.txn_coordinator is not None:
+            self._timers += [
+                asyncio.create_task(self._every(
+                    self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                    lambda: self.txn_coordinator.abort_timed_out(now_ms()),
+                )),
+                asyncio.create_task(self._every(
+                    self.config["transaction.remove.expired.transaction.cleanup.interval.ms"],
+                    lambda: self.txn_coordinator.expire_ids(now_ms()),
+                )),
+            ]
         log.info(
             "broker %d of cluster %s listening on %s:%d (started in %.0f ms)",
             self.node_id, self.cluster_id, self.host, self.port, (time.perf_counter() - started) * 1000,
@@ -131,6 +164,8 @@ class Broker:
         if groups is not None:
             groups.close()  # no session or rebalance timer may fire while the logs close
         await self.server.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
         for waiters in self._fetch_waiters.values():
             for waiter in waiters:
                 if not waiter.done():
@@ -185,9 +220,20 @@ class Broker:
             if expired:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 
-    def _load_or_create_meta_properties(self) -> str:
-        """meta.properties in each log dir, as Kafka writes it; all dirs must agree."""
-        configured = self.config["cluster.id"]
+    def _stored_cluster_id(self) -> str | None:
+        """The cluster id in the log dirs' meta.properties, if any."""
+        for directory in self.config.log_dirs:
+            path = directory / "meta.properties"
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        return line.split("=", 1)[1]
+        return None
+
+    def _load_or_create_meta_properties(self, cluster_id: str | None = None) -> str:
+        """meta.properties in each log dir, as Kafka writes it; all dirs must agree.
+        `cluster_id` is the id the cluster has (cluster mode): the dirs must be its."""
+        configured = cluster_id or self.config["cluster.id"]
         found: set[str] = set()
         for directory in self.config.log_dirs:
             path = directory / "meta.properties"

@@ -137,6 +137,43 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("group.min.session.timeout.ms", _int, "6000", "Smallest session.timeout.ms a group member may ask for."),
         Setting("group.max.session.timeout.ms", _int, "1800000", "Largest session.timeout.ms a group member may ask for."),
         Setting("group.max.size", _int, "2147483647", "Most members a consumer group may have."),
+        # Cluster mode (docs/cluster.md): set controller.quorum.voters or
+        # controller.quorum.bootstrap.servers; without either the broker runs standalone.
+        Setting("process.roles", _str, "",
+                "broker, controller or broker,controller (Kafka's combined mode). A controller runs a member of "
+                "the metadata quorum (an etcd member) next to itself. Empty: broker,controller when this node is "
+                "one of controller.quorum.voters, else broker."),
+        Setting("controller.quorum.voters", _str, "",
+                "The controller quorum as id@host:port,...: each controller's metadata client endpoint (etcd's "
+                "client URL). Setting it (or controller.quorum.bootstrap.servers) turns on cluster mode."),
+        Setting("controller.quorum.bootstrap.servers", _str, "",
+                "host:port,... of the controllers' metadata client endpoints, for broker-only nodes (KIP-853)."),
+        Setting("controller.quorum.peers", _str, "",
+                "oncelog only: id@host:port,... where the controllers' quorum members talk to each other (etcd's "
+                "peer URLs); read by controllers only. Default: each voter's port + 100."),
+        Setting("controller.quorum.election.timeout.ms", _int, "1000",
+                "How long a quorum member waits without a leader before starting an election (etcd's "
+                "--election-timeout; its heartbeat is a tenth of it)."),
+        Setting("controller.quorum.request.timeout.ms", _int, "3000",
+                "How long one request to the metadata quorum may take before the next member is tried."),
+        Setting("broker.session.timeout.ms", _int, "9000",
+                "A broker whose registration lease is not renewed for this long is fenced: its leaderships move."),
+        Setting("broker.heartbeat.interval.ms", _int, "2000", "How often a broker renews its registration lease."),
+        Setting("replica.lag.time.max.ms", _int, "30000",
+                "A follower that has not caught up with the leader for this long leaves the ISR."),
+        Setting("replica.fetch.wait.max.ms", _int, "500", "How long a follower's fetch waits at the leader for data."),
+        Setting("replica.fetch.max.bytes", _int, "1048576", "Bytes a follower asks for per partition and fetch."),
+        Setting("replica.fetch.response.max.bytes", _int, "10485760", "Bytes a follower asks for per fetch."),
+        Setting("replica.fetch.backoff.ms", _int, "1000", "How long a follower waits after a failed fetch."),
+        Setting("replica.high.watermark.checkpoint.interval.ms", _int, "5000",
+                "How often high watermarks are written to replication-offset-checkpoint."),
+        Setting("min.insync.replicas", _int, "1",
+                "Default min.insync.replicas of topics: acks=all writes need this many replicas in the ISR."),
+        Setting("offsets.topic.replication.factor", _int, "3",
+                "Replication factor of __consumer_offsets (cluster mode; created when enough brokers are up)."),
+        Setting("transaction.state.log.replication.factor", _int, "3",
+                "Replication factor of __transaction_state (cluster mode)."),
+        Setting("transaction.state.log.min.isr", _int, "2", "min.insync.replicas of __transaction_state."),
     )
 }
 
@@ -147,7 +184,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "num.network.threads",
         "num.io.threads",
         "num.replica.fetchers",
-        "replica.lag.time.max.ms",
         "replica.socket.timeout.ms",
         "offsets.commit.timeout.ms",
         "num.recovery.threads.per.data.dir",
@@ -156,13 +192,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "socket.receive.buffer.bytes",
         "socket.listen.backlog.size",
         "queued.max.requests",
-        "offsets.topic.replication.factor",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
-        "min.insync.replicas",
-        "process.roles",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
         "controller.listener.names",
         "inter.broker.listener.name",
         "listener.security.protocol.map",
@@ -319,4 +348,5 @@ class BrokerConfig:
             "min.compaction.lag.ms": str(self["log.cleaner.min.compaction.lag.ms"]),
             "max.compaction.lag.ms": str(self["log.cleaner.max.compaction.lag.ms"]),
             "message.timestamp.type": self["log.message.timestamp.type"],
+            "min.insync.replicas": str(self["min.insync.replicas"]),
         }

@@ -42,6 +42,7 @@ class ProduceOutcome:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    end_offset: int = -1  # the appended (or duplicate) batch's last offset + 1: what acks=all waits for
 
 
 def append_records(
@@ -54,8 +55,13 @@ def append_records(
     now_ms: int,
     transactional_id: str | None = None,
     internal_topics_allowed: bool = False,
+    acks: int = 1,
 ) -> ProduceOutcome:
     """Validate one partition's records from a Produce request and append them."""
+    leadership = broker.leadership
+    code, leader_epoch = leadership.leader_epoch(topic, partition)
+    if code is not ErrorCode.none:
+        return ProduceOutcome(code)
     log_ = broker.logs.partition(topic, partition)
     if log_ is None:
         return ProduceOutcome(ErrorCode.unknown_topic_or_partition)
@@ -117,17 +123,23 @@ def append_records(
         refusal = _refuse_keyless_record(buffer, batch, topic, partition)
         if refusal is not None:
             return refusal
+    if acks == -1:
+        code = leadership.check_min_isr(topic, partition)
+        if code is not ErrorCode.none:
+            return ProduceOutcome(code, error_message=f"the ISR of {topic}-{partition} is below min.insync.replicas="
+                                  f"{log_.config.min_insync_replicas}")
     try:
-        result = log_.append(buffer, batches, now_ms=now_ms)
+        result = log_.append(buffer, batches, now_ms=now_ms, leader_epoch=leader_epoch)
     except LogError as error:
         # Refusals by the producer state are expected protocol outcomes; I/O failures are not.
         log.log(logging.ERROR if isinstance(error, StorageError) else logging.DEBUG,
                 "append to %s-%d refused: %s", topic, partition, error)
         return ProduceOutcome(error_code_for(error), error_message=str(error))
     if not result.duplicate:
-        broker.partition_appended(topic, partition)
+        leadership.appended(topic, partition)
     return ProduceOutcome(
         ErrorCode.none,
+        end_offset=result.last_offset + 1,
         base_offset=result.base_offset,
         log_append_time_ms=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,

@@ -43,21 +43,9 @@ def create_topic(
     *,
     validate_only: bool = False,
 ):
-    """Create a topic or raise TopicRequestError with Kafka's code for what is wrong."""
-    if num_partitions == -1:
-        num_partitions = broker.config["num.partitions"]
-    if replication_factor == -1:
-        replication_factor = broker.config["default.replication.factor"]
-    if num_partitions > MAX_PARTITIONS_PER_REQUEST:
-        raise TopicRequestError(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
-    if num_partitions <= 0:
-        raise TopicRequestError(
-            ErrorCode.invalid_partitions, f"Number of partitions was set to an invalid non-positive value ({num_partitions})."
-        )
-    if replication_factor <= 0:
-        raise TopicRequestError(
-            ErrorCode.invalid_replication_factor, f"Replication factor must be larger than 0, got {replication_factor}."
-        )
+    """Create a topic (standalone) or raise TopicRequestError with Kafka's code for what
+    is wrong."""
+    num_partitions, replication_factor = _checked_counts(broker, num_partitions, replication_factor)
     if replication_factor > 1:
         raise TopicRequestError(
             ErrorCode.invalid_replication_factor,
@@ -72,3 +60,42 @@ def create_topic(
         raise TopicRequestError(error_code_for(error), str(error)) from None
     log.info("created topic %s with %d partition(s)%s", name, num_partitions, f" and configs {configs}" if configs else "")
     return info
+
+
+async def create_topic_for_request(
+    broker: Broker,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    *,
+    validate_only: bool = False,
+    assignment: list[list[int]] | None = None,
+):
+    """Create a topic through the cluster metadata (cluster mode) or locally."""
+    if broker.cluster is None:
+        return create_topic(broker, name, num_partitions, replication_factor, configs, validate_only=validate_only)
+    from oncelog.cluster import topics as cluster_topics
+
+    if assignment is None:
+        num_partitions, replication_factor = _checked_counts(broker, num_partitions, replication_factor)
+    return await cluster_topics.create_topic(broker, name, num_partitions, replication_factor, configs,
+                                             validate_only=validate_only, assignment=assignment)
+
+
+def _checked_counts(broker: Broker, num_partitions: int, replication_factor: int) -> tuple[int, int]:
+    if num_partitions == -1:
+        num_partitions = broker.config["num.partitions"]
+    if replication_factor == -1:
+        replication_factor = broker.config["default.replication.factor"]
+    if num_partitions > MAX_PARTITIONS_PER_REQUEST:
+        raise TopicRequestError(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
+    if num_partitions <= 0:
+        raise TopicRequestError(
+            ErrorCode.invalid_partitions, f"Number of partitions was set to an invalid non-positive value ({num_partitions})."
+        )
+    if replication_factor <= 0:
+        raise TopicRequestError(
+            ErrorCode.invalid_replication_factor, f"Replication factor must be larger than 0, got {replication_factor}."
+        )
+    return num_partitions, replication_factor

@@ -30,6 +30,22 @@ def encode_request(entity, correlation_id: int, client_id: str | None = "oncelog
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
+def decode_response(entity, frame: bytes, correlation_id: int):
+    """The response entity in `frame` (a response without its size prefix) to the
+    request `entity` sent with `correlation_id`."""
+    from kio.serial import entity_reader
+
+    api_key, version = int(entity.__api_key__), int(entity.__version__)
+    (correlation,) = struct.unpack_from(">i", frame, 0)
+    if correlation != correlation_id:
+        raise ConnectionError(f"response correlation id {correlation} does not match the request's {correlation_id}")
+    position = 4
+    if is_flexible(api_key, version) and api_key != framing.API_VERSIONS_KEY:
+        position = framing.skip_tagged_fields(frame, position)
+    response, _ = entity_reader(response_class(api_key, version))(frame, position)
+    return response
+
+
 class WireClient:
     def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -49,20 +65,9 @@ class WireClient:
 
     def request(self, entity):
         """Send `entity`, return the decoded response entity."""
-        from kio.serial import entity_reader
-
         self._correlation += 1
         self.send_raw(encode_request(entity, self._correlation))
-        frame = self.read_frame()
-        api_key, version = int(entity.__api_key__), int(entity.__version__)
-        (correlation,) = struct.unpack_from(">i", frame, 0)
-        assert correlation == self._correlation, f"correlation {correlation} != {self._correlation}"
-        position = 4
-        if is_flexible(api_key, version) and api_key != framing.API_VERSIONS_KEY:
-            position = framing.skip_tagged_fields(frame, position)
-        cls = response_class(api_key, version)
-        response, _ = entity_reader(cls)(frame, position)
-        return response
+        return decode_response(entity, self.read_frame(), self._correlation)
 
     def is_closed(self, timeout: float = 5.0) -> bool:
         """True when the broker has closed the connection (EOF or reset)."""

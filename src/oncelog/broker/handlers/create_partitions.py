@@ -4,6 +4,8 @@
   with Kafka's message; a missing topic UNKNOWN_TOPIC_OR_PARTITION; assignments naming
   other brokers INVALID_REPLICA_ASSIGNMENT; more than 10,000 new partitions in one
   request POLICY_VIOLATION, as Kafka's controller answers. `validate_only` changes nothing.
+- Cluster mode: new partitions get Kafka's placement with the topic's replication
+  factor (or the request's assignment, checked against the registered brokers).
 - Deviation: the internal topics (`__consumer_offsets`, `__transaction_state`) get
   INVALID_TOPIC_EXCEPTION, the code Kafka gives its other refusals of internal topics.
   Kafka's controller allows it (kafka-topics before 3.0 refused, client-side), though
@@ -13,7 +15,7 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS, MAX_PARTITIONS_PER_REQUEST, error_code_for
+from oncelog.broker.topics import INTERNAL_TOPICS, MAX_PARTITIONS_PER_REQUEST, TopicRequestError, error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
@@ -22,12 +24,12 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     results = []
     for topic in request.topics:
-        code, message = _create(ctx, topic, request.validate_only)
+        code, message = await _create(ctx, topic, request.validate_only)
         results.append(make("CreatePartitionsTopicResult", name=topic.name, error_code=code, error_message=message))
     return make("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
     logs = ctx.broker.logs
     info = logs.topics().get(topic.name)
     if info is None:
@@ -44,6 +46,16 @@ def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode,
         return ErrorCode.invalid_partitions, f"Topic already has {info.num_partitions} partitions."
     if topic.count - info.num_partitions > MAX_PARTITIONS_PER_REQUEST:
         return ErrorCode.policy_violation, "Excessively large number of partitions per request."
+    if ctx.broker.cluster is not None:
+        from oncelog.cluster import topics as cluster_topics
+
+        assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+        try:
+            await cluster_topics.create_partitions(ctx.broker, topic.name, topic.count,
+                                                   validate_only=validate_only, assignment=assignment)
+        except TopicRequestError as error:
+            return error.code, str(error)
+        return ErrorCode.none, None
     for assignment in topic.assignments or ():
         if list(assignment.broker_ids) != [ctx.broker.node_id]:
             return ErrorCode.invalid_replica_assignment, (

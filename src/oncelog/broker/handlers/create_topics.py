@@ -1,13 +1,16 @@
 """CreateTopics (key 19), v2-v7.
 
 - num_partitions / replication_factor -1 take `num.partitions` /
-  `default.replication.factor`. Explicit replica assignments are accepted when every
-  replica is this broker.
+  `default.replication.factor`. Standalone, explicit replica assignments are accepted
+  when every replica is this broker.
+- Cluster mode: the topic is written to the cluster metadata with Kafka's replica
+  placement over the registered brokers (or the explicit assignment, checked against
+  them); the answer comes once this broker's metadata has it.
 - Topic configs use Kafka's topic keys (`max.message.bytes`, `segment.bytes`,
   `retention.ms`, `cleanup.policy`, ...); an unknown key or bad value is INVALID_CONFIG.
 - More than 10,000 partitions in one request is POLICY_VIOLATION, as in Kafka.
 - Errors per topic: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
-  INVALID_REPLICATION_FACTOR (above 1: this is a single broker), INVALID_CONFIG,
+  INVALID_REPLICATION_FACTOR (above the number of brokers), INVALID_CONFIG,
   INVALID_REQUEST for a name given twice.
 - v5+ returns the topic's partition count, replication factor and effective configs.
 - `validate_only` checks everything and creates nothing.
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import TopicRequestError, create_topic
+from oncelog.broker.topics import TopicRequestError, create_topic_for_request
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 CONFIG_SOURCE_TOPIC = 1
@@ -35,13 +38,16 @@ async def handle(ctx: RequestContext, request) -> object:
             if counts[topic.name] > 1:
                 raise TopicRequestError(ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}")
             replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
+            assignment = None
             if topic.assignments:
-                replication_factor, num_partitions = _from_assignments(ctx, topic)
+                replication_factor, num_partitions, assignment = _from_assignments(ctx, topic)
             configs = {c.name: c.value for c in topic.configs}
-            info = create_topic(
+            info = await create_topic_for_request(
                 ctx.broker, topic.name, num_partitions, replication_factor, configs,
-                validate_only=request.validate_only,
+                validate_only=request.validate_only, assignment=assignment,
             )
+            if replication_factor == -1:
+                replication_factor = ctx.broker.config["default.replication.factor"]
         except TopicRequestError as error:
             results.append(
                 make(
@@ -58,14 +64,14 @@ async def handle(ctx: RequestContext, request) -> object:
                 error_code=ErrorCode.none,
                 error_message=None,
                 num_partitions=info.num_partitions,
-                replication_factor=1,
+                replication_factor=replication_factor,
                 configs=_configs(make, info) if ctx.response.has("CreatableTopicConfigs") else None,
             )
         )
     return make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int]:
+def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int, list[list[int]] | None]:
     if topic.num_partitions != -1 or topic.replication_factor != -1:
         raise TopicRequestError(
             ErrorCode.invalid_request,
@@ -74,13 +80,16 @@ def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int]:
     indexes = sorted(a.partition_index for a in topic.assignments)
     if indexes != list(range(len(indexes))):
         raise TopicRequestError(ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps.")
-    for assignment in topic.assignments:
+    assignments = sorted(topic.assignments, key=lambda a: a.partition_index)
+    if ctx.broker.cluster is not None:  # checked against the registered brokers there
+        return len(assignments[0].broker_ids), len(indexes), [list(a.broker_ids) for a in assignments]
+    for assignment in assignments:
         if any(b != ctx.broker.node_id for b in assignment.broker_ids) or len(assignment.broker_ids) != 1:
             raise TopicRequestError(
                 ErrorCode.invalid_replica_assignment,
                 f"Replica assignment {list(assignment.broker_ids)} names brokers other than {ctx.broker.node_id}.",
             )
-    return 1, len(indexes)
+    return 1, len(indexes), None
 
 
 def _configs(make, info) -> tuple:

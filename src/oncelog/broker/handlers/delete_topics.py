@@ -3,7 +3,9 @@
 - Topics are named (v1-v5) or given by name or id (v6). A missing topic gets
   UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID when asked by id); with
   `delete.topic.enable=false` every topic gets TOPIC_DELETION_DISABLED.
-- The partitions' directories are removed before the response is sent.
+- The partitions' directories are removed before the response is sent. In cluster
+  mode the topic is deleted from the cluster metadata, and every broker removes its
+  copy when its metadata has the deletion (this broker before it answers).
 - Deviation: the internal topics (`__consumer_offsets`, `__transaction_state`) get
   INVALID_TOPIC_EXCEPTION, the code Kafka gives its other refusals of internal topics
   (produce, DeleteRecords). Kafka's KRaft controller deletes them (only kafka-topics
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS, error_code_for
+from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 log = logging.getLogger("oncelog.topics")
@@ -31,14 +33,14 @@ async def handle(ctx: RequestContext, request) -> object:
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        code, message = _delete(ctx, name, topic_id)
+        code, message = await _delete(ctx, name, topic_id)
         results.append(
             make("DeletableTopicResult", name=name, topic_id=topic_id, error_code=code, error_message=message)
         )
     return make("DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-def _delete(ctx: RequestContext, name: str | None, topic_id) -> tuple[ErrorCode, str | None]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id) -> tuple[ErrorCode, str | None]:
     broker = ctx.broker
     if not broker.config["delete.topic.enable"]:
         return ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."
@@ -49,6 +51,15 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> tuple[ErrorCode,
         name = info.name
     if name in INTERNAL_TOPICS:
         return ErrorCode.invalid_topic_exception, f"Cannot delete internal topic {name}."
+    if broker.cluster is not None:
+        from oncelog.cluster import topics as cluster_topics
+
+        try:
+            await cluster_topics.delete_topic(broker, name)
+        except TopicRequestError as error:
+            return error.code, str(error)
+        log.info("deleted topic %s", name)
+        return ErrorCode.none, None
     try:
         broker.logs.delete_topic(name)
     except Exception as error:

@@ -14,6 +14,12 @@
   UNSUPPORTED_COMPRESSION_TYPE (Kafka's KafkaApis check, made on the topic's setting
   after the read: zstd batches in a `producer`-compression topic are served as is).
 - read_committed responses always carry the AbortedTransactions list.
+- Leadership: a partition this broker does not lead gets NOT_LEADER_OR_FOLLOWER
+  (LEADER_NOT_AVAILABLE while it has no leader); a `current_leader_epoch` older than
+  the leader's FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH. Standalone, the epoch is 0.
+- Fetches from replicas (cluster mode; `replica_id` >= 0) read up to the log end
+  offset, move the follower's state at the leader (high watermark, ISR), and get
+  `diverging_epoch` when the follower's `last_fetched_epoch` shows its log diverged.
 - Fetch sessions (KIP-227): the broker answers session_id 0, which tells clients it
   keeps no session, so every request is a full fetch.
 - Deviation: the response never ends with a partial batch (Kafka may truncate the last
@@ -51,7 +57,10 @@ async def handle(ctx: RequestContext, request) -> object:
 def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int, bool]:
     make = ctx.response.make
     logs = ctx.broker.logs
-    read_committed = request.isolation_level == READ_COMMITTED
+    leadership = ctx.broker.leadership
+    replica_id = _replica_id(request)
+    from_replica = leadership.is_replica_fetch(replica_id)
+    read_committed = request.isolation_level == READ_COMMITTED and not from_replica
     budget = max_bytes
     total = 0
     failed = False
@@ -59,17 +68,29 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
     for topic in request.topics:
         partitions = []
         for wanted in topic.partitions:
+            code, _epoch = leadership.leader_epoch(topic.topic, wanted.partition,
+                                                   getattr(wanted, "current_leader_epoch", -1))
             log_ = logs.partition(topic.topic, wanted.partition)
-            if log_ is None:
+            if code is ErrorCode.none and log_ is None:
+                code = ErrorCode.unknown_topic_or_partition
+            if code is not ErrorCode.none:
                 failed = True
-                partitions.append(_error(make, wanted.partition, ErrorCode.unknown_topic_or_partition))
+                partitions.append(_error(make, wanted.partition, code))
                 continue
-            epoch_error = _check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
-            if epoch_error is not None:
-                failed = True
-                partitions.append(_error(make, wanted.partition, epoch_error))
-                continue
-            stable = log_.last_stable_offset if read_committed else log_.high_watermark
+            if from_replica:
+                diverging = _diverging_epoch(log_, wanted)
+                if diverging is not None:
+                    failed = True  # answer at once: the follower truncates before fetching on
+                    partitions.append(_diverged(make, log_, wanted.partition, *diverging))
+                    continue
+                code = leadership.follower_fetched(topic.topic, wanted.partition, replica_id, wanted.fetch_offset)
+                if code is not ErrorCode.none:
+                    failed = True
+                    partitions.append(_error(make, wanted.partition, code))
+                    continue
+                stable = log_.log_end_offset
+            else:
+                stable = log_.last_stable_offset if read_committed else log_.high_watermark
             records = b""
             code = ErrorCode.none
             try:
@@ -127,11 +148,41 @@ def _aborted(ctx: RequestContext, log_, fetch_offset: int, upper_bound: int, rec
     )
 
 
-def _check_leader_epoch(current_leader_epoch: int) -> ErrorCode | None:
-    """Single node: the leader epoch is always 0."""
-    if current_leader_epoch in (-1, 0):
+def _replica_id(request) -> int:
+    """The fetching replica's id (-1 for consumers): a field up to v14, then in replica_state."""
+    replica_id = getattr(request, "replica_id", None)
+    if replica_id is None:
+        state = getattr(request, "replica_state", None)
+        replica_id = state.replica_id if state is not None else -1
+    return replica_id
+
+
+def _diverging_epoch(log_, wanted) -> tuple[int, int] | None:
+    """Kafka's check of a follower's last fetched epoch (v12+): when this log's epoch at
+    or below it ends before the fetch offset, or is older, the follower's log diverged
+    there: (epoch, end offset) to truncate to, else None."""
+    last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+    if last_fetched_epoch < 0:
         return None
-    return ErrorCode.unknown_leader_epoch if current_leader_epoch > 0 else ErrorCode.fenced_leader_epoch
+    epoch, end_offset = log_.end_offset_for_epoch(last_fetched_epoch)
+    if end_offset < wanted.fetch_offset or epoch < last_fetched_epoch:
+        return epoch, end_offset
+    return None
+
+
+def _diverged(make, log_, partition: int, epoch: int, end_offset: int) -> object:
+    return make(
+        "PartitionData",
+        partition_index=partition,
+        error_code=ErrorCode.none,
+        high_watermark=log_.high_watermark,
+        last_stable_offset=log_.last_stable_offset,
+        log_start_offset=log_.log_start_offset,
+        diverging_epoch=make("EpochEndOffset", epoch=epoch, end_offset=end_offset),
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=b"",
+    )
 
 
 def _error(make, partition: int, code: ErrorCode) -> object:

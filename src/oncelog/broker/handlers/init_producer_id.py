@@ -1,7 +1,9 @@
 """InitProducerId (key 22), v0-v5.
 
 - Without a transactional id: a fresh producer id from the persisted id blocks, epoch 0,
-  as Kafka does (a reconnecting idempotent producer is a new producer).
+  as Kafka does (a reconnecting idempotent producer is a new producer). In cluster mode
+  the blocks are reserved in the metadata store; while none is at hand the answer is
+  COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka's.
 - With a transactional id: the transaction coordinator bumps the epoch (fencing older
   instances), aborts an Ongoing transaction left by a previous instance (answering
   CONCURRENT_TRANSACTIONS until that abort is complete), rotates the producer id when
@@ -26,6 +28,7 @@ from __future__ import annotations
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._txn import fenced_for_version
+from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
@@ -33,9 +36,14 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     if request.transactional_id is None:
+        try:
+            producer_id = ctx.broker.producer_ids.next_producer_id()
+        except ProducerIdsUnavailable:
+            return make("InitProducerIdResponse", throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.coordinator_load_in_progress, producer_id=-1, producer_epoch=-1)
         return make(
             "InitProducerIdResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-            producer_id=ctx.broker.producer_ids.next_producer_id(), producer_epoch=0,
+            producer_id=producer_id, producer_epoch=0,
         )
     result = ctx.broker.txn_coordinator.init_producer_id(
         request.transactional_id,

@@ -1,7 +1,7 @@
 """Metadata (key 3), v0-v12.
 
-- Lists this broker and, for the topics asked for (all of them when the list is null,
-  or empty in v0), their partitions with this broker as leader and only replica.
+- Lists the live brokers and, for the topics asked for (all of them when the list is
+  null, or empty in v0), their partitions.
 - Auto-creates a missing topic when `auto.create.topics.enable` is true and the request
   allows it (v4+ `allow_auto_topic_creation`; always allowed below v4), with
   `num.partitions` partitions. The created topic is returned in the same response.
@@ -9,13 +9,16 @@
   INVALID_TOPIC_EXCEPTION when its name is not a legal topic name (with auto-creation
   on or off), as Kafka answers.
 - Topics named by id (v10+) that do not exist get UNKNOWN_TOPIC_ID.
-- Deviation: leader epochs are always 0 (single node, no leadership changes).
+- Standalone, this broker is the only one and leads every partition at leader epoch 0.
+  In cluster mode brokers, controller, leaders, leader epochs, replicas, ISR and offline
+  replicas come from the cluster metadata; a partition without a leader has
+  LEADER_NOT_AVAILABLE and leader -1.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, create_topic
+from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, create_topic_for_request
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.errors import InvalidTopicError
 from oncelog.storage.manager import validate_topic_name
@@ -48,7 +51,7 @@ async def handle(ctx: RequestContext, request) -> object:
             info = topics.get(name)
         if info is None and auto_create and name not in INTERNAL_TOPICS:
             try:
-                info = create_topic(broker, name, -1, -1, {})
+                info = await create_topic_for_request(broker, name, -1, -1, {})
             except TopicRequestError as error:
                 code = error.code
                 if code == ErrorCode.topic_already_exists:
@@ -64,29 +67,31 @@ async def handle(ctx: RequestContext, request) -> object:
     return make(
         "MetadataResponse",
         throttle_time=NO_THROTTLE,
-        brokers=(make("MetadataResponseBroker", node_id=broker.node_id, host=broker.host, port=broker.port, rack=None),),
+        brokers=tuple(make("MetadataResponseBroker", node_id=b.node_id, host=b.host, port=b.port, rack=None)
+                      for b in broker.leadership.live_brokers()),
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.leadership.controller_id,
         topics=tuple(results),
     )
 
 
 def _topic(ctx: RequestContext, info) -> object:
     make = ctx.response.make
-    node = ctx.broker.node_id
-    partitions = tuple(
-        make(
+    describe = ctx.broker.leadership.describe_partition
+    partitions = []
+    for index in range(info.num_partitions):
+        view = describe(info.name, index)
+        partitions.append(make(
             "MetadataResponsePartition",
-            error_code=ErrorCode.none,
+            error_code=ErrorCode.none if view.leader >= 0 else ErrorCode.leader_not_available,
             partition_index=index,
-            leader_id=node,
-            leader_epoch=0,
-            replica_nodes=(node,),
-            isr_nodes=(node,),
-            offline_replicas=(),
-        )
-        for index in range(info.num_partitions)
-    )
+            leader_id=view.leader,
+            leader_epoch=view.leader_epoch,
+            replica_nodes=view.replicas,
+            isr_nodes=view.isr,
+            offline_replicas=view.offline,
+        ))
+    partitions = tuple(partitions)
     return make(
         "MetadataResponseTopic",
         error_code=ErrorCode.none,

@@ -1,8 +1,16 @@
 """Produce (key 0), v3-v12 (v12 only with `transaction.version` finalized at 2).
 
 - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition); acks=0 gets
-  no response at all, and the connection is closed if any partition failed. On a single node acks=-1 and acks=1 are acknowledged after the
-  same append (the ISR is this broker).
+  no response at all, and the connection is closed if any partition failed. On a
+  single node acks=-1 and acks=1 are acknowledged after the same append (the ISR is
+  this broker).
+- Cluster mode: only the partition's leader appends (else NOT_LEADER_OR_FOLLOWER, or
+  LEADER_NOT_AVAILABLE while it has none), stamping its leader epoch into the batch.
+  acks=-1 is refused with NOT_ENOUGH_REPLICAS when the ISR is below the topic's
+  `min.insync.replicas`, and is answered once the high watermark passes the batch:
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
+  NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after the request's
+  timeout. A duplicate of a recent batch waits for its original the same way.
 - Each partition's records must be exactly one magic-2 batch: checked in
   `oncelog.broker.partitions.append_records` (size, CRC32C, compression, control bit).
   A magic 0/1 message set is INVALID_RECORD, a magic above 2 CORRUPT_MESSAGE, as in Kafka.
@@ -30,6 +38,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 from oncelog.broker.broker import now_ms
@@ -47,7 +56,7 @@ async def handle(ctx: RequestContext, request) -> object | None:
     make = ctx.response.make
     acks = request.acks
     now = now_ms()
-    topics = []
+    outcomes: list[tuple[str, list[tuple[int, ProduceOutcome]]]] = []
     failed = False
     for topic in request.topic_data:
         partitions = []
@@ -58,27 +67,58 @@ async def handle(ctx: RequestContext, request) -> object | None:
                 outcome = append_records(
                     ctx.broker, topic.name, data.index, data.records,
                     produce_version=ctx.version, now_ms=now, transactional_id=request.transactional_id,
-                    internal_topics_allowed=ctx.client_id == ADMIN_CLIENT_ID,
+                    internal_topics_allowed=ctx.client_id == ADMIN_CLIENT_ID, acks=acks,
                 )
             failed = failed or outcome.error_code != ErrorCode.none
-            partitions.append(
-                make(
-                    "PartitionProduceResponse",
-                    index=data.index,
-                    error_code=outcome.error_code,
-                    base_offset=outcome.base_offset,
-                    log_append_time=_datetime(outcome.log_append_time_ms),
-                    log_start_offset=outcome.log_start_offset,
-                    record_errors=(),
-                    error_message=outcome.error_message,
-                )
-            )
-        topics.append(make("TopicProduceResponse", name=topic.name, partition_responses=tuple(partitions)))
+            partitions.append((data.index, outcome))
+        outcomes.append((topic.name, partitions))
     if acks == 0:
         if failed:  # the only way to tell an acks=0 producer something went wrong
             raise CloseConnection("acks=0 produce request failed for at least one partition")
         return None
-    return make("ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)
+    if acks == -1:
+        outcomes = await _wait_for_replication(ctx, outcomes, request.timeout.total_seconds())
+    topics = tuple(
+        make("TopicProduceResponse", name=name, partition_responses=tuple(
+            make(
+                "PartitionProduceResponse",
+                index=index,
+                error_code=outcome.error_code,
+                base_offset=outcome.base_offset,
+                log_append_time=_datetime(outcome.log_append_time_ms),
+                log_start_offset=outcome.log_start_offset,
+                record_errors=(),
+                error_message=outcome.error_message,
+            )
+            for index, outcome in partitions
+        ))
+        for name, partitions in outcomes
+    )
+    return make("ProduceResponse", responses=topics, throttle_time=NO_THROTTLE)
+
+
+async def _wait_for_replication(ctx: RequestContext, outcomes, timeout_s: float):
+    """acks=all: answer each appended partition once its high watermark passes the
+    batch, which a duplicate waits for too (its original may not be replicated yet).
+    Kafka's DelayedProduce errors: the ISR shrank below min.insync.replicas
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND), leadership lost, or the request's timeout."""
+    leadership = ctx.broker.leadership
+    waits = {
+        (name, index): leadership.wait_for_replication(name, index, outcome.end_offset, timeout_s)
+        for name, partitions in outcomes for index, outcome in partitions
+        if outcome.error_code == ErrorCode.none
+    }
+    if not waits:
+        return outcomes
+    codes = dict(zip(waits, await asyncio.gather(*waits.values())))
+    return [
+        (name, [
+            (index, outcome if codes.get((name, index), ErrorCode.none) == ErrorCode.none
+             else ProduceOutcome(codes[(name, index)]))
+            for index, outcome in partitions
+        ])
+        for name, partitions in outcomes
+    ]
 
 
 def _datetime(epoch_ms: int) -> datetime.datetime | None:

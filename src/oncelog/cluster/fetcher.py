@@ -1,0 +1,259 @@
+"""Followers fetching from leaders (Kafka's ReplicaFetcherThread, one per leader).
+
+Each fetch names, for every partition, the follower's log end offset and the epoch of
+its last batch (`last_fetched_epoch`, Fetch v12). When the leader's log diverges from
+the follower's at that epoch it answers `diverging_epoch` (KIP-595's check, which Kafka
+followers use since 2.7) and the follower truncates to where both logs agree before
+fetching again; so replicas never diverge after a leader change.
+
+Fetched batches are appended with their offsets and leader epochs as the leader wrote
+them (`PartitionLog.append_as_follower`), which also rebuilds producer state and the
+aborted-transaction index the way the leader built them. The follower's high watermark
+is min(the leader's, its own log end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.cluster.peer import PeerConnection
+from oncelog.protocol.messages import ErrorCode, request_class
+from oncelog.storage.errors import UnexpectedAppendOffsetError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.storage.log import PartitionLog
+
+log = logging.getLogger("oncelog.cluster.fetcher")
+
+FETCH_VERSION = 12
+NO_SESSION_EPOCH = -1  # FINAL_EPOCH: a full fetch that opens no fetch session
+RETRIABLE = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available, ErrorCode.unknown_topic_id,
+})
+
+
+@dataclass
+class FetchState:
+    log: PartitionLog
+    leader_epoch: int
+    delayed_until: float = 0.0  # loop time before which the partition is left out
+
+
+class ReplicaFetchers:
+    """The fetchers of this broker, one per leader it follows partitions of."""
+
+    def __init__(self, broker: Broker, broker_address) -> None:
+        self.broker = broker
+        self._address_of = broker_address  # node id -> (host, port) or None
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+
+    def add_partition(self, tp, leader_id: int, leader_epoch: int, partition_log: PartitionLog) -> None:
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self._fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id, self._address_of)
+            fetcher.start()
+        fetcher.partitions[tp] = FetchState(partition_log, leader_epoch)
+        fetcher.wake()
+
+    def remove_partition(self, tp) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.partitions.pop(tp, None)
+
+    def leader_moved(self, leader_id: int) -> None:
+        """The leader re-registered (maybe at a new address): reconnect."""
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is not None:
+            fetcher.reconnect()
+
+    async def close(self) -> None:
+        fetchers, self._fetchers = list(self._fetchers.values()), {}
+        for fetcher in fetchers:
+            await fetcher.stop()
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: Broker, leader_id: int, address_of) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], FetchState] = {}
+        self._address_of = address_of
+        self._peer: PeerConnection | None = None
+        self._task: asyncio.Task | None = None
+        self._wakeup = asyncio.Event()
+        config = broker.config
+        self._wait_ms = config["replica.fetch.wait.max.ms"]
+        self._partition_max_bytes = config["replica.fetch.max.bytes"]
+        self._max_bytes = config["replica.fetch.response.max.bytes"]
+        self._backoff_s = config["replica.fetch.backoff.ms"] / 1000
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def reconnect(self) -> None:
+        if self._peer is not None:
+            self._peer.close()
+            self._peer = None
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.reconnect()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            wanted = {tp: state for tp, state in self.partitions.items() if state.delayed_until <= now}
+            if not wanted:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), self._backoff_s)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                peer = self._connection()
+                if peer is None:
+                    await asyncio.sleep(self._backoff_s)
+                    continue
+                response = await peer.request(self._request(wanted), timeout_s=self._wait_ms / 1000 + 10)
+            except (ConnectionError, TimeoutError) as error:
+                log.debug("fetch from broker %d failed: %s", self.leader_id, error)
+                await asyncio.sleep(self._backoff_s)
+                continue
+            try:
+                self._process(response, wanted, loop.time())
+            except Exception:
+                log.exception("processing a fetch response from broker %d failed", self.leader_id)
+                await asyncio.sleep(self._backoff_s)
+
+    def _connection(self) -> PeerConnection | None:
+        address = self._address_of(self.leader_id)
+        if address is None:
+            return None
+        if self._peer is None:
+            self._peer = PeerConnection(self.leader_id, *address, client_id=f"broker-{self.broker.node_id}-fetcher")
+        else:
+            self._peer.retarget(*address)
+        return self._peer
+
+    def _request(self, wanted: dict) -> object:
+        request_type = request_class(1, FETCH_VERSION)
+        module = __import__(request_type.__module__, fromlist=["FetchTopic", "FetchPartition"])
+        by_topic: dict[str, list] = {}
+        for (topic, partition), state in sorted(wanted.items()):
+            partition_log = state.log
+            by_topic.setdefault(topic, []).append(module.FetchPartition(
+                partition=partition,
+                current_leader_epoch=state.leader_epoch,
+                fetch_offset=partition_log.log_end_offset,
+                last_fetched_epoch=partition_log.leader_epoch_cache.latest_epoch,
+                log_start_offset=partition_log.log_start_offset,
+                partition_max_bytes=self._partition_max_bytes,
+            ))
+        return request_type(
+            cluster_id=None,
+            replica_id=self.broker.node_id,
+            max_wait=datetime.timedelta(milliseconds=self._wait_ms),
+            min_bytes=1,
+            max_bytes=self._max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=NO_SESSION_EPOCH,
+            topics=tuple(module.FetchTopic(topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    def _process(self, response, wanted: dict, now: float) -> None:
+        if response.error_code != ErrorCode.none:
+            log.info("fetch from broker %d: %s", self.leader_id, ErrorCode(response.error_code).name)
+            for state in wanted.values():
+                state.delayed_until = now + self._backoff_s
+            return
+        for topic in response.responses:
+            for data in topic.partitions:
+                tp = (topic.topic, data.partition_index)
+                state = self.partitions.get(tp)
+                if state is None or state is not wanted.get(tp):
+                    continue  # removed or re-added while the fetch was out
+                self._process_partition(tp, state, data, now)
+
+    def _process_partition(self, tp, state: FetchState, data, now: float) -> None:
+        partition_log = state.log
+        code = ErrorCode(data.error_code)
+        if code in RETRIABLE:
+            # The leader moved or has not seen the change yet: wait for metadata.
+            state.delayed_until = now + self._backoff_s
+            return
+        if code == ErrorCode.offset_out_of_range:
+            self._handle_out_of_range(tp, partition_log, data)
+            return
+        if code != ErrorCode.none:
+            log.warning("%s-%d: fetch from broker %d: %s", *tp, self.leader_id, code.name)
+            state.delayed_until = now + self._backoff_s
+            return
+        diverging = data.diverging_epoch
+        if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
+            self._truncate_to_divergence(tp, partition_log, diverging.epoch, diverging.end_offset)
+            return
+        if data.records:
+            self._append(tp, partition_log, data.records)
+        high_watermark = min(data.high_watermark, partition_log.log_end_offset)
+        if partition_log.update_high_watermark(high_watermark):
+            self.broker.partition_appended(*tp)
+        # The leader's log start (retention, DeleteRecords) moves ours, up to our HW.
+        new_start = min(data.log_start_offset, partition_log.high_watermark)
+        if new_start > partition_log.log_start_offset:
+            partition_log.delete_records_before(new_start)
+
+    def _append(self, tp, partition_log: PartitionLog, records) -> None:
+        try:
+            partition_log.append_as_follower(bytearray(records), now_ms=_wall_ms())
+        except UnexpectedAppendOffsetError as error:
+            # Kafka's Partition: an empty log whose start fell inside the leader's first
+            # batch (the leader's log start moved into it) starts over at that batch.
+            if partition_log.log_end_offset != partition_log.log_start_offset:
+                raise
+            log.info("%s-%d: empty log restarts at offset %d to take the leader's batch", *tp, error.first_offset)
+            partition_log.truncate_fully_and_start_at(error.first_offset)
+            partition_log.append_as_follower(bytearray(records), now_ms=_wall_ms())
+
+    def _truncate_to_divergence(self, tp, partition_log: PartitionLog, epoch: int, end_offset: int) -> None:
+        """KIP-279/595: keep what both logs hold. The leader's epoch at or below our last
+        one ended at `end_offset`; if we hold that epoch too, truncate to the smaller of
+        both ends, else to the end of our largest epoch not above it."""
+        own_epoch, own_end = partition_log.end_offset_for_epoch(epoch)
+        if own_epoch == epoch:
+            target = min(end_offset, own_end)
+        else:
+            target = min(own_end, end_offset) if own_epoch >= 0 else end_offset
+        target = min(target, partition_log.log_end_offset)
+        log.info("%s-%d: diverging from broker %d at epoch %d end %d: truncating %d -> %d", *tp,
+                 self.leader_id, epoch, end_offset, partition_log.log_end_offset, target)
+        partition_log.truncate_to(target)
+
+    def _handle_out_of_range(self, tp, partition_log: PartitionLog, data) -> None:
+        """The follower's log end is outside the leader's log: below its start (deleted
+        there) or, with no epochs to compare, past its end."""
+        if data.log_start_offset >= 0 and partition_log.log_end_offset < data.log_start_offset:
+            log.info("%s-%d: behind the leader's log start %d: starting over there", *tp, data.log_start_offset)
+            partition_log.truncate_fully_and_start_at(data.log_start_offset)
+        elif data.high_watermark >= 0 and partition_log.log_end_offset > data.high_watermark:
+            partition_log.truncate_to(data.high_watermark)
+
+
+def _wall_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000

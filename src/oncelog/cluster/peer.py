@@ -1,0 +1,59 @@
+"""Requests from this broker to another one (replica fetches, transaction markers).
+
+One connection per destination broker, one request in flight on it at a time: the
+callers (a replica fetcher per leader, the marker channel) are themselves sequential.
+A failed connection is dropped and the next request reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from oncelog.protocol import framing
+from oncelog.protocol.client import decode_response, encode_request
+
+log = logging.getLogger("oncelog.cluster.peer")
+
+
+class PeerConnection:
+    def __init__(self, node_id: int, host: str, port: int, *, client_id: str) -> None:
+        self.node_id = node_id
+        self.address = (host, port)
+        self._client_id = client_id
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+        self._lock = asyncio.Lock()
+
+    def retarget(self, host: str, port: int) -> None:
+        """The broker re-registered elsewhere: reconnect there on the next request."""
+        if (host, port) != self.address:
+            self.address = (host, port)
+            self.close()
+
+    async def request(self, entity, timeout_s: float):
+        """Send `entity`, return the response entity; ConnectionError or TimeoutError
+        (the connection is then closed) when the broker does not answer."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._exchange(entity), timeout_s)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+                self.close()
+                if isinstance(error, asyncio.TimeoutError):
+                    raise TimeoutError(f"broker {self.node_id} at {self.address} did not answer in {timeout_s}s") from None
+                raise ConnectionError(f"broker {self.node_id} at {self.address}: {error}") from None
+
+    async def _exchange(self, entity):
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(*self.address)
+        self._correlation += 1
+        self._writer.write(encode_request(entity, self._correlation, self._client_id))
+        await self._writer.drain()
+        size = framing.read_size(await self._reader.readexactly(4))
+        return decode_response(entity, await self._reader.readexactly(size), self._correlation)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

@@ -1,0 +1,129 @@
+"""Topic administration in cluster mode: CreateTopics, Metadata's auto-creation,
+DeleteTopics and CreatePartitions write the metadata store, and every broker creates or
+deletes its local logs when the change reaches its image.
+
+The checks are the standalone ones (names, partition counts, topic configs), plus
+Kafka's placement: replicas spread over the registered brokers, and a replication
+factor above their number is INVALID_REPLICATION_FACTOR with Kafka's message. A call
+returns once this broker's image has the change, so the topic is usable at once here.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from oncelog.broker.topics import TopicRequestError
+from oncelog.cluster.etcd import EtcdUnavailable
+from oncelog.cluster.image import TopicRecord
+from oncelog.cluster.metadata_store import MetadataConflict
+from oncelog.cluster.placement import InvalidReplicationFactor, check_assignment, place_replicas
+from oncelog.protocol.messages import ErrorCode
+from oncelog.storage.errors import InvalidConfigError, InvalidTopicError
+from oncelog.storage.manager import TopicInfo, validate_topic_name
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger("oncelog.cluster.topics")
+
+
+async def create_topic(broker: Broker, name: str, num_partitions: int, replication_factor: int,
+                       configs: dict[str, str], *, validate_only: bool = False,
+                       assignment: list[list[int]] | None = None) -> TopicInfo:
+    runtime = broker.cluster
+    image = runtime.image
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as error:
+        raise TopicRequestError(ErrorCode.invalid_topic_exception, str(error)) from None
+    if name in image.topics:
+        raise TopicRequestError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    collision = name.replace(".", "_")
+    for existing in image.topics:
+        if existing.replace(".", "_") == collision:
+            raise TopicRequestError(ErrorCode.invalid_topic_exception,
+                                    f"Topic '{name}' collides with existing topic: {existing}")
+    overrides = {key: str(value) for key, value in configs.items() if value is not None}
+    try:
+        config = broker.logs.default_config.with_overrides(overrides)
+    except (InvalidConfigError, ValueError) as error:
+        raise TopicRequestError(ErrorCode.invalid_config, str(error)) from None
+    live = sorted(image.live_broker_ids())
+    if assignment is not None:
+        problem = check_assignment(dict(enumerate(assignment)), live)
+        if problem is not None:
+            raise TopicRequestError(ErrorCode.invalid_replica_assignment, problem)
+        replicas = [list(r) for r in assignment]
+    else:
+        try:
+            replicas = place_replicas(live, num_partitions, replication_factor)
+        except InvalidReplicationFactor as error:
+            raise TopicRequestError(ErrorCode.invalid_replication_factor, str(error)) from None
+    topic = TopicRecord(name, uuid.uuid4(), len(replicas), overrides)
+    if validate_only:
+        return TopicInfo(name, topic.topic_id, len(replicas), overrides, config)
+    try:
+        revision = await runtime.store.create_topic(topic, replicas)
+    except MetadataConflict:
+        raise TopicRequestError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.") from None
+    except EtcdUnavailable as error:
+        raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
+    await runtime.wait_for_revision(revision)
+    log.info("created topic %s with %d partition(s), replicas %s", name, len(replicas), replicas)
+    info = broker.logs.topic(name)
+    return info if info is not None else TopicInfo(name, topic.topic_id, len(replicas), overrides, config)
+
+
+async def delete_topic(broker: Broker, name: str) -> None:
+    runtime = broker.cluster
+    topic = runtime.image.topics.get(name)
+    if topic is None:
+        raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+    try:
+        revision = await runtime.store.delete_topic(name, topic.topic_id)
+    except MetadataConflict:
+        raise TopicRequestError(ErrorCode.unknown_topic_or_partition,
+                                "This server does not host this topic-partition.") from None
+    except EtcdUnavailable as error:
+        raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
+    await runtime.wait_for_revision(revision)
+
+
+async def create_partitions(broker: Broker, name: str, new_total: int, *, validate_only: bool = False,
+                            assignment: list[list[int]] | None = None) -> None:
+    runtime = broker.cluster
+    image = runtime.image
+    topic = image.topics.get(name)
+    if topic is None:
+        raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+    current = topic.partitions
+    if new_total == current:
+        raise TopicRequestError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+    if new_total < current:
+        raise TopicRequestError(ErrorCode.invalid_partitions,
+                                f"Topic currently has {current} partitions, which is higher than the requested {new_total}.")
+    replication_factor = len(image.partition(name, 0).replicas)
+    live = sorted(image.live_broker_ids())
+    if assignment is not None:
+        problem = check_assignment(dict(enumerate(assignment, start=current)), live,
+                                   replication_factor=replication_factor, first_partition=current)
+        if problem is not None:
+            raise TopicRequestError(ErrorCode.invalid_replica_assignment, problem)
+        added = [list(r) for r in assignment]
+    else:
+        try:
+            added = place_replicas(live, new_total - current, replication_factor, start_partition=current)
+        except InvalidReplicationFactor as error:
+            raise TopicRequestError(ErrorCode.invalid_replication_factor, str(error)) from None
+    if validate_only:
+        return
+    stored = await runtime.client.get(runtime.keys.topic(name))
+    if stored is None:
+        raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+    try:
+        revision = await runtime.store.create_partitions(TopicRecord.decode(stored), stored.mod_revision, current, added)
+    except MetadataConflict as error:
+        raise TopicRequestError(ErrorCode.reassignment_in_progress, str(error)) from None
+    await runtime.wait_for_revision(revision)

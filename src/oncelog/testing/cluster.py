@@ -1,0 +1,196 @@
+"""A cluster of broker processes on loopback, for tests and `oncelog cluster start`.
+
+    with ClusterProcess(tmp_path, brokers=3) as cluster:
+        ... cluster.bootstrap_servers ...
+        leader = cluster.leader_of("orders", 0)
+        cluster.kill(leader)             # SIGKILL: the broker and its quorum member
+        cluster.start_node(leader)       # same data dir and ports
+
+Every node is a combined node (process.roles=broker,controller): a broker with a member
+of the metadata quorum next to it. Ports stay the same across restarts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from oncelog.testing.process import BrokerProcess, free_port
+
+# Quick failure detection for tests; Kafka's defaults (9 s sessions) stay the broker's.
+FAST_FAILOVER = {
+    "controller.quorum.election.timeout.ms": "500",
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "5000",
+    "replica.fetch.backoff.ms": "200",
+}
+
+
+def node_configs(base_dir: Path, brokers: int, host: str = "127.0.0.1",
+                 overrides: Mapping[str, str] | None = None) -> dict[int, dict[str, str]]:
+    """The settings of `brokers` combined nodes with free ports, ids 1..n."""
+    ids = range(1, brokers + 1)
+    kafka = {i: free_port(host) for i in ids}
+    client = {i: free_port(host) for i in ids}
+    peer = {i: free_port(host) for i in ids}
+    voters = ",".join(f"{i}@{host}:{client[i]}" for i in ids)
+    peers = ",".join(f"{i}@{host}:{peer[i]}" for i in ids)
+    return {
+        i: {
+            "node.id": str(i),
+            "process.roles": "broker,controller",
+            "controller.quorum.voters": voters,
+            "controller.quorum.peers": peers,
+            "listeners": f"PLAINTEXT://{host}:{kafka[i]}",
+            "log.dirs": str(base_dir / f"node-{i}"),
+            **dict(overrides or {}),
+        }
+        for i in ids
+    }
+
+
+class ClusterProcess:
+    def __init__(self, base_dir: str | Path, brokers: int = 3, config: Mapping[str, str] | None = None, *,
+                 fast_failover: bool = True) -> None:
+        self.base_dir = Path(base_dir)
+        overrides = {**(FAST_FAILOVER if fast_failover else {}), **dict(config or {})}
+        self.configs = node_configs(self.base_dir, brokers, overrides=overrides)
+        self.nodes = {
+            node_id: BrokerProcess(Path(config["log.dirs"]), config, port=int(config["listeners"].rsplit(":", 1)[1]))
+            for node_id, config in self.configs.items()
+        }
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.bootstrap_servers for node in self.nodes.values())
+
+    def alive(self) -> list[int]:
+        return [node_id for node_id, node in self.nodes.items() if node.process is not None]
+
+    def start(self, timeout: float = 60.0) -> ClusterProcess:
+        """Start every node at once: each waits for the quorum, which needs a majority."""
+        errors: list[BaseException] = []
+
+        def start(node: BrokerProcess) -> None:
+            try:
+                node.start(timeout)
+            except BaseException as error:  # reported below, after the other starts end
+                errors.append(error)
+
+        threads = [threading.Thread(target=start, args=(node,)) for node in self.nodes.values()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            self.kill_all()
+            raise errors[0]
+        self.wait_for(lambda: len(self.metadata([]).brokers) == len(self.nodes), timeout,
+                      "every broker to be registered")
+        return self
+
+    def start_node(self, node_id: int, timeout: float = 60.0) -> None:
+        self.nodes[node_id].start(timeout)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node; its quorum member dies with it (PR_SET_PDEATHSIG)."""
+        self.nodes[node_id].kill()
+
+    def stop(self, node_id: int) -> None:
+        self.nodes[node_id].stop()
+
+    def kill_all(self) -> None:
+        for node in self.nodes.values():
+            node.kill()
+
+    def stop_all(self) -> None:
+        for node_id in self.alive():
+            self.nodes[node_id].stop()
+
+    # ---- what the cluster says ---------------------------------------------------------
+
+    def metadata(self, topics: list[str] | None = None):
+        """A Metadata v12 response from any live broker."""
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+        from oncelog.protocol.client import WireClient
+
+        last_error: Exception | None = None
+        for node_id in self.alive():
+            try:
+                with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
+                    return client.request(MetadataRequest(
+                        topics=None if topics is None else tuple(MetadataRequestTopic(name=t, topic_id=None) for t in topics),
+                        allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+                    ))
+            except OSError as error:
+                last_error = error
+        raise ConnectionError(f"no live broker answered: {last_error}")
+
+    def wait_for_topic(self, topic: str, timeout: float = 30.0) -> None:
+        """Until every live broker's metadata has the topic with a leader per partition
+        (metadata reaches brokers asynchronously, as in Kafka)."""
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+        from oncelog.protocol.client import WireClient
+
+        def everywhere() -> bool:
+            for node_id in self.alive():
+                with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
+                    response = client.request(MetadataRequest(
+                        topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+                        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+                entry = response.topics[0]
+                if entry.error_code != 0 or not entry.partitions or any(p.leader_id < 0 for p in entry.partitions):
+                    return False
+            return True
+
+        self.wait_for(everywhere, timeout, f"topic {topic} on every broker")
+
+    def partition(self, topic: str, partition: int):
+        for entry in self.metadata([topic]).topics:
+            for p in entry.partitions:
+                if p.partition_index == partition:
+                    return p
+        raise LookupError(f"{topic}-{partition} not in metadata")
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return self.partition(topic, partition).leader_id
+
+    def wait_for(self, predicate, timeout: float = 30.0, message: str = "the cluster") -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if predicate():
+                    return
+            except (OSError, LookupError) as error:
+                last = error
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {message}" + (f" ({last})" if last else ""))
+
+    def wait_for_isr(self, topic: str, partition: int, size: int, timeout: float = 30.0) -> None:
+        self.wait_for(lambda: len(self.partition(topic, partition).isr_nodes) == size, timeout,
+                      f"{topic}-{partition} to have {size} in-sync replicas")
+
+    def wait_for_leader(self, topic: str, partition: int, *, not_on: int | None = None, timeout: float = 30.0) -> int:
+        found: list[int] = []
+
+        def elected() -> bool:
+            leader = self.leader_of(topic, partition)
+            if leader >= 0 and leader != not_on:
+                found.append(leader)
+                return True
+            return False
+
+        self.wait_for(elected, timeout, f"a leader of {topic}-{partition}" + (f" other than {not_on}" if not_on else ""))
+        return found[-1]
+
+    def __enter__(self) -> ClusterProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.kill_all()

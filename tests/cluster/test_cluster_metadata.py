@@ -1,0 +1,172 @@
+"""Three broker processes forming one cluster (M1, M2): metadata, topic creation with
+replication factor 3, leaders spread over the brokers, acks=all through the ISR, all
+seen by real clients.
+
+One cluster for the module: every node runs a broker and an etcd member. Tests use
+their own topics.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from oncelog.protocol import record_batch
+from oncelog.protocol.client import WireClient
+from oncelog.protocol.messages import ErrorCode
+from oncelog.testing.cluster import ClusterProcess
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cluster")
+    with ClusterProcess(base, 3) as running:
+        yield running
+    for node in running.nodes.values():  # free the etcd WALs, keep the logs
+        shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
+
+
+def create(cluster: ClusterProcess, name: str, partitions: int, replication_factor: int, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    future = admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs)])[name]
+    future.result(timeout=30)
+    cluster.wait_for_topic(name)
+
+
+def consume_all(cluster: ClusterProcess, topic: str, partition: int, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            values.append(message.value())
+    consumer.close()
+    return values
+
+
+def test_three_brokers_each_lead_a_share_of_the_partitions(cluster):
+    create(cluster, "spread", 6, 3)
+    metadata = cluster.metadata(["spread"])
+    assert sorted(b.node_id for b in metadata.brokers) == [1, 2, 3]
+    assert metadata.controller_id in (1, 2, 3)
+    partitions = metadata.topics[0].partitions
+    assert all(sorted(p.replica_nodes) == [1, 2, 3] for p in partitions)
+    leaders = [p.leader_id for p in partitions]
+    assert sorted(set(leaders)) == [1, 2, 3] and all(leaders.count(n) == 2 for n in (1, 2, 3))
+
+    # kcat (librdkafka) sees the same cluster from any one broker.
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.fail("kcat is not installed: run `make setup`")
+    listing = subprocess.run([kcat, "-b", cluster.nodes[2].bootstrap_servers, "-L", "-t", "spread"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    assert " 3 brokers:" in listing and "6 partitions:" in listing
+    replicas = re.findall(r"partition \d+, leader (\d), replicas: ([\d,]+), isrs: ([\d,]+)", listing)
+    assert len(replicas) == 6
+    assert all(sorted(r.split(",")) == ["1", "2", "3"] and sorted(i.split(",")) == ["1", "2", "3"]
+               for _leader, r, i in replicas)
+
+
+def test_topic_created_on_one_broker_appears_on_all_and_is_written_through_each_leader(cluster):
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic as PyNewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.nodes[3].bootstrap_servers)
+    admin.create_topics([PyNewTopic("everywhere", 3, 3)])
+    admin.close()
+    cluster.wait_for_topic("everywhere")
+    for node in cluster.nodes.values():
+        with WireClient.connect(node.bootstrap_servers) as client:
+            from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+            response = client.request(MetadataRequest(
+                topics=(MetadataRequestTopic(name="everywhere", topic_id=None),),
+                allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+            assert response.topics[0].error_code == ErrorCode.none
+            assert len(response.topics[0].partitions) == 3
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    for partition in range(3):
+        for i in range(20):
+            producer.send("everywhere", f"{partition}-{i}".encode(), partition=partition)
+    producer.flush(30)
+    producer.close()
+    for partition in range(3):
+        values = consume_all(cluster, "everywhere", partition, 20)
+        assert values == [f"{partition}-{i}".encode() for i in range(20)]
+
+
+def test_produce_to_a_non_leader_is_not_leader_or_follower(cluster):
+    create(cluster, "led-elsewhere", 1, 2)
+    partition = cluster.partition("led-elsewhere", 0)
+    outsider = next(n for n in (1, 2, 3) if n not in partition.replica_nodes)
+    follower = next(n for n in partition.replica_nodes if n != partition.leader_id)
+    batch = record_batch.build_batch([record_batch.Record(b"k", b"v")], timestamp_ms=int(time.time() * 1000))
+    for node_id in (outsider, follower):
+        with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
+            response = client.request(ProduceRequest(
+                transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+                topic_data=(TopicProduceData(name="led-elsewhere", partition_data=(
+                    PartitionProduceData(index=0, records=batch),)),),
+            ))
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+
+
+def test_replication_factor_above_live_brokers_is_refused_with_kafkas_message(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    future = admin.create_topics([NewTopic("too-many-copies", 1, 4)])["too-many-copies"]
+    with pytest.raises(Exception) as raised:
+        future.result(timeout=30)
+    error = raised.value.args[0]
+    assert error.code() == ErrorCode.invalid_replication_factor
+    assert "The target replication factor of 4 cannot be reached because only 3 broker(s) are registered" in error.str()
+
+
+def test_acks_all_is_acknowledged_only_once_every_isr_replica_has_the_batch(cluster):
+    create(cluster, "replicated", 1, 3, **{"min.insync.replicas": "3"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True})
+    acknowledged: list[int] = []
+    for i in range(200):
+        producer.produce("replicated", str(i).encode(), partition=0,
+                         on_delivery=lambda error, message: error is None and acknowledged.append(message.offset()))
+    assert producer.flush(30) == 0 and len(acknowledged) == 200
+    # Every replica's log holds the acknowledged batches: read each one's files.
+    for node in cluster.nodes.values():
+        directory = node.data_dir / "replicated-0"
+        size = sum(f.stat().st_size for f in directory.glob("*.log"))
+        assert size > 200 * 10, f"replica on {node.data_dir.name} lacks acknowledged data ({size} bytes)"
+
+
+def test_cluster_start_prints_bootstrap_and_stops_on_sigterm(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oncelog", "cluster", "start", "--brokers", "3", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines = [process.stdout.readline() for _ in range(2)]
+        assert lines[1].startswith("bootstrap servers: "), lines
+        bootstrap = lines[1].split(": ", 1)[1].strip()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        name = f"t-{uuid.uuid4().hex[:6]}"
+        admin.create_topics([NewTopic(name, 1, 3)])[name].result(timeout=30)
+        assert len(admin.list_topics(timeout=10).brokers) == 3
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for node in tmp_path.glob("node-*"):
+            shutil.rmtree(node / "__cluster_metadata-etcd", ignore_errors=True)

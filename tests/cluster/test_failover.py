@@ -1,0 +1,141 @@
+"""Leader failover on a 3-broker cluster (M3): kill -9 of a partition leader, election
+from the ISR, idempotent producers carrying on at the new leader, and a returning old
+leader truncating what it alone held.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from oncelog.protocol import record_batch
+from oncelog.protocol.client import WireClient
+from oncelog.protocol.messages import ErrorCode
+from oncelog.testing.cluster import ClusterProcess
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with ClusterProcess(tmp_path, 3, {"min.insync.replicas": "2"}) as running:
+        yield running
+    for node in running.nodes.values():
+        shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
+
+
+def create(cluster: ClusterProcess, name: str, partitions: int, replication_factor: int = 3, **configs) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs)])[name].result(timeout=30)
+    cluster.wait_for_topic(name)
+    for partition in range(partitions):
+        cluster.wait_for_isr(name, partition, replication_factor)
+
+
+def read_partition(cluster: ClusterProcess, topic: str, partition: int, expected: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(values) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            values.append(int(message.value()))
+    time.sleep(0.5)  # anything beyond `expected` would be a duplicate
+    while (message := consumer.poll(0.2)) is not None:
+        if not message.error():
+            values.append(int(message.value()))
+    consumer.close()
+    return values
+
+
+def produce_raw(bootstrap: str, topic: str, batch: bytes):
+    with WireClient.connect(bootstrap) as client:
+        response = client.request(ProduceRequest(
+            transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+            topic_data=(TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)),),
+        ))
+    return response.responses[0].partition_responses[0]
+
+
+def test_new_leader_rejects_the_retried_duplicate_and_accepts_the_next_sequence(cluster):
+    """The seed scenario at the wire: a batch acknowledged by the old leader (acks=all,
+    so on the ISR) is retried at the new leader after kill -9; it is answered as the
+    duplicate it is, with the original offset, and the next sequence follows it."""
+    create(cluster, "seed", 2)
+    leader = cluster.leader_of("seed", 0)
+    with WireClient.connect(cluster.nodes[leader].bootstrap_servers) as client:
+        ids = client.request(InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(0),
+                                                   producer_id=-1, producer_epoch=-1))
+    assert ids.error_code == ErrorCode.none
+
+    def batch(sequence: int) -> bytes:
+        return record_batch.build_batch(
+            [record_batch.Record(None, str(sequence).encode())], timestamp_ms=int(time.time() * 1000),
+            producer_id=ids.producer_id, producer_epoch=ids.producer_epoch, base_sequence=sequence)
+
+    for sequence in range(3):
+        assert produce_raw(cluster.nodes[leader].bootstrap_servers, "seed", batch(sequence)).error_code == 0
+    cluster.kill(leader)
+    new_leader = cluster.wait_for_leader("seed", 0, not_on=leader)
+
+    retried = produce_raw(cluster.nodes[new_leader].bootstrap_servers, "seed", batch(2))
+    assert (retried.error_code, retried.base_offset) == (ErrorCode.none, 2)
+    following = produce_raw(cluster.nodes[new_leader].bootstrap_servers, "seed", batch(3))
+    assert (following.error_code, following.base_offset) == (ErrorCode.none, 3)
+    gap = produce_raw(cluster.nodes[new_leader].bootstrap_servers, "seed", batch(5))
+    assert gap.error_code == ErrorCode.out_of_order_sequence_number
+    assert read_partition(cluster, "seed", 0, 4) == [0, 1, 2, 3]
+
+
+def test_kill_9_of_the_leader_while_producing_loses_and_duplicates_nothing(cluster):
+    """The seed scenario with librdkafka: an idempotent acks=all producer writes both
+    partitions while the leader of one is killed; its in-flight batches are retried at
+    the new leader. Every record is there once, in order."""
+    create(cluster, "orders", 2)
+    victim = cluster.leader_of("orders", 0)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000})
+    failures: list = []
+    count = 6000
+    for i in range(count):
+        for partition in (0, 1):
+            producer.produce("orders", str(i).encode(), partition=partition,
+                             on_delivery=lambda error, _m: error is not None and failures.append(error))
+        producer.poll(0)
+        if i == count // 3:
+            cluster.kill(victim)
+    assert producer.flush(90) == 0
+    assert failures == []
+    assert cluster.leader_of("orders", 0) != victim
+    for partition in (0, 1):
+        assert read_partition(cluster, "orders", partition, count) == list(range(count))
+
+    cluster.start_node(victim)  # it returns as a follower and catches up into the ISR
+    cluster.wait_for_isr("orders", 0, 3)
+
+
+def test_below_min_insync_replicas_acks_all_is_refused_and_acks_1_is_written(cluster):
+    create(cluster, "quorum", 1, replication_factor=2)
+    partition = cluster.partition("quorum", 0)
+    follower = next(n for n in partition.replica_nodes if n != partition.leader_id)
+    cluster.kill(follower)  # its session lapses: the controller takes it out of the ISR
+    cluster.wait_for_isr("quorum", 0, 1)
+
+    def send(acks: str):
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": acks,
+                             "message.timeout.ms": 3000, "retries": 0})
+        outcome: list = []
+        producer.produce("quorum", b"x", partition=0, on_delivery=lambda error, _m: outcome.append(error))
+        producer.flush(10)
+        return outcome[0]
+
+    refused = send("all")
+    assert refused is not None and refused.code() == ErrorCode.not_enough_replicas
+    assert send("1") is None
