@@ -27,7 +27,15 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.cluster.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, LeaseNotFound, Op, WatchCompacted
+from oncelog.cluster.etcd import (
+    Compare,
+    EtcdClient,
+    EtcdError,
+    EtcdUnavailable,
+    LeaseNotFound,
+    Op,
+    WatchCompacted,
+)
 from oncelog.cluster.etcd_member import EtcdMember
 from oncelog.cluster.fetcher import ReplicaFetchers
 from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage

@@ -20,13 +20,12 @@ creates empty files and reads them so).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from oncelog.storage.errors import CorruptLogError, StorageError
-from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
+from oncelog.storage.framed_file import replace_file
 
 VERSION = 0
 
@@ -37,20 +36,7 @@ def write_checkpoint(path: Path, entries: Iterable[Sequence[object]], version: i
     """Replace the file atomically with `entries`, each written as its fields joined by spaces."""
     lines = [" ".join(str(field) for field in entry) for entry in entries]
     data = "\n".join([str(version), str(len(lines)), *lines, ""]).encode()
-    temp = path.with_name(path.name + TEMP_SUFFIX)
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except OSError as exc:
-        raise StorageError(str(path), f"cannot write checkpoint: {exc.strerror}", exc.errno) from exc
-    fsync_directory(path.parent)
+    replace_file(path, data)
 
 
 def read_checkpoint(path: Path, parse_entry: Callable[[list[str]], Entry], version: int = VERSION) -> list[Entry]:

@@ -45,7 +45,12 @@ def fsync_directory(directory: Path) -> None:
 
 def write_framed_file(path: Path, magic: bytes, version: int, payload: bytes) -> None:
     prefix = _PREFIX.pack(magic, version, len(payload))
-    data = prefix + _CRC.pack(crc32c(payload, crc32c(prefix))) + payload
+    replace_file(path, prefix + _CRC.pack(crc32c(payload, crc32c(prefix))) + payload)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` crash-safely: temporary file, fsync, rename, fsync of
+    the directory. Raises StorageError."""
     temp = path.with_name(path.name + TEMP_SUFFIX)
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

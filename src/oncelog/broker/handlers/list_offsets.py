@@ -18,6 +18,10 @@
 - A negative timestamp this version cannot carry (-3 before v7, -4 before v8, -5 before
   v9, -6 before v11, any other below -6) gets UNSUPPORTED_VERSION; a partition asked
   for twice INVALID_REQUEST.
+- Only the partition's leader answers (cluster mode: else NOT_LEADER_OR_FOLLOWER); a
+  `current_leader_epoch` older than the leader's is FENCED_LEADER_EPOCH, newer
+  UNKNOWN_LEADER_EPOCH. The answer's leader epoch is the current one for "latest",
+  else the epoch of the batch holding the offset (0 on a standalone broker).
 - Deviation: -3 raises the offset to the log start offset when the record with the
   largest timestamp was deleted by DeleteRecords (Kafka returns the deleted offset).
 """
@@ -64,9 +68,9 @@ async def handle(ctx: RequestContext, request) -> object:
                 continue  # a duplicate gets one answer, as Kafka keys its answers by partition
             answered.add(wanted.partition_index)
             if asked[(topic.name, wanted.partition_index)] > 1:
-                code, timestamp, offset = ErrorCode.invalid_request, -1, -1
+                code, timestamp, offset, epoch = ErrorCode.invalid_request, -1, -1, -1
             else:
-                code, timestamp, offset = _lookup(ctx, topic.name, wanted, isolation)
+                code, timestamp, offset, epoch = _lookup(ctx, topic.name, wanted, isolation)
             partitions.append(
                 make(
                     "ListOffsetsPartitionResponse",
@@ -74,23 +78,36 @@ async def handle(ctx: RequestContext, request) -> object:
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if code == ErrorCode.none and offset >= 0 else -1,
+                    leader_epoch=epoch if code == ErrorCode.none and offset >= 0 else -1,
                 )
             )
         topics.append(make("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions)))
     return make("ListOffsetsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _lookup(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int]:
+def _lookup(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int, int]:
+    """(error, timestamp, offset, leader epoch of the offset) for one partition."""
+    code, timestamp, offset = _find(ctx, topic, wanted, isolation)
+    if code is not ErrorCode.none or offset < 0:
+        return code, timestamp, offset, -1
+    leader_epoch = ctx.broker.leadership.leader_epoch(topic, wanted.partition_index)[1]
+    if wanted.timestamp == LATEST:
+        return code, timestamp, offset, leader_epoch
+    epoch = ctx.broker.logs.partition(topic, wanted.partition_index).leader_epoch_cache.epoch_for_offset(offset)
+    return code, timestamp, offset, epoch if epoch >= 0 else leader_epoch
+
+
+def _find(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int]:
     target = wanted.timestamp
     if target < 0 and ctx.version < _MIN_VERSION.get(target, ctx.version + 1):
         return ErrorCode.unsupported_version, -1, -1
+    code, _leader_epoch = ctx.broker.leadership.leader_epoch(topic, wanted.partition_index,
+                                                            getattr(wanted, "current_leader_epoch", -1))
+    if code is not ErrorCode.none:
+        return code, -1, -1
     log_ = ctx.broker.logs.partition(topic, wanted.partition_index)
     if log_ is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
-    epoch = getattr(wanted, "current_leader_epoch", -1)
-    if epoch not in (-1, 0):
-        return (ErrorCode.unknown_leader_epoch if epoch > 0 else ErrorCode.fenced_leader_epoch), -1, -1
     if isolation is None:
         last_fetchable = log_.log_end_offset
     elif isolation == READ_COMMITTED:
