@@ -39,6 +39,7 @@ from oncelog.broker.handlers import (  # noqa: F401
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
     txn_offset_commit,
