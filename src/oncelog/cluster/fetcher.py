@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncelog.cluster.peer import PeerConnection
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import UnexpectedAppendOffsetError
+from oncelog.storage.log import wall_clock_ms
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -149,7 +151,7 @@ class ReplicaFetcher:
 
     def _request(self, wanted: dict) -> object:
         request_type = request_class(1, FETCH_VERSION)
-        module = __import__(request_type.__module__, fromlist=["FetchTopic", "FetchPartition"])
+        module = sys.modules[request_type.__module__]  # FetchTopic, FetchPartition of this version
         by_topic: dict[str, list] = {}
         for (topic, partition), state in sorted(wanted.items()):
             partition_log = state.log
@@ -219,7 +221,7 @@ class ReplicaFetcher:
 
     def _append(self, tp, partition_log: PartitionLog, records) -> None:
         try:
-            partition_log.append_as_follower(bytearray(records), now_ms=_wall_ms())
+            partition_log.append_as_follower(bytearray(records), now_ms=wall_clock_ms())
         except UnexpectedAppendOffsetError as error:
             # Kafka's Partition: an empty log whose start fell inside the leader's first
             # batch (the leader's log start moved into it) starts over at that batch.
@@ -227,7 +229,7 @@ class ReplicaFetcher:
                 raise
             log.info("%s-%d: empty log restarts at offset %d to take the leader's batch", *tp, error.first_offset)
             partition_log.truncate_fully_and_start_at(error.first_offset)
-            partition_log.append_as_follower(bytearray(records), now_ms=_wall_ms())
+            partition_log.append_as_follower(bytearray(records), now_ms=wall_clock_ms())
 
     def _truncate_to_divergence(self, tp, partition_log: PartitionLog, epoch: int, end_offset: int) -> None:
         """KIP-279/595: keep what both logs hold. The leader's epoch at or below our last
@@ -252,8 +254,3 @@ class ReplicaFetcher:
         elif data.high_watermark >= 0 and partition_log.log_end_offset > data.high_watermark:
             partition_log.truncate_to(data.high_watermark)
 
-
-def _wall_ms() -> int:
-    import time
-
-    return time.time_ns() // 1_000_000

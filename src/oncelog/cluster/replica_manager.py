@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from oncelog.cluster.image import MetadataDelta, MetadataImage, PartitionRecord
 from oncelog.cluster.purgatory import HighWatermarkWaiters
 from oncelog.cluster.replica_state import LeaderReplicaState
 from oncelog.protocol.messages import ErrorCode
+from oncelog.storage.log import wall_clock_ms as now_ms
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -38,10 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.cluster.replicas")
 
 TopicPartition = tuple[str, int]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass

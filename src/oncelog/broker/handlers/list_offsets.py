@@ -87,27 +87,27 @@ async def handle(ctx: RequestContext, request) -> object:
 
 def _lookup(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int, int]:
     """(error, timestamp, offset, leader epoch of the offset) for one partition."""
-    code, timestamp, offset = _find(ctx, topic, wanted, isolation)
+    code, timestamp, offset, leader_epoch = _find(ctx, topic, wanted, isolation)
     if code is not ErrorCode.none or offset < 0:
         return code, timestamp, offset, -1
-    leader_epoch = ctx.broker.leadership.leader_epoch(topic, wanted.partition_index)[1]
     if wanted.timestamp == LATEST:
         return code, timestamp, offset, leader_epoch
     epoch = ctx.broker.logs.partition(topic, wanted.partition_index).leader_epoch_cache.epoch_for_offset(offset)
     return code, timestamp, offset, epoch if epoch >= 0 else leader_epoch
 
 
-def _find(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int]:
+def _find(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tuple[ErrorCode, int, int, int]:
+    """(error, timestamp, offset, the leader's current epoch)."""
     target = wanted.timestamp
     if target < 0 and ctx.version < _MIN_VERSION.get(target, ctx.version + 1):
-        return ErrorCode.unsupported_version, -1, -1
-    code, _leader_epoch = ctx.broker.leadership.leader_epoch(topic, wanted.partition_index,
+        return ErrorCode.unsupported_version, -1, -1, -1
+    code, leader_epoch = ctx.broker.leadership.leader_epoch(topic, wanted.partition_index,
                                                             getattr(wanted, "current_leader_epoch", -1))
     if code is not ErrorCode.none:
-        return code, -1, -1
+        return code, -1, -1, leader_epoch
     log_ = ctx.broker.logs.partition(topic, wanted.partition_index)
     if log_ is None:
-        return ErrorCode.unknown_topic_or_partition, -1, -1
+        return ErrorCode.unknown_topic_or_partition, -1, -1, leader_epoch
     if isolation is None:
         last_fetchable = log_.log_end_offset
     elif isolation == READ_COMMITTED:
@@ -115,18 +115,18 @@ def _find(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> tup
     else:
         last_fetchable = log_.high_watermark
     if target == LATEST:
-        return ErrorCode.none, -1, last_fetchable
+        return ErrorCode.none, -1, last_fetchable, leader_epoch
     if target in (EARLIEST, EARLIEST_LOCAL):
-        return ErrorCode.none, -1, log_.log_start_offset
+        return ErrorCode.none, -1, log_.log_start_offset, leader_epoch
     if target in _REMOTE_STORAGE_TARGETS:
-        return ErrorCode.none, -1, -1
+        return ErrorCode.none, -1, -1, leader_epoch
     try:
         found = log_.max_timestamp_and_offset() if target == MAX_TIMESTAMP else log_.offset_for_timestamp(target)
     except LogError as error:
-        return error_code_for(error), -1, -1
+        return error_code_for(error), -1, -1, leader_epoch
     if found is None:
-        return ErrorCode.none, -1, -1
+        return ErrorCode.none, -1, -1, leader_epoch
     offset, timestamp = found
     if offset >= last_fetchable:
-        return ErrorCode.none, -1, -1
-    return ErrorCode.none, timestamp, offset
+        return ErrorCode.none, -1, -1, leader_epoch
+    return ErrorCode.none, timestamp, offset, leader_epoch
