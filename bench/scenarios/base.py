@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import profile
-from bench.peers import BASELINE, ONCELOG, TANSU, OncelogTarget, TansuTarget
+from bench.peers import (
+    BASELINE,
+    ONCELOG,
+    ONCELOG_3,
+    TANSU,
+    OncelogClusterTarget,
+    OncelogTarget,
+    TansuTarget,
+)
 
 LOADGEN = Path(__file__).resolve().parent.parent / "loadgen.py"
 
@@ -117,6 +125,8 @@ def running(peer: str, settings: Settings, config: dict[str, str] | None = None)
         target = OncelogTarget(settings.work_dir, config, source_dir=settings.baseline_src)
     elif peer == TANSU:
         target = TansuTarget(settings.work_dir)
+    elif peer == ONCELOG_3:
+        target = OncelogClusterTarget(settings.work_dir, config)
     else:
         raise ValueError(f"unknown peer {peer}")
     with target as bootstrap:
@@ -128,11 +138,16 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
     """Around the timed load: measures the broker's CPU, and profiles oncelog (and the
     baseline) with --profile.
 
-    Yields a dict that gets `broker_cpu_s` once the block ends.
+    Yields a dict that gets `broker_cpu_s` once the block ends: the sum over the
+    target's broker processes (`pids`, three for the cluster), and for the cluster also
+    `quorum_cpu_s`, its etcd members'.
     """
     measured: dict[str, float] = {}
     pid = target.pid
-    before = profile.process_cpu_seconds(pid)
+    broker_pids = getattr(target, "pids", [pid])
+    quorum_pids = getattr(target, "quorum_pids", [])
+    before = _cpu_seconds(broker_pids)
+    quorum_before = _cpu_seconds(quorum_pids)
     profiler = None
     if settings.profile and target.name in (ONCELOG, BASELINE) and pid is not None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -141,13 +156,22 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
         profiler = profile.BrokerProfiler(pid, output)
     with profiler or contextlib.nullcontext():
         yield measured
-    after = profile.process_cpu_seconds(pid)
+    after = _cpu_seconds(broker_pids)
     if before is not None and after is not None:
         measured["broker_cpu_s"] = after - before
+    quorum_after = _cpu_seconds(quorum_pids)
+    if quorum_before is not None and quorum_after is not None:
+        measured["quorum_cpu_s"] = quorum_after - quorum_before
     if profiler is not None:
         report = profiler.output.with_suffix(".txt")
         report.write_text(profile.summarize(profiler.output, produced_mb))
         settings.profiles.append({"label": label, "collapsed": str(profiler.output), "summary": str(report)})
+
+
+def _cpu_seconds(pids: list[int | None]) -> float | None:
+    """CPU seconds of all `pids` together; None when there are none or one is unreadable."""
+    values = [profile.process_cpu_seconds(pid) for pid in pids]
+    return None if not values or None in values else sum(values)
 
 
 def throughput_metrics(load: dict, phase: dict) -> dict[str, float]:
@@ -156,6 +180,8 @@ def throughput_metrics(load: dict, phase: dict) -> dict[str, float]:
     figures = {"msg_per_s": load["msg_per_s"], "mb_per_s": load["mb_per_s"]}
     if "broker_cpu_s" in phase and mb > 0:
         figures["broker_cpu_ms_per_mb"] = phase["broker_cpu_s"] * 1000 / mb
+    if "quorum_cpu_s" in phase and mb > 0:
+        figures["quorum_cpu_ms_per_mb"] = phase["quorum_cpu_s"] * 1000 / mb
     if "client_cpu_s" in load and mb > 0:
         figures["client_cpu_ms_per_mb"] = load["client_cpu_s"] * 1000 / mb
     return figures
