@@ -244,7 +244,10 @@ def test_coordinator_finishes_a_commit_interrupted_between_prepare_and_markers(t
         assert read(broker.bootstrap_servers, SIX, "read_committed", settle=0.5) == []
     with EmbeddedBroker(data) as restarted:
         coordinator = restarted.broker.txn_coordinator
-        assert restarted.call(lambda: coordinator.describe("two-phase").state.display_name) == "CompleteCommit"
+        deadline = time.monotonic() + 10  # phase two runs in the background after the load
+        while restarted.call(lambda: coordinator.describe("two-phase").state.display_name) != "CompleteCommit":
+            assert time.monotonic() < deadline, "the interrupted commit was not completed"
+            time.sleep(0.05)
         assert sorted(read(restarted.bootstrap_servers, SIX, "read_committed")) == [f"p{i}" for i in range(6)]
 
 

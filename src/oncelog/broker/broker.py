@@ -24,6 +24,7 @@ from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.server import KafkaServer
 from oncelog.cluster.settings import cluster_settings
 from oncelog.coordinator.group import GroupCoordinator
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
@@ -107,12 +108,16 @@ class Broker:
         ))
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
         # Groups load before transactions: markers the transaction coordinator completes
-        # on load must find the pending transactional offsets.
+        # on load must find the pending transactional offsets. In cluster mode each
+        # coordinator loads the partitions of its internal topic this broker leads, as
+        # the leaderships arrive with the metadata (cluster.start below).
+        self.coordinators[0] = GroupCoordinator(self)
+        self.txn_coordinator = TransactionCoordinator(self)
+        self.coordinators[1] = self.txn_coordinator
         if self.cluster is None:
-            self.coordinators[0] = GroupCoordinator(self)
-            self.txn_coordinator = TransactionCoordinator(self)
-            self.coordinators[1] = self.txn_coordinator
             self.txn_coordinator.load(now_ms())
+        else:
+            self.cluster.replicas.add_leadership_listener(self._coordinator_leadership)
         listener = self.config.listener
         bound_host, self.bound_port = await self.server.start(listener.host, listener.port)
         self.inter_broker_host = listener.host or bound_host
@@ -163,6 +168,8 @@ class Broker:
         groups = self.coordinators.get(0)
         if groups is not None:
             groups.close()  # no session or rebalance timer may fire while the logs close
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.close()
         await self.server.close()
         if self.cluster is not None:
             await self.cluster.stop()
@@ -265,6 +272,14 @@ class Broker:
 
     def coordinator_for(self, key_type: int):
         return self.coordinators.get(key_type)
+
+    def _coordinator_leadership(self, tp: TopicPartition, leader: bool, leader_epoch: int) -> None:
+        """Cluster mode: a coordinator's partition moved to or away from this broker."""
+        topic, partition = tp
+        if topic == CONSUMER_OFFSETS:
+            self.coordinators[0].on_leadership(partition, leader, leader_epoch)
+        elif topic == TRANSACTION_STATE:
+            self.txn_coordinator.on_leadership(partition, leader, leader_epoch)
 
     # ---- fetch long-polling ----------------------------------------------------------
 

@@ -62,6 +62,10 @@ class StandaloneLeadership:
         """NOT_ENOUGH_REPLICAS when an acks=all write may not even be appended."""
         return ErrorCode.none
 
+    def has_partition(self, topic: str, partition: int) -> bool:
+        """Whether the partition exists (in cluster mode: anywhere in the cluster)."""
+        return self._broker.logs.partition(topic, partition) is not None
+
     def appended(self, topic: str, partition: int) -> None:
         """A leader appended to the partition: wake the fetches waiting for it."""
         self._broker.partition_appended(topic, partition)

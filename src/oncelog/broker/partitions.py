@@ -196,7 +196,9 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
         return ProduceOutcome(
             ErrorCode.invalid_record, error_message="a transactional batch needs the request's transactional id"
         )
-    if coordinator is None:
+    if coordinator is None or coordinator.owner_error(transactional_id) is not ErrorCode.none:
+        # Deviation (cluster mode): the id's coordinator is on another broker, which this
+        # leader does not ask yet (Kafka sends it AddPartitionsToTxn v4 verify_only).
         return None
     if produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION:
         code = coordinator.add_partitions(transactional_id, batch.producer_id, batch.producer_epoch,
@@ -228,31 +230,50 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
     )
 
 
+class AppendRefused(Exception):
+    """This broker may not append to the partition now: it does not lead it, or (every
+    internal write is acks=all, as Kafka's) its ISR is below min.insync.replicas."""
+
+    def __init__(self, code: ErrorCode, topic: str, partition: int) -> None:
+        super().__init__(f"{topic}-{partition}: {code.name}")
+        self.code = code
+
+
 def append_internal(broker: Broker, topic: str, partition: int, batch: bytes, *, now_ms: int,
                     marker_transaction_version: int = 0):
     """Append a batch the broker built itself (coordinator records, control markers).
 
-    Goes through the log's coordinator path: offsets are assigned, producer state is
-    updated, client-only checks are skipped. Wakes fetches waiting on the partition.
+    Only on the partition's leader, with the ISR at min.insync.replicas or above
+    (AppendRefused otherwise), stamped with the leader epoch. Goes through the log's
+    coordinator path: offsets are assigned, producer state is updated, client-only
+    checks are skipped. Wakes fetches (and followers) waiting on the partition; the
+    caller waits for the write to be replicated when it must (acks=all).
     `marker_transaction_version` 2 applies KIP-890 part 2's stricter marker epoch check.
     """
+    leadership = broker.leadership
+    code, leader_epoch = leadership.leader_epoch(topic, partition)
+    if code is ErrorCode.none:
+        code = leadership.check_min_isr(topic, partition)
     log_ = broker.logs.partition(topic, partition)
-    if log_ is None:
+    if code is ErrorCode.unknown_topic_or_partition or log_ is None:
         raise LookupError(f"internal partition {topic}-{partition} does not exist")
+    if code is not ErrorCode.none:
+        raise AppendRefused(code, topic, partition)
     buffer = bytearray(batch)
     result = log_.append(buffer, record_batch.parse_batches(buffer), now_ms=now_ms, origin=AppendOrigin.COORDINATOR,
-                         marker_transaction_version=marker_transaction_version)
-    broker.partition_appended(topic, partition)
+                         leader_epoch=leader_epoch, marker_transaction_version=marker_transaction_version)
+    leadership.appended(topic, partition)
     return result
 
 
 def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: int = 0, chunk_bytes: int = 1 << 20):
-    """Yield (buffer, header) for every batch from `from_offset` to the high watermark:
-    how coordinators load their state from an internal partition."""
+    """Yield (buffer, header) for every batch from `from_offset` to the log end: how a
+    coordinator loads its state from an internal partition it has just become leader of
+    (everything the new leader holds is what the partition will keep)."""
     log_ = broker.logs.partition(topic, partition)
     offset = max(from_offset, log_.log_start_offset)
-    while offset < log_.high_watermark:
-        records = log_.read(offset, chunk_bytes).records
+    while offset < log_.log_end_offset:
+        records = log_.read(offset, chunk_bytes, upper_bound=log_.log_end_offset).records
         if not records:
             break
         for header in record_batch.parse_batches(records, verify_crc=False):

@@ -81,6 +81,9 @@ class ReplicaManager:
             return ErrorCode.not_leader_or_follower, -1
         return check_epoch(current_leader_epoch, replica.record.leader_epoch), replica.record.leader_epoch
 
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return self.image.partition(topic, partition) is not None
+
     def check_min_isr(self, topic: str, partition: int) -> ErrorCode:
         replica = self.replicas.get((topic, partition))
         if replica is None or replica.leader is None:

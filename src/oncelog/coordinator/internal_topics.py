@@ -1,20 +1,33 @@
 """The internal topics coordinators keep their state in, and how keys map to partitions.
 
 `__consumer_offsets` (group coordinator) and `__transaction_state` (transaction
-coordinator) are compacted topics created on first use, like Kafka does. A group id or
-transactional id belongs to partition `abs(java_hash(key)) % partitions`, Kafka's
-mapping, so the coordinator of a key is the leader of that partition.
+coordinator) are compacted topics created on first use (the first FindCoordinator),
+like Kafka does. A group id or transactional id belongs to partition
+`abs(java_hash(key)) % partitions`, Kafka's mapping, so the coordinator of a key is the
+leader of that partition.
+
+In cluster mode they are created through the metadata quorum with
+`offsets.topic.replication.factor` / `transaction.state.log.replication.factor`
+replicas, and `__transaction_state` gets `min.insync.replicas` =
+`transaction.state.log.min.isr`. While fewer brokers are up than the replication
+factor asks, creation fails and FindCoordinator answers COORDINATOR_NOT_AVAILABLE, as
+Kafka's does.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from oncelog.broker.topics import TopicRequestError
+from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import TopicExistsError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.storage.manager import TopicInfo
+
+log = logging.getLogger("oncelog.coordinator")
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
@@ -47,3 +60,33 @@ def ensure_internal_topic(broker: Broker, name: str, partitions: int, segment_by
         )
     except TopicExistsError:
         return broker.logs.topic(name)
+
+
+def _cluster_spec(broker: Broker, name: str) -> tuple[int, int, dict[str, str]]:
+    """(partitions, replication factor, topic configs) of an internal topic, as Kafka sets them."""
+    config = broker.config
+    if name == CONSUMER_OFFSETS:
+        return (config["offsets.topic.num.partitions"], config["offsets.topic.replication.factor"],
+                {"cleanup.policy": "compact", "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+                 "compression.type": "producer"})
+    return (config["transaction.state.log.num.partitions"], config["transaction.state.log.replication.factor"],
+            {"cleanup.policy": "compact", "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+             "min.insync.replicas": str(config["transaction.state.log.min.isr"])})
+
+
+async def ensure_cluster_internal_topic(broker: Broker, name: str) -> ErrorCode:
+    """Cluster mode: create the internal topic through the metadata quorum if it is not
+    in the image. NONE once it is there; COORDINATOR_NOT_AVAILABLE when it cannot be
+    created yet (too few brokers, quorum unavailable), which clients retry."""
+    from oncelog.cluster.topics import create_topic
+
+    if name in broker.cluster.image.topics:
+        return ErrorCode.none
+    partitions, replication_factor, configs = _cluster_spec(broker, name)
+    try:
+        await create_topic(broker, name, partitions, replication_factor, configs)
+    except TopicRequestError as error:
+        if error.code is not ErrorCode.topic_already_exists:
+            log.warning("cannot create %s yet: %s", name, error)
+            return ErrorCode.coordinator_not_available
+    return ErrorCode.none if name in broker.cluster.image.topics else ErrorCode.coordinator_not_available

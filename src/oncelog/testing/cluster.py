@@ -12,6 +12,8 @@ of the metadata quorum next to it. Ports stay the same across restarts.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -102,6 +104,14 @@ class ClusterProcess:
     def stop(self, node_id: int) -> None:
         self.nodes[node_id].stop()
 
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP the broker (a stalled process: no requests answered, no lease
+        renewed). Its quorum member is a separate process and keeps running."""
+        os.kill(self.nodes[node_id].process.pid, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        os.kill(self.nodes[node_id].process.pid, signal.SIGCONT)
+
     def kill_all(self) -> None:
         for node in self.nodes.values():
             node.kill()
@@ -159,6 +169,25 @@ class ClusterProcess:
 
     def leader_of(self, topic: str, partition: int) -> int:
         return self.partition(topic, partition).leader_id
+
+    def coordinator_of(self, key: str, key_type: int = 1, timeout: float = 30.0) -> int:
+        """The node FindCoordinator names for a transactional id (key_type 1) or group (0)."""
+        from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+
+        from oncelog.protocol.client import WireClient
+
+        found: list[int] = []
+
+        def located() -> bool:
+            node_id = self.alive()[0]
+            with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
+                response = client.request(FindCoordinatorRequest(key=key, key_type=key_type))
+            if response.error_code == 0:
+                found.append(response.node_id)
+            return bool(found)
+
+        self.wait_for(located, timeout, f"the coordinator of {key!r}")
+        return found[-1]
 
     def wait_for(self, predicate, timeout: float = 30.0, message: str = "the cluster") -> None:
         deadline = time.monotonic() + timeout

@@ -1,8 +1,15 @@
-"""Shared by the group handlers: the coordinator of the broker and the client's host."""
+"""Shared by the group handlers: the coordinator of the broker, the client's host, and
+answering only once the coordinator's write is replicated."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TypeVar
+
 from oncelog.broker.dispatch import RequestContext
+from oncelog.protocol.messages import ErrorCode
+
+Key = TypeVar("Key", bound=Hashable)
 
 GROUP_KEY_TYPE = 0
 
@@ -53,3 +60,16 @@ def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_require
                     partition.committed_metadata,
                 )
     return offsets, errors
+
+
+async def once_replicated(coordinator, group_id: str, results: dict[Key, ErrorCode]) -> dict[Key, ErrorCode]:
+    """`results` (an error per partition or group), answered once the coordinator's
+    writes to the group's `__consumer_offsets` partition are on the ISR, as Kafka
+    answers after its acks=all append: when they are not, the accepted entries get the
+    coordinator error (NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE) instead."""
+    if all(code != ErrorCode.none for code in results.values()):
+        return results
+    error = await coordinator.replicated(group_id)
+    if error == ErrorCode.none:
+        return results
+    return {key: error if code == ErrorCode.none else code for key, code in results.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._txn import fenced_for_version
+from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
 from oncelog.protocol.messages import NO_THROTTLE
 
 
@@ -18,6 +18,7 @@ async def handle(ctx: RequestContext, request) -> object:
     error = ctx.broker.txn_coordinator.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, now_ms()
     )
+    error = await once_replicated(ctx, request.transactional_id, error)
     return ctx.response.make(
         "AddOffsetsToTxnResponse", throttle_time=NO_THROTTLE, error_code=fenced_for_version(error, ctx.version, 2)
     )

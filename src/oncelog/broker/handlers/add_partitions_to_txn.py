@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._txn import fenced_for_version
+from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
@@ -29,7 +29,7 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     requested = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    missing = {tp for tp in requested if ctx.broker.logs.partition(*tp) is None}
+    missing = {tp for tp in requested if not ctx.broker.leadership.has_partition(*tp)}
     if missing:
         errors = {tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
                   for tp in requested}
@@ -41,6 +41,7 @@ async def handle(ctx: RequestContext, request) -> object:
             set(requested),
             now_ms(),
         )
+        error = await once_replicated(ctx, request.v3_and_below_transactional_id, error)
         error = fenced_for_version(error, ctx.version, 2)
         errors = {tp: error for tp in requested}
     results = tuple(

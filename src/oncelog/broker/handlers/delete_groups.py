@@ -3,9 +3,15 @@
 - Deletes groups with no members: their offsets and metadata get tombstones in
   `__consumer_offsets` and the group is gone (Dead).
 - Per group: NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND for an unknown group.
+- Each deleted group is answered once its tombstones are on the ISR of its
+  `__consumer_offsets` partition (acks=all, as Kafka's); in cluster mode, when they are
+  not, NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, and a group coordinated by another
+  broker NOT_COORDINATOR.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
@@ -20,6 +26,9 @@ async def handle(ctx: RequestContext, request) -> object:
         results = dict.fromkeys(request.groups_names, ErrorCode.coordinator_not_available)
     else:
         results = coordinator.delete_groups(request.groups_names)
+        deleted = [group_id for group_id, error in results.items() if error == ErrorCode.none]
+        replicated = await asyncio.gather(*(coordinator.replicated(group_id) for group_id in deleted))
+        results.update(zip(deleted, replicated))
     return make(
         "DeleteGroupsResponse",
         throttle_time=NO_THROTTLE,

@@ -7,6 +7,8 @@
 - v3+: authorized operations when asked for: with no ACLs, every group operation
   (READ, DELETE, DESCRIBE).
 - v4+: group.instance.id of members.
+- In cluster mode a group coordinated by another broker gets NOT_COORDINATOR (with no
+  state, as Kafka answers it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ async def handle(ctx: RequestContext, request) -> object:
     operations = GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False) else OPERATIONS_NOT_REQUESTED
     groups = []
     for group_id in request.groups:
-        summary = coordinator.describe_group(group_id) if coordinator is not None else None
+        error, summary = coordinator.describe_group(group_id) if coordinator is not None else (ErrorCode.none, None)
+        if error != ErrorCode.none:
+            groups.append(make(
+                "DescribedGroup", error_code=error, error_message=None, group_id=group_id, group_state="",
+                protocol_type="", protocol_data="", members=(), authorized_operations=operations,
+            ))
+            continue
         if summary is None:
             error = ErrorCode.coordinator_not_available if coordinator is None else (
                 ErrorCode.group_id_not_found if ctx.version >= 6 else ErrorCode.none

@@ -2,7 +2,8 @@
 
 - State name (Kafka's: Empty, Ongoing, PrepareCommit, ...), timeout, start time,
   producer id and epoch, and the partitions of the current transaction.
-- An unknown id gets TRANSACTIONAL_ID_NOT_FOUND.
+- An unknown id gets TRANSACTIONAL_ID_NOT_FOUND; an id another broker coordinates
+  (cluster mode) NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     states = []
     for transactional_id in request.transactional_ids:
-        metadata = ctx.broker.txn_coordinator.describe(transactional_id)
+        owner = ctx.broker.txn_coordinator.owner_error(transactional_id)
+        metadata = ctx.broker.txn_coordinator.describe(transactional_id) if owner is ErrorCode.none else None
         if metadata is None:
+            code = owner if owner is not ErrorCode.none else ErrorCode.transactional_id_not_found
             states.append(make(
-                "TransactionState", error_code=ErrorCode.transactional_id_not_found, transactional_id=transactional_id,
+                "TransactionState", error_code=code, transactional_id=transactional_id,
                 transaction_state="", transaction_timeout=datetime.timedelta(0),
                 transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=(),
             ))

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._txn import fenced_for_version
-from oncelog.protocol.messages import NO_THROTTLE
+from oncelog.coordinator.txn.coordinator import EndTxnResult
+from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 FIRST_TRANSACTION_V2_VERSION = 5
 
@@ -35,6 +36,9 @@ async def handle(ctx: RequestContext, request) -> object:
         commit=request.committed, now=now_ms(),
         transaction_version=2 if ctx.version >= FIRST_TRANSACTION_V2_VERSION else 0,
     )
+    error = await once_replicated(ctx, request.transactional_id, result.error)
+    if error is not ErrorCode.none:
+        result = EndTxnResult(error)
     return ctx.response.make(
         "EndTxnResponse", throttle_time=NO_THROTTLE, error_code=fenced_for_version(result.error, ctx.version, 2),
         producer_id=result.producer_id, producer_epoch=result.producer_epoch,

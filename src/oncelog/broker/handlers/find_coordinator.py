@@ -1,67 +1,76 @@
 """FindCoordinator (key 10), v0-v4.
 
 - key_type 0 (group) and 1 (transaction): the coordinator is the leader of the key's
-  partition of `__consumer_offsets` / `__transaction_state` (created on first use);
-  on a single node that is this broker, once the coordinator has loaded the partition
-  (COORDINATOR_LOAD_IN_PROGRESS until then).
+  partition of `__consumer_offsets` / `__transaction_state`, created on the first
+  lookup. On a standalone broker that is this broker. In cluster mode it is the
+  partition's leader in the metadata (any broker answers for all); the topic is created
+  through the metadata quorum with its replication factor, and until that is possible
+  (too few brokers), or while the partition has no leader, the answer is
+  COORDINATOR_NOT_AVAILABLE, which clients retry. The broker named may still be loading
+  the partition: it then answers the client's next request with NOT_COORDINATOR or
+  COORDINATOR_LOAD_IN_PROGRESS, and the client looks again.
 - v4 batches keys (`coordinator_keys`) and answers one entry per key; v0-v3 take one
   `key` and answer at the top level.
-- A coordinator type the broker does not run yet, or key_type 2 (share groups), gets
+- A coordinator type the broker does not run, or key_type 2 (share groups), gets
   COORDINATOR_NOT_AVAILABLE / INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.leadership import BrokerView
+from oncelog.coordinator.internal_topics import (
+    CONSUMER_OFFSETS,
+    TRANSACTION_STATE,
+    ensure_cluster_internal_topic,
+    partition_for,
+)
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 GROUP, TRANSACTION = 0, 1
+INTERNAL_TOPIC = {GROUP: CONSUMER_OFFSETS, TRANSACTION: TRANSACTION_STATE}
+NOWHERE = BrokerView(-1, "", -1)
 
 
 @api(10, "FindCoordinator", range(0, 5))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
-    broker = ctx.broker
     key_type = getattr(request, "key_type", GROUP)
     if ctx.version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            code, message = _locate(broker, key_type, key)
-            coordinators.append(_coordinator(make, broker, key, code, message))
+            code, message, node = await _locate(ctx.broker, key_type, key)
+            coordinators.append(make("Coordinator", key=key, node_id=node.node_id, host=node.host, port=node.port,
+                                     error_code=code, error_message=message))
         return make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
-    code, message = _locate(broker, key_type, request.key)
-    ok = code == ErrorCode.none
-    return make(
-        "FindCoordinatorResponse",
-        throttle_time=NO_THROTTLE,
-        error_code=code,
-        error_message=message,
-        node_id=broker.node_id if ok else -1,
-        host=broker.host if ok else "",
-        port=broker.port if ok else -1,
-    )
+    code, message, node = await _locate(ctx.broker, key_type, request.key)
+    return make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                node_id=node.node_id, host=node.host, port=node.port)
 
 
-def _locate(broker, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+async def _locate(broker, key_type: int, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
     if key_type not in (GROUP, TRANSACTION):
-        return ErrorCode.invalid_request, f"Unsupported key type {key_type}"
+        return ErrorCode.invalid_request, f"Unsupported key type {key_type}", NOWHERE
     coordinator = broker.coordinator_for(key_type)
     if coordinator is None:
-        return ErrorCode.coordinator_not_available, "This coordinator type is not available."
+        return ErrorCode.coordinator_not_available, "This coordinator type is not available.", NOWHERE
     if not key and key_type == TRANSACTION:
-        return ErrorCode.invalid_request, "Transactional id must not be empty."
-    code = coordinator.find(key)
-    return code, None if code == ErrorCode.none else code.name.upper()
+        return ErrorCode.invalid_request, "Transactional id must not be empty.", NOWHERE
+    if broker.cluster is None:
+        code = coordinator.find(key)
+        node = BrokerView(broker.node_id, broker.host, broker.port) if code is ErrorCode.none else NOWHERE
+    else:
+        code, node = await _leader_of_key(broker, INTERNAL_TOPIC[key_type], key)
+    return code, None if code is ErrorCode.none else code.name.upper(), node
 
 
-def _coordinator(make, broker, key: str, code: ErrorCode, message: str | None) -> object:
-    ok = code == ErrorCode.none
-    return make(
-        "Coordinator",
-        key=key,
-        node_id=broker.node_id if ok else -1,
-        host=broker.host if ok else "",
-        port=broker.port if ok else -1,
-        error_code=code,
-        error_message=message,
-    )
+async def _leader_of_key(broker, topic: str, key: str) -> tuple[ErrorCode, BrokerView]:
+    code = await ensure_cluster_internal_topic(broker, topic)
+    if code is not ErrorCode.none:
+        return code, NOWHERE
+    image = broker.cluster.image
+    record = image.partition(topic, partition_for(key, image.topics[topic].partitions))
+    leader = image.brokers.get(record.leader) if record is not None else None
+    if leader is None:
+        return ErrorCode.coordinator_not_available, NOWHERE
+    return ErrorCode.none, BrokerView(leader.node_id, leader.host, leader.port)

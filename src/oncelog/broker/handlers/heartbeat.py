@@ -4,6 +4,7 @@
 - REBALANCE_IN_PROGRESS while the group is preparing a rebalance: the member must rejoin.
 - UNKNOWN_MEMBER_ID (not a member, or the group is empty), ILLEGAL_GENERATION (an older
   generation), FENCED_INSTANCE_ID (v3+: another incarnation owns the group.instance.id).
+- Cluster mode: NOT_COORDINATOR for a group coordinated by another broker.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._txn import fenced_for_version
+from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
+from oncelog.coordinator.txn.coordinator import InitResult
 from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
@@ -54,6 +55,9 @@ async def handle(ctx: RequestContext, request) -> object:
         enable_2pc=getattr(request, "enable2_pc", False),
         keep_prepared=getattr(request, "keep_prepared_txn", False),
     )
+    error = await once_replicated(ctx, request.transactional_id, result.error)
+    if error is not ErrorCode.none:
+        result = InitResult(error)
     return make(
         "InitProducerIdResponse",
         throttle_time=NO_THROTTLE,

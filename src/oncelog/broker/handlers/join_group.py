@@ -13,6 +13,8 @@
   members' metadata but must not reassign. Older versions are told the old leader id.
 - Errors: INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT (outside group.min/max.session.timeout.ms),
   UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL, GROUP_MAX_SIZE_REACHED, REBALANCE_IN_PROGRESS.
+- Cluster mode: NOT_COORDINATOR for a group coordinated by another broker, and for a
+  join still waiting when the group's `__consumer_offsets` partition moves away.
 - Deviation: the `reason` (v8+) is only logged.
 """
 

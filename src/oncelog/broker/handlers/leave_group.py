@@ -6,6 +6,7 @@
   removed by instance id; a member id that does not own the instance id is
   FENCED_INSTANCE_ID); each gets its own error, the top-level error is the group's.
 - v0-v2 name one member; its error is the top-level error.
+- Cluster mode: NOT_COORDINATOR (top level) for a group coordinated by another broker.
 - Deviation: the `reason` (v5+) is only logged.
 """
 

@@ -1,7 +1,9 @@
 """ListGroups (key 16), v0-v5.
 
 - Every group this broker coordinates, with its protocol type ("consumer" for consumer
-  groups, "" for groups that only store offsets).
+  groups, "" for groups that only store offsets). In cluster mode only the groups of the
+  `__consumer_offsets` partitions this broker leads, as in Kafka: admin clients ask
+  every broker and merge the answers.
 - v4+: states_filter (case-insensitive; empty = all) and each group's state.
 - v5+: types_filter and the group type: all groups here are "classic".
 """

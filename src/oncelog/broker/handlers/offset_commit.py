@@ -13,13 +13,22 @@
   offsets.retention.minutes (stored in an OffsetCommitValue v1 record, as Kafka does).
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes.
+- Answered once the offsets are on the ISR of the group's `__consumer_offsets`
+  partition (acks=all, as Kafka's); in cluster mode, when they are not, the committed
+  partitions get NOT_COORDINATOR (leadership lost) or COORDINATOR_NOT_AVAILABLE, and a
+  group coordinated by another broker NOT_COORDINATOR.
 - Deviations: v10 (topic ids, KIP-848) is not offered, nor v0-v1, which Kafka 4 removed.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._groups import duration_ms, group_coordinator, split_offsets
+from oncelog.broker.handlers._groups import (
+    duration_ms,
+    group_coordinator,
+    once_replicated,
+    split_offsets,
+)
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 # GROUP_ID_NOT_FOUND for a commit to a group that does not exist is new in v9 (KIP-848);
@@ -41,6 +50,7 @@ async def handle(ctx: RequestContext, request) -> object:
             offsets,
             retention_ms=duration_ms(getattr(request, "retention_time", None)),
         )
+        results = await once_replicated(coordinator, request.group_id, results)
         if ctx.version < FIRST_VERSION_WITH_GROUP_ID_NOT_FOUND:
             results = {tp: ErrorCode.illegal_generation if error == ErrorCode.group_id_not_found else error
                        for tp, error in results.items()}

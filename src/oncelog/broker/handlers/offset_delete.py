@@ -6,12 +6,16 @@
   no member subscribes to: the others get GROUP_SUBSCRIBED_TO_TOPIC. A non-consumer group
   with members: NON_EMPTY_GROUP. Unknown group: GROUP_ID_NOT_FOUND.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+- Answered once the tombstones are on the ISR of the group's `__consumer_offsets`
+  partition (acks=all, as Kafka's); in cluster mode, when they are not, the deleted
+  partitions get NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, and a group coordinated
+  by another broker NOT_COORDINATOR.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._groups import group_coordinator, partition_exists
+from oncelog.broker.handlers._groups import group_coordinator, once_replicated, partition_exists
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 
@@ -34,7 +38,7 @@ async def handle(ctx: RequestContext, request) -> object:
     error, results = coordinator.delete_offsets(request.group_id, wanted)
     if error != ErrorCode.none:
         return make("OffsetDeleteResponse", error_code=error, throttle_time=NO_THROTTLE, topics=())
-    errors.update(results)
+    errors.update(await once_replicated(coordinator, request.group_id, results))
     topics = tuple(
         make(
             "OffsetDeleteResponseTopic",

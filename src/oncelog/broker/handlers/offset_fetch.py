@@ -6,7 +6,8 @@
   pending transactional offsets answers UNSTABLE_OFFSET_COMMIT, so the consumer retries
   once the transaction has ended (KIP-447).
 - v8+ batches groups, each with its own error.
-- v2+ has a top-level (v8+: per group) error; v1 only per partition.
+- v2+ has a top-level (v8+: per group) error; v1 only per partition. In cluster mode a
+  group coordinated by another broker gets NOT_COORDINATOR there.
 - Deviation: member id and epoch (v9, KIP-848 consumer groups) are ignored for classic
   groups; v10 (topic ids) is not offered, nor v0, which Kafka 4 removed.
 """

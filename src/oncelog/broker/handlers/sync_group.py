@@ -7,6 +7,10 @@
   another rebalance), FENCED_INSTANCE_ID (v3+ static members), INCONSISTENT_GROUP_PROTOCOL
   (v5+: protocol type/name differ from the group's).
 - v5+: protocol type and name in the response.
+- Answered once the stored assignment is on the ISR of the group's `__consumer_offsets`
+  partition (acks=all, as Kafka's); in cluster mode, when it is not,
+  NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, and for a group coordinated by another
+  broker, or one whose partition moved away while its members waited, NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ async def handle(ctx: RequestContext, request) -> object:
         getattr(request, "protocol_name", None),
         assignments,
     )
+    if result.error == ErrorCode.none:
+        replicated = await coordinator.replicated(request.group_id)
+        if replicated != ErrorCode.none:
+            return _response(ctx, replicated, b"", None, None)
     return _response(ctx, result.error, result.assignment, result.protocol_type, result.protocol_name)
 
 

@@ -28,13 +28,19 @@
 - INVALID_PRODUCER_EPOCH for an epoch older than the one the offsets partition has seen.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist,
   OFFSET_METADATA_TOO_LARGE above offset.metadata.max.bytes.
+- Answered once the offsets are on the ISR of the group's `__consumer_offsets`
+  partition (and, for v5, the transaction's new partition on the ISR of its
+  `__transaction_state` partition), acks=all as Kafka's; in cluster mode, when they are
+  not, NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE. A group coordinated by another
+  broker gets NOT_COORDINATOR before the transaction is looked at.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._groups import group_coordinator, split_offsets
+from oncelog.broker.handlers._groups import group_coordinator, once_replicated, split_offsets
+from oncelog.broker.handlers._txn import once_replicated as once_txn_replicated
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
@@ -48,11 +54,13 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     offsets, errors = split_offsets(ctx, request, coordinator, group_id_required=True)
     if offsets:
-        refusal = _verify_transaction(ctx, request, coordinator)
+        refusal = coordinator.owner_error(request.group_id)
+        if refusal is ErrorCode.none:
+            refusal = await _verify_transaction(ctx, request, coordinator)
         if refusal is not ErrorCode.none:
             errors.update(dict.fromkeys(offsets, refusal))
         else:
-            errors.update(coordinator.txn_offset_commit(
+            results = coordinator.txn_offset_commit(
                 request.group_id,
                 request.producer_id,
                 request.producer_epoch,
@@ -60,7 +68,8 @@ async def handle(ctx: RequestContext, request) -> object:
                 getattr(request, "generation_id", -1),
                 getattr(request, "group_instance_id", None),
                 offsets,
-            ))
+            )
+            errors.update(await once_replicated(coordinator, request.group_id, results))
     topics = tuple(
         make(
             "TxnOffsetCommitResponseTopic",
@@ -76,20 +85,21 @@ async def handle(ctx: RequestContext, request) -> object:
     return make("TxnOffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)
 
 
-def _verify_transaction(ctx: RequestContext, request, coordinator) -> ErrorCode:
+async def _verify_transaction(ctx: RequestContext, request, coordinator) -> ErrorCode:
     """KIP-890 part 1, as for transactional Produce: offsets are written only into an
     Ongoing transaction that added the group (AddOffsetsToTxn), so a TxnOffsetCommit
     arriving after its transaction ended cannot leave offsets pending with no marker to
     come, nor slip into the producer's next transaction."""
     transactions = ctx.broker.txn_coordinator
-    if transactions is None:
-        return ErrorCode.none
+    if transactions is None or transactions.owner_error(request.transactional_id) is not ErrorCode.none:
+        return ErrorCode.none  # cluster mode, a coordinator on another broker: not verified (see partitions.py)
     offsets_partition = (CONSUMER_OFFSETS, coordinator.partition_for_group(request.group_id))
     if ctx.version >= FIRST_IMPLICIT_ADD_VERSION:
         error = transactions.add_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, {offsets_partition}, now_ms(),
             transaction_version=2,
         )
+        error = await once_txn_replicated(ctx, request.transactional_id, error)
     else:
         error = transactions.verify_partition(
             request.transactional_id, request.producer_id, request.producer_epoch, offsets_partition

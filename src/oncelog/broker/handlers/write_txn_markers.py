@@ -1,54 +1,51 @@
-"""WriteTxnMarkers (key 27), v1.
+"""WriteTxnMarkers (key 27), v1-v2.
 
 - The broker-to-broker form of the coordinator's phase two (and what
   `kafka-transactions.sh abort` sends): for each marker, a COMMIT (transaction_result
   true) or ABORT control batch for the producer on every listed partition.
+- Only on the partition's leader, and answered once the marker is on the ISR (acks=all,
+  as Kafka's): NOT_LEADER_OR_FOLLOWER elsewhere, NOT_ENOUGH_REPLICAS below
+  min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND or REQUEST_TIMED_OUT when the
+  ISR does not take it in time. The partitions of a request are written concurrently.
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (older epoch than
   the partition has seen), TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older
-  than the last marker the partition took for that producer; the coordinator's own
-  epoch grows with every load of `__transaction_state`, so a marker sent with an epoch
-  from before a restart is fenced once the coordinator has written one since).
+  than the last marker the partition took for that producer: the coordinator epoch is
+  the leader epoch of the coordinator's `__transaction_state` partition, or on a
+  standalone broker a counter that grows with every start).
+- v2 (KIP-890 part 2) carries the transaction version: at 2 the marker must bump the
+  producer's epoch on the partition.
 - Markers for `__consumer_offsets` also complete the group's pending offsets.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.partitions import append_marker
-from oncelog.broker.topics import error_code_for
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
-from oncelog.protocol.messages import ErrorCode
-from oncelog.storage.errors import LogError
-
-GROUP_KEY_TYPE = 0
+from oncelog.coordinator.txn.markers import TxnMarker, write_marker_locally
 
 
-@api(27, "WriteTxnMarkers", range(1, 2))
+@api(27, "WriteTxnMarkers", range(1, 3))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    timeout_s = ctx.broker.config["request.timeout.ms"] / 1000
+    writes = []
+    for marker in request.markers:
+        txn_marker = TxnMarker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                               commit=marker.transaction_result,
+                               transaction_version=getattr(marker, "transaction_version", 0))
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                writes.append(write_marker_locally(ctx.broker, topic.name, index, txn_marker, timeout_s))
+    codes = iter(await asyncio.gather(*writes))
     results = []
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
-            partitions = []
-            for index in topic.partition_indexes:
-                code = _write(ctx, marker, topic.name, index)
-                partitions.append(make("WritableTxnMarkerPartitionResult", partition_index=index, error_code=code))
-            topics.append(make("WritableTxnMarkerTopicResult", name=topic.name, partitions=tuple(partitions)))
+            partitions = tuple(
+                make("WritableTxnMarkerPartitionResult", partition_index=index, error_code=next(codes))
+                for index in topic.partition_indexes
+            )
+            topics.append(make("WritableTxnMarkerTopicResult", name=topic.name, partitions=partitions))
         results.append(make("WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(topics)))
     return make("WriteTxnMarkersResponse", markers=tuple(results))
-
-
-def _write(ctx: RequestContext, marker, topic: str, partition: int) -> ErrorCode:
-    if ctx.broker.logs.partition(topic, partition) is None:
-        return ErrorCode.unknown_topic_or_partition
-    try:
-        append_marker(ctx.broker, topic, partition, marker.producer_id, marker.producer_epoch,
-                      marker.coordinator_epoch, commit=marker.transaction_result)
-    except LogError as error:
-        return error_code_for(error)
-    if topic == CONSUMER_OFFSETS:
-        groups = ctx.broker.coordinator_for(GROUP_KEY_TYPE)
-        if groups is not None:
-            groups.complete_transaction(partition, marker.producer_id, marker.transaction_result)
-    return ErrorCode.none

@@ -1,14 +1,25 @@
 """The group coordinator: Kafka's classic consumer-group protocol and offset storage.
 
-Owns every group of this broker (all partitions of `__consumer_offsets` on one node):
-membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) with session and rebalance
-timeouts, the initial rebalance delay, static membership (KIP-345) and the member id
-handshake (KIP-394); committed offsets (OffsetCommit/OffsetFetch/OffsetDelete) and
+Owns the groups of the `__consumer_offsets` partitions this broker leads: membership
+(JoinGroup, SyncGroup, Heartbeat, LeaveGroup) with session and rebalance timeouts, the
+initial rebalance delay, static membership (KIP-345) and the member id handshake
+(KIP-394); committed offsets (OffsetCommit/OffsetFetch/OffsetDelete) and
 transactional offsets (TxnOffsetCommit, KIP-447), which stay pending until the
 transaction coordinator writes the COMMIT/ABORT marker and calls `complete_transaction`.
 
 Every change that must survive a restart is appended to the group's `__consumer_offsets`
-partition before it takes effect, and `load()` rebuilds the same state from those records.
+partition before it takes effect, and loading a partition rebuilds the same state from
+those records. The handlers of the APIs that write answer once the write is on the ISR
+(`replicated`, see coordinator_log.py), as Kafka answers after its acks=all append.
+
+A standalone broker leads every partition: it loads them all at start-up (`load`) and
+creates the topic on the first FindCoordinator (`find`). In cluster mode a partition is
+loaded when this broker becomes its leader and dropped when it stops leading it
+(`on_leadership`): its groups' timers stop and whatever their members wait for is
+answered NOT_COORDINATOR, as Kafka's onResignation does; requests for groups of
+partitions led elsewhere get NOT_COORDINATOR, and ListGroups lists only the groups of
+partitions led here.
+
 All of it runs on the broker's event loop: JoinGroup and SyncGroup answer with a future
 that a later request or timer completes; timers come from the scheduler.
 
@@ -26,6 +37,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from oncelog.broker.partitions import AppendRefused
+from oncelog.coordinator.coordinator_log import append_failure
 from oncelog.coordinator.group import records
 from oncelog.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from oncelog.coordinator.group.offsets_topic import OffsetsTopic
@@ -50,6 +63,7 @@ from oncelog.coordinator.group.state import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.record_batch import ControlType, Record
 from oncelog.storage.errors import LogError, RecordBatchTooLargeError, RecordTooLargeError
 
@@ -58,6 +72,11 @@ if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
 
 log = logging.getLogger("oncelog.group")
+
+# What appending to `__consumer_offsets` may raise: the storage layer's refusals,
+# AppendRefused off the leader or under min.insync.replicas, LookupError for a missing
+# partition (CoordinatorLog.append).
+WRITE_ERRORS = (LogError, AppendRefused, LookupError)
 
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: how long a member that joined during a
 # rebalance may wait for it to finish before it is dropped.
@@ -205,7 +224,12 @@ class GroupCoordinator:
         # producer must look (Kafka's openGroupsForProducer).
         self._open_groups_by_producer: dict[int, set[str]] = {}
         self._expiration_timer = None
-        self.load()
+        # Standalone: every partition is this broker's, loaded now. Cluster mode: the
+        # leader epoch of each `__consumer_offsets` partition this broker leads.
+        self.standalone = broker.cluster is None
+        self._epochs: dict[int, int] = {}
+        if self.standalone:
+            self.load()
         self._schedule_offset_expiration()
 
     def close(self) -> None:
@@ -223,10 +247,21 @@ class GroupCoordinator:
     # ---- lookups ---------------------------------------------------------------------------
 
     def find(self, group_id: str) -> ErrorCode:
-        """FindCoordinator: this broker coordinates every group; the offsets topic is
-        created on the first lookup, as Kafka does."""
+        """FindCoordinator on a standalone broker: it coordinates every group; the offsets
+        topic is created on the first lookup, as Kafka does."""
         self._offsets_topic.ensure()
         return ErrorCode.none
+
+    def owner_error(self, group_id: str) -> ErrorCode:
+        """NOT_COORDINATOR unless this broker coordinates the group (leads its partition)."""
+        if self.standalone or self.partition_for_group(group_id) in self._epochs:
+            return ErrorCode.none
+        return ErrorCode.not_coordinator
+
+    async def replicated(self, group_id: str) -> ErrorCode:
+        """Wait until this coordinator's writes to the group's partition are on the ISR:
+        NONE, or the error to answer (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
+        return await self._offsets_topic.replicated(self.partition_for_group(group_id))
 
     def partition_for_group(self, group_id: str) -> int:
         """The `__consumer_offsets` partition holding `group_id` (AddOffsetsToTxn uses it)."""
@@ -258,6 +293,9 @@ class GroupCoordinator:
 
         if not request.group_id:
             return fail(ErrorCode.invalid_group_id)
+        owner = self.owner_error(request.group_id)
+        if owner != ErrorCode.none:
+            return fail(owner)
         settings = self.settings
         if not settings.min_session_timeout_ms <= request.session_timeout_ms <= settings.max_session_timeout_ms:
             return fail(ErrorCode.invalid_session_timeout)
@@ -435,7 +473,7 @@ class GroupCoordinator:
         """Persist the new member id and answer the join at once, without a rebalance."""
         try:
             self._persist_group(group)
-        except LogError as error:
+        except WRITE_ERRORS as error:
             # Undo: the old id stays valid, the new one never existed.
             log.warning("group %s: could not store static member rejoin: %s", group.group_id, error)
             waiter, member.join_waiter = member.join_waiter, None
@@ -642,6 +680,9 @@ class GroupCoordinator:
 
         if not group_id:
             return fail(ErrorCode.invalid_group_id)
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return fail(owner)
         group = self._groups.get(group_id)
         if group is None:
             return fail(ErrorCode.unknown_member_id)
@@ -688,7 +729,7 @@ class GroupCoordinator:
         assignment = {member_id: assignments.get(member_id, b"") for member_id in group.members}
         try:
             self._persist_group(group, assignment)
-        except LogError as error:
+        except WRITE_ERRORS as error:
             log.error("group %s: storing the assignment of generation %d failed: %s",
                       group.group_id, group.generation_id, error)
             self._reset_and_propagate_assignment_error(group, _storage_error(error))
@@ -705,6 +746,9 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return owner
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -731,6 +775,9 @@ class GroupCoordinator:
         leaving = list(leaving)
         if not group_id:
             return ErrorCode.invalid_group_id, []
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return owner, []
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(leaving)
@@ -819,6 +866,9 @@ class GroupCoordinator:
         def all_fail(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, error)
 
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return all_fail(owner)
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -842,7 +892,7 @@ class GroupCoordinator:
                 base_offset = self._offsets_topic.append(
                     self.partition_for_group(group_id), self._offset_records(group_id, accepted), now_ms=self._now()
                 )
-            except LogError as error:
+            except WRITE_ERRORS as error:
                 log.error("group %s: storing offsets failed: %s", group_id, error)
                 results.update(dict.fromkeys(accepted, _storage_error(error)))
                 return results
@@ -860,6 +910,9 @@ class GroupCoordinator:
         def all_fail(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, error)
 
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return all_fail(owner)
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -884,7 +937,7 @@ class GroupCoordinator:
                     partition, self._offset_records(group_id, accepted), now_ms=self._now(),
                     producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
                 )
-            except LogError as error:
+            except WRITE_ERRORS as error:
                 log.error("group %s: storing transactional offsets of producer %d failed: %s",
                           group_id, producer_id, error)
                 results.update(dict.fromkeys(accepted, _storage_error(error)))
@@ -923,6 +976,9 @@ class GroupCoordinator:
         """Committed offsets of `partitions` (None: every partition with an offset).
         With `require_stable`, a partition with pending transactional offsets answers
         UNSTABLE_OFFSET_COMMIT, so the consumer retries once the transaction ends."""
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return owner, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
             return ErrorCode.none, {tp: NO_OFFSET for tp in partitions or ()}
@@ -944,6 +1000,9 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                        ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return owner, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
             return ErrorCode.group_id_not_found, {}
@@ -958,7 +1017,7 @@ class GroupCoordinator:
         if to_remove:
             try:
                 self._write_offset_tombstones(group, to_remove)
-            except LogError as error:
+            except WRITE_ERRORS as error:
                 return _storage_error(error), {}
             group.remove_offsets(to_remove)
         results.update(dict.fromkeys(deletable, ErrorCode.none))
@@ -968,14 +1027,17 @@ class GroupCoordinator:
         results = {}
         for group_id in group_ids:
             group = self._groups.get(group_id)
-            if group is None or group.is_(DEAD):
+            owner = self.owner_error(group_id)
+            if owner != ErrorCode.none:
+                results[group_id] = owner
+            elif group is None or group.is_(DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
             elif not group.is_(EMPTY):
                 results[group_id] = ErrorCode.non_empty_group
             else:
                 try:
                     self._remove_group(group)
-                except LogError as error:
+                except WRITE_ERRORS as error:
                     results[group_id] = _storage_error(error)
                     continue
                 log.info("group %s deleted", group_id)
@@ -1013,11 +1075,15 @@ class GroupCoordinator:
 
     # ---- DescribeGroups / ListGroups -----------------------------------------------------
 
-    def describe_group(self, group_id: str) -> GroupSummary | None:
-        """None when the group does not exist (Kafka reports it as Dead)."""
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
+        """(NONE, None) when the group does not exist (Kafka reports it as Dead);
+        (NOT_COORDINATOR, None) for a group coordinated elsewhere."""
+        owner = self.owner_error(group_id)
+        if owner != ErrorCode.none:
+            return owner, None
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
-            return None
+            return ErrorCode.none, None
         stable = group.is_(STABLE)
         members = tuple(
             MemberSummary(
@@ -1027,12 +1093,13 @@ class GroupCoordinator:
             )
             for member in group.members.values()
         )
-        return GroupSummary(
+        return ErrorCode.none, GroupSummary(
             group_id, group.state.value, group.protocol_type or "",
             (group.protocol_name or "") if stable else "", members,
         )
 
     def list_groups(self, states: Iterable[str] = ()) -> list[ListedGroup]:
+        """The groups this broker coordinates (only those of the partitions it leads)."""
         wanted = {state.lower() for state in states}
         return [
             ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
@@ -1067,13 +1134,13 @@ class GroupCoordinator:
     def _try_persist_group(self, group: Group) -> None:
         try:
             self._persist_group(group)
-        except LogError as error:
+        except WRITE_ERRORS as error:
             log.error("group %s: storing group metadata failed: %s", group.group_id, error)
 
     def load(self) -> None:
-        """Rebuild groups, committed and pending offsets from every `__consumer_offsets`
-        partition: later records win, tombstones delete, transactional offsets stay
-        pending until their producer's COMMIT/ABORT marker."""
+        """Standalone: rebuild groups, committed and pending offsets from every
+        `__consumer_offsets` partition: later records win, tombstones delete,
+        transactional offsets stay pending until their producer's COMMIT/ABORT marker."""
         if not self._offsets_topic.exists:
             return
         loaded_groups = loaded_offsets = 0
@@ -1084,6 +1151,46 @@ class GroupCoordinator:
         if loaded_groups or loaded_offsets:
             log.info("loaded %d group(s) and %d committed offset(s) from __consumer_offsets",
                      loaded_groups, loaded_offsets)
+
+    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
+        """Cluster mode: this broker became leader of a `__consumer_offsets` partition
+        (load its groups from the log) or stopped leading it (drop them)."""
+        self._unload_partition(partition)
+        if leader:
+            self._epochs[partition] = leader_epoch
+            groups, offsets = self._load_partition(partition)
+            if groups:
+                log.info("%s-%d: leader at epoch %d; loaded %d group(s) and %d committed offset(s)",
+                         CONSUMER_OFFSETS, partition, leader_epoch, groups, offsets)
+
+    def _unload_partition(self, partition: int) -> None:
+        """Kafka's onResignation: the partition's groups go (Dead here), their timers
+        stop, waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR (their
+        members find the new coordinator), pending transactional offsets are dropped
+        (the new coordinator loads them from the log)."""
+        if self._epochs.pop(partition, None) is None:
+            return
+        dropped = [group for group in self._groups.values() if self.partition_for_group(group.group_id) == partition]
+        for group in dropped:
+            self._cancel_group_timers(group)
+            for member in group.members.values():
+                if member.heartbeat_timer is not None:
+                    member.heartbeat_timer.cancel()
+                    member.heartbeat_timer = None
+                _resolve(member.join_waiter, JoinResult(ErrorCode.not_coordinator, member_id=member.member_id))
+                _resolve(member.sync_waiter, SyncResult(ErrorCode.not_coordinator))
+                member.join_waiter = member.sync_waiter = None
+            # Dead: a timer or callback still holding the group finds nothing to do.
+            group.transition_to(DEAD, self._now())
+            del self._groups[group.group_id]
+        dropped_ids = {group.group_id for group in dropped}
+        for producer_id, open_groups in list(self._open_groups_by_producer.items()):
+            open_groups -= dropped_ids
+            if not open_groups:
+                del self._open_groups_by_producer[producer_id]
+        self._offsets_topic.forget(partition)
+        if dropped:
+            log.info("%s-%d: no longer its leader; dropped %d group(s)", CONSUMER_OFFSETS, partition, len(dropped))
 
     def _load_partition(self, partition: int) -> tuple[int, int]:
         metadata: dict[str, GroupMetadataValue | None] = {}
@@ -1212,7 +1319,7 @@ class GroupCoordinator:
                 if group.is_(EMPTY) and not group.has_offsets and not group.pending_members:
                     self._remove_group(group)
                     log.info("group %s: empty with no offsets, removed", group.group_id)
-            except LogError as error:
+            except WRITE_ERRORS as error:
                 log.error("group %s: offset expiration failed: %s", group.group_id, error)
         return expired_total
 
@@ -1238,9 +1345,13 @@ class GroupCoordinator:
         return []
 
 
-def _storage_error(error: LogError) -> ErrorCode:
-    """Kafka's mapping of append failures on `__consumer_offsets` for clients."""
+def _storage_error(error: Exception) -> ErrorCode:
+    """Kafka's mapping of append failures on `__consumer_offsets` for clients: this
+    broker no longer leads the partition (NOT_COORDINATOR), its ISR is too small or the
+    partition is missing (COORDINATOR_NOT_AVAILABLE), a batch too large."""
     if isinstance(error, (RecordTooLargeError, RecordBatchTooLargeError)):
         return ErrorCode.invalid_commit_offset_size
+    if isinstance(error, (AppendRefused, LookupError)):
+        return append_failure(error)
     return ErrorCode.coordinator_not_available
 

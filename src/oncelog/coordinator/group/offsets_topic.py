@@ -1,10 +1,13 @@
 """The group coordinator's side of `__consumer_offsets`: which partition a group lives
-in, appending its records, and reading a partition back at start-up.
+in, appending its records, and reading a partition back when it is loaded.
 
 The topic is compacted and created on first use with `offsets.topic.num.partitions`
 partitions; once it exists its real partition count decides the group -> partition
-mapping, as in Kafka (changing the setting later does not move groups).
-Records are appended as uncompressed batches through the broker's coordinator path.
+mapping, as in Kafka (changing the setting later does not move groups). Standalone,
+the coordinator creates the topic locally; in cluster mode FindCoordinator creates it
+through the metadata quorum and its partition count comes from the metadata image.
+Records are appended as uncompressed batches through a `CoordinatorLog`: on the
+partition's leader only, and `replicated` says when they are on the ISR.
 """
 
 from __future__ import annotations
@@ -14,10 +17,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import append_internal, read_all_batches
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic, partition_for
+from oncelog.broker.partitions import read_all_batches
+from oncelog.coordinator.coordinator_log import CoordinatorLog
+from oncelog.coordinator.internal_topics import (
+    CONSUMER_OFFSETS,
+    ensure_internal_topic,
+    partition_for,
+)
 from oncelog.protocol import record_batch
-from oncelog.protocol.record_batch import BatchHeader, ControlType, CorruptRecordError, DecodedRecord, Record
+from oncelog.protocol.messages import ErrorCode
+from oncelog.protocol.record_batch import (
+    BatchHeader,
+    ControlType,
+    CorruptRecordError,
+    DecodedRecord,
+    Record,
+)
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -39,6 +54,8 @@ class OffsetsTopic:
         self._broker = broker
         self._configured_partitions = configured_partitions
         self._segment_bytes = segment_bytes
+        self._standalone = broker.cluster is None
+        self._log = CoordinatorLog(broker, CONSUMER_OFFSETS, broker.config["offsets.commit.timeout.ms"])
 
     @property
     def exists(self) -> bool:
@@ -46,25 +63,41 @@ class OffsetsTopic:
 
     @property
     def partition_count(self) -> int:
+        if not self._standalone:
+            topic = self._broker.cluster.image.topics.get(CONSUMER_OFFSETS)
+            return topic.partitions if topic is not None else self._configured_partitions
         info = self._broker.logs.topic(CONSUMER_OFFSETS)
         return info.num_partitions if info is not None else self._configured_partitions
 
     def ensure(self) -> None:
-        ensure_internal_topic(self._broker, CONSUMER_OFFSETS, self._configured_partitions, self._segment_bytes)
+        """Standalone: create the topic if missing. In cluster mode FindCoordinator
+        creates it through the metadata quorum; a local copy would be wrong."""
+        if self._standalone:
+            ensure_internal_topic(self._broker, CONSUMER_OFFSETS, self._configured_partitions, self._segment_bytes)
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.partition_count)
 
     def append(self, partition: int, records: list[Record], *, now_ms: int, producer_id: int = -1,
                producer_epoch: int = -1, transactional: bool = False) -> int:
-        """Append one batch; returns its base offset. Raises the storage layer's errors."""
+        """Append one batch on the partition's leader; returns its base offset. Raises the
+        storage layer's errors, AppendRefused (not the leader, ISR under min.insync.replicas)
+        or LookupError (no such partition)."""
         self.ensure()
         batch = record_batch.build_batch(
             records, timestamp_ms=now_ms, producer_id=producer_id, producer_epoch=producer_epoch,
             transactional=transactional,
         )
-        result = append_internal(self._broker, CONSUMER_OFFSETS, partition, batch, now_ms=now_ms)
-        return result.base_offset
+        return self._log.append(partition, batch, now_ms=now_ms).base_offset
+
+    async def replicated(self, partition: int) -> ErrorCode:
+        """Wait until this broker's appends to `partition` are on the ISR: NONE, or the
+        coordinator error to answer (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
+        return await self._log.replicated(partition)
+
+    def forget(self, partition: int) -> None:
+        """The partition moved away: its pending appends are the next leader's business."""
+        self._log.forget(partition)
 
     def producer_epoch(self, partition: int, producer_id: int) -> int | None:
         """The latest epoch the partition's producer state has for `producer_id`."""

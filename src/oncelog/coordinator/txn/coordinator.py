@@ -19,11 +19,20 @@ fenced. The coordinator's own aborts (timeouts, fencing) follow the finalized le
 Kafka's do.
 
 Every change is prepared on the metadata (pending), appended to the id's partition of
-`__transaction_state`, then completed. Timers abort transactions older than their
-timeout (fencing the producer) and expire idle ids. On start-up the coordinator loads
-`__transaction_state` and finishes every transaction left in PrepareCommit or
-PrepareAbort, so none stays half visible after a crash. Each load takes a new, higher
-coordinator epoch (persisted, see coordinator_epoch.py), written into every marker.
+`__transaction_state`, then completed; the handler answers once the append is
+replicated (`replicated`, see coordinator_log.py). Timers abort transactions older than
+their timeout (fencing the producer) and expire idle ids.
+
+The coordinator of a transactional id is the leader of its `__transaction_state`
+partition. A standalone broker leads them all: on start-up it loads every partition
+under a new, higher coordinator epoch (persisted, see coordinator_epoch.py). In cluster
+mode a partition is loaded when this broker becomes its leader, with the partition's
+leader epoch as coordinator epoch, and dropped when it stops leading it; requests for
+the ids of other partitions get NOT_COORDINATOR. Loading finishes every transaction
+left in PrepareCommit or PrepareAbort (markers.py writes the markers, to each
+partition's leader), so none stays half visible after a crash or a failover. Markers
+are written only once the PrepareCommit/PrepareAbort record is replicated, and carry
+the coordinator epoch, so a zombie coordinator's markers are fenced.
 
 All of this runs on the broker's event loop; expected protocol outcomes are returned as
 error codes, broken invariants raise.
@@ -31,11 +40,14 @@ error codes, broken invariants raise.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import append_internal, append_marker, read_all_batches
+from oncelog.broker.partitions import AppendRefused, read_all_batches
+from oncelog.cluster.producer_ids import ProducerIdsUnavailable
+from oncelog.coordinator.coordinator_log import CoordinatorLog, append_failure
 from oncelog.coordinator.internal_topics import (
     CONSUMER_OFFSETS,
     TRANSACTION_STATE,
@@ -44,6 +56,7 @@ from oncelog.coordinator.internal_topics import (
 )
 from oncelog.coordinator.txn import log as txn_log
 from oncelog.coordinator.txn.coordinator_epoch import NO_COORDINATOR_EPOCH, next_coordinator_epoch
+from oncelog.coordinator.txn.markers import MarkerChannel, TxnMarker
 from oncelog.coordinator.txn.metadata import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -100,35 +113,96 @@ class TransactionCoordinator:
         # The finalized transaction.version: 2 turns on KIP-890 part 2 for the
         # coordinator's own aborts and writes TransactionLogValue v1 records.
         self.transaction_version: int = config["transaction.version"]
-        # Kafka's leader epoch of the state partitions; taken (and bumped) by load().
+        # Standalone: one epoch for every partition, taken (and bumped) by load(). Cluster
+        # mode: the leader epoch of each partition this broker leads (`_epochs`).
+        self.standalone = broker.cluster is None
         self.coordinator_epoch = NO_COORDINATOR_EPOCH
+        self._epochs: dict[int, int] = {}
         self.txns: dict[str, TransactionMetadata] = {}
+        self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"])
+        self.markers = MarkerChannel(broker, config["request.timeout.ms"])
+        self._completions: dict[str, asyncio.Task] = {}  # transactional id -> its phase two
+
+    def close(self) -> None:
+        """Stop every phase two in progress (broker shutdown)."""
+        for task in self._completions.values():
+            task.cancel()
+        self._completions.clear()
+        self.markers.close()
 
     # -- start-up and FindCoordinator ----------------------------------------------------
 
     def load(self, now: int) -> None:
-        """Load `__transaction_state` (if it exists) and finish interrupted commits/aborts,
-        under a coordinator epoch above every earlier load's."""
+        """Standalone: load every partition of `__transaction_state` (if it exists) under a
+        coordinator epoch above every earlier load's, and finish interrupted commits/aborts."""
         self.coordinator_epoch = next_coordinator_epoch(self.broker.config.log_dirs[0])
         log.info("transaction coordinator epoch %d", self.coordinator_epoch)
-        if self.broker.logs.topic(TRANSACTION_STATE) is None:
-            return
-        for partition in range(self.broker.logs.topic(TRANSACTION_STATE).num_partitions):
-            for buffer, header in read_all_batches(self.broker, TRANSACTION_STATE, partition):
-                if header.is_control:
-                    continue
-                for record in record_batch.iter_records(buffer, header):
-                    transactional_id = txn_log.decode_key(record.key)
-                    if record.value is None:
-                        self.txns.pop(transactional_id, None)
-                    else:
-                        transit = txn_log.decode_value(transactional_id, record.value)
-                        self.txns[transactional_id] = TransactionMetadata.from_transit(transit)
-        unfinished = [m for m in self.txns.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
-        log.info("loaded %d transactional id(s); completing %d interrupted transaction(s)",
-                 len(self.txns), len(unfinished))
+        topic = self.broker.logs.topic(TRANSACTION_STATE)
+        if topic is not None:
+            for partition in range(topic.num_partitions):
+                self._load_partition(partition)
+
+    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
+        """Cluster mode: this broker became leader of a `__transaction_state` partition
+        (load it, coordinator epoch = its leader epoch) or stopped leading it (drop it)."""
+        self._unload_partition(partition)
+        if leader:
+            self._epochs[partition] = leader_epoch
+            self._load_partition(partition)
+
+    def _load_partition(self, partition: int) -> None:
+        loaded: dict[str, TransactionMetadata] = {}
+        for buffer, header in read_all_batches(self.broker, TRANSACTION_STATE, partition):
+            if header.is_control:
+                continue
+            for record in record_batch.iter_records(buffer, header):
+                transactional_id = txn_log.decode_key(record.key)
+                if record.value is None:
+                    loaded.pop(transactional_id, None)
+                else:
+                    transit = txn_log.decode_value(transactional_id, record.value)
+                    loaded[transactional_id] = TransactionMetadata.from_transit(transit)
+        self.txns.update(loaded)
+        unfinished = [m for m in loaded.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+        if loaded:
+            log.info("%s-%d: loaded %d transactional id(s) at coordinator epoch %d; completing %d interrupted "
+                     "transaction(s)", TRANSACTION_STATE, partition, len(loaded), self._epoch_of(partition),
+                     len(unfinished))
         for metadata in unfinished:
-            self._write_markers(metadata.transactional_id)
+            self._schedule_markers(metadata.transactional_id)
+
+    def _unload_partition(self, partition: int) -> None:
+        if self._epochs.pop(partition, None) is None:
+            return
+        dropped = [t for t in self.txns if self.partition_of(t) == partition]
+        for transactional_id in dropped:
+            del self.txns[transactional_id]
+            task = self._completions.pop(transactional_id, None)
+            if task is not None:
+                task.cancel()
+        self.log.forget(partition)
+        if dropped:
+            log.info("%s-%d: no longer its leader; dropped %d transactional id(s)", TRANSACTION_STATE, partition,
+                     len(dropped))
+
+    def _epoch_of(self, partition: int) -> int:
+        return self.coordinator_epoch if self.standalone else self._epochs.get(partition, NO_COORDINATOR_EPOCH)
+
+    def owner_error(self, transactional_id: str) -> ErrorCode:
+        """NOT_COORDINATOR unless this broker coordinates the id (leads its partition)."""
+        if self.standalone or self.partition_of(transactional_id) in self._epochs:
+            return ErrorCode.none
+        return ErrorCode.not_coordinator
+
+    async def replicated(self, transactional_id: str) -> ErrorCode:
+        """Wait until this coordinator's writes to the id's partition are on the ISR."""
+        return await self.log.replicated(self.partition_of(transactional_id))
+
+    def _new_producer_id(self) -> int | None:
+        try:
+            return self.broker.producer_ids.next_producer_id()
+        except ProducerIdsUnavailable:
+            return None
 
     def find(self, transactional_id: str) -> ErrorCode:
         ensure_internal_topic(self.broker, TRANSACTION_STATE, self.num_partitions, self.segment_bytes)
@@ -154,12 +228,18 @@ class TransactionCoordinator:
         elif timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
         expected = None if expected_producer_id < 0 else (expected_producer_id, expected_epoch)
-        self.find(transactional_id)
+        if self.standalone:
+            self.find(transactional_id)
+        owner = self.owner_error(transactional_id)
+        if owner is not ErrorCode.none:
+            return InitResult(owner)
         metadata = self.txns.get(transactional_id)
         if metadata is None:
+            producer_id = self._new_producer_id()
+            if producer_id is None:
+                return InitResult(ErrorCode.coordinator_load_in_progress)
             metadata = TransactionMetadata(
-                transactional_id, self.broker.producer_ids.next_producer_id(), txn_timeout_ms=timeout_ms,
-                txn_last_update_timestamp=now,
+                transactional_id, producer_id, txn_timeout_ms=timeout_ms, txn_last_update_timestamp=now,
             )
             self.txns[transactional_id] = metadata
         # Kafka's order: a pending transition first, then the KIP-360 producer check.
@@ -190,8 +270,11 @@ class TransactionCoordinator:
         if metadata.state not in COMPLETED:
             raise RuntimeError(f"{transactional_id!r} is in state {metadata.state} during InitProducerId")
         if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
+            producer_id = self._new_producer_id()
+            if producer_id is None:
+                return InitResult(ErrorCode.coordinator_load_in_progress)
             transit = metadata.prepare_producer_id_rotation(
-                self.broker.producer_ids.next_producer_id(), timeout_ms, now, recorded_previous=expected is not None
+                producer_id, timeout_ms, now, recorded_previous=expected is not None
             )
         else:
             transit = metadata.prepare_increment_epoch(timeout_ms, None if expected is None else expected[1], now)
@@ -205,6 +288,9 @@ class TransactionCoordinator:
     # -- adding partitions ----------------------------------------------------------------
 
     def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[ErrorCode, TransactionMetadata | None]:
+        owner = self.owner_error(transactional_id)
+        if owner is not ErrorCode.none:
+            return owner, None
         metadata = self.txns.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping, None
@@ -230,6 +316,10 @@ class TransactionCoordinator:
         return self.add_partitions(transactional_id, producer_id, epoch, {(CONSUMER_OFFSETS, offsets_partition)}, now)
 
     def offsets_partition_for(self, group_id: str) -> int:
+        if not self.standalone:  # the topic exists in the cluster (FindCoordinator made it)
+            topic = self.broker.cluster.image.topics.get(CONSUMER_OFFSETS)
+            partitions = topic.partitions if topic is not None else self.broker.config["offsets.topic.num.partitions"]
+            return partition_for(group_id, partitions)
         groups = self.broker.coordinator_for(GROUP_KEY_TYPE)
         if groups is not None and hasattr(groups, "partition_for_group"):
             groups.find(group_id)  # the offsets topic must exist before its marker is written
@@ -243,6 +333,9 @@ class TransactionCoordinator:
         producer's current transaction. The coordinator's answers, as Kafka's
         handleVerifyPartitionsInTransaction gives them (the Produce path translates
         PRODUCER_FENCED and CONCURRENT_TRANSACTIONS for the client, as Kafka's broker does)."""
+        owner = self.owner_error(transactional_id)
+        if owner is not ErrorCode.none:
+            return owner
         metadata = self.txns.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
@@ -270,6 +363,9 @@ class TransactionCoordinator:
         """EndTxn, or the coordinator's own abort (`from_client=False`). Clients of
         EndTxn v5 use transaction version 2, older ones 0; the coordinator's aborts use
         the finalized level."""
+        owner = self.owner_error(transactional_id)
+        if owner is not ErrorCode.none:
+            return EndTxnResult(owner)
         if transaction_version >= 2:
             return self._end_transaction_v2(transactional_id, producer_id, epoch, commit=commit,
                                             from_client=from_client, now=now)
@@ -368,7 +464,9 @@ class TransactionCoordinator:
         epoch, the next producer id); answer what the client continues with."""
         next_producer_id = NO_PRODUCER_ID
         if not epoch_fence and metadata.epoch_exhausted:
-            next_producer_id = self.broker.producer_ids.next_producer_id()
+            next_producer_id = self._new_producer_id()
+            if next_producer_id is None:
+                return EndTxnResult(ErrorCode.coordinator_load_in_progress)
         transit = metadata.prepare_end(commit, now, transaction_version=2, next_producer_id=next_producer_id,
                                        nothing_added=nothing_added)
         error = self._persist(metadata, transit)
@@ -384,42 +482,50 @@ class TransactionCoordinator:
         return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
 
     def _schedule_markers(self, transactional_id: str, delay_s: float = 0.0) -> None:
-        # The client is answered once PrepareCommit/PrepareAbort is durable; the markers
-        # follow on the next turn of the loop, as Kafka's marker channel does.
-        import asyncio
+        """Start phase two for the id (once: a running one is left alone). The client is
+        answered once PrepareCommit/PrepareAbort is durable; the markers follow."""
+        running = self._completions.get(transactional_id)
+        if running is not None and not running.done():
+            return
+        task = asyncio.get_running_loop().create_task(self._complete(transactional_id, delay_s))
+        self._completions[transactional_id] = task
+        task.add_done_callback(lambda done: self._completions.pop(transactional_id, None)
+                               if self._completions.get(transactional_id) is done else None)
 
-        loop = asyncio.get_running_loop()
-        if delay_s:
-            loop.call_later(delay_s, self._write_markers, transactional_id)
-        else:
-            loop.call_soon(self._write_markers, transactional_id)
-
-    def _write_markers(self, transactional_id: str) -> None:
+    async def _complete(self, transactional_id: str, delay_s: float) -> None:
         from oncelog.broker.broker import now_ms
 
+        if delay_s:
+            await asyncio.sleep(delay_s)
         metadata = self.txns.get(transactional_id)
         if metadata is None or metadata.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT) or metadata.pending:
             return
-        commit = metadata.state is S.PREPARE_COMMIT
-        for topic, partition in sorted(metadata.partitions):
-            try:
-                append_marker(self.broker, topic, partition, metadata.producer_id, metadata.producer_epoch,
-                              self.coordinator_epoch, commit=commit,
-                              transaction_version=metadata.client_transaction_version)
-            except LookupError:
-                log.warning("%s-%d no longer exists: no %s marker for %r", topic, partition,
-                            "COMMIT" if commit else "ABORT", transactional_id)
-                continue
-            except Exception:
-                log.exception("writing the marker of %r to %s-%d failed; retrying", transactional_id, topic, partition)
-                self._schedule_markers(transactional_id, MARKER_RETRY_S)
-                return
-            if topic == CONSUMER_OFFSETS:
-                groups = self.broker.coordinator_for(GROUP_KEY_TYPE)
-                if groups is not None:
-                    groups.complete_transaction(partition, metadata.producer_id, commit)
+        partition = self.partition_of(transactional_id)
+        epoch = self._epoch_of(partition)
+        prepared = (metadata.state, metadata.producer_id, metadata.producer_epoch)
+
+        def still_current() -> bool:
+            return (self.txns.get(transactional_id) is metadata and self._epoch_of(partition) == epoch
+                    and (metadata.state, metadata.producer_id, metadata.producer_epoch) == prepared)
+
+        # No marker before the decision is on the ISR: a new coordinator must find it.
+        if await self.log.replicated(partition) is not ErrorCode.none:
+            if still_current():
+                self._retry_markers(transactional_id)
+            return
+        marker = TxnMarker(metadata.producer_id, metadata.producer_epoch, epoch,
+                           commit=metadata.state is S.PREPARE_COMMIT,
+                           transaction_version=metadata.client_transaction_version)
+        if not await self.markers.write(marker, metadata.partitions, still_current):
+            return
+        if not still_current():
+            return
         if self._persist(metadata, metadata.prepare_complete(now_ms())) is not ErrorCode.none:
-            self._schedule_markers(transactional_id, MARKER_RETRY_S)
+            self._retry_markers(transactional_id)
+
+    def _retry_markers(self, transactional_id: str) -> None:
+        self._completions.pop(transactional_id, None)
+        self._schedule_markers(transactional_id, MARKER_RETRY_S)
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -481,11 +587,12 @@ class TransactionCoordinator:
         )
         partition = self.partition_of(transit.transactional_id)
         try:
-            append_internal(self.broker, TRANSACTION_STATE, partition, record_batch.build_batch([record], timestamp_ms=now),
-                            now_ms=now)
-        except Exception:
-            log.exception("appending to %s-%d failed", TRANSACTION_STATE, partition)
-            return ErrorCode.coordinator_not_available
+            self.log.append(partition, record_batch.build_batch([record], timestamp_ms=now), now_ms=now)
+        except Exception as error:
+            code = append_failure(error)
+            log.log(logging.INFO if isinstance(error, LookupError | AppendRefused) else logging.ERROR,
+                    "appending to %s-%d failed (%s): %s", TRANSACTION_STATE, partition, code.name, error)
+            return code
         return ErrorCode.none
 
     # -- admin ------------------------------------------------------------------------------

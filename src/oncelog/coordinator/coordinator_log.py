@@ -1,0 +1,84 @@
+"""An internal topic as a coordinator writes to it: appends on the partition's leader,
+under its leader epoch, and the wait until an append is replicated.
+
+Kafka's coordinators write `__transaction_state` and `__consumer_offsets` with acks=all
+and answer a client only once the write is on the ISR, so that a new leader of the
+partition (the next coordinator) has everything a client was told. Here the append is
+synchronous and local (`append`, which refuses below min.insync.replicas, as an acks=all
+append does), and the handler then awaits `replicated` before it answers. A coordinator
+applies a transition to its memory when the local append succeeds; if the write then
+fails to replicate, the broker has lost the partition's leadership (or the ISR shrank
+under min.insync.replicas after the append, and the record may still be committed), and
+the client gets Kafka's coordinator error and retries: with the new coordinator, which
+rebuilt its state from the replicated log, or with this one, which has the write.
+
+A standalone broker leads every partition and its writes are replicated once appended.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.broker.partitions import AppendRefused, append_internal
+from oncelog.protocol.messages import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+# How Kafka's coordinators answer a client whose write failed (TransactionStateManager
+# and GroupMetadataManager): lost leadership sends it to find the coordinator again, a
+# replication problem makes it retry here.
+_CLIENT_ERROR = {
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+    ErrorCode.leader_not_available: ErrorCode.not_coordinator,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+}
+
+
+def coordinator_error(code: ErrorCode) -> ErrorCode:
+    """The error a coordinator answers for a write that failed with `code`."""
+    if code is ErrorCode.none:
+        return code
+    return _CLIENT_ERROR.get(code, ErrorCode.unknown_server_error)
+
+
+def append_failure(error: Exception) -> ErrorCode:
+    """The client's error for an exception of `CoordinatorLog.append`."""
+    if isinstance(error, AppendRefused):
+        return coordinator_error(error.code)
+    if isinstance(error, LookupError):
+        return ErrorCode.coordinator_not_available
+    return ErrorCode.not_coordinator  # the log failed: Kafka's KAFKA_STORAGE_ERROR mapping
+
+
+class CoordinatorLog:
+    def __init__(self, broker: Broker, topic: str, timeout_ms: int) -> None:
+        self._broker = broker
+        self.topic = topic
+        self._timeout_s = timeout_ms / 1000
+        self._written: dict[int, int] = {}  # partition -> end offset of this broker's last append
+
+    def append(self, partition: int, batch: bytes, *, now_ms: int, marker_transaction_version: int = 0):
+        """Append on the leader (AppendRefused, LookupError, or the storage error)."""
+        result = append_internal(self._broker, self.topic, partition, batch, now_ms=now_ms,
+                                 marker_transaction_version=marker_transaction_version)
+        self._written[partition] = result.last_offset + 1
+        return result
+
+    async def replicated(self, partition: int, end_offset: int | None = None) -> ErrorCode:
+        """Wait until this broker's appends to `partition` (up to `end_offset`, default
+        all of them) are on the ISR; NONE, or the error to answer the client."""
+        end = self._written.get(partition, 0) if end_offset is None else end_offset
+        if end <= 0:
+            return ErrorCode.none
+        code = await self._broker.leadership.wait_for_replication(self.topic, partition, end, self._timeout_s)
+        return coordinator_error(code)
+
+    def forget(self, partition: int) -> None:
+        """The partition moved away: its pending appends are the next leader's business."""
+        self._written.pop(partition, None)

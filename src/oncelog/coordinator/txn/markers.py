@@ -1,0 +1,192 @@
+"""Phase two of a transaction: a COMMIT or ABORT marker on every partition it wrote,
+each written by that partition's leader (Kafka's TransactionMarkerChannelManager).
+
+- The coordinator's broker writes the markers of the partitions it leads itself; the
+  others go to their leaders in WriteTxnMarkers requests, one per leader and round.
+- Every marker is written with acks=all: a leader answers once the marker is on the
+  ISR, so a marker acknowledged here survives the leader's failure.
+- A partition whose leader moved, has none yet, or is under min.insync.replicas is
+  retried (with backoff) until it takes the marker or its topic is deleted.
+- TRANSACTION_COORDINATOR_FENCED or INVALID_PRODUCER_EPOCH from a partition means a
+  newer coordinator or producer epoch has been there: this coordinator is a zombie and
+  stops, leaving the transaction to the coordinator that fenced it. So does losing the
+  `__transaction_state` partition (`still_current` turns false).
+
+`write_marker_locally` is also what the WriteTxnMarkers handler does for each
+partition: append the marker, complete the group's pending transactional offsets when
+the partition is one of `__consumer_offsets`, and wait for the ISR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.broker.partitions import AppendRefused, append_marker
+from oncelog.broker.topics import error_code_for
+from oncelog.cluster.peer import PeerConnection
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.protocol.messages import ErrorCode, request_class
+from oncelog.storage.errors import LogError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger("oncelog.txn.markers")
+
+TopicPartition = tuple[str, int]
+GROUP_KEY_TYPE = 0
+WRITE_TXN_MARKERS_VERSION = 2  # carries the transaction version (KIP-890 part 2)
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 1.0
+# A newer coordinator (or producer epoch) has written to the partition: stop here.
+FENCED = frozenset({ErrorCode.transaction_coordinator_fenced, ErrorCode.invalid_producer_epoch})
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    transaction_version: int = 0
+
+    @property
+    def kind(self) -> str:
+        return "COMMIT" if self.commit else "ABORT"
+
+
+async def write_marker_locally(broker: Broker, topic: str, partition: int, marker: TxnMarker,
+                               timeout_s: float) -> ErrorCode:
+    """Append `marker` to a partition this broker leads and wait until it is on the ISR."""
+    try:
+        result = append_marker(broker, topic, partition, marker.producer_id, marker.producer_epoch,
+                               marker.coordinator_epoch, commit=marker.commit,
+                               transaction_version=marker.transaction_version)
+    except AppendRefused as refused:
+        return refused.code
+    except LookupError:
+        return ErrorCode.unknown_topic_or_partition
+    except LogError as error:
+        return error_code_for(error)
+    if topic == CONSUMER_OFFSETS:
+        groups = broker.coordinator_for(GROUP_KEY_TYPE)
+        if groups is not None:
+            groups.complete_transaction(partition, marker.producer_id, marker.commit)
+    return await broker.leadership.wait_for_replication(topic, partition, result.last_offset + 1, timeout_s)
+
+
+class MarkerChannel:
+    def __init__(self, broker: Broker, timeout_ms: int) -> None:
+        self._broker = broker
+        self._timeout_s = timeout_ms / 1000
+        self._peers: dict[int, PeerConnection] = {}
+
+    async def write(self, marker: TxnMarker, partitions: Iterable[TopicPartition],
+                    still_current: Callable[[], bool]) -> bool:
+        """Write `marker` on every partition; True once all took it (or were deleted),
+        False when this coordinator must stop (fenced, or no longer the coordinator)."""
+        pending = set(partitions)
+        backoff = FIRST_BACKOFF_S
+        while pending:
+            if not still_current():
+                return False
+            by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+            for tp in sorted(pending):
+                leader = self._leader_of(tp)
+                if leader is None:
+                    log.warning("%s-%d no longer exists: no %s marker for producer %d", *tp, marker.kind,
+                                marker.producer_id)
+                    pending.discard(tp)
+                elif leader >= 0:
+                    by_leader[leader].append(tp)
+            outcomes = await asyncio.gather(*(self._send(leader, marker, tps) for leader, tps in by_leader.items()))
+            for results in outcomes:
+                for tp, code in results.items():
+                    if code is ErrorCode.none:
+                        pending.discard(tp)
+                    elif code in FENCED:
+                        log.info("%s marker of producer %d refused by %s-%d (%s): a newer coordinator or epoch "
+                                 "is in charge", marker.kind, marker.producer_id, *tp, code.name)
+                        return False
+                    else:
+                        log.debug("%s marker of producer %d to %s-%d: %s; retrying", marker.kind,
+                                  marker.producer_id, *tp, code.name)
+            if pending:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        return True
+
+    def _leader_of(self, tp: TopicPartition) -> int | None:
+        """The partition's leader (-1: none right now), or None when it was deleted."""
+        broker = self._broker
+        if broker.cluster is None:
+            return broker.node_id if broker.logs.partition(*tp) is not None else None
+        image = broker.cluster.image
+        if tp[0] not in image.topics:
+            return None
+        record = image.partition(*tp)
+        return -1 if record is None else record.leader
+
+    async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
+                    ) -> dict[TopicPartition, ErrorCode]:
+        if leader == self._broker.node_id:
+            codes = await asyncio.gather(*(
+                write_marker_locally(self._broker, topic, partition, marker, self._timeout_s)
+                for topic, partition in partitions
+            ))
+            return dict(zip(partitions, codes, strict=True))
+        peer = self._peer(leader)
+        if peer is None:
+            return dict.fromkeys(partitions, ErrorCode.leader_not_available)
+        try:
+            response = await peer.request(_request(marker, partitions), self._timeout_s)
+        except (ConnectionError, TimeoutError) as error:
+            log.info("WriteTxnMarkers to broker %d failed: %s", leader, error)
+            return dict.fromkeys(partitions, ErrorCode.request_timed_out)
+        codes = {}
+        for result in response.markers:
+            for topic in result.topics:
+                for partition in topic.partitions:
+                    codes[(topic.name, partition.partition_index)] = ErrorCode(partition.error_code)
+        return {tp: codes.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
+
+    def _peer(self, node_id: int) -> PeerConnection | None:
+        address = self._broker.cluster.inter_broker_address(node_id)
+        if address is None:
+            return None
+        peer = self._peers.get(node_id)
+        if peer is None:
+            peer = self._peers[node_id] = PeerConnection(
+                node_id, *address, client_id=f"broker-{self._broker.node_id}-txn-markers"
+            )
+        else:
+            peer.retarget(*address)
+        return peer
+
+    def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()
+        self._peers.clear()
+
+
+def _request(marker: TxnMarker, partitions: list[TopicPartition]):
+    request_type = request_class(27, WRITE_TXN_MARKERS_VERSION)
+    module = sys.modules[request_type.__module__]
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, partition in partitions:
+        by_topic[topic].append(partition)
+    return request_type(markers=(module.WritableTxnMarker(
+        producer_id=marker.producer_id,
+        producer_epoch=marker.producer_epoch,
+        transaction_result=marker.commit,
+        topics=tuple(module.WritableTxnMarkerTopic(name=topic, partition_indexes=tuple(indexes))
+                     for topic, indexes in by_topic.items()),
+        coordinator_epoch=marker.coordinator_epoch,
+        transaction_version=marker.transaction_version,
+    ),))
