@@ -170,3 +170,64 @@ def test_cluster_start_prints_bootstrap_and_stops_on_sigterm(tmp_path):
             process.kill()
         for node in tmp_path.glob("node-*"):
             shutil.rmtree(node / "__cluster_metadata-etcd", ignore_errors=True)
+
+
+def test_admin_apis_describe_the_cluster_and_answer_only_on_the_leader(cluster):
+    """DescribeCluster lists every broker and the active controller; DescribeTopicPartitions
+    shows each partition's leader, epoch, replicas and ISR; DescribeProducers and
+    DeleteRecords are answered by the leader alone, as Kafka's are."""
+    from kio.schema.delete_records.v2.request import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
+    from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest
+    from kio.schema.describe_producers.v0.request import TopicRequest as ProducersTopic
+    from kio.schema.describe_topic_partitions.v0.request import DescribeTopicPartitionsRequest, TopicRequest
+
+    create(cluster, "described", 1, 3)
+    cluster.wait_for_isr("described", 0, 3)
+    leader = cluster.leader_of("described", 0)
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    with WireClient.connect(cluster.nodes[follower].bootstrap_servers) as client:
+        described = client.request(DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                          endpoint_type=1))
+        partitions = client.request(DescribeTopicPartitionsRequest(
+            topics=(TopicRequest(name="described"),), response_partition_limit=10, cursor=None))
+        producers = client.request(DescribeProducersRequest(
+            topics=(ProducersTopic(name="described", partition_indexes=(0,)),)))
+        deleted = client.request(DeleteRecordsRequest(
+            topics=(DeleteRecordsTopic(name="described", partitions=(DeleteRecordsPartition(partition_index=0,
+                                                                                            offset=0),)),),
+            timeout=datetime.timedelta(seconds=5)))
+    assert sorted(b.broker_id for b in described.brokers) == [1, 2, 3]
+    assert described.controller_id in (1, 2, 3)
+    entry = partitions.topics[0].partitions[0]
+    assert (entry.leader_id, sorted(entry.replica_nodes), sorted(entry.isr_nodes)) == (leader, [1, 2, 3], [1, 2, 3])
+    assert entry.leader_epoch == cluster.partition("described", 0).leader_epoch
+    assert producers.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    assert deleted.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    with WireClient.connect(cluster.nodes[leader].bootstrap_servers) as client:
+        producers = client.request(DescribeProducersRequest(
+            topics=(ProducersTopic(name="described", partition_indexes=(0,)),)))
+    assert producers.topics[0].partitions[0].error_code == ErrorCode.none
+
+
+def test_producer_ids_are_unique_across_brokers_and_restarts(cluster):
+    """Every broker hands out ids from blocks reserved in the metadata quorum: concurrent
+    InitProducerId on all three brokers, and again after a restart, never repeat an id."""
+    import concurrent.futures
+
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    def ids_from(node_id: int, count: int) -> list[int]:
+        with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
+            answers = [client.request(InitProducerIdRequest(
+                transactional_id=None, transaction_timeout=datetime.timedelta(0), producer_id=-1, producer_epoch=-1))
+                for _ in range(count)]
+        assert all(a.error_code == ErrorCode.none for a in answers)
+        return [a.producer_id for a in answers]
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        before = [i for ids in pool.map(ids_from, (1, 2, 3), (200, 200, 200)) for i in ids]
+    cluster.stop(2)
+    cluster.start_node(2)
+    after = ids_from(2, 50)
+    assert len(set(before + after)) == len(before) + len(after)

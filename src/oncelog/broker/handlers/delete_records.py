@@ -9,7 +9,10 @@
   OFFSET_OUT_OF_RANGE; a topic whose cleanup.policy lacks `delete` POLICY_VIOLATION; the
   internal topics INVALID_TOPIC_EXCEPTION; a missing topic or partition
   UNKNOWN_TOPIC_OR_PARTITION. Failed partitions answer low watermark -1.
-- A single node has no followers to wait for, so the answer never waits for `timeout_ms`.
+- In cluster mode only the partition's leader deletes (NOT_LEADER_OR_FOLLOWER
+  elsewhere); followers take the new log start offset from their next fetch.
+  Deviation: the answer does not wait for them (Kafka's waits, up to `timeout_ms`,
+  until every replica has moved its log start offset).
 - The new log start offset reaches its checkpoint file on the periodic checkpoint, as
   in Kafka (log.flush.start.offset.checkpoint.interval.ms).
 """
@@ -44,6 +47,9 @@ def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tup
     log_ = ctx.broker.logs.partition(topic, partition)
     if log_ is None:
         return ErrorCode.unknown_topic_or_partition, INVALID_LOW_WATERMARK
+    code, _epoch = ctx.broker.leadership.leader_epoch(topic, partition)
+    if code is not ErrorCode.none:
+        return code, INVALID_LOW_WATERMARK
     if topic in INTERNAL_TOPICS:
         return ErrorCode.invalid_topic_exception, INVALID_LOW_WATERMARK
     if not log_.config.deletes_old_segments:

@@ -1,4 +1,6 @@
-"""DescribeCluster (key 60), v0-v1: this broker, as controller and only member."""
+"""DescribeCluster (key 60), v0-v1: the live brokers and the active controller (a
+standalone broker: itself, as both); endpoint type 2 (controllers) is
+UNSUPPORTED_ENDPOINT_TYPE."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ async def handle(ctx: RequestContext, request) -> object:
         error_message=None,
         endpoint_type=BROKERS_ENDPOINT,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=(make("DescribeClusterBroker", broker_id=broker.node_id, host=broker.host, port=broker.port, rack=None),),
+        controller_id=broker.leadership.controller_id,
+        brokers=tuple(make("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port, rack=None)
+                      for b in broker.leadership.live_brokers()),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )

@@ -3,7 +3,9 @@
 - For each requested partition, the producers the partition's producer state knows:
   id, epoch, last sequence, last timestamp, coordinator epoch and the first offset of
   the producer's open transaction (-1 when none), as kafka-transactions.sh shows them.
-- A missing topic or partition gets UNKNOWN_TOPIC_OR_PARTITION.
+- A missing topic or partition gets UNKNOWN_TOPIC_OR_PARTITION; a partition this broker
+  does not lead (cluster mode) NOT_LEADER_OR_FOLLOWER, as the leader's state is the
+  one to show.
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ async def handle(ctx: RequestContext, request) -> object:
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
+            code, _epoch = ctx.broker.leadership.leader_epoch(topic.name, index)
             log_ = ctx.broker.logs.partition(topic.name, index)
-            if log_ is None:
+            if code is not ErrorCode.none or log_ is None:
+                missing = code is ErrorCode.unknown_topic_or_partition or log_ is None
                 partitions.append(make(
-                    "PartitionResponse", partition_index=index, error_code=ErrorCode.unknown_topic_or_partition,
-                    error_message=f"{topic.name}-{index} does not exist", active_producers=(),
+                    "PartitionResponse", partition_index=index,
+                    error_code=ErrorCode.unknown_topic_or_partition if missing else code,
+                    error_message=f"{topic.name}-{index} does not exist" if missing
+                    else f"broker {ctx.broker.node_id} does not lead {topic.name}-{index}",
+                    active_producers=(),
                 ))
                 continue
             producers = tuple(

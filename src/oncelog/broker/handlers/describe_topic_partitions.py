@@ -1,15 +1,14 @@
 """DescribeTopicPartitions (key 75), v0.
 
 - The topics asked for (every topic when the list is empty), in name order, with
-  their partitions as Metadata describes them (this broker leads each and is its only
-  replica, in-sync; no eligible leader replicas), at most `response_partition_limit`
+  their partitions as Metadata describes them (leader, leader epoch, replicas, ISR and
+  offline replicas; no eligible leader replicas), at most `response_partition_limit`
   partitions (clamped to 1..2000, Kafka's max.request.partition.size.limit) per answer.
   When the limit cuts the list, `next_cursor` names the topic and partition to ask
   from next, as Kafka's KRaftMetadataCache does.
 - A named topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION (with the listing
   of every topic there are none). A cursor whose topic is not among those named, or
   whose partition is negative, is INVALID_REQUEST for every topic asked for.
-- Deviation: leader epochs are always 0 (single node, no leadership changes).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ async def handle(ctx: RequestContext, request) -> object:
         return _refuse(make, request)
 
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
-    node = ctx.broker.node_id
+    leadership = ctx.broker.leadership
     topics, next_cursor = [], None
     for name in names:
         info = known.get(name)
@@ -56,10 +55,7 @@ async def handle(ctx: RequestContext, request) -> object:
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         last = min(info.num_partitions, first + remaining)
         partitions = tuple(
-            make("DescribeTopicPartitionsResponsePartition", error_code=ErrorCode.none, partition_index=index,
-                 leader_id=node, leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
-                 eligible_leader_replicas=(), last_known_elr=(), offline_replicas=())
-            for index in range(first, last)
+            _partition(make, index, leadership.describe_partition(name, index)) for index in range(first, last)
         )
         remaining -= len(partitions)
         if last < info.num_partitions:
@@ -69,6 +65,13 @@ async def handle(ctx: RequestContext, request) -> object:
             break
     return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics),
                 next_cursor=next_cursor)
+
+
+def _partition(make, index: int, view) -> object:
+    code = ErrorCode.none if view.leader >= 0 else ErrorCode.leader_not_available
+    return make("DescribeTopicPartitionsResponsePartition", error_code=code, partition_index=index,
+                leader_id=view.leader, leader_epoch=view.leader_epoch, replica_nodes=view.replicas,
+                isr_nodes=view.isr, eligible_leader_replicas=(), last_known_elr=(), offline_replicas=view.offline)
 
 
 def _topic(make, code: ErrorCode, name: str, topic_id, internal: bool, partitions: tuple) -> object:

@@ -14,7 +14,8 @@
 - Errors: INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT (outside group.min/max.session.timeout.ms),
   UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL, GROUP_MAX_SIZE_REACHED, REBALANCE_IN_PROGRESS.
 - Cluster mode: NOT_COORDINATOR for a group coordinated by another broker, and for a
-  join still waiting when the group's `__consumer_offsets` partition moves away.
+  join still waiting when the group's `__consumer_offsets` partition moves away. The
+  answer waits until the coordinator's writes to the group's partition are replicated.
 - Deviation: the `reason` (v8+) is only logged.
 """
 
@@ -50,6 +51,12 @@ async def handle(ctx: RequestContext, request) -> object:
         reason=getattr(request, "reason", None),
     )
     result = await coordinator.join_group(join)
+    if result.error == ErrorCode.none:
+        # A static member's rejoin of a Stable group rewrites the group's record: answered
+        # once that is on the ISR, as Kafka answers it after its append.
+        error = await coordinator.replicated(request.group_id)
+        if error != ErrorCode.none:
+            result = JoinResult(error, member_id=request.member_id)
     return _response(ctx, result)
 
 
