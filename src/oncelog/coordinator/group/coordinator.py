@@ -630,11 +630,16 @@ class GroupCoordinator:
     def _remove_member(self, group: Group, member: Member) -> None:
         """Take a member out; whatever it waits for is answered UNKNOWN_MEMBER_ID."""
         group.remove_member(member.member_id)
+        self._release_member(member, ErrorCode.unknown_member_id)
+
+    @staticmethod
+    def _release_member(member: Member, error: ErrorCode) -> None:
+        """Stop the member's session timer and answer whatever it waits for with `error`."""
         if member.heartbeat_timer is not None:
             member.heartbeat_timer.cancel()
             member.heartbeat_timer = None
-        _resolve(member.join_waiter, JoinResult(ErrorCode.unknown_member_id, member_id=member.member_id))
-        _resolve(member.sync_waiter, SyncResult(ErrorCode.unknown_member_id))
+        _resolve(member.join_waiter, JoinResult(error, member_id=member.member_id))
+        _resolve(member.sync_waiter, SyncResult(error))
         member.join_waiter = member.sync_waiter = None
 
     def _remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
@@ -1174,12 +1179,7 @@ class GroupCoordinator:
         for group in dropped:
             self._cancel_group_timers(group)
             for member in group.members.values():
-                if member.heartbeat_timer is not None:
-                    member.heartbeat_timer.cancel()
-                    member.heartbeat_timer = None
-                _resolve(member.join_waiter, JoinResult(ErrorCode.not_coordinator, member_id=member.member_id))
-                _resolve(member.sync_waiter, SyncResult(ErrorCode.not_coordinator))
-                member.join_waiter = member.sync_waiter = None
+                self._release_member(member, ErrorCode.not_coordinator)
             # Dead: a timer or callback still holding the group finds nothing to do.
             group.transition_to(DEAD, self._now())
             del self._groups[group.group_id]
