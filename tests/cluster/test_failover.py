@@ -139,3 +139,23 @@ def test_below_min_insync_replicas_acks_all_is_refused_and_acks_1_is_written(clu
     refused = send("all")
     assert refused is not None and refused.code() == ErrorCode.not_enough_replicas
     assert send("1") is None
+
+
+def test_a_stalled_broker_stays_out_of_the_isr_the_controller_took_it_out_of(cluster):
+    """KIP-841: once a stalled broker is fenced, the leaders must not put it back into
+    their ISRs on the strength of the fetch state it left behind; it rejoins only after
+    it resumes, registers again and fetches."""
+    create(cluster, "stalled", 3)
+    stalled = cluster.leader_of("stalled", 0)
+    cluster.pause(stalled)
+    for partition in range(3):
+        cluster.wait_for_isr("stalled", partition, 2, timeout=60)
+    sizes = set()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        sizes |= {len(cluster.partition("stalled", p).isr_nodes) for p in range(3)}
+        time.sleep(0.1)
+    assert sizes == {2}
+    cluster.resume(stalled)
+    for partition in range(3):
+        cluster.wait_for_isr("stalled", partition, 3, timeout=60)

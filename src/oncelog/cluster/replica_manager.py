@@ -136,7 +136,7 @@ class ReplicaManager:
         if replica_id not in replica.record.replicas:
             return ErrorCode.not_leader_or_follower  # Kafka: UNKNOWN_LEADER_EPOCH-ish; the follower re-reads metadata
         replica.leader.update_follower_fetch(replica_id, fetch_offset, replica.log.log_end_offset, now_ms())
-        self._maybe_expand_isr(replica)
+        self._maybe_expand_isr(replica, replica_id)
         self._maybe_advance_high_watermark(replica)
         return ErrorCode.none
 
@@ -154,12 +154,16 @@ class ReplicaManager:
         replica.waiters.check_min_isr(len(state.maximal_isr),
                                       state.effective_min_isr(replica.log.config.min_insync_replicas))
 
-    def _maybe_expand_isr(self, replica: LocalReplica) -> None:
-        if replica.leader.isr_change_pending:
+    def _maybe_expand_isr(self, replica: LocalReplica, follower: int) -> None:
+        """Kafka's maybeExpandIsr: the follower that just fetched joins the ISR once caught
+        up, if its broker is registered. A fenced broker is not eligible (KIP-841): the
+        fetch state a stalled broker left behind must not bring it back into the ISR the
+        controller took it out of, which would let acks=all writes and markers pass a
+        min.insync.replicas the ISR does not really have."""
+        if replica.leader.isr_change_pending or follower not in self.image.brokers:
             return
-        joining = replica.leader.isr_expansion_candidates(replica.log.high_watermark)
-        if joining:
-            self._write_isr(replica, tuple(replica.leader.isr) + tuple(sorted(joining)))
+        if follower in replica.leader.isr_expansion_candidates(replica.log.high_watermark):
+            self._write_isr(replica, (*replica.leader.isr, follower))
 
     def shrink_isrs(self) -> None:
         """Drop followers that lagged past replica.lag.time.max.ms (a periodic task)."""

@@ -79,6 +79,14 @@ class CoordinatorLog:
         code = await self._broker.leadership.wait_for_replication(self.topic, partition, end, self._timeout_s)
         return coordinator_error(code)
 
+    def loaded(self, partition: int) -> None:
+        """This broker became the partition's leader and loaded it to its log end: what
+        it loaded counts as written here, so nothing decided in it (a PrepareCommit) is
+        acted on before the ISR has it."""
+        partition_log = self._broker.logs.partition(self.topic, partition)
+        if partition_log is not None:
+            self._written[partition] = partition_log.log_end_offset
+
     def forget(self, partition: int) -> None:
         """The partition moved away: its pending appends are the next leader's business."""
         self._written.pop(partition, None)

@@ -18,6 +18,11 @@ has its own epoch, so a late EndTxn, Produce or TxnOffsetCommit of an earlier on
 fenced. The coordinator's own aborts (timeouts, fencing) follow the finalized level, as
 Kafka's do.
 
+Partition leaders check a transactional write against the coordinator before appending
+it (KIP-890: `verify_partition`, or for transaction version 2 `add_partitions`):
+in-process when this broker coordinates the id, otherwise through AddPartitionsToTxn
+v4-v5 to the coordinator's broker (verification.py).
+
 Every change is prepared on the metadata (pending), appended to the id's partition of
 `__transaction_state`, then completed; the handler answers once the append is
 replicated (`replicated`, see coordinator_log.py). Timers abort transactions older than
@@ -65,6 +70,7 @@ from oncelog.coordinator.txn.metadata import (
     TxnTransit,
 )
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.coordinator.txn.verification import TransactionVerifier
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 
@@ -121,6 +127,8 @@ class TransactionCoordinator:
         self.txns: dict[str, TransactionMetadata] = {}
         self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"])
         self.markers = MarkerChannel(broker, config["request.timeout.ms"])
+        # Cluster mode: this broker's partitions asking other brokers' coordinators (KIP-890).
+        self.verification = TransactionVerifier(broker, config["request.timeout.ms"])
         self._completions: dict[str, asyncio.Task] = {}  # transactional id -> its phase two
 
     def close(self) -> None:
@@ -129,6 +137,7 @@ class TransactionCoordinator:
             task.cancel()
         self._completions.clear()
         self.markers.close()
+        self.verification.close()
 
     # -- start-up and FindCoordinator ----------------------------------------------------
 
@@ -163,6 +172,7 @@ class TransactionCoordinator:
                     transit = txn_log.decode_value(transactional_id, record.value)
                     loaded[transactional_id] = TransactionMetadata.from_transit(transit)
         self.txns.update(loaded)
+        self.log.loaded(partition)
         unfinished = [m for m in loaded.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
         if loaded:
             log.info("%s-%d: loaded %d transactional id(s) at coordinator epoch %d; completing %d interrupted "
