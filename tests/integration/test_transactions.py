@@ -178,6 +178,10 @@ def test_end_txn_retries_and_mismatches_get_kafkas_answers(txn_broker):
     producer.produce("orders", b"x", partition=0)
     producer.commit_transaction(30)
     metadata = coordinator.describe("retrier")
+    deadline = time.monotonic() + 10  # the markers follow the answer to EndTxn, as in Kafka
+    while txn_broker.call(lambda: metadata.state.display_name) != "CompleteCommit":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     pid, epoch = metadata.producer_id, metadata.producer_epoch
 
     def end(commit, producer_epoch=epoch):

@@ -76,9 +76,10 @@ def test_log_cleaner_keys_set_the_cleaner_and_the_topic_compaction_defaults():
 
 def test_the_replication_keys_of_kafka_pythons_test_broker_config_are_accepted():
     # kafka-python's integration fixture (servers/resources/default/kafka.properties)
-    # sets these; oncelog refused to start with them. replica.lag.time.max.ms is a real
-    # setting now (cluster mode); the other two are accepted and ignored.
+    # sets these; oncelog refused to start with them. replica.lag.time.max.ms and
+    # offsets.commit.timeout.ms are real settings now (cluster mode); the other is
+    # accepted and ignored.
     config = BrokerConfig({"replica.lag.time.max.ms": "1000", "replica.socket.timeout.ms": "1000",
                            "offsets.commit.timeout.ms": "500"})
-    assert config.ignored == ["offsets.commit.timeout.ms", "replica.socket.timeout.ms"]
-    assert config["replica.lag.time.max.ms"] == 1000
+    assert config.ignored == ["replica.socket.timeout.ms"]
+    assert (config["replica.lag.time.max.ms"], config["offsets.commit.timeout.ms"]) == (1000, 500)

@@ -285,22 +285,11 @@ class BrokerConfig:
                 raise ConfigError(f"{key}: must be positive, got {self[key]}")
         if self["fetch.max.bytes"] < 1024:  # Kafka's lower bound
             raise ConfigError(f"fetch.max.bytes: must be at least 1024, got {self['fetch.max.bytes']}")
-        if self["controller.quorum.voters"]:
-            self._cluster_mode_transaction_version()
         queued = self["queued.max.request.bytes"]
         if 0 < queued < self["socket.request.max.bytes"]:
             # Kafka's rule too: its memory pool refuses a bound below the largest single request.
             raise ConfigError(f"queued.max.request.bytes: must be at least socket.request.max.bytes="
                               f"{self['socket.request.max.bytes']} (or <= 0 for no bound), got {queued}")
-
-    def _cluster_mode_transaction_version(self) -> None:
-        """Cluster mode finalizes transaction.version at 1: KIP-890 part 2 (level 2) has
-        partition leaders add partitions to transactions at the coordinator, and a
-        partition's leader is not yet able to reach a coordinator on another broker."""
-        if "transaction.version" not in self.explicit:
-            self._values["transaction.version"] = 1
-        elif self["transaction.version"] >= 2:
-            raise ConfigError("transaction.version: level 2 is not supported in cluster mode yet; use 0 or 1")
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

@@ -21,12 +21,14 @@ from oncelog.storage.log import AppendOrigin, wall_clock_ms
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.coordinator.txn.verification import VerificationGuard
 
 log = logging.getLogger("oncelog.partitions")
 
 ZSTD_MIN_PRODUCE_VERSION = 7
 FIRST_IMPLICIT_ADD_PRODUCE_VERSION = 12  # KIP-890 part 2
 TRANSACTION_KEY_TYPE = 1
+TopicPartition = tuple[str, int]
 # Message-set framing shared by every magic: offset int64, size int32, then (magic 0/1)
 # crc int32 and magic int8, or (magic 2) leader epoch int32 and magic int8.
 SIZE_OFFSET = 8
@@ -56,8 +58,11 @@ def append_records(
     transactional_id: str | None = None,
     internal_topics_allowed: bool = False,
     acks: int = 1,
+    verification_guard: VerificationGuard | None = None,
 ) -> ProduceOutcome:
-    """Validate one partition's records from a Produce request and append them."""
+    """Validate one partition's records from a Produce request and append them.
+    `verification_guard`: from `verify_with_remote_coordinator`, when the transaction
+    coordinator (on another broker) was asked about this partition."""
     leadership = broker.leadership
     code, leader_epoch = leadership.leader_epoch(topic, partition)
     if code is not ErrorCode.none:
@@ -116,7 +121,8 @@ def append_records(
     if batch.compression_id > Compression.ZSTD:
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression_id}")
     if batch.is_transactional:
-        refusal = _verify_transactional(broker, transactional_id, batch, topic, partition, produce_version, now_ms)
+        refusal = _verify_transactional(broker, transactional_id, batch, topic, partition, produce_version, now_ms,
+                                        leader_epoch, verification_guard)
         if refusal is not None:
             return refusal
     if log_.config.compacts:
@@ -137,6 +143,8 @@ def append_records(
         return ProduceOutcome(error_code_for(error), error_message=str(error))
     if not result.duplicate:
         leadership.appended(topic, partition)
+        if batch.is_transactional:
+            _release_verification(broker, topic, partition, batch.producer_id)
     return ProduceOutcome(
         ErrorCode.none,
         end_offset=result.last_offset + 1,
@@ -163,6 +171,17 @@ _PRODUCE_ERROR_FOR_VERIFICATION = {
     # Produce v12's add could not be written to __transaction_state: retriable, as Kafka says it.
     ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
 }
+# Asking a coordinator on another broker can also fail on the way (it moved, is
+# loading, did not answer): Kafka's ReplicaManager answers those NOT_ENOUGH_REPLICAS
+# too. Its coordinator says TRANSACTION_ABORTABLE for a partition not in the
+# transaction, which producers are told as the in-process check tells them.
+_PRODUCE_ERROR_FOR_REMOTE_VERIFICATION = {
+    **_PRODUCE_ERROR_FOR_VERIFICATION,
+    ErrorCode.not_coordinator: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_load_in_progress: ErrorCode.not_enough_replicas,
+    ErrorCode.network_exception: ErrorCode.not_enough_replicas,
+    ErrorCode.transaction_abortable: ErrorCode.invalid_txn_state,
+}
 
 
 def _refuse_keyless_record(buffer, batch, topic: str, partition: int) -> ProduceOutcome | None:
@@ -185,21 +204,25 @@ def _refuse_keyless_record(buffer, batch, topic: str, partition: int) -> Produce
 
 
 def _verify_transactional(broker: Broker, transactional_id: str | None, batch, topic: str,
-                          partition: int, produce_version: int, now_ms: int) -> ProduceOutcome | None:
+                          partition: int, produce_version: int, now_ms: int, leader_epoch: int,
+                          verification_guard: VerificationGuard | None) -> ProduceOutcome | None:
     """KIP-890 part 1: a transactional batch is accepted only for a partition of the
     producer's ongoing transaction, so a late write of an ended transaction cannot land.
     KIP-890 part 2: Produce v12 (a transaction version 2 client, which sends no
     AddPartitionsToTxn) adds the partition to the transaction instead, under the same
-    producer id and epoch checks."""
+    producer id and epoch checks. Asked in-process when this broker coordinates the
+    id; otherwise the Produce handler asked the coordinator before
+    (`verify_with_remote_coordinator`) and only its guard is checked here."""
     coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
     if transactional_id is None:
         return ProduceOutcome(
             ErrorCode.invalid_record, error_message="a transactional batch needs the request's transactional id"
         )
-    if coordinator is None or coordinator.owner_error(transactional_id) is not ErrorCode.none:
-        # Deviation (cluster mode): the id's coordinator is on another broker, which this
-        # leader does not ask yet (Kafka sends it AddPartitionsToTxn v4 verify_only).
+    if coordinator is None:
         return None
+    if coordinator.owner_error(transactional_id) is not ErrorCode.none:
+        return _check_remote_verification(coordinator.verification, transactional_id, batch, topic, partition,
+                                          leader_epoch, verification_guard)
     if produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION:
         code = coordinator.add_partitions(transactional_id, batch.producer_id, batch.producer_epoch,
                                           {(topic, partition)}, now_ms, transaction_version=2)
@@ -228,6 +251,91 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
         error_message=f"{topic}-{partition} is not part of an ongoing transaction of transactional id "
         f"{transactional_id!r} with producer {batch.producer_id} epoch {batch.producer_epoch}",
     )
+
+
+def _check_remote_verification(verifier, transactional_id: str, batch, topic: str, partition: int,
+                               leader_epoch: int, guard: VerificationGuard | None) -> ProduceOutcome | None:
+    """The append side of a remote verification (Kafka's VerificationGuard check): the
+    transaction is open here at the batch's epoch, or the coordinator's yes still holds."""
+    if verifier.holds(topic, partition, batch.producer_id, batch.producer_epoch, guard, leader_epoch):
+        return None
+    if guard is None:
+        # The coordinator moved away from this broker while the request was verified.
+        return ProduceOutcome(
+            ErrorCode.not_enough_replicas,
+            error_message=f"{topic}-{partition} was not verified with the transaction coordinator of transactional "
+            f"id {transactional_id!r}, which is on another broker",
+        )
+    return ProduceOutcome(
+        ErrorCode.invalid_txn_state,
+        error_message=f"the transaction of producer {batch.producer_id} epoch {batch.producer_epoch} ended on "
+        f"{topic}-{partition} while it was being verified",
+    )
+
+
+async def verify_with_remote_coordinator(
+    broker: Broker, transactional_id: str | None, partition_records, produce_version: int
+) -> dict[TopicPartition, ProduceOutcome | VerificationGuard]:
+    """KIP-890 in cluster mode, for a Produce request whose transactional id is
+    coordinated by another broker: ask that coordinator about every partition led here
+    whose batch is transactional and whose transaction is not open here yet, in one
+    AddPartitionsToTxn (`verify_only` below Produce v12, an add from v12), before
+    anything is appended. Answers per partition: the refusal for the producer, or the
+    guard to append with. Only batch headers are read; partitions left out are checked
+    by `append_records` as usual. `partition_records`: (topic, partition, records)."""
+    coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
+    if (transactional_id is None or broker.cluster is None or coordinator is None
+            or coordinator.owner_error(transactional_id) is ErrorCode.none):
+        return {}
+    verifier = coordinator.verification
+    answers: dict[TopicPartition, ProduceOutcome | VerificationGuard] = {}
+    guards: dict[TopicPartition, VerificationGuard] = {}
+    producer: tuple[int, int] | None = None
+    for topic, partition, records in partition_records:
+        code, leader_epoch = broker.leadership.leader_epoch(topic, partition)
+        if code is not ErrorCode.none or not records:
+            continue
+        try:
+            header = record_batch.read_header(records)
+        except CorruptRecordError:
+            continue
+        if not header.is_transactional or header.is_control:
+            continue
+        if producer is None:
+            producer = (header.producer_id, header.producer_epoch)
+        elif (header.producer_id, header.producer_epoch) != producer:
+            answers[(topic, partition)] = ProduceOutcome(
+                ErrorCode.invalid_producer_id_mapping,
+                error_message="Transactional records contained more than one producer ID or epoch")
+            continue
+        if verifier.needs_verification(topic, partition, *producer):
+            guards[(topic, partition)] = verifier.guard(topic, partition, producer[0], leader_epoch)
+    if not guards:
+        return answers
+    producer_id, producer_epoch = producer
+    adding = produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION
+    codes = await verifier.verify(transactional_id, producer_id, producer_epoch, set(guards), verify_only=not adding)
+    for (topic, partition), guard in guards.items():
+        code = codes[(topic, partition)]
+        if code is ErrorCode.none:
+            answers[(topic, partition)] = guard
+            continue
+        verifier.drop(topic, partition, producer_id, guard)
+        action = "add" if adding else "verify"
+        answers[(topic, partition)] = ProduceOutcome(
+            _PRODUCE_ERROR_FOR_REMOTE_VERIFICATION.get(code, code),
+            error_message=f"unable to {action} {topic}-{partition} in the transaction of transactional id "
+            f"{transactional_id!r} (producer {producer_id} epoch {producer_epoch}) at its coordinator: {code.name}",
+        )
+    return answers
+
+
+def _release_verification(broker: Broker, topic: str, partition: int, producer_id: int) -> None:
+    """The producer's marker or transactional batch is in the log: a verification still
+    out for it on this partition no longer holds (see verification.py)."""
+    coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
+    if coordinator is not None:
+        coordinator.verification.release(topic, partition, producer_id)
 
 
 class AppendRefused(Exception):
@@ -294,5 +402,7 @@ def append_marker(broker: Broker, topic: str, partition: int, producer_id: int, 
         coordinator_epoch=coordinator_epoch,
         timestamp_ms=wall_clock_ms(),
     )
-    return append_internal(broker, topic, partition, marker, now_ms=wall_clock_ms(),
-                           marker_transaction_version=transaction_version)
+    result = append_internal(broker, topic, partition, marker, now_ms=wall_clock_ms(),
+                             marker_transaction_version=transaction_version)
+    _release_verification(broker, topic, partition, producer_id)
+    return result

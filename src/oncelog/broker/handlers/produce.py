@@ -26,6 +26,13 @@
   which sends no AddPartitionsToTxn) adds the partition to the transaction instead,
   after the same producer id and epoch checks; as the epoch is bumped at the end of
   every transaction, a late batch of an earlier transaction gets INVALID_PRODUCER_EPOCH.
+- Cluster mode, the transactional id coordinated by another broker: before appending,
+  the leader asks that coordinator in one AddPartitionsToTxn v5 (`verify_only` below
+  v12, an add from v12) about the partitions whose transaction is not open here yet
+  (coordinator/txn/verification.py), as Kafka's AddPartitionsToTxnManager does. The
+  answers reach the producer as above; a coordinator that moved, is loading or does
+  not answer gives NOT_ENOUGH_REPLICAS (retried). A transaction that ends between the
+  answer and the append (its marker lands first) refuses the batch INVALID_TXN_STATE.
 - Deviation: a transactional batch that repeats the sequence numbers of a batch from a
   transaction that has ended (its marker is written) is OUT_OF_ORDER_SEQUENCE_NUMBER,
   where Kafka answers it as a duplicate with the old offsets: no client may retry an
@@ -43,7 +50,7 @@ import datetime
 
 from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.partitions import ProduceOutcome, append_records
+from oncelog.broker.partitions import ProduceOutcome, append_records, verify_with_remote_coordinator
 from oncelog.broker.server import CloseConnection
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
@@ -55,19 +62,30 @@ ADMIN_CLIENT_ID = "__admin_client"
 async def handle(ctx: RequestContext, request) -> object | None:
     make = ctx.response.make
     acks = request.acks
+    verified = {}
+    if acks in (-1, 0, 1) and request.transactional_id is not None:
+        verified = await verify_with_remote_coordinator(
+            ctx.broker, request.transactional_id,
+            [(topic.name, data.index, data.records) for topic in request.topic_data for data in topic.partition_data],
+            ctx.version,
+        )
     now = now_ms()
     outcomes: list[tuple[str, list[tuple[int, ProduceOutcome]]]] = []
     failed = False
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
+            verification = verified.get((topic.name, data.index))
             if acks not in (-1, 0, 1):
                 outcome = ProduceOutcome(ErrorCode.invalid_required_acks)
+            elif isinstance(verification, ProduceOutcome):
+                outcome = verification
             else:
                 outcome = append_records(
                     ctx.broker, topic.name, data.index, data.records,
                     produce_version=ctx.version, now_ms=now, transactional_id=request.transactional_id,
                     internal_topics_allowed=ctx.client_id == ADMIN_CLIENT_ID, acks=acks,
+                    verification_guard=verification,
                 )
             failed = failed or outcome.error_code != ErrorCode.none
             partitions.append((data.index, outcome))

@@ -23,6 +23,12 @@
   after the same producer id and epoch checks (Ongoing, persisted); as the epoch is
   bumped at the end of every transaction, a late commit of an earlier transaction gets
   INVALID_PRODUCER_EPOCH instead of joining the next one.
+- Cluster mode, the transactional id coordinated by another broker: that coordinator is
+  asked in an AddPartitionsToTxn v5 (verify_only, or the add of v5) unless the
+  producer's transaction is already open on the group's partition here, with the same
+  answers; a coordinator that moved or is loading answers NOT_COORDINATOR /
+  COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS, one that does not answer
+  COORDINATOR_LOAD_IN_PROGRESS, all retried (Kafka's group coordinator's translation).
 - Deviation: Kafka offers v4 and v5 whatever the feature level; oncelog offers them only
   at transaction.version 2, so a broker at level 0 or 1 answers as before.
 - INVALID_PRODUCER_EPOCH for an epoch older than the one the offsets partition has seen.
@@ -91,9 +97,11 @@ async def _verify_transaction(ctx: RequestContext, request, coordinator) -> Erro
     arriving after its transaction ended cannot leave offsets pending with no marker to
     come, nor slip into the producer's next transaction."""
     transactions = ctx.broker.txn_coordinator
-    if transactions is None or transactions.owner_error(request.transactional_id) is not ErrorCode.none:
-        return ErrorCode.none  # cluster mode, a coordinator on another broker: not verified (see partitions.py)
+    if transactions is None:
+        return ErrorCode.none
     offsets_partition = (CONSUMER_OFFSETS, coordinator.partition_for_group(request.group_id))
+    if transactions.owner_error(request.transactional_id) is not ErrorCode.none:
+        return await _verify_with_remote_coordinator(ctx, request, transactions.verification, offsets_partition)
     if ctx.version >= FIRST_IMPLICIT_ADD_VERSION:
         error = transactions.add_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, {offsets_partition}, now_ms(),
@@ -108,4 +116,36 @@ async def _verify_transaction(ctx: RequestContext, request, coordinator) -> Erro
             error = ErrorCode.transaction_abortable  # the coordinator's own answer, which v4+ knows
     # Kafka's broker hands the coordinator's answer on, except PRODUCER_FENCED: producers
     # expect INVALID_PRODUCER_EPOCH here (AddPartitionsToTxnManager).
+    return ErrorCode.invalid_producer_epoch if error is ErrorCode.producer_fenced else error
+
+
+async def _verify_with_remote_coordinator(ctx: RequestContext, request, verifier, offsets_partition) -> ErrorCode:
+    """Cluster mode, the transaction coordinator on another broker: ask it in an
+    AddPartitionsToTxn v5 (verify_only, or the add of v5) unless the producer's
+    transaction is open on the offsets partition already, as Kafka's group coordinator
+    does through its AddPartitionsToTxnManager. Its answers are translated as Kafka's
+    group coordinator does: no answer is COORDINATOR_LOAD_IN_PROGRESS (retried)."""
+    topic, partition = offsets_partition
+    producer_id, producer_epoch = request.producer_id, request.producer_epoch
+    code, leader_epoch = ctx.broker.leadership.leader_epoch(topic, partition)
+    if code is not ErrorCode.none:
+        return ErrorCode.not_coordinator  # the group's partition is not led here (any more)
+    if not verifier.needs_verification(topic, partition, producer_id, producer_epoch):
+        return ErrorCode.none
+    guard = verifier.guard(topic, partition, producer_id, leader_epoch)
+    adding = ctx.version >= FIRST_IMPLICIT_ADD_VERSION
+    codes = await verifier.verify(request.transactional_id, producer_id, producer_epoch, {offsets_partition},
+                                  verify_only=not adding)
+    error = codes[offsets_partition]
+    if error is ErrorCode.none:
+        _, leader_epoch = ctx.broker.leadership.leader_epoch(topic, partition)
+        if verifier.holds(topic, partition, producer_id, producer_epoch, guard, leader_epoch):
+            return ErrorCode.none
+        error = ErrorCode.transaction_abortable  # it ended (its marker landed) while being verified
+    else:
+        verifier.drop(topic, partition, producer_id, guard)
+    if error is ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    if error is ErrorCode.transaction_abortable and ctx.version < FIRST_TRANSACTION_ABORTABLE_VERSION:
+        return ErrorCode.invalid_txn_state
     return ErrorCode.invalid_producer_epoch if error is ErrorCode.producer_fenced else error
