@@ -172,6 +172,46 @@ def test_cluster_start_prints_bootstrap_and_stops_on_sigterm(tmp_path):
             shutil.rmtree(node / "__cluster_metadata-etcd", ignore_errors=True)
 
 
+def test_a_one_node_cluster_runs_transactions_and_groups(tmp_path):
+    """`oncelog cluster start --brokers 1` sizes the internal topics for one node (as
+    Kafka's single-node sample configs do), so coordinators work there too."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oncelog", "cluster", "start", "--brokers", "1", "--data-dir", str(tmp_path),
+         "--override", "offsets.topic.num.partitions=2", "--override", "transaction.state.log.num.partitions=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        bootstrap = [process.stdout.readline() for _ in range(2)][1].split(": ", 1)[1].strip()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("solo", 1, 1)])["solo"].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "solo-txn"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("solo", b"committed", partition=0)
+        producer.commit_transaction(30)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "solo-group",
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        consumer.subscribe(["solo"])
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error():
+                message = None
+        assert message is not None and message.value() == b"committed"
+        consumer.commit(message, asynchronous=False)
+        assert consumer.committed([TopicPartition("solo", 0)], timeout=10)[0].offset == 1
+        consumer.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for node in tmp_path.glob("node-*"):
+            shutil.rmtree(node / "__cluster_metadata-etcd", ignore_errors=True)
+
+
 def test_admin_apis_describe_the_cluster_and_answer_only_on_the_leader(cluster):
     """DescribeCluster lists every broker and the active controller; DescribeTopicPartitions
     shows each partition's leader, epoch, replicas and ISR; DescribeProducers and

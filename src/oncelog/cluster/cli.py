@@ -2,7 +2,10 @@
 
 Each node is an `oncelog broker start` process (process.roles=broker,controller) with
 its own data dir under --data-dir and free loopback ports; the command prints the
-bootstrap servers, then stops every node on SIGTERM or SIGINT.
+bootstrap servers, then stops every node on SIGTERM or SIGINT. With fewer than 3 nodes
+the internal topics get as many replicas as there are nodes (and
+`transaction.state.log.min.isr` at most that), as Kafka's single-node sample configs
+set them, so that groups and transactions work; `--override` still wins.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Run a local cluster: N combined broker+controller nodes on loopback, each an "
         "`oncelog broker start` process with its own data dir and a member of the metadata quorum.",
     )
-    start.add_argument("--brokers", type=int, default=3, metavar="N", help="number of nodes (default 3)")
+    start.add_argument("--brokers", type=int, default=3, metavar="N",
+                       help="number of nodes (default 3); below 3, the internal topics get N replicas")
     start.add_argument("--data-dir", type=Path, metavar="DIR",
                        help="where the nodes keep their data (node-1, node-2, ...); default: a new temporary dir")
     start.add_argument(
@@ -45,6 +49,10 @@ def run_start(args: argparse.Namespace) -> int:
         overrides = parse_overrides(args.override)
     except ConfigError as error:
         raise CommandError(str(error)) from None
+    small = {"offsets.topic.replication.factor": str(min(args.brokers, 3)),
+             "transaction.state.log.replication.factor": str(min(args.brokers, 3)),
+             "transaction.state.log.min.isr": str(min(args.brokers, 2))}
+    overrides = {**small, **overrides}
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="oncelog-cluster-"))
     cluster = ClusterProcess(data_dir, args.brokers, overrides, fast_failover=False)
     stop = threading.Event()
