@@ -61,24 +61,34 @@ class TxnMarker:
         return "COMMIT" if self.commit else "ABORT"
 
 
-async def write_marker_locally(broker: Broker, topic: str, partition: int, marker: TxnMarker,
-                               timeout_s: float) -> ErrorCode:
-    """Append `marker` to a partition this broker leads and wait until it is on the ISR."""
+def append_marker_here(broker: Broker, topic: str, partition: int, marker: TxnMarker) -> tuple[ErrorCode, int]:
+    """Append `marker` to a partition this broker leads: (NONE, the end offset to wait
+    for) or (the error, -1). Synchronous, so a standalone broker's markers are in the
+    log before anything else runs on the loop."""
     try:
         result = append_marker(broker, topic, partition, marker.producer_id, marker.producer_epoch,
                                marker.coordinator_epoch, commit=marker.commit,
                                transaction_version=marker.transaction_version)
     except AppendRefused as refused:
-        return refused.code
+        return refused.code, -1
     except LookupError:
-        return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.unknown_topic_or_partition, -1
     except LogError as error:
-        return error_code_for(error)
+        return error_code_for(error), -1
     if topic == CONSUMER_OFFSETS:
         groups = broker.coordinator_for(GROUP_KEY_TYPE)
         if groups is not None:
             groups.complete_transaction(partition, marker.producer_id, marker.commit)
-    return await broker.leadership.wait_for_replication(topic, partition, result.last_offset + 1, timeout_s)
+    return ErrorCode.none, result.last_offset + 1
+
+
+async def write_marker_locally(broker: Broker, topic: str, partition: int, marker: TxnMarker,
+                               timeout_s: float) -> ErrorCode:
+    """Append `marker` to a partition this broker leads and wait until it is on the ISR."""
+    code, end_offset = append_marker_here(broker, topic, partition, marker)
+    if code is not ErrorCode.none:
+        return code
+    return await broker.leadership.wait_for_replication(topic, partition, end_offset, timeout_s)
 
 
 class MarkerChannel:
@@ -105,7 +115,10 @@ class MarkerChannel:
                     pending.discard(tp)
                 elif leader >= 0:
                     by_leader[leader].append(tp)
-            outcomes = await asyncio.gather(*(self._send(leader, marker, tps) for leader, tps in by_leader.items()))
+            outcomes = await asyncio.gather(*(
+                self._write_here(marker, tps) if leader == self._broker.node_id else self._send(leader, marker, tps)
+                for leader, tps in by_leader.items()
+            ))
             for results in outcomes:
                 for tp, code in results.items():
                     if code is ErrorCode.none:
@@ -133,14 +146,23 @@ class MarkerChannel:
         record = image.partition(*tp)
         return -1 if record is None else record.leader
 
+    def _write_here(self, marker: TxnMarker, partitions: list[TopicPartition]):
+        """The markers of the partitions this broker leads: appended now (before the
+        first await), then the wait for the ISR."""
+        appended = {tp: append_marker_here(self._broker, *tp, marker) for tp in partitions}
+
+        async def replicated() -> dict[TopicPartition, ErrorCode]:
+            codes = {}
+            for tp, (code, end_offset) in appended.items():
+                if code is ErrorCode.none:
+                    code = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
+                codes[tp] = code
+            return codes
+
+        return replicated()
+
     async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
                     ) -> dict[TopicPartition, ErrorCode]:
-        if leader == self._broker.node_id:
-            codes = await asyncio.gather(*(
-                write_marker_locally(self._broker, topic, partition, marker, self._timeout_s)
-                for topic, partition in partitions
-            ))
-            return dict(zip(partitions, codes, strict=True))
         peer = self._peer(leader)
         if peer is None:
             return dict.fromkeys(partitions, ErrorCode.leader_not_available)
