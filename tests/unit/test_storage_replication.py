@@ -282,6 +282,19 @@ def test_truncation_drops_epochs_producer_state_and_aborts_past_the_new_end(tmp_
     log.close()
 
 
+def test_truncation_at_the_log_end_drops_an_epoch_that_wrote_nothing(tmp_path):
+    """A leader at epoch 1 that appended nothing becomes a follower: truncating to its log
+    end must forget epoch 1, or it keeps fetching with a last epoch the new leader never
+    had data for and is told to truncate at the same offset forever."""
+    log = open_log(tmp_path)
+    append(log, 3, leader_epoch=0)
+    log.leader_epoch_cache.assign(1, log.log_end_offset)  # what becoming leader does
+    assert log.leader_epoch_cache.latest_epoch == 1
+    log.truncate_to(log.log_end_offset)
+    assert (log.log_end_offset, log.leader_epoch_cache.entries()) == (3, [(0, 0)])
+    log.close()
+
+
 def test_truncate_fully_clears_the_epoch_cache(tmp_path):
     log = open_log(tmp_path)
     append(log, 2, leader_epoch=1)

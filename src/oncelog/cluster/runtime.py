@@ -114,8 +114,13 @@ class ClusterRuntime:
         return cluster_id
 
     async def start(self) -> None:
-        """Load the image, register, and follow the metadata (the listener is up)."""
+        """Load the image, register, and follow the metadata (the listener is up). What
+        the previous process of this broker led or was in sync for is given up first,
+        before the image is acted on: a restarting broker must not lead, load a
+        coordinator or take writes on the strength of its previous leaderships."""
         revision, kvs = await self._range()
+        if await self._fence_previous_incarnation(MetadataImage.from_kvs(revision, kvs)):
+            revision, kvs = await self._range()
         self._publish(MetadataImage.from_kvs(revision, kvs))
         await self._register()
         self._tasks.append(asyncio.create_task(self._follow_metadata(), name="metadata-watch"))
@@ -229,7 +234,7 @@ class ClusterRuntime:
     async def _register(self) -> None:
         ttl_s = max(1, round(self.settings.session_timeout_ms / 1000))
         self.lease = await self._retry(lambda: self.client.lease_grant(ttl_s))
-        await self._fence_previous_incarnation()
+        await self._fence_previous_incarnation(self.image)
         broker = self.broker
         self._registration = BrokerRegistration(
             node_id=self.node_id, host=broker.host, port=broker.port,
@@ -239,14 +244,18 @@ class ClusterRuntime:
         self.broker_epoch = await self._retry(lambda: self.store.register_broker(self._registration, self.lease))
         log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
 
-    async def _fence_previous_incarnation(self) -> None:
-        """Leave every ISR and leadership held before this start: this process may have
-        lost what its previous one acknowledged as replicated (an unflushed tail)."""
-        live = set(self.image.live_broker_ids()) - {self.node_id}
-        for record in list(self.image.partitions.values()):
+    async def _fence_previous_incarnation(self, image: MetadataImage) -> bool:
+        """Leave every ISR and leadership held before this start (or before the session
+        lapsed): this process may have lost what its previous one acknowledged as
+        replicated (an unflushed tail). Whether anything had to change."""
+        live = set(image.live_broker_ids()) - {self.node_id}
+        changed = False
+        for record in list(image.partitions.values()):
             if self.node_id in record.isr or record.leader == self.node_id:
                 await self._retry(lambda record=record: self.store.change_partition(
                     record, lambda current: elect_leader(current, live)))
+                changed = True
+        return changed
 
     async def _keep_alive(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000

@@ -830,6 +830,10 @@ class PartitionLog:
         if offset < 0:
             raise OffsetOutOfRangeError(self.name, offset, self.log_start_offset, self.log_end_offset)
         if offset >= self.log_end_offset:
+            # Nothing to remove, but an epoch that started at the end and wrote nothing
+            # goes, as in Kafka: a follower must not keep fetching with a last epoch the
+            # leader never had data for (it would be told to truncate here forever).
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         if offset <= self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
