@@ -4,13 +4,24 @@ history checker.
     result = run_chaos(ChaosSettings(duration=60, kills_per_minute=30))
     print(result.report.summary()); assert result.ok
 
+    result = run_chaos(ChaosSettings(duration=60, kills_per_minute=8, brokers=3))  # a cluster
+
 One run, in this order:
 
 1. A broker process (`BrokerProcess`, log.dirs in a temporary directory unless given)
    behind a `FaultProxy`. The broker advertises the proxy's address, so every client
    talks only to the proxy, and every connection dies with the broker.
+   With `brokers` = 3 (or more): a `ClusterProcess` of that many combined nodes (a
+   broker and its etcd member each, with the cluster tests' quick failure detection:
+   3 s broker sessions), each broker behind its own proxy and advertising it in its
+   registration, so clients reach every broker through its proxy while replication
+   and transaction markers use the bound listeners, unfaulted. The internal topics keep
+   Kafka's defaults (3 replicas; __transaction_state needs 2 in sync) with 3 partitions
+   each.
 2. Setup without faults: the topics (`chaos`, `chaos-in`, `chaos-out`, 3 partitions
-   each) and the consume-transform-produce input, seeded in committed transactions.
+   each; in a cluster a replica on every node and min.insync.replicas=2, and the setup
+   waits until every replica is in sync) and the consume-transform-produce input,
+   seeded in committed transactions.
 3. The chaos phase, `duration` seconds. Concurrent workers (threads, each with its own
    confluent-kafka clients, all recording into one `History`):
    - two transactional writers on `chaos`, committing most transactions and aborting
@@ -20,21 +31,39 @@ One run, in this order:
    - a consume-transform-produce loop `chaos-in` -> `chaos-out` (group consumer with
      static membership, `send_offsets_to_transaction`, Transform records, some
      transactions aborted on purpose; every failed transaction rewinds the input to
-     the group's committed offsets by recreating the consumer);
+     the group's committed offsets by recreating the consumer, as does a fatal
+     consumer error such as a fenced static member);
    - the killer: kill -9 of the broker at random moments within evenly spaced slots
-     (about `kills_per_minute`), restarted on the same port and log.dirs;
-   - the proxy, on the Produce, AddPartitionsToTxn, EndTxn and TxnOffsetCommit requests,
+     (about `kills_per_minute`), restarted on the same port and log.dirs. In a
+     cluster each kill takes one node (its etcd member dies with it): a third of the
+     time the leader of a random chaos partition, a third the coordinator of a
+     transactional id or of the transform loop's group, otherwise any node. It stays
+     down 0-4 s (past the 3 s session sometimes, so that the controller fences it and
+     elects new leaders; sooner, so that the restarted broker hands its leaderships
+     over itself), comes back on the same ports and log.dirs, and the next kill waits
+     until every partition, internal ones included, has all its replicas in sync again
+     (at most 30 s): never more than one node down, as losing two of three loses the
+     metadata quorum, which Kafka does not survive either;
+   - the proxy (each broker's, in a cluster, with its own seed), on the Produce,
+     AddPartitionsToTxn, EndTxn and TxnOffsetCommit requests,
      with R = `drop_rate`: drops a fraction R of their responses, closing the
      connection; cuts R/2 part way (a prefix, then close); delays R/2 by 300 ms; drops
      R/2 of the requests before they reach the broker, closing the connection; and sends
      R of the Produce requests the broker accepted a second time, 100 ms after the
      answer, on a new connection (a duplicate the broker must recognise).
-4. The end: the killer stops (the broker left running), the proxy stops injecting,
-   the workers end their open transactions and close; the run waits until the
-   coordinator lists no open transaction and every partition's last stable offset has
-   reached its high watermark (abandoned transactions time out: the cleanup interval is
-   500 ms), then takes the final reads (read_committed and read_uncommitted, offset 0 to
-   the end offsets) and the group's committed offsets, and runs `check(history)`.
+4. The end: the killer stops (the broker left running; in a cluster every node up),
+   the proxy stops injecting, the workers end their open transactions and close; in a
+   cluster the run waits until every replica of every partition is in sync (a problem
+   after 60 s). It then waits until no coordinator lists an open transaction (every
+   broker is asked: each lists the ids it coordinates) and every partition's last
+   stable offset has reached its high watermark (abandoned transactions time out: the
+   cleanup interval is 500 ms), takes the final reads (read_committed and
+   read_uncommitted, offset 0 to the end offsets) and the group's committed offsets,
+   and runs `check(history)`.
+5. The broker (or every node) stops cleanly. In a cluster, the replicas of the chaos
+   topics are then compared from each node's log.dirs (`oncelog.testing.replicas`):
+   below the smallest high watermark every replica must hold the same batches; a
+   difference fails the run like an anomaly.
 
 Every loop is bounded in count and in time; all traffic goes to 127.0.0.1. A worker
 that fails in an unexpected way (a bug of this harness, not a Kafka error) fails the
@@ -58,9 +87,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
+from oncelog.storage.errors import LogError
 from oncelog.testing.checker import Report, check
+from oncelog.testing.cluster import ClusterProcess
 from oncelog.testing.history import (
     FinalReadIncomplete,
     History,
@@ -73,6 +104,7 @@ from oncelog.testing.history import (
 )
 from oncelog.testing.process import BrokerProcess
 from oncelog.testing.proxy import FaultPolicy, FaultProxy
+from oncelog.testing.replicas import ReplicaComparison, compare_replicas
 
 TOPIC = "chaos"
 INPUT_TOPIC = "chaos-in"
@@ -81,6 +113,7 @@ TOPICS = (TOPIC, INPUT_TOPIC, OUTPUT_TOPIC)
 PARTITIONS = 3
 CTP_GROUP = "chaos-ctp"
 CTP_TRANSACTIONAL_ID = "chaos-ctp"
+WRITER_TRANSACTIONAL_IDS = ("chaos-tx-1", "chaos-tx-2")
 
 # Kafka API keys whose requests and responses the proxy may drop, cut or delay. Only
 # Produce is duplicated: its sequence numbers make a copy harmless. A late copy of an
@@ -106,6 +139,15 @@ BROKER_CONFIG = {
     "offsets.topic.num.partitions": "5",
     "transaction.state.log.num.partitions": "5",
 }
+# Cluster mode: the topics get a replica on every node and need 2 in sync for acks=all
+# (the internal topics keep Kafka's defaults: 3 replicas, 2 in sync for
+# __transaction_state); fewer internal partitions, as every node replicates them all.
+CLUSTER_CONFIG = {
+    **BROKER_CONFIG,
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+}
+CLUSTER_TOPIC_CONFIG = {"min.insync.replicas": "2"}
 
 # Client settings for a broker that vanishes every few seconds: reconnect quickly, give
 # up on a dropped response after a few seconds instead of a minute.
@@ -140,6 +182,7 @@ MAX_END_ATTEMPTS = 8
 CALL_TIMEOUT_S = 10.0
 WIND_DOWN_S = 60.0
 TRANSACTIONS_END_TIMEOUT_S = TRANSACTION_TIMEOUT_MS / 1000 + 50.0
+IN_SYNC_TIMEOUT_S = 60.0  # cluster mode: every replica back in the ISR at the end
 
 
 class ChaosError(Exception):
@@ -157,6 +200,7 @@ class ChaosSettings:
     history_path: Path | None = None
     abort_fraction: float = 0.2  # transactions aborted on purpose
     progress_interval: float = 10.0
+    brokers: int = 1  # 1: a standalone broker; more: a cluster of that many combined nodes
 
 
 @dataclass(slots=True)
@@ -167,6 +211,7 @@ class ChaosResult:
     proxy_stats: Counter
     events: Counter  # worker counters: recreated producers, rewinds, ...
     problems: list[str] = field(default_factory=list)  # failures outside the checker's rules
+    replicas: ReplicaComparison | None = None  # cluster mode: the replicas compared after the run
 
     @property
     def faults_injected(self) -> int:
@@ -174,7 +219,7 @@ class ChaosResult:
 
     @property
     def ok(self) -> bool:
-        return self.report.ok and not self.problems
+        return self.report.ok and not self.problems and (self.replicas is None or self.replicas.ok)
 
     def counts_line(self) -> str:
         s = self.report.stats
@@ -361,6 +406,11 @@ def _close_quietly(producer: RecordingProducer, purge: bool = False) -> None:
             # closing again flushes and records the leftovers.
             if attempt == 2:
                 raise
+
+
+def _is_fatal(error) -> bool:
+    """Whether a message's error (None: no error) is a fatal one."""
+    return error is not None and (error.fatal() or error.code() == KafkaError._FATAL)
 
 
 def _close_consumer(consumer: RecordingConsumer) -> None:
@@ -550,8 +600,15 @@ class TransformLoop(Worker):
         self.session = TransactionalSession(run, CTP_TRANSACTIONAL_ID, name)
         self.abort_fraction = abort_fraction
         self.consumer_incarnation = 0
+        self.consumer_failed = threading.Event()  # the current consumer reported a fatal error
 
     def new_consumer(self) -> RecordingConsumer:
+        self.consumer_failed.clear()
+
+        def on_error(error) -> None:
+            if _is_fatal(error):
+                self.consumer_failed.set()
+
         consumer = RecordingConsumer(self.run_state.history, {
             **CLIENT_BASE,
             "bootstrap.servers": self.run_state.bootstrap,
@@ -567,6 +624,7 @@ class TransformLoop(Worker):
             # partitions; with large ones every batch of ten comes from the partition
             # fetched first, and the frequent rewinds would never get past it.
             "max.partition.fetch.bytes": 256,
+            "error_cb": on_error,
         }, client=f"{self.name}-consumer.{self.consumer_incarnation}")
         self.consumer_incarnation += 1
         consumer.subscribe([INPUT_TOPIC])
@@ -587,6 +645,13 @@ class TransformLoop(Worker):
                     continue
                 try:
                     messages = consumer.consume(self.rng.randint(1, 10), timeout=0.3)
+                    # A fatal consumer error may also come as an error message (code _FATAL;
+                    # its fatal() flag is not set there) or only to the error callback: a
+                    # static member fenced (FENCED_INSTANCE_ID) after the group coordinator
+                    # moved in the middle of its rebalance, for one. The consumer is dead then.
+                    fatal = next((m.error() for m in messages if _is_fatal(m.error())), None)
+                    if fatal is not None or self.consumer_failed.is_set():
+                        raise KafkaException(fatal or KafkaError(KafkaError._FATAL))
                 except KafkaException:  # a fatal consumer error, e.g. a fenced static member
                     run.count(f"{self.name}.consume_errors")
                     _close_consumer(consumer)
@@ -631,18 +696,20 @@ class TransformLoop(Worker):
 
 
 class BrokerKiller(threading.Thread):
-    """kill -9 of the broker at a random moment in each of `planned` equal slots of the
-    chaos phase, restarted at once (after up to 300 ms down) on the same port and
-    log.dirs. A broker that does not come back fails the run."""
+    """kill -9 at a random moment in each of `planned` equal slots of the chaos phase: of
+    the broker, or of one node of the cluster (see `ChaosCluster.kill` for which). The
+    victim is restarted after a short random pause, even when the run is stopping, on the
+    same ports and log.dirs; in a cluster the next kill waits until every replica is back
+    in sync (`settle`), so that at most one node is ever down. A broker that does not come
+    back fails the run."""
 
-    MIN_UPTIME_S = 0.3
     RESTART_ATTEMPTS = 3
 
-    def __init__(self, run: RunState, broker: BrokerProcess, planned: int, duration: float,
+    def __init__(self, run: RunState, brokers: StandaloneBroker | ChaosCluster, planned: int, duration: float,
                  log: Callable[[str], None]) -> None:
         super().__init__(name="killer", daemon=True)
         self.run_state = run
-        self.broker = broker
+        self.brokers = brokers
         self.planned = planned
         self.duration = duration
         self.rng = run.rng()
@@ -664,36 +731,324 @@ class BrokerKiller(threading.Thread):
         slot = self.duration / max(self.planned, 1)
         last_ready = start
         for index in range(self.planned):
-            moment = max(start + slot * (index + self.rng.uniform(0.1, 0.9)), last_ready + self.MIN_UPTIME_S)
+            moment = max(start + slot * (index + self.rng.uniform(0.1, 0.9)),
+                         last_ready + self.brokers.MIN_UPTIME_S)
             if moment >= start + self.duration or self.run_state.stop.wait(max(0.0, moment - time.monotonic())):
                 break
-            self.broker.kill()
+            killed_at = time.time()
+            victim, target, description = self.brokers.kill(self.rng)
             self.kills += 1
-            self.run_state.stop.wait(self.rng.uniform(0, 0.3))  # down a moment; restarted even on stop
+            if self.brokers.REPORTS_KILLS:
+                self.run_state.count(f"kills.{target}")
+            down = self.brokers.down_time(self.rng)
+            self.run_state.stop.wait(down)  # restarted even on stop
             began = time.monotonic()
-            self._restart()
+            self._restart(victim)
+            self.restart_seconds.append(time.monotonic() - began)
+            settled = self.brokers.settle(self.run_state.stop)
+            if self.brokers.REPORTS_KILLS:
+                self.log(f"chaos: kill {self.kills} at {_clock(killed_at)}: {description}, down {down:.1f}s, "
+                         f"restarted in {self.restart_seconds[-1]:.1f}s, {settled}")
             last_ready = time.monotonic()
-            self.restart_seconds.append(last_ready - began)
 
-    def _restart(self) -> None:
+    def _restart(self, victim: int) -> None:
         for attempt in range(1, self.RESTART_ATTEMPTS + 1):
             try:
-                self.broker.start(timeout=60)
+                self.brokers.restart(victim)
                 return
             except RuntimeError as error:
-                self.log(f"chaos: broker restart {attempt} after kill {self.kills} failed: {error}")
-        raise ChaosError(f"the broker did not restart after kill {self.kills}; its log: {self.broker.log_path}")
+                self.log(f"chaos: restart {attempt} of {self.brokers.name(victim)} after kill {self.kills} "
+                         f"failed: {error}")
+        raise ChaosError(f"{self.brokers.name(victim)} did not restart after kill {self.kills}; its log: "
+                         f"{self.brokers.log_path(victim)}")
+
+
+def _clock(wall: float) -> str:
+    """A wall-clock time as the broker logs print it (local time, milliseconds)."""
+    return time.strftime("%H:%M:%S", time.localtime(wall)) + f",{int(wall % 1 * 1000):03d}"
+
+
+# ---------------------------------------------------------------------------------------
+# What the clients talk to: one broker, or a cluster, each broker behind its own proxy.
+
+
+def _fault_policy(settings: ChaosSettings, seed: int) -> FaultPolicy:
+    # A dropped response always takes its connection with it: on a live connection later
+    # responses would still arrive, which TCP never does (an idempotent producer then
+    # takes a later acknowledgement for the earlier batch, and its retry of that batch
+    # is out of sequence, as with Apache Kafka). Requests are likewise only dropped with
+    # their connection. The other kinds at half the rate, duplicates at the full rate.
+    rate = settings.drop_rate
+    return FaultPolicy(api_keys=FAULTED_APIS, drop_response_and_close=rate, truncate_response=rate / 2,
+                       delay_response=rate / 2, delay_ms=300, drop_request_and_close=rate / 2,
+                       duplicate_request=rate, duplicate_api_keys=DUPLICATED_APIS, replay_delay_ms=100,
+                       seed=seed, enabled=False)
+
+
+class StandaloneBroker:
+    """One broker process behind one proxy; the broker advertises the proxy's address."""
+
+    MIN_UPTIME_S = 0.3  # between a restart and the next kill
+    REPORTS_KILLS = False  # about one kill every two seconds: counted, not logged one by one
+
+    def __init__(self, root: Path, settings: ChaosSettings) -> None:
+        self.broker = BrokerProcess(root / "broker", BROKER_CONFIG)
+        self.policies = [_fault_policy(settings, settings.seed)]
+        self.proxies = [FaultProxy(("127.0.0.1", self.broker.port), self.policies[0])]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxies[0].address
+
+    def start(self, log: Callable[[str], None]) -> None:
+        proxy = self.proxies[0].start()
+        self.broker.config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
+        self.broker.start()
+        log(f"chaos: broker pid {self.broker.process.pid} on 127.0.0.1:{self.broker.port}, clients through the "
+            f"proxy at {proxy.address}; log.dirs {self.broker.data_dir}, broker log {self.broker.log_path}")
+
+    def create_topics(self) -> None:
+        _create_topics(self.bootstrap, replication_factor=1)
+
+    def kill(self, rng: random.Random) -> tuple[int, str, str]:
+        """(victim, what it was chosen as, a description)."""
+        self.broker.kill()
+        return 0, "broker", "the broker"
+
+    def down_time(self, rng: random.Random) -> float:
+        return rng.uniform(0, 0.3)
+
+    def restart(self, victim: int) -> None:
+        self.broker.start(timeout=60)
+
+    def settle(self, stop: threading.Event) -> str:
+        return "up"
+
+    def name(self, victim: int) -> str:
+        return "the broker"
+
+    def log_path(self, victim: int) -> Path:
+        return self.broker.log_path
+
+    def ensure_running(self) -> None:
+        if self.broker.process is None:
+            try:
+                self.broker.start(timeout=60)
+            except RuntimeError as error:
+                raise ChaosError(f"the broker did not restart: {error}") from None
+
+    def wait_in_sync(self, timeout: float) -> str | None:
+        return None  # one replica per partition
+
+    def set_faults(self, enabled: bool) -> None:
+        for policy in self.policies:
+            policy.enabled = enabled
+
+    def proxy_stats(self) -> Counter:
+        return sum((Counter(proxy.stats) for proxy in self.proxies), Counter())
+
+    def stop(self) -> None:
+        """Clean shutdown; no error if already stopped."""
+        try:
+            self.broker.stop(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.broker.kill()
+
+    def compare_replicas(self) -> ReplicaComparison | None:
+        return None
+
+    def close(self) -> None:
+        self.stop()
+        for proxy in self.proxies:
+            proxy.stop()
+
+
+class ChaosCluster:
+    """`brokers` combined nodes (`ClusterProcess`: a broker and its etcd member each, with
+    quick failure detection), each broker behind its own proxy and advertising the
+    proxy's address in its registration. Replication and markers between brokers use the
+    bound listeners, so the proxies see client traffic only."""
+
+    MIN_UPTIME_S = 1.0
+    REPORTS_KILLS = True
+    MAX_DOWN_S = 4.0  # sometimes past broker.session.timeout.ms (3 s): fenced by the controller
+    SETTLE_TIMEOUT_S = 30.0
+
+    def __init__(self, root: Path, settings: ChaosSettings) -> None:
+        self.cluster = ClusterProcess(root / "cluster", settings.brokers, CLUSTER_CONFIG)
+        self.policies = {node_id: _fault_policy(settings, settings.seed * 1000 + node_id)
+                         for node_id in self.cluster.nodes}
+        self.proxies = {node_id: FaultProxy(("127.0.0.1", node.port), self.policies[node_id])
+                        for node_id, node in self.cluster.nodes.items()}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(proxy.address for proxy in self.proxies.values())
+
+    def start(self, log: Callable[[str], None]) -> None:
+        for node_id, proxy in self.proxies.items():
+            proxy.start()
+            self.cluster.nodes[node_id].config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
+        try:
+            self.cluster.start(timeout=120)
+        except (RuntimeError, AssertionError) as error:
+            raise ChaosError(f"the cluster did not start: {error}") from None
+        for node_id, node in self.cluster.nodes.items():
+            log(f"chaos: node {node_id} pid {node.process.pid} on 127.0.0.1:{node.port}, clients through the proxy "
+                f"at {self.proxies[node_id].address}; log.dirs {node.data_dir}, broker log {node.log_path}")
+
+    def create_topics(self) -> None:
+        _create_topics(self.bootstrap, replication_factor=len(self.cluster.nodes), config=CLUSTER_TOPIC_CONFIG)
+        try:
+            for topic in TOPICS:
+                self.cluster.wait_for_topic(topic, timeout=60)
+        except AssertionError as error:
+            raise ChaosError(str(error)) from None
+        problem = self.wait_in_sync(IN_SYNC_TIMEOUT_S)
+        if problem:
+            raise ChaosError(f"after creating the topics: {problem}")
+
+    def kill(self, rng: random.Random) -> tuple[int, str, str]:
+        """kill -9 of one node (its etcd member dies with it): a third of the time the
+        leader of a random chaos partition, a third the coordinator of a transactional id
+        or of the transform loop's group, otherwise any node. Returns (victim, what it
+        was chosen as, a description)."""
+        alive = self.cluster.alive()
+        choice = rng.random()
+        victim, target, why = -1, "random", "a random node"
+        try:
+            if choice < 1 / 3:
+                topic, partition = rng.choice(TOPICS), rng.randrange(PARTITIONS)
+                victim = self.cluster.leader_of(topic, partition)
+                target, why = "leader", f"leader of {topic}-{partition}"
+            elif choice < 2 / 3:
+                key, key_type, target = rng.choice(
+                    [(tid, 1, "transaction_coordinator") for tid in (*WRITER_TRANSACTIONAL_IDS, CTP_TRANSACTIONAL_ID)]
+                    + [(CTP_GROUP, 0, "group_coordinator")])
+                victim = self.cluster.coordinator_of(key, key_type, timeout=5)
+                why = f"{target.replace('_', ' ')} of {key}"
+        except (OSError, LookupError, AssertionError):
+            victim = -1  # no answer in time: any node will do
+        if victim not in alive:
+            victim, target, why = rng.choice(alive), "random", "a random node"
+        self.cluster.kill(victim)
+        return victim, target, f"node {victim} ({why})"
+
+    def down_time(self, rng: random.Random) -> float:
+        return rng.uniform(0, self.MAX_DOWN_S)
+
+    def restart(self, victim: int) -> None:
+        self.cluster.start_node(victim, timeout=60)
+
+    def settle(self, stop: threading.Event) -> str:
+        """Wait (bounded; not past `stop`) until every node is registered and every
+        partition, internal ones included, has a leader and all its replicas in sync."""
+        began = time.monotonic()
+        lagging = _wait_in_sync(self.cluster, self.SETTLE_TIMEOUT_S, stop)
+        if lagging:
+            return f"not all in sync after {time.monotonic() - began:.1f}s: {lagging[:5]}"
+        return f"all replicas in sync {time.monotonic() - began:.1f}s later"
+
+    def name(self, victim: int) -> str:
+        return f"node {victim}"
+
+    def log_path(self, victim: int) -> Path:
+        return self.cluster.nodes[victim].log_path
+
+    def ensure_running(self) -> None:
+        for node_id, node in self.cluster.nodes.items():
+            if node.process is None:
+                try:
+                    self.cluster.start_node(node_id, timeout=60)
+                except RuntimeError as error:
+                    raise ChaosError(f"node {node_id} did not restart: {error}") from None
+
+    def wait_in_sync(self, timeout: float) -> str | None:
+        lagging = _wait_in_sync(self.cluster, timeout, threading.Event())
+        return f"replicas not in sync within {timeout:.0f}s: {lagging}" if lagging else None
+
+    def set_faults(self, enabled: bool) -> None:
+        for policy in self.policies.values():
+            policy.enabled = enabled
+
+    def proxy_stats(self) -> Counter:
+        return sum((Counter(proxy.stats) for proxy in self.proxies.values()), Counter())
+
+    def stop(self) -> None:
+        """Clean shutdown of every node, one at a time; a node that does not stop within
+        30 s is killed."""
+        for node_id in self.cluster.alive():
+            try:
+                self.cluster.stop(node_id)
+            except subprocess.TimeoutExpired:
+                self.cluster.kill(node_id)
+
+    def compare_replicas(self) -> ReplicaComparison:
+        """After `stop`: the chaos topics' replicas, batch by batch (oncelog.testing.replicas)."""
+        return compare_replicas(self.cluster, TOPICS)
+
+    def close(self) -> None:
+        self.stop()
+        for proxy in self.proxies.values():
+            proxy.stop()
+
+
+def _wait_in_sync(cluster: ClusterProcess, timeout: float, stop: threading.Event) -> list[str]:
+    """Until `_out_of_sync` finds nothing twice in a row, 0.5 s apart (metadata reaches
+    the brokers asynchronously: one clean answer may predate the change that follows a
+    restart); what it found last when `timeout` passes or `stop` is set."""
+    deadline = time.monotonic() + timeout
+    lagging = ["not asked yet"]
+    clean_answers = 0
+    while not stop.is_set() and time.monotonic() < deadline:
+        lagging = _out_of_sync(cluster)
+        clean_answers = 0 if lagging else clean_answers + 1
+        if clean_answers == 2:
+            return []
+        stop.wait(0.5 if not lagging else 0.2)
+    return lagging or ["stopped before a second look"]
+
+
+def _out_of_sync(cluster: ClusterProcess) -> list[str]:
+    """What each live node's metadata shows that is not fully in sync: a node missing from
+    the registered brokers, a partition without leader or with a replica out of the ISR.
+    Asked of every node, as metadata reaches them asynchronously."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from oncelog.protocol.client import WireClient
+
+    alive = cluster.alive()
+    if len(alive) < len(cluster.nodes):
+        return [f"nodes up: {alive}"]
+    lagging: list[str] = []
+    for node_id in alive:
+        try:
+            with WireClient.connect(cluster.nodes[node_id].bootstrap_servers, timeout=5) as client:
+                response = client.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                          include_topic_authorized_operations=False))
+        except OSError as error:
+            return [f"node {node_id}: {error}"]
+        registered = sorted(broker.node_id for broker in response.brokers)
+        if registered != sorted(cluster.nodes):
+            lagging.append(f"node {node_id} sees brokers {registered}")
+        for topic in response.topics:
+            for p in topic.partitions:
+                if topic.error_code or p.error_code or p.leader_id < 0 or set(p.isr_nodes) != set(p.replica_nodes):
+                    lagging.append(f"node {node_id} sees {topic.name}-{p.partition_index} leader {p.leader_id} "
+                                   f"isr {sorted(p.isr_nodes)} of {sorted(p.replica_nodes)}")
+    return lagging
 
 
 # ---------------------------------------------------------------------------------------
 # The run.
 
 
-def _create_topics(bootstrap: str) -> None:
+def _create_topics(bootstrap: str, replication_factor: int, config: Mapping[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({**CLIENT_BASE, "bootstrap.servers": bootstrap})
-    for topic, future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in TOPICS]).items():
+    new_topics = [NewTopic(t, PARTITIONS, replication_factor, config=dict(config or {})) for t in TOPICS]
+    for topic, future in admin.create_topics(new_topics).items():
         try:
             future.result(30)
         except KafkaException as error:
@@ -726,7 +1081,8 @@ def _seed_inputs(history: History, bootstrap: str, count: int) -> None:
 
 
 def _open_transactions(bootstrap: str) -> list[str] | None:
-    """Transactions the coordinator still has open (None: could not ask)."""
+    """Transactions the coordinators still have open (None: could not ask). Every broker
+    is asked: in a cluster each lists the transactional ids it coordinates."""
     from oncelog.admin.transactions import Cluster
     from oncelog.cli import CommandError
 
@@ -789,6 +1145,8 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
     def log(line: str) -> None:
         print(line, file=out, flush=True)
 
+    if settings.brokers < 1:
+        raise ChaosError("a run needs at least one broker")
     temporary = None
     if settings.data_dir is None:
         temporary = tempfile.mkdtemp(prefix="oncelog-chaos-")
@@ -796,32 +1154,19 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
     else:
         root = Path(settings.data_dir)
         root.mkdir(parents=True, exist_ok=True)
-    broker = BrokerProcess(root / "broker", BROKER_CONFIG)
-    # A dropped response always takes its connection with it: on a live connection later
-    # responses would still arrive, which TCP never does (an idempotent producer then
-    # takes a later acknowledgement for the earlier batch, and its retry of that batch
-    # is out of sequence, as with Apache Kafka). Requests are likewise only dropped with
-    # their connection. The other kinds at half the rate, duplicates at the full rate.
-    rate = settings.drop_rate
-    policy = FaultPolicy(api_keys=FAULTED_APIS, drop_response_and_close=rate, truncate_response=rate / 2,
-                         delay_response=rate / 2, delay_ms=300, drop_request_and_close=rate / 2,
-                         duplicate_request=rate, duplicate_api_keys=DUPLICATED_APIS, replay_delay_ms=100,
-                         seed=settings.seed, enabled=False)
-    proxy = FaultProxy(("127.0.0.1", broker.port), policy).start()
-    broker.config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
+    brokers = StandaloneBroker(root, settings) if settings.brokers == 1 else ChaosCluster(root, settings)
     history = History()
-    run = RunState(history, proxy.address, settings.seed)
+    run = RunState(history, "", settings.seed)  # bootstrap: the proxies' addresses, once they run
     killer: BrokerKiller | None = None
     workers: list[Worker] = []
     problems: list[str] = []
     clean = False  # a temporary directory is removed only after a clean run
     try:
-        broker.start()
-        log(f"chaos: broker pid {broker.process.pid} on 127.0.0.1:{broker.port}, clients through the proxy at "
-            f"{proxy.address}; log.dirs {broker.data_dir}, broker log {broker.log_path}")
-        _create_topics(proxy.address)
+        brokers.start(log)
+        run.bootstrap = brokers.bootstrap
+        brokers.create_topics()
         inputs = max(2000, int(settings.duration * 60))
-        _seed_inputs(history, proxy.address, inputs)
+        _seed_inputs(history, brokers.bootstrap, inputs)
         planned = 0
         if settings.kills_per_minute > 0:
             planned = max(1, round(settings.kills_per_minute * settings.duration / 60))
@@ -829,10 +1174,10 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
             f"drop rate {settings.drop_rate}, {inputs} input records seeded")
 
         # -- the chaos phase --------------------------------------------------------------
-        policy.enabled = True
+        brokers.set_faults(True)
         workers = [
-            TransactionalWriter(run, "tx1", "chaos-tx-1", settings.abort_fraction),
-            TransactionalWriter(run, "tx2", "chaos-tx-2", settings.abort_fraction),
+            TransactionalWriter(run, "tx1", WRITER_TRANSACTIONAL_IDS[0], settings.abort_fraction),
+            TransactionalWriter(run, "tx2", WRITER_TRANSACTIONAL_IDS[1], settings.abort_fraction),
             IdempotentWriter(run, "idem"),
             TailingConsumer(run, "tail-rc", "read_committed"),
             TailingConsumer(run, "tail-ru", "read_uncommitted"),
@@ -840,7 +1185,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         ]
         for worker in workers:
             worker.start()
-        killer = BrokerKiller(run, broker, planned, settings.duration, log)
+        killer = BrokerKiller(run, brokers, planned, settings.duration, log)
         if planned:
             killer.start()
         else:
@@ -849,7 +1194,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         deadline = started + settings.duration
         while not run.stop.is_set() and time.monotonic() < deadline:
             run.stop.wait(min(settings.progress_interval, max(0.0, deadline - time.monotonic())))
-            faults = sum(proxy.stats[kind] for kind in FAULT_KINDS)
+            faults = sum(brokers.proxy_stats()[kind] for kind in FAULT_KINDS)
             outcomes = " ".join(f"{name}={count}" for name, count in sorted(run.events.items())
                                 if name.endswith(("commit", "abort", "failed")))
             log(f"chaos: t={time.monotonic() - started:.0f}s kills={killer.kills} faults={faults} "
@@ -862,12 +1207,8 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
             raise ChaosError("the killer did not stop within 120s")
         if run.failures:
             raise ChaosError("the run failed:\n" + "\n".join(run.failures))
-        if broker.process is None:
-            try:
-                broker.start(timeout=60)
-            except RuntimeError as error:
-                raise ChaosError(f"the broker did not restart: {error}") from None
-        policy.enabled = False
+        brokers.ensure_running()
+        brokers.set_faults(False)
         wind_down = time.monotonic() + WIND_DOWN_S
         for worker in workers:
             worker.join(max(0.1, wind_down - time.monotonic()))
@@ -877,27 +1218,37 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
                              f"where they are:\n{_stacks(stuck)}")
         if run.failures:
             raise ChaosError("a worker failed:\n" + "\n".join(run.failures))
+        problem = brokers.wait_in_sync(IN_SYNC_TIMEOUT_S)
+        if problem:
+            problems.append(problem)
         log(f"chaos: writers stopped after {killer.kills} kills; waiting for every transaction to end")
-        problem = _wait_for_transactions_to_end(proxy.address, TRANSACTIONS_END_TIMEOUT_S)
+        problem = _wait_for_transactions_to_end(brokers.bootstrap, TRANSACTIONS_END_TIMEOUT_S)
         if problem:
             problems.append(problem)
 
         # -- final reads and the verdict ---------------------------------------------------
         for isolation in ("read_committed", "read_uncommitted"):
             try:
-                read_all(history, proxy.address, list(TOPICS), isolation, client=f"final-{isolation}", timeout=120)
+                read_all(history, brokers.bootstrap, list(TOPICS), isolation, client=f"final-{isolation}",
+                         timeout=120)
             except FinalReadIncomplete as error:
                 problems.append(f"final read incomplete: {error}")
         try:
-            observe_group_offsets(history, proxy.address, CTP_GROUP,
+            observe_group_offsets(history, brokers.bootstrap, CTP_GROUP,
                                   [(INPUT_TOPIC, p) for p in range(PARTITIONS)], timeout=30)
         except RuntimeError as error:
             problems.append(f"the group's committed offsets could not be read: {error}")
         report = check(history)
         if settings.history_path is not None:
             history.dump(settings.history_path)
-        result = ChaosResult(report=report, history=history, kills=killer.kills, proxy_stats=Counter(proxy.stats),
-                             events=Counter(run.events), problems=problems)
+        brokers.stop()
+        try:
+            replicas = brokers.compare_replicas()
+        except (LogError, OSError) as error:  # a log dir that does not even load
+            problems.append(f"the replicas could not be compared: {error!r}")
+            replicas = None
+        result = ChaosResult(report=report, history=history, kills=killer.kills, proxy_stats=brokers.proxy_stats(),
+                             events=Counter(run.events), problems=problems, replicas=replicas)
         clean = result.ok
         return result
     finally:
@@ -906,11 +1257,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
             killer.finished.wait(60)
         for worker in workers:
             worker.join(5)
-        try:
-            broker.stop(timeout=30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-        proxy.stop()
+        brokers.close()
         if settings.history_path is not None and not Path(settings.history_path).exists():
             history.dump(settings.history_path)
         if temporary is not None:
@@ -921,11 +1268,16 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
 
 
 def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 20) -> None:
-    """The verdict: the checker's summary, the counts, and for a failed run every
-    anomaly kind's first `examples` anomalies with their offending records."""
+    """The verdict: the checker's summary, the counts, the replica comparison (cluster
+    mode), and for a failed run every anomaly kind's first `examples` anomalies with their
+    offending records."""
     print(result.report.summary(), file=out)
     print(result.counts_line(), file=out)
     print(result.events_line(), file=out)
+    if result.replicas is not None:
+        print(result.replicas.summary(), file=out)
+        for mismatch in result.replicas.mismatches[:examples]:
+            print(f"  {mismatch}", file=out)
     for problem in result.problems:
         print(f"problem: {problem}", file=out)
     if not result.report.ok:

@@ -295,6 +295,10 @@ class RecordingProducer:
             self._pending[token] = (topic, -1 if partition is None else partition, value, key, txn_id, txn_seq)
 
         def delivered(error, message) -> None:
+            # First of all, before looking up a method of `self`: with the stray error set,
+            # CPython's type lookup of a method defined on a base class (a subclass's
+            # instance) clears it and fails with AttributeError instead.
+            _clear_stray_error()
             self._delivered(token, error, message)
 
         extra = {} if partition is None else {"partition": partition}
