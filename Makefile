@@ -6,6 +6,7 @@
 #   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
 #   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
+#   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`), node kills, replicas compared afterwards
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -27,7 +28,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test demo bench soak compat clean distclean
+.PHONY: help setup test demo bench soak soak-cluster compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -75,6 +76,9 @@ $(BENCH_STAMP): pyproject.toml
 
 soak: setup
 	$(VENV)/bin/oncelog chaos --minutes 10
+
+soak-cluster: setup
+	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 10
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

@@ -50,6 +50,9 @@ class FakePeer:
                     for topic in t.topics))
                 for t in entity.transactions))
 
+    def retarget(self, host: str, port: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -70,7 +73,7 @@ def fake_broker(leader_of_state: int = COORDINATOR):
 def verifier_with(peer, leader_of_state=COORDINATOR):
     broker, producers = fake_broker(leader_of_state)
     verifier = TransactionVerifier(broker, 5000)
-    verifier._peers[COORDINATOR] = peer
+    verifier._peers._peers[COORDINATOR] = peer  # the pool's connection to the coordinator
     return verifier, producers
 
 

@@ -57,3 +57,31 @@ class PeerConnection:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+
+class PeerPool:
+    """One PeerConnection per broker, for one purpose (transaction markers, KIP-890
+    verification), kept pointed at the broker's registered inter-broker address."""
+
+    def __init__(self, broker, purpose: str) -> None:
+        self._broker = broker
+        self._client_id = f"broker-{broker.node_id}-{purpose}"
+        self._peers: dict[int, PeerConnection] = {}
+
+    def get(self, node_id: int) -> PeerConnection | None:
+        """The connection to `node_id`, or None while it is not registered."""
+        cluster = self._broker.cluster
+        address = cluster.inter_broker_address(node_id) if cluster is not None else None
+        if address is None:
+            return None
+        peer = self._peers.get(node_id)
+        if peer is None:
+            peer = self._peers[node_id] = PeerConnection(node_id, *address, client_id=self._client_id)
+        else:
+            peer.retarget(*address)
+        return peer
+
+    def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()
+        self._peers.clear()

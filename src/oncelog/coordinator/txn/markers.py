@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import AppendRefused, append_marker
 from oncelog.broker.topics import error_code_for
-from oncelog.cluster.peer import PeerConnection
+from oncelog.cluster.peer import PeerPool
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import LogError
@@ -95,7 +95,7 @@ class MarkerChannel:
     def __init__(self, broker: Broker, timeout_ms: int) -> None:
         self._broker = broker
         self._timeout_s = timeout_ms / 1000
-        self._peers: dict[int, PeerConnection] = {}
+        self._peers = PeerPool(broker, "txn-markers")
 
     async def write(self, marker: TxnMarker, partitions: Iterable[TopicPartition],
                     still_current: Callable[[], bool]) -> bool:
@@ -163,7 +163,7 @@ class MarkerChannel:
 
     async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
                     ) -> dict[TopicPartition, ErrorCode]:
-        peer = self._peer(leader)
+        peer = self._peers.get(leader)
         if peer is None:
             return dict.fromkeys(partitions, ErrorCode.leader_not_available)
         try:
@@ -178,23 +178,8 @@ class MarkerChannel:
                     codes[(topic.name, partition.partition_index)] = ErrorCode(partition.error_code)
         return {tp: codes.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
-    def _peer(self, node_id: int) -> PeerConnection | None:
-        address = self._broker.cluster.inter_broker_address(node_id)
-        if address is None:
-            return None
-        peer = self._peers.get(node_id)
-        if peer is None:
-            peer = self._peers[node_id] = PeerConnection(
-                node_id, *address, client_id=f"broker-{self._broker.node_id}-txn-markers"
-            )
-        else:
-            peer.retarget(*address)
-        return peer
-
     def close(self) -> None:
-        for peer in self._peers.values():
-            peer.close()
-        self._peers.clear()
+        self._peers.close()
 
 
 def _request(marker: TxnMarker, partitions: list[TopicPartition]):

@@ -34,7 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from oncelog.cluster.peer import PeerConnection
+from oncelog.cluster.peer import PeerPool
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.protocol.messages import ErrorCode, request_class
 
@@ -70,7 +70,7 @@ class TransactionVerifier:
     def __init__(self, broker: Broker, timeout_ms: int) -> None:
         self._broker = broker
         self._timeout_s = timeout_ms / 1000
-        self._peers: dict[int, PeerConnection] = {}
+        self._peers = PeerPool(broker, "txn-verification")
         self._queued: dict[int, dict[str, _Entry]] = defaultdict(dict)  # coordinator -> transactional id -> entry
         self._senders: dict[int, asyncio.Task] = {}
         self._guards: dict[tuple[str, int, int], VerificationGuard] = {}
@@ -169,7 +169,7 @@ class TransactionVerifier:
         def everywhere(code: ErrorCode) -> dict[str, dict[TopicPartition, ErrorCode]]:
             return {tid: dict.fromkeys(entry.partitions, code) for tid, entry in batch.items()}
 
-        peer = self._peer(coordinator)
+        peer = self._peers.get(coordinator)
         if peer is None:
             return everywhere(ErrorCode.coordinator_not_available)
         try:
@@ -187,26 +187,11 @@ class TransactionVerifier:
             }
         return answers
 
-    def _peer(self, node_id: int) -> PeerConnection | None:
-        address = self._broker.cluster.inter_broker_address(node_id)
-        if address is None:
-            return None
-        peer = self._peers.get(node_id)
-        if peer is None:
-            peer = self._peers[node_id] = PeerConnection(
-                node_id, *address, client_id=f"broker-{self._broker.node_id}-txn-verification"
-            )
-        else:
-            peer.retarget(*address)
-        return peer
-
     def close(self) -> None:
         for sender in self._senders.values():
             sender.cancel()
         self._senders.clear()
-        for peer in self._peers.values():
-            peer.close()
-        self._peers.clear()
+        self._peers.close()
 
 
 def _request(batch: dict[str, _Entry]):
