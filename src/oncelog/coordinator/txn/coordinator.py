@@ -219,7 +219,15 @@ class TransactionCoordinator:
         return ErrorCode.none
 
     def partition_of(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.num_partitions)
+        """The id's `__transaction_state` partition, by the topic's real partition count
+        once it exists (as FindCoordinator maps it), else by the setting."""
+        if self.standalone:
+            topic = self.broker.logs.topic(TRANSACTION_STATE)
+            count = topic.num_partitions if topic is not None else self.num_partitions
+        else:
+            topic = self.broker.cluster.image.topics.get(TRANSACTION_STATE)
+            count = topic.partitions if topic is not None else self.num_partitions
+        return partition_for(transactional_id, count)
 
     # -- InitProducerId -------------------------------------------------------------------
 
