@@ -179,6 +179,11 @@ MAX_TRANSACTIONS_PER_WRITER = 200_000
 MAX_IDEMPOTENT_BURSTS = 1_000_000
 MAX_CONSUMER_POLLS = 10_000_000
 MAX_END_ATTEMPTS = 8
+# commit/abort_transaction calls that ran out of time ("retry call to resume") before the
+# producer is given up: librdkafka may never finish an EndTxn whose transaction
+# coordinator was killed while it was in flight (cf. confluentinc/librdkafka#3779), and every
+# further call only waits again. A new producer's init_transactions completes or aborts it.
+MAX_END_TIMEOUTS = 2
 CALL_TIMEOUT_S = 10.0
 WIND_DOWN_S = 60.0
 TRANSACTIONS_END_TIMEOUT_S = TRANSACTION_TIMEOUT_MS / 1000 + 50.0
@@ -350,9 +355,11 @@ class TransactionalSession:
     def end(self, commit: bool) -> str:
         """Commit (or abort) the open transaction: "commit", "abort", or "failed" (the
         producer was discarded; the outcome is for the checker to find out). Retriable
-        errors retry the same call; an abortable one turns a commit into an abort."""
+        errors retry the same call, at most MAX_END_TIMEOUTS times after running out of
+        time; an abortable one turns a commit into an abort."""
         producer = self.producer
         assert producer is not None
+        timeouts = 0
         for _attempt in range(MAX_END_ATTEMPTS):
             try:
                 if commit:
@@ -365,6 +372,11 @@ class TransactionalSession:
                 self.run.count(f"{self.name}.{'commit' if commit else 'abort'}_errors")
                 if kafka_error.fatal():
                     break
+                if kafka_error.code() == KafkaError._TIMED_OUT:
+                    timeouts += 1
+                    if timeouts >= MAX_END_TIMEOUTS:
+                        self.run.count(f"{self.name}.end_timeouts")
+                        break
                 if kafka_error.txn_requires_abort():
                     commit = False
                 elif not kafka_error.retriable():
