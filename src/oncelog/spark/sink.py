@@ -458,7 +458,7 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
     try:
         # Fences every earlier attempt of this partition and aborts what it left open.
         producer.init_transactions(timeout)
-        (committed,) = marker_group.committed([marker], timeout)
+        committed = _committed_offset(marker_group, marker, timeout)
         if committed.offset > task.batch_id:
             for _ in rows:  # an earlier attempt or run committed this batch's rows
                 pass
@@ -483,6 +483,30 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
             except Exception:  # fenced or unreachable: the next attempt's init aborts it
                 pass
         marker_group.close()
+
+
+# OffsetFetch answers a client retries after finding the group coordinator again (it
+# moved with its `__consumer_offsets` partition's leader, or is still loading it).
+_COORDINATOR_MOVING = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
+COMMITTED_RETRY_S = 0.2
+
+
+def _committed_offset(marker_group, marker, timeout: float):
+    """The marker group's committed offset for `marker`, asked again while the group's
+    coordinator moves or loads (as a Kafka client retries those answers), until `timeout`."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (committed,) = marker_group.committed([marker], max(deadline - time.monotonic(), COMMITTED_RETRY_S))
+            return committed
+        except KafkaException as exception:
+            error = exception.args[0] if exception.args else None
+            moving = isinstance(error, KafkaError) and (error.retriable() or error.name() in _COORDINATOR_MOVING)
+            if not moving or time.monotonic() + COMMITTED_RETRY_S >= deadline:
+                raise
+            time.sleep(COMMITTED_RETRY_S)
 
 
 def _describe_kafka_error(error, options: SinkOptions, transactional_id: str, task: TaskIdentity,
