@@ -1,4 +1,5 @@
-"""An internal topic as a coordinator writes to it: appends on the partition's leader,
+"""An internal topic as a coordinator holds it: how many partitions it has and which
+of them this broker coordinates (at which epoch), appends on the partition's leader,
 under its leader epoch, and the wait until an append is replicated.
 
 Kafka's coordinators write `__transaction_state` and `__consumer_offsets` with acks=all
@@ -13,6 +14,8 @@ the client gets Kafka's coordinator error and retries: with the new coordinator,
 rebuilt its state from the replicated log, or with this one, which has the write.
 
 A standalone broker leads every partition and its writes are replicated once appended.
+In cluster mode the coordinator `take`s a partition when its broker becomes the leader
+(the leader epoch is the coordinator epoch) and `release`s it when it stops leading it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import AppendRefused, append_internal
+from oncelog.coordinator.internal_topics import partition_for
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
@@ -57,11 +61,46 @@ def append_failure(error: Exception) -> ErrorCode:
 
 
 class CoordinatorLog:
-    def __init__(self, broker: Broker, topic: str, timeout_ms: int) -> None:
+    def __init__(self, broker: Broker, topic: str, timeout_ms: int, configured_partitions: int) -> None:
         self._broker = broker
         self.topic = topic
+        self.standalone = broker.cluster is None
         self._timeout_s = timeout_ms / 1000
+        self._configured_partitions = configured_partitions
         self._written: dict[int, int] = {}  # partition -> end offset of this broker's last append
+        self._epochs: dict[int, int] = {}  # cluster mode: partition -> leader epoch, for those led here
+
+    # -- the partitions -----------------------------------------------------------------------
+
+    @property
+    def partition_count(self) -> int:
+        """The topic's real partition count once it exists (what FindCoordinator maps keys
+        with), else the configured one."""
+        if self.standalone:
+            info = self._broker.logs.topic(self.topic)
+            return info.num_partitions if info is not None else self._configured_partitions
+        topic = self._broker.cluster.image.topics.get(self.topic)
+        return topic.partitions if topic is not None else self._configured_partitions
+
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, self.partition_count)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this broker coordinates the partition's keys (always, standalone)."""
+        return self.standalone or partition in self._epochs
+
+    def epoch_of(self, partition: int) -> int | None:
+        """Cluster mode: the leader epoch the partition was taken at, None if not led here."""
+        return self._epochs.get(partition)
+
+    def take(self, partition: int, leader_epoch: int) -> None:
+        self._epochs[partition] = leader_epoch
+
+    def release(self, partition: int) -> bool:
+        """The partition moved away: forget it, and its pending appends (the next
+        leader's business). Whether it was held."""
+        self._written.pop(partition, None)
+        return self._epochs.pop(partition, None) is not None
 
     def append(self, partition: int, batch: bytes, *, now_ms: int, marker_transaction_version: int = 0):
         """Append on the leader (AppendRefused, LookupError, or the storage error)."""
@@ -86,7 +125,3 @@ class CoordinatorLog:
         partition_log = self._broker.logs.partition(self.topic, partition)
         if partition_log is not None:
             self._written[partition] = partition_log.log_end_offset
-
-    def forget(self, partition: int) -> None:
-        """The partition moved away: its pending appends are the next leader's business."""
-        self._written.pop(partition, None)

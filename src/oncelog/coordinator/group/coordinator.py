@@ -225,9 +225,8 @@ class GroupCoordinator:
         self._open_groups_by_producer: dict[int, set[str]] = {}
         self._expiration_timer = None
         # Standalone: every partition is this broker's, loaded now. Cluster mode: the
-        # leader epoch of each `__consumer_offsets` partition this broker leads.
+        # `__consumer_offsets` partitions this broker leads (`OffsetsTopic.take`).
         self.standalone = broker.cluster is None
-        self._epochs: dict[int, int] = {}
         if self.standalone:
             self.load()
         self._schedule_offset_expiration()
@@ -254,7 +253,7 @@ class GroupCoordinator:
 
     def owner_error(self, group_id: str) -> ErrorCode:
         """NOT_COORDINATOR unless this broker coordinates the group (leads its partition)."""
-        if self.standalone or self.partition_for_group(group_id) in self._epochs:
+        if self._offsets_topic.owns(self.partition_for_group(group_id)):
             return ErrorCode.none
         return ErrorCode.not_coordinator
 
@@ -1162,7 +1161,7 @@ class GroupCoordinator:
         (load its groups from the log) or stopped leading it (drop them)."""
         self._unload_partition(partition)
         if leader:
-            self._epochs[partition] = leader_epoch
+            self._offsets_topic.take(partition, leader_epoch)
             groups, offsets = self._load_partition(partition)
             if groups:
                 log.info("%s-%d: leader at epoch %d; loaded %d group(s) and %d committed offset(s)",
@@ -1173,7 +1172,7 @@ class GroupCoordinator:
         stop, waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR (their
         members find the new coordinator), pending transactional offsets are dropped
         (the new coordinator loads them from the log)."""
-        if self._epochs.pop(partition, None) is None:
+        if not self._offsets_topic.release(partition):
             return
         dropped = [group for group in self._groups.values() if self.partition_for_group(group.group_id) == partition]
         for group in dropped:
@@ -1188,7 +1187,6 @@ class GroupCoordinator:
             open_groups -= dropped_ids
             if not open_groups:
                 del self._open_groups_by_producer[producer_id]
-        self._offsets_topic.forget(partition)
         if dropped:
             log.info("%s-%d: no longer its leader; dropped %d group(s)", CONSUMER_OFFSETS, partition, len(dropped))
 

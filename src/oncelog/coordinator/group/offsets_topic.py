@@ -19,11 +19,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import read_all_batches
 from oncelog.coordinator.coordinator_log import CoordinatorLog
-from oncelog.coordinator.internal_topics import (
-    CONSUMER_OFFSETS,
-    ensure_internal_topic,
-    partition_for,
-)
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import (
@@ -55,7 +51,8 @@ class OffsetsTopic:
         self._configured_partitions = configured_partitions
         self._segment_bytes = segment_bytes
         self._standalone = broker.cluster is None
-        self._log = CoordinatorLog(broker, CONSUMER_OFFSETS, broker.config["offsets.commit.timeout.ms"])
+        self._log = CoordinatorLog(broker, CONSUMER_OFFSETS, broker.config["offsets.commit.timeout.ms"],
+                                   configured_partitions)
 
     @property
     def exists(self) -> bool:
@@ -63,11 +60,7 @@ class OffsetsTopic:
 
     @property
     def partition_count(self) -> int:
-        if not self._standalone:
-            topic = self._broker.cluster.image.topics.get(CONSUMER_OFFSETS)
-            return topic.partitions if topic is not None else self._configured_partitions
-        info = self._broker.logs.topic(CONSUMER_OFFSETS)
-        return info.num_partitions if info is not None else self._configured_partitions
+        return self._log.partition_count
 
     def ensure(self) -> None:
         """Standalone: create the topic if missing. In cluster mode FindCoordinator
@@ -76,7 +69,14 @@ class OffsetsTopic:
             ensure_internal_topic(self._broker, CONSUMER_OFFSETS, self._configured_partitions, self._segment_bytes)
 
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count)
+        return self._log.partition_of(group_id)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this broker coordinates the partition's groups (always, standalone)."""
+        return self._log.owns(partition)
+
+    def take(self, partition: int, leader_epoch: int) -> None:
+        self._log.take(partition, leader_epoch)
 
     def append(self, partition: int, records: list[Record], *, now_ms: int, producer_id: int = -1,
                producer_epoch: int = -1, transactional: bool = False) -> int:
@@ -95,9 +95,10 @@ class OffsetsTopic:
         coordinator error to answer (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
         return await self._log.replicated(partition)
 
-    def forget(self, partition: int) -> None:
-        """The partition moved away: its pending appends are the next leader's business."""
-        self._log.forget(partition)
+    def release(self, partition: int) -> bool:
+        """The partition moved away (its pending appends are the next leader's business).
+        Whether it was held."""
+        return self._log.release(partition)
 
     def producer_epoch(self, partition: int, producer_id: int) -> int | None:
         """The latest epoch the partition's producer state has for `producer_id`."""

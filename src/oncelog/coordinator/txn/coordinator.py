@@ -120,12 +120,11 @@ class TransactionCoordinator:
         # coordinator's own aborts and writes TransactionLogValue v1 records.
         self.transaction_version: int = config["transaction.version"]
         # Standalone: one epoch for every partition, taken (and bumped) by load(). Cluster
-        # mode: the leader epoch of each partition this broker leads (`_epochs`).
+        # mode: the leader epoch of each partition this broker leads (`self.log`).
         self.standalone = broker.cluster is None
         self.coordinator_epoch = NO_COORDINATOR_EPOCH
-        self._epochs: dict[int, int] = {}
         self.txns: dict[str, TransactionMetadata] = {}
-        self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"])
+        self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"], self.num_partitions)
         self.markers = MarkerChannel(broker, config["request.timeout.ms"])
         # Cluster mode: this broker's partitions asking other brokers' coordinators (KIP-890).
         self.verification = TransactionVerifier(broker, config["request.timeout.ms"])
@@ -156,7 +155,7 @@ class TransactionCoordinator:
         (load it, coordinator epoch = its leader epoch) or stopped leading it (drop it)."""
         self._unload_partition(partition)
         if leader:
-            self._epochs[partition] = leader_epoch
+            self.log.take(partition, leader_epoch)
             self._load_partition(partition)
 
     def _load_partition(self, partition: int) -> None:
@@ -182,7 +181,7 @@ class TransactionCoordinator:
             self._schedule_markers(metadata.transactional_id)
 
     def _unload_partition(self, partition: int) -> None:
-        if self._epochs.pop(partition, None) is None:
+        if not self.log.release(partition):
             return
         dropped = [t for t in self.txns if self.partition_of(t) == partition]
         for transactional_id in dropped:
@@ -190,19 +189,19 @@ class TransactionCoordinator:
             task = self._completions.pop(transactional_id, None)
             if task is not None:
                 task.cancel()
-        self.log.forget(partition)
         if dropped:
             log.info("%s-%d: no longer its leader; dropped %d transactional id(s)", TRANSACTION_STATE, partition,
                      len(dropped))
 
     def _epoch_of(self, partition: int) -> int:
-        return self.coordinator_epoch if self.standalone else self._epochs.get(partition, NO_COORDINATOR_EPOCH)
+        if self.standalone:
+            return self.coordinator_epoch
+        epoch = self.log.epoch_of(partition)
+        return NO_COORDINATOR_EPOCH if epoch is None else epoch
 
     def owner_error(self, transactional_id: str) -> ErrorCode:
         """NOT_COORDINATOR unless this broker coordinates the id (leads its partition)."""
-        if self.standalone or self.partition_of(transactional_id) in self._epochs:
-            return ErrorCode.none
-        return ErrorCode.not_coordinator
+        return ErrorCode.none if self.log.owns(self.partition_of(transactional_id)) else ErrorCode.not_coordinator
 
     async def replicated(self, transactional_id: str) -> ErrorCode:
         """Wait until this coordinator's writes to the id's partition are on the ISR."""
@@ -219,15 +218,7 @@ class TransactionCoordinator:
         return ErrorCode.none
 
     def partition_of(self, transactional_id: str) -> int:
-        """The id's `__transaction_state` partition, by the topic's real partition count
-        once it exists (as FindCoordinator maps it), else by the setting."""
-        if self.standalone:
-            topic = self.broker.logs.topic(TRANSACTION_STATE)
-            count = topic.num_partitions if topic is not None else self.num_partitions
-        else:
-            topic = self.broker.cluster.image.topics.get(TRANSACTION_STATE)
-            count = topic.partitions if topic is not None else self.num_partitions
-        return partition_for(transactional_id, count)
+        return self.log.partition_of(transactional_id)
 
     # -- InitProducerId -------------------------------------------------------------------
 
@@ -334,13 +325,11 @@ class TransactionCoordinator:
         return self.add_partitions(transactional_id, producer_id, epoch, {(CONSUMER_OFFSETS, offsets_partition)}, now)
 
     def offsets_partition_for(self, group_id: str) -> int:
-        if not self.standalone:  # the topic exists in the cluster (FindCoordinator made it)
-            topic = self.broker.cluster.image.topics.get(CONSUMER_OFFSETS)
-            partitions = topic.partitions if topic is not None else self.broker.config["offsets.topic.num.partitions"]
-            return partition_for(group_id, partitions)
         groups = self.broker.coordinator_for(GROUP_KEY_TYPE)
         if groups is not None and hasattr(groups, "partition_for_group"):
-            groups.find(group_id)  # the offsets topic must exist before its marker is written
+            # Standalone, the offsets topic must exist before its marker is written; in
+            # cluster mode FindCoordinator created it through the quorum.
+            groups.find(group_id)
             return groups.partition_for_group(group_id)
         partitions = self.broker.config["offsets.topic.num.partitions"]
         ensure_internal_topic(self.broker, CONSUMER_OFFSETS, partitions, self.segment_bytes)

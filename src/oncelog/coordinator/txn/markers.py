@@ -115,10 +115,18 @@ class MarkerChannel:
                     pending.discard(tp)
                 elif leader >= 0:
                     by_leader[leader].append(tp)
-            outcomes = await asyncio.gather(*(
-                self._write_here(marker, tps) if leader == self._broker.node_id else self._send(leader, marker, tps)
-                for leader, tps in by_leader.items()
-            ))
+            # The local markers are appended first, then the other leaders are asked,
+            # and the local wait is awaited inline: with nothing to wait for (a
+            # standalone broker) phase two runs through without yielding to the loop.
+            here = self._append_here(marker, by_leader.pop(self._broker.node_id, []))
+            elsewhere = [asyncio.ensure_future(self._send(leader, marker, tps)) for leader, tps in by_leader.items()]
+            try:
+                outcomes = [await self._replicated_here(here)]
+                if elsewhere:
+                    outcomes += await asyncio.gather(*elsewhere)
+            finally:
+                for request in elsewhere:
+                    request.cancel()  # done ones ignore it; phase two was cancelled otherwise
             for results in outcomes:
                 for tp, code in results.items():
                     if code is ErrorCode.none:
@@ -146,20 +154,19 @@ class MarkerChannel:
         record = image.partition(*tp)
         return -1 if record is None else record.leader
 
-    def _write_here(self, marker: TxnMarker, partitions: list[TopicPartition]):
-        """The markers of the partitions this broker leads: appended now (before the
-        first await), then the wait for the ISR."""
-        appended = {tp: append_marker_here(self._broker, *tp, marker) for tp in partitions}
+    def _append_here(self, marker: TxnMarker, partitions: list[TopicPartition]
+                     ) -> dict[TopicPartition, tuple[ErrorCode, int]]:
+        """The markers of the partitions this broker leads, appended now."""
+        return {tp: append_marker_here(self._broker, *tp, marker) for tp in partitions}
 
-        async def replicated() -> dict[TopicPartition, ErrorCode]:
-            codes = {}
-            for tp, (code, end_offset) in appended.items():
-                if code is ErrorCode.none:
-                    code = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
-                codes[tp] = code
-            return codes
-
-        return replicated()
+    async def _replicated_here(self, appended: dict[TopicPartition, tuple[ErrorCode, int]]
+                               ) -> dict[TopicPartition, ErrorCode]:
+        codes = {}
+        for tp, (code, end_offset) in appended.items():
+            if code is ErrorCode.none:
+                code = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
+            codes[tp] = code
+        return codes
 
     async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
                     ) -> dict[TopicPartition, ErrorCode]:
