@@ -189,8 +189,6 @@ def _refuse_keyless_record(buffer, batch, topic: str, partition: int) -> Produce
     one place produce decodes (and decompresses) records, as Kafka does for this check."""
     try:
         index = batch_records.first_record_without_key(buffer, batch)
-    except batch_records.CodecUnavailableError:
-        return None  # no library for the codec here: the batch cannot be looked into
     except CorruptRecordError as error:
         return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"{topic}-{partition}: {error}")
     if index is None:

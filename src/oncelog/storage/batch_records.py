@@ -3,9 +3,7 @@ cleaner (keys, tombstones, rewriting a batch with fewer records) and the compact
 check on produce (every record needs a key). Everything else keeps batches opaque.
 
 A batch's records are decompressed with the codec its attributes name (gzip, snappy in
-raw or xerial framing, lz4 frame, zstd). The codec libraries other than gzip are
-optional: without one, `decode_records` raises `CodecUnavailableError` and callers treat
-the batch as opaque (the cleaner keeps it whole, the produce check lets it through).
+raw or xerial framing, lz4 frame, zstd; oncelog.protocol.compression).
 
 A rewritten batch keeps what Kafka's `MemoryRecords.filterTo` keeps: base offset,
 last offset delta (so the producer's last sequence survives), partition leader epoch,
@@ -17,12 +15,12 @@ KIP-534). An emptied batch that must stay is written with no records at all.
 
 from __future__ import annotations
 
-import gzip
 import struct
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from oncelog.protocol import compression
 from oncelog.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_BIT,
@@ -40,15 +38,8 @@ from oncelog.protocol.record_batch import (
 
 DELETE_HORIZON_BIT = 0x40
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = struct.Struct(">8sii")
-_INT32 = struct.Struct(">i")
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 _BEFORE_CRC = struct.Struct(">qiibI")
-
-
-class CodecUnavailableError(RuntimeError):
-    """The batch's compression codec has no library installed here."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,85 +58,17 @@ def has_delete_horizon(header: BatchHeader) -> bool:
     return bool(header.attributes & DELETE_HORIZON_BIT)
 
 
-# -- codecs ------------------------------------------------------------------------------
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == Compression.NONE:
-        return data
-    try:
-        if codec == Compression.GZIP:
-            return gzip.decompress(data)
-        if codec == Compression.SNAPPY:
-            import snappy
-
-            if data.startswith(_XERIAL_MAGIC):
-                out = bytearray()
-                position = _XERIAL_HEADER.size
-                while position < len(data):
-                    (length,) = _INT32.unpack_from(data, position)
-                    position += 4
-                    out += snappy.uncompress(data[position : position + length])
-                    position += length
-                return bytes(out)
-            return snappy.uncompress(data)
-        if codec == Compression.LZ4:
-            import lz4.frame
-
-            return lz4.frame.decompress(data)
-        if codec == Compression.ZSTD:
-            import zstandard
-
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    except ImportError as exc:
-        raise CodecUnavailableError(f"no library for compression codec {codec}: {exc}") from None
-    except CodecUnavailableError:
-        raise
-    except Exception as exc:  # noqa: BLE001 (each codec library raises its own error type)
-        raise CorruptRecordError(f"cannot decompress records with codec {codec}: {exc}") from None
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
-def _compress(codec: int, data: bytes, like: bytes) -> bytes:
-    """`data` compressed with `codec`, in the framing of the original payload `like`."""
-    if codec == Compression.NONE:
-        return data
-    try:
-        if codec == Compression.GZIP:
-            return gzip.compress(data)
-        if codec == Compression.SNAPPY:
-            import snappy
-
-            block = snappy.compress(data)
-            if like.startswith(_XERIAL_MAGIC):
-                return _XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1) + _INT32.pack(len(block)) + block
-            return block
-        if codec == Compression.LZ4:
-            import lz4.frame
-
-            # Independent blocks, no content size: what Kafka's LZ4 stream reader accepts.
-            return lz4.frame.compress(data, block_linked=False, store_size=False)
-        if codec == Compression.ZSTD:
-            import zstandard
-
-            return zstandard.ZstdCompressor().compress(data)
-    except ImportError as exc:
-        raise CodecUnavailableError(f"no library for compression codec {codec}: {exc}") from None
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
 # -- records -----------------------------------------------------------------------------
 
 
 def decode_records(batch: bytes | bytearray | memoryview, header: BatchHeader) -> list[StoredRecord]:
     """The records of the batch at `header.position` in `batch`.
 
-    Raises CorruptRecordError on malformed records, CodecUnavailableError when the
-    codec's library is missing.
+    Raises CorruptRecordError on malformed records.
     """
     start = header.position + HEADER_SIZE
     payload = bytes(memoryview(batch)[start : header.position + header.size])
-    data = _decompress(header.attributes & COMPRESSION_MASK, payload)
+    data = bytes(compression.decompress(header.attributes & COMPRESSION_MASK, payload))
     records = []
     position = 0
     for _ in range(header.record_count):
@@ -207,7 +130,7 @@ def rebuild_batch(original: bytes | bytearray | memoryview, header: BatchHeader,
         max_timestamp = max(timestamps)
     start = header.position + HEADER_SIZE
     like = bytes(memoryview(original)[start : start + 16])
-    payload = _compress(codec, bytes(body), like)
+    payload = compression.compress(codec, bytes(body), xerial=compression.is_xerial(like))
     return _assemble(header, attributes, base_timestamp, max_timestamp, len(records), payload)
 
 

@@ -579,7 +579,7 @@ class _MarkUncleanable:
         return None
 
     def __exit__(self, kind, exc, _traceback) -> bool:
-        if exc is None or not isinstance(exc, (LogError, batch_records.CodecUnavailableError, ValueError)):
+        if exc is None or not isinstance(exc, (LogError, ValueError)):
             return False
         self._cleaner.uncleanable[(self._log.topic, self._log.partition)] = str(exc)
         logger.error("%s: cleaning failed, the partition will not be cleaned again until restart: %s",

@@ -51,7 +51,7 @@ from oncelog.protocol.record_batch import (
     read_header,
     scan_valid_prefix,
 )
-from oncelog.storage.batch_records import CodecUnavailableError, decode_records
+from oncelog.storage.batch_records import decode_records
 from oncelog.storage.errors import CorruptLogError, StorageError
 from oncelog.storage.producer_state import ProducerBatch
 
@@ -676,10 +676,7 @@ class LogSegment:
                 continue
             if attributes & TIMESTAMP_TYPE_BIT:
                 return max(base, start_offset), max_ts
-            records = self._record_timestamps(position, size)
-            if records is None:  # no library for the batch's codec: answer from its header
-                return max(base, start_offset), max_ts
-            for offset, record_timestamp in records:
+            for offset, record_timestamp in self._record_timestamps(position, size):
                 if record_timestamp >= timestamp and offset >= start_offset:
                     return offset, record_timestamp
         return None
@@ -697,16 +694,12 @@ class LogSegment:
                 continue
             if attributes & TIMESTAMP_TYPE_BIT:
                 return base, max_ts
-            records = self._record_timestamps(position, size)
-            if records is None:
-                return base, max_ts
             # Kafka looks in the first batch with that max timestamp only.
-            return next(((o, t) for o, t in records if t == max_ts), None)
+            return next(((o, t) for o, t in self._record_timestamps(position, size) if t == max_ts), None)
         return None
 
-    def _record_timestamps(self, position: int, size: int) -> list[tuple[int, int]] | None:
-        """(offset, timestamp) of every record of the batch at `position`; None when the
-        batch's codec has no library installed here."""
+    def _record_timestamps(self, position: int, size: int) -> list[tuple[int, int]]:
+        """(offset, timestamp) of every record of the batch at `position`."""
         try:
             data = os.pread(self._fd, size, position)
         except OSError as exc:
@@ -714,10 +707,6 @@ class LogSegment:
         try:
             header = read_header(data)
             records = decode_records(data, header)
-        except CodecUnavailableError as exc:
-            logger.warning("%s: cannot decode the batch at position %d for a timestamp lookup: %s",
-                           self.log_path, position, exc)
-            return None
         except CorruptRecordError as exc:
             raise CorruptLogError(str(self.log_path), f"batch at position {position}: {exc}") from exc
         return [
