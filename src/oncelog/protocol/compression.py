@@ -73,7 +73,7 @@ def compress(codec: int, data, *, xerial: bool = False) -> bytes:
         return block
     if codec == Compression.LZ4:
         compressor = cramjam.lz4.Compressor(block_linked=False, content_checksum=False)
-        compressor.compress(data)
+        compressor.compress(bytes(data))
         return bytes(compressor.finish())
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data))

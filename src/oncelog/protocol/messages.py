@@ -25,7 +25,8 @@ from oncelog.protocol import framing
 from oncelog.protocol.guard import check_lengths
 
 __all__ = [
-    "NO_THROTTLE", "ErrorCode", "ResponseBuilder", "decode_request", "encode_response", "encode_response_frame",
+    "NO_THROTTLE", "ErrorCode", "RequestBuilder", "ResponseBuilder", "decode_request", "encode_response",
+    "encode_response_frame",
 ]
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -259,8 +260,12 @@ class ResponseBuilder:
     __slots__ = ("module", "version")
 
     def __init__(self, api_key: int, version: int) -> None:
-        self.module: ModuleType = _response_module(api_key, version)
+        self.module: ModuleType = self._module(api_key, version)
         self.version = version
+
+    @staticmethod
+    def _module(api_key: int, version: int) -> ModuleType:
+        return _response_module(api_key, version)
 
     def make(self, class_name: str, **fields: Any) -> Any:
         cls = getattr(self.module, class_name)
@@ -273,8 +278,16 @@ class ResponseBuilder:
         return cls is not None and (field_name is None or field_name in _field_names(cls))
 
 
+class RequestBuilder(ResponseBuilder):
+    """`ResponseBuilder` for the request entities of one API version (what a client sends)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _module(api_key: int, version: int) -> ModuleType:
+        return sys.modules[request_class(api_key, version).__module__]
+
+
 @cache
 def _response_module(api_key: int, version: int) -> ModuleType:
-    import sys
-
     return sys.modules[response_class(api_key, version).__module__]

@@ -1,0 +1,186 @@
+"""One blocking TCP (or TLS) connection to one broker.
+
+- On connect it asks ApiVersions (v3, falling back to v0 as Kafka answers a version it
+  does not know) and keeps each API's version range; `version()` picks the highest
+  version both sides speak within the range a caller can use.
+- Requests may be pipelined: `send()` several, then `receive()` each response by its
+  correlation id. A broker answers in the order requests came, so a response read
+  while waiting for a later one is kept for its own caller: a producer's Produce requests
+  and its coordinator calls can share the connection to one broker.
+- Any socket error, EOF or timeout closes the connection and raises `ConnectionLost`;
+  the connection is then dead and `Cluster` opens a new one.
+
+Frames are read into one buffer of the frame's size (a Fetch response of several MB is
+received without joining chunks).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from collections import deque
+
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+
+from oncelog.client.config import SSL, ClientConfig, split_address
+from oncelog.client.errors import ConnectionLost, UnsupportedVersion
+from oncelog.protocol.client import decode_response, encode_request
+
+_SIZE = struct.Struct(">i")
+_ERROR_CODE = struct.Struct(">h")
+MAX_RESPONSE_BYTES = 1 << 30
+
+
+class Connection:
+    """A connection to the broker at `address` ("host:port"); `node_id` is the broker's id
+    when known (-1 for a bootstrap address)."""
+
+    def __init__(self, address: str, config: ClientConfig, node_id: int = -1) -> None:
+        self.address = address
+        self.node_id = node_id
+        self.config = config
+        self._correlation = 0
+        self._pending: deque = deque()  # (correlation id, request) sent, response not yet read
+        self._ready: dict[int, object] = {}  # responses read on behalf of a later caller
+        self.versions: dict[int, tuple[int, int]] = {}
+        host, port = split_address(address)
+        try:
+            raw = socket.create_connection((host, port), timeout=config.connect_timeout_s)
+        except OSError as error:
+            raise ConnectionLost(f"cannot connect to {address}: {error}") from None
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._socket = _secure(raw, host, config) if config.security_protocol == SSL else raw
+        except (OSError, ssl.SSLError) as error:
+            raw.close()
+            raise ConnectionLost(f"TLS handshake with {address} failed: {error}") from None
+        self._reader = self._socket.makefile("rb", buffering=65536)
+        self.closed = False
+        self.versions = self._api_versions()
+
+    # -- versions ---------------------------------------------------------------------------
+
+    def _api_versions(self) -> dict[int, tuple[int, int]]:
+        request = ApiVersionsRequest(client_software_name="oncelog", client_software_version="1")
+        frame = self._exchange_raw(request)
+        (error,) = _ERROR_CODE.unpack_from(frame, 4)
+        entity = request
+        if error == ErrorCode.unsupported_version:
+            entity = ApiVersionsRequestV0()  # the broker answered in v0's layout
+        response = decode_response(entity, frame, self._correlation)
+        if response.error_code not in (ErrorCode.none, ErrorCode.unsupported_version):
+            self.close()
+            raise ConnectionLost(f"ApiVersions on {self.address} failed: {ErrorCode(response.error_code).name}")
+        return {int(api.api_key): (int(api.min_version), int(api.max_version)) for api in response.api_keys}
+
+    def version(self, api_key: int, lowest: int, highest: int) -> int:
+        """The highest version of `api_key` in [lowest, highest] the broker also speaks."""
+        offered = self.versions.get(api_key)
+        if offered is not None:
+            chosen = min(highest, offered[1])
+            if chosen >= max(lowest, offered[0]):
+                return chosen
+        raise UnsupportedVersion(
+            f"the broker at {self.address} offers API {api_key} versions "
+            f"{'none' if offered is None else f'{offered[0]}-{offered[1]}'}; this client needs one of {lowest}-{highest}"
+        )
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def send(self, entity) -> int:
+        """Send a request; returns the correlation id its response is received by."""
+        self._correlation += 1
+        frame = encode_request(entity, self._correlation, self.config.client_id)
+        try:
+            self._socket.settimeout(self.config.request_timeout_s)
+            self._socket.sendall(frame)
+        except OSError as error:
+            self._fail(f"sending to {self.address} failed: {error}")
+        self._pending.append((self._correlation, entity))
+        return self._correlation
+
+    def receive(self, correlation: int, extra_wait_s: float = 0.0):
+        """The response to the request sent as `correlation`. Responses come in the order
+        requests went out; those that arrive first are kept for their own callers."""
+        ready = self._ready.pop(correlation, None)
+        if ready is not None:
+            return ready
+        while self._pending:
+            expected, entity = self._pending.popleft()
+            frame = self._read_frame(self.config.request_timeout_s + extra_wait_s)
+            try:
+                response = decode_response(entity, frame, expected)
+            except Exception as error:  # noqa: BLE001 (any decode failure: the stream is unusable)
+                self._fail(f"cannot decode the {type(entity).__name__[:-7]} response from {self.address}: {error}")
+            if expected == correlation:
+                return response
+            self._ready[expected] = response
+        raise ConnectionLost(f"no request {correlation} is waiting for an answer from {self.address}")
+
+    def request(self, entity, extra_wait_s: float = 0.0):
+        """Send `entity` and return its response."""
+        return self.receive(self.send(entity), extra_wait_s)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def _exchange_raw(self, entity) -> memoryview:
+        self.send(entity)
+        self._pending.popleft()
+        return self._read_frame(self.config.request_timeout_s)
+
+    def _read_frame(self, timeout_s: float) -> memoryview:
+        try:
+            self._socket.settimeout(timeout_s)
+            prefix = self._reader.read(4)
+            if len(prefix) < 4:
+                self._fail(f"{self.address} closed the connection")
+            (size,) = _SIZE.unpack(prefix)
+            if not 4 <= size <= MAX_RESPONSE_BYTES:
+                self._fail(f"{self.address} sent a response of {size} bytes")
+            frame = bytearray(size)
+            if self._reader.readinto(frame) != size:
+                self._fail(f"{self.address} closed the connection mid-response")
+        except (OSError, ValueError) as error:  # ValueError: the file was closed under us
+            self._fail(f"reading from {self.address} failed: {error or type(error).__name__}")
+        return memoryview(frame).toreadonly()  # kio reads read-only buffers only
+
+    def _fail(self, message: str):
+        self.close()
+        raise ConnectionLost(message)
+
+    def close(self) -> None:
+        if getattr(self, "closed", True):
+            return
+        self.closed = True
+        self._pending.clear()
+        self._ready.clear()
+        for closable in (self._reader, self._socket):
+            try:
+                closable.close()
+            except OSError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"Connection({self.address}, node {self.node_id})"
+
+
+def _secure(raw: socket.socket, host: str, config: ClientConfig) -> ssl.SSLSocket:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if config.ssl_ca_location:
+        context.load_verify_locations(cafile=config.ssl_ca_location)
+    else:
+        context.load_default_certs()
+    if config.ssl_certificate_location:
+        context.load_cert_chain(config.ssl_certificate_location, config.ssl_key_location,
+                                config.ssl_key_password)
+    context.check_hostname = config.ssl_check_hostname and config.ssl_verify
+    if not config.ssl_verify:
+        context.verify_mode = ssl.CERT_NONE
+    raw.settimeout(config.connect_timeout_s)
+    return context.wrap_socket(raw, server_hostname=host)
