@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from oncelog.client.config import ClientConfig, ConfigError
+from oncelog.client.fetcher import FetchSettings
 from oncelog.spark.errors import SourceOptionError
 
 # Kafka's sentinel offsets, as Spark's JSON offsets use them.
@@ -131,12 +133,19 @@ class SourceOptions:
     metadata_timeout_ms: int
     metadata_retries: int
     metadata_retry_interval_ms: int
-    # kafka.* options without the prefix (bootstrap.servers excluded), for confluent-kafka.
+    # How executors reach the cluster (oncelog.client), from kafka.bootstrap.servers and kafka.*.
+    client: ClientConfig
+    # kafka.* options without the prefix (bootstrap.servers excluded): the executors' fetch
+    # settings, and the driver's AdminClient (confluent-kafka), which also checks their names.
     client_settings: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def read_committed(self) -> bool:
         return self.isolation_level == READ_COMMITTED
+
+    @property
+    def fetch_settings(self) -> FetchSettings:
+        return FetchSettings.from_settings(dict(self.client_settings), read_committed=self.read_committed)
 
 
 def parse_options(raw: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
@@ -187,6 +196,11 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None) -> SourceOp
             f"option kafka.isolation.level={isolation!r}: use read_committed or read_uncommitted"
         )
 
+    try:
+        client = ClientConfig.from_settings(bootstrap, dict(client_settings))
+        FetchSettings.from_settings(dict(client_settings), read_committed=True)
+    except ConfigError as error:
+        raise SourceOptionError(f"option kafka.{error}") from None
     return SourceOptions(
         bootstrap_servers=bootstrap,
         subscription=subscription,
@@ -201,6 +215,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool | None) -> SourceOp
         metadata_timeout_ms=positive_int(options, "fetchOffset.timeoutMs", 30_000),
         metadata_retries=positive_int(options, "fetchOffset.numRetries", 3),
         metadata_retry_interval_ms=positive_int(options, "fetchOffset.retryIntervalMs", 10),
+        client=client,
         client_settings=client_settings,
     )
 

@@ -1,32 +1,39 @@
 """Reading one offset range of one partition: the work of one Spark task, on an executor.
 
 A range is [start, end). Offsets are not record counts: under read_committed, control
-records (transaction markers) and aborted records occupy offsets the consumer never
-delivers. So the reader never counts records; it is done when the consumer's position
-reaches `end`, or when it is handed a record at or past `end`.
+records (transaction markers) and aborted records occupy offsets the reader never
+returns. So the reader never counts records: it fetches from the partition's leader
+(oncelog.client, standard Fetch requests) until the offset after the last whole batch
+it has seen reaches `end`, and keeps the records below `end`.
+
+Each Fetch answer becomes one Arrow RecordBatch, built a column at a time
+(oncelog.client.records); the next Fetch is already on its way while one is decoded.
+Connections and metadata are the worker process's (`shared_cluster`), so the tasks of
+later micro-batches that land in the same Python worker skip connection set-up.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
 from pyspark.sql.datasource import InputPartition
 
+from oncelog.client.cluster import Cluster, UnknownTopic, shared_cluster
+from oncelog.client.errors import STALE_LEADER, BrokerError, ConnectionLost
+from oncelog.client.fetcher import EARLIEST, LATEST, FetchedPartition, PartitionFetcher, list_offset
+from oncelog.client.records import decode_fetched, next_fetch_offset
+from oncelog.protocol.record_batch import CorruptRecordError
 from oncelog.spark.errors import DataLoss, ReadStalled, SourceError
 from oncelog.spark.options import SourceOptions
-from oncelog.spark.rows import ArrowRows
+from oncelog.spark.rows import arrow_batch
 
 log = logging.getLogger("oncelog.spark")
 
-# Hand Spark a batch at whichever comes first (Spark's own Arrow batches hold 10,000 rows).
-MAX_ROWS_PER_BATCH = 10_000
-MAX_BYTES_PER_BATCH = 8 << 20
-CONSUME_MAX_MESSAGES = 1_000
-CONSUME_WAIT_S = 0.2
+RETRY_PAUSE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -43,150 +50,135 @@ class KafkaRange(InputPartition):
         return f"KafkaRange({self.topic}-{self.partition} [{self.start}, {self.end}))"
 
 
-def consumer_config(options: SourceOptions, expected_records: int) -> dict[str, object]:
-    """The confluent-kafka Consumer settings for reading ranges: no group membership (the
-    consumer is assigned partitions, never subscribes), no offset commits, and an
-    out-of-range offset is an error to handle, never a silent jump."""
-    config: dict[str, object] = {
-        "group.id": f"{options.group_id_prefix}-{uuid.uuid4()}-executor",
-        # Prefetch roughly the range, not librdkafka's default 100,000 messages.
-        "queued.min.messages": max(1_000, min(100_000, expected_records)),
-    }
-    config.update(dict(options.client_settings))
-    config.update(
-        {
-            "bootstrap.servers": options.bootstrap_servers,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
-            "auto.offset.reset": "error",
-            "isolation.level": options.isolation_level,
-        }
-    )
-    return config
-
-
 def read_range(options: SourceOptions, task: KafkaRange) -> Iterator:
-    """Yield pyarrow RecordBatches holding every record the consumer delivers in
-    [task.start, task.end). Runs on an executor; opens and closes its own consumer."""
-    from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
-
+    """Yield pyarrow RecordBatches holding every record a consumer with the options'
+    isolation level gets in [task.start, task.end). Runs on an executor."""
     if task.end <= task.start:
         return
-    consumer = Consumer(consumer_config(options, task.end - task.start))
-    where = f"{task.topic}-{task.partition}"
-    try:
-        consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-        rows = ArrowRows(task.topic, task.partition, options.include_headers)
+    yield from _RangeReader(shared_cluster(options.client), options, task).batches()
+
+
+class _RangeReader:
+    def __init__(self, cluster: Cluster, options: SourceOptions, task: KafkaRange) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.task = task
+        self.where = f"{task.topic}-{task.partition}"
+        self.fetcher = PartitionFetcher(cluster, task.topic, task.partition, options.fetch_settings)
+
+    def batches(self) -> Iterator:
+        task = self.task
         position = task.start
-        stall_limit_s = options.poll_timeout_ms / 1000
+        stall_limit_s = self.options.poll_timeout_ms / 1000
         last_progress = time.monotonic()
-        while position < task.end:
-            messages = consumer.consume(num_messages=CONSUME_MAX_MESSAGES, timeout=CONSUME_WAIT_S)
-            before = position
-            if (
-                messages
-                and messages[0].offset() >= position
-                and all(m.error() is None for m in messages)
-            ):
-                # The common case: records in offset order; keep those before the end.
-                if messages[-1].offset() >= task.end:
-                    messages = [message for message in messages if message.offset() < task.end]
-                    rows.extend(messages)
-                    position = task.end
-                else:
-                    rows.extend(messages)
-                    position = messages[-1].offset() + 1
-            else:
-                position = _take_one_by_one(consumer, options, task, position, messages, rows)
-            if position < task.end:
-                # Control records and aborted records advance the position without a message.
-                (current,) = consumer.position([TopicPartition(task.topic, task.partition)])
-                if current.offset != OFFSET_INVALID:
-                    position = max(position, current.offset)
-            if len(rows) >= MAX_ROWS_PER_BATCH or rows.size_bytes >= MAX_BYTES_PER_BATCH:
-                yield rows.take_batch()
-            now = time.monotonic()
-            if position > before:
-                last_progress = now
-            elif now - last_progress > stall_limit_s:
-                raise ReadStalled(
-                    f"no progress reading {where} from offset {position} towards {task.end} for "
-                    f"kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms} "
-                    f"(kafka.bootstrap.servers={options.bootstrap_servers})"
-                )
-        if len(rows):
-            yield rows.take_batch()
-    finally:
-        consumer.close()
+        try:
+            while position < task.end:
+                before = position
+                try:
+                    fetched = self._fetch(position)
+                except _SkipTo as skip:  # failOnDataLoss=false: lost offsets are skipped
+                    position, fetched = max(position, skip.offset), None
+                if fetched is not None:
+                    position, batch = self._take(fetched, position)
+                    if batch is not None:
+                        yield batch
+                now = time.monotonic()
+                if position > before:
+                    last_progress = now
+                elif now - last_progress > stall_limit_s:
+                    raise ReadStalled(
+                        f"no progress reading {self.where} from offset {position} towards {task.end} for "
+                        f"kafkaConsumer.pollTimeoutMs={self.options.poll_timeout_ms} "
+                        f"(kafka.bootstrap.servers={self.options.bootstrap_servers})"
+                    )
+        finally:
+            self.fetcher.discard_in_flight()
 
+    def _fetch(self, position: int) -> FetchedPartition | None:
+        """The next Fetch answer for `position` (one may already be in flight), or None
+        after a failure worth retrying (a pause has been taken)."""
+        try:
+            if not self.fetcher.in_flight:
+                self.fetcher.send(position)
+            fetched = self.fetcher.receive()
+        except UnknownTopic:
+            return self._gone(position)
+        except ConnectionLost as error:
+            log.info("reading %s at offset %d: %s (retrying)", self.where, position, error)
+            return self._retry_later()
+        except BrokerError as error:
+            if not error.retriable:
+                raise SourceError(f"reading {self.where} at offset {position}: {error}") from None
+            return self._retry_later()
+        if fetched.error == ErrorCode.none:
+            return fetched
+        self.fetcher.discard_in_flight()
+        if fetched.error == ErrorCode.offset_out_of_range:
+            return self._out_of_range(position)
+        if fetched.error in STALE_LEADER:
+            self.cluster.forget_leader(self.task.topic)
+            return self._retry_later()
+        if fetched.error.retriable:
+            return self._retry_later()
+        raise SourceError(f"reading {self.where} at offset {position}: {fetched.error.name.upper()}")
 
-def _take_one_by_one(
-    consumer, options: SourceOptions, task: KafkaRange, position: int, messages, rows
-) -> int:
-    """The careful path, for a consume() answer holding errors or records before
-    `position` (after a seek): returns the new position."""
-    for message in messages:
-        error = message.error()
-        if error is not None:
-            position = _handle_error(consumer, options, task, position, error)
-            if position >= task.end:
-                return position
-            continue
-        offset = message.offset()
-        if offset >= task.end:
-            return task.end
-        if offset >= position:
-            rows.extend([message])
-            position = offset + 1
-    return position
-
-
-def _handle_error(consumer, options: SourceOptions, task: KafkaRange, position: int, error) -> int:
-    """Deal with an error the consumer delivered in place of a message; returns the new
-    position. Offsets gone from the log are data loss: an error, or skipped over when
-    failOnDataLoss is false."""
-    from confluent_kafka import KafkaError, TopicPartition
-
-    where = f"{task.topic}-{task.partition}"
-    code = error.code()
-    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(task.topic, task.partition), timeout=options.metadata_timeout_ms / 1000
-        )
-        if position >= low:
-            # Out of range above the log end (truncated log): nothing more to read here.
-            message = f"offset {position} of {where} is beyond the log end {high}"
-            if options.fail_on_data_loss:
-                raise DataLoss(f"{message}; offsets up to {task.end} were expected ({error.str()})")
-            log.warning("%s; skipping to the range end %d", message, task.end)
-            return task.end
-        message = f"offsets {position}..{min(low, task.end) - 1} of {where} were deleted before they were read"
-        if options.fail_on_data_loss:
-            raise DataLoss(
-                f"{message} (log start offset is now {low}). Set failOnDataLoss=false to skip them."
+    def _take(self, fetched: FetchedPartition, position: int):
+        """(new position, the answer's kept records as an Arrow batch or None)."""
+        task = self.task
+        following = next_fetch_offset(fetched.records, position)
+        if position < following < task.end and not self.fetcher.in_flight:
+            try:
+                self.fetcher.send(following)  # fetched while this answer is decoded
+            except (ConnectionLost, BrokerError, UnknownTopic):
+                pass  # sent again by the next turn, which handles the failure
+        try:
+            decoded = decode_fetched(
+                fetched.records, start=position, end=task.end, read_committed=self.options.read_committed,
+                aborted=fetched.aborted, with_headers=self.options.include_headers,
             )
+        except CorruptRecordError as error:
+            raise SourceError(f"reading {self.where} at offset {position}: {error}") from None
+        batch = arrow_batch(decoded, task.topic, task.partition, self.options.include_headers) if len(decoded) else None
+        return max(position, following), batch
+
+    def _retry_later(self) -> None:
+        self.fetcher.discard_in_flight()
+        time.sleep(RETRY_PAUSE_S)
+
+    def _out_of_range(self, position: int) -> None:
+        """OFFSET_OUT_OF_RANGE: below the log start (deleted by retention) or above the
+        log end (a truncated log). Data loss, or skipped when failOnDataLoss is false."""
+        task = self.task
+        try:
+            low = list_offset(self.cluster, task.topic, task.partition, EARLIEST, read_committed=False)
+            high = list_offset(self.cluster, task.topic, task.partition, LATEST, read_committed=False)
+        except (BrokerError, ConnectionLost, UnknownTopic):
+            return self._retry_later()
+        if position >= low:
+            if position < high:
+                return None  # the log moved under the request (a new leader): fetch again
+            message = f"offset {position} of {self.where} is beyond the log end {high}"
+            if self.options.fail_on_data_loss:
+                raise DataLoss(f"{message}; offsets up to {task.end} were expected")
+            log.warning("%s; skipping to the range end %d", message, task.end)
+            raise _SkipTo(task.end)
+        message = f"offsets {position}..{min(low, task.end) - 1} of {self.where} were deleted before they were read"
+        if self.options.fail_on_data_loss:
+            raise DataLoss(f"{message} (log start offset is now {low}). Set failOnDataLoss=false to skip them.")
         log.warning("%s; skipping to offset %d", message, low)
-        if low >= task.end:
-            return task.end
-        consumer.assign([TopicPartition(task.topic, task.partition, low)])
-        return low
-    if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-        message = f"{where} no longer exists; offsets {position}..{task.end - 1} cannot be read"
-        if options.fail_on_data_loss:
+        raise _SkipTo(min(low, task.end))
+
+    def _gone(self, position: int) -> None:
+        """The topic or partition no longer exists (a fresh metadata answer says so)."""
+        message = f"{self.where} no longer exists; offsets {position}..{self.task.end - 1} cannot be read"
+        if self.options.fail_on_data_loss:
             raise DataLoss(message)
         log.warning("%s; skipping them", message)
-        return task.end
-    if error.fatal() or not error.retriable() and code not in _TRANSIENT_CODES:
-        raise SourceError(f"reading {where} at offset {position}: {error.str()}")
-    log.info("reading %s at offset %d: %s (retrying)", where, position, error.str())
-    return position
+        raise _SkipTo(self.task.end)
 
 
-def _transient_codes() -> frozenset[int]:
-    from confluent_kafka import KafkaError
+class _SkipTo(Exception):
+    """Internal: continue reading at `offset` (failOnDataLoss=false skipped lost offsets)."""
 
-    return frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
-
-
-_TRANSIENT_CODES = _transient_codes()
+    def __init__(self, offset: int) -> None:
+        self.offset = offset

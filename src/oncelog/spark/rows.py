@@ -1,5 +1,5 @@
 """The row schema (the same columns as Spark's Kafka source) and the Arrow batches that
-carry rows from an executor's consumer to Spark, a column at a time."""
+carry rows from an executor's Fetch answers to Spark, a column at a time."""
 
 from __future__ import annotations
 
@@ -47,57 +47,31 @@ def arrow_schema(include_headers: bool):
     return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
 
 
-class ArrowRows:
-    """Messages of one topic-partition, turned into pyarrow RecordBatches a column at a
-    time (one list comprehension per column is several times cheaper than per-record
-    appends). Runs on executors, inside `read()`."""
+def arrow_batch(decoded, topic: str, partition: int, include_headers: bool):
+    """The records of one Fetch answer (oncelog.client.records.DecodedRecords) as a
+    pyarrow.RecordBatch of `kafka_schema`, built from whole columns."""
+    import numpy as np
+    import pyarrow as pa
 
-    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
-        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
-
-        self.topic = topic
-        self.partition = partition
-        self.include_headers = include_headers
-        self._timestamp_types = {
-            TIMESTAMP_CREATE_TIME: CREATE_TIME,
-            TIMESTAMP_LOG_APPEND_TIME: LOG_APPEND_TIME,
-        }
-        self._messages: list = []
-        self.size_bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def extend(self, messages: list) -> None:
-        """Add error-free confluent-kafka Messages, in offset order."""
-        self._messages.extend(messages)
-        self.size_bytes += sum(map(len, messages))  # len(Message) is its value's length
-
-    def take_batch(self):
-        """The gathered rows as one pyarrow.RecordBatch; the builder starts empty again."""
-        import pyarrow as pa
-
-        messages, self._messages, self.size_bytes = self._messages, [], 0
-        schema = arrow_schema(self.include_headers)
-        count = len(messages)
-        timestamps = [message.timestamp() for message in messages]
-        kinds = [self._timestamp_types.get(kind, NO_TIMESTAMP_TYPE) for kind, _ in timestamps]
-        columns = [
-            pa.array([message.key() for message in messages], type=pa.binary()),
-            pa.array([message.value() for message in messages], type=pa.binary()),
-            pa.array([self.topic] * count, type=pa.string()),
-            pa.array([self.partition] * count, type=pa.int32()),
-            pa.array([message.offset() for message in messages], type=pa.int64()),
-            pa.array(
-                [
-                    ms * 1000 if kind != NO_TIMESTAMP_TYPE else None
-                    for kind, (_, ms) in zip(kinds, timestamps)
-                ],
-                type=schema.field("timestamp").type,
-            ),
-            pa.array(kinds, type=pa.int32()),
-        ]
-        if self.include_headers:
-            headers = [message.headers() or None for message in messages]
-            columns.append(pa.array(headers, type=schema.field("headers").type))
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+    schema = arrow_schema(include_headers)
+    count = len(decoded)
+    name = topic.encode()
+    topic_offsets = np.arange(count + 1, dtype=np.int32) * len(name)
+    columns = [
+        decoded.keys,
+        decoded.values,
+        pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(topic_offsets), pa.py_buffer(name * count)]),
+        pa.array(np.full(count, partition, dtype=np.int32)),
+        pa.array(decoded.offsets),
+        pa.array(decoded.timestamps_ms * 1000, type=schema.field("timestamp").type),
+        pa.array(decoded.timestamp_types),
+    ]
+    if include_headers:
+        headers_type = schema.field("headers").type
+        if decoded.headers is None:
+            columns.append(pa.nulls(count, headers_type))
+        else:
+            columns.append(pa.array(
+                [None if pairs is None else [{"key": key, "value": value} for key, value in pairs]
+                 for pairs in decoded.headers], type=headers_type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
