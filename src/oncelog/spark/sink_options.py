@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncelog.client.config import ClientConfig, ConfigError
+from oncelog.client.producer import ProducerSettings
 from oncelog.spark.errors import SourceError
 from oncelog.spark.options import positive_int
 
@@ -58,6 +60,11 @@ _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
+# librdkafka's partitioners the sink implements (kafka.partitioner). murmur2_random, the
+# default, is the Java producer's: keyed rows land where Spark's Kafka sink puts them.
+PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "random")
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     bootstrap_servers: str
@@ -66,32 +73,15 @@ class SinkOptions:
     transactional_id_prefix: str
     checkpoint_location: Path | None
     cluster_timeout_ms: int
-    # kafka.* options without the prefix (bootstrap.servers excluded), for confluent-kafka.
+    client: ClientConfig
+    producer_settings: ProducerSettings
+    partitioner: str = PARTITIONERS[0]
+    # kafka.* options without the prefix (bootstrap.servers excluded).
     client_settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def cluster_timeout_s(self) -> float:
         return self.cluster_timeout_ms / 1000
-
-    def producer_config(self, transactional_id: str) -> dict[str, object]:
-        config: dict[str, object] = {
-            "bootstrap.servers": self.bootstrap_servers,
-            # Java's default partitioner, as Spark's Kafka sink uses, so keyed rows land
-            # where a Java producer would put them.
-            "partitioner": "murmur2_random",
-            "linger.ms": 5,
-        }
-        config.update(dict(self.client_settings))
-        config.update({"transactional.id": transactional_id, "enable.idempotence": True})
-        return config
-
-    def common_client_config(self) -> dict[str, object]:
-        """Connection settings (security, client id, ...) for the sink's consumers and
-        admin clients, which must not get producer-only settings."""
-        shared = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.", "api.version", "connections.")
-        config: dict[str, object] = {"bootstrap.servers": self.bootstrap_servers}
-        config.update({key: value for key, value in self.client_settings if key.startswith(shared)})
-        return config
 
 
 def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -127,6 +117,18 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
             "query's checkpoint (set it with .option(\"checkpointLocation\", path) rather than "
             "spark.sql.streaming.checkpointLocation): the sink records each micro-batch's commit decision there"
         )
+    settings = _client_settings(options)
+    acks = dict(settings).get("acks", "all").lower()
+    if acks not in ("all", "-1"):
+        raise SinkOptionError(f"option kafka.acks={acks}: transactions are written with acks=all")
+    partitioner = dict(settings).get("partitioner", PARTITIONERS[0])
+    if partitioner not in PARTITIONERS:
+        raise SinkOptionError(f"option kafka.partitioner={partitioner}: use one of {', '.join(PARTITIONERS)}")
+    try:
+        client = ClientConfig.from_settings(bootstrap, dict(settings))
+        producer_settings = ProducerSettings.from_settings(dict(settings))
+    except ConfigError as error:
+        raise SinkOptionError(f"option kafka.{error}") from None
     return SinkOptions(
         bootstrap_servers=bootstrap,
         topic=topic,
@@ -134,7 +136,10 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         transactional_id_prefix=prefix,
         checkpoint_location=checkpoint,
         cluster_timeout_ms=positive_int(options, "clusterTimeoutMs", 60_000, SinkOptionError),
-        client_settings=_client_settings(options),
+        client=client,
+        producer_settings=producer_settings,
+        partitioner=partitioner,
+        client_settings=settings,
     )
 
 
