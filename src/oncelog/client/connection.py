@@ -16,6 +16,7 @@ received without joining chunks).
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import struct
@@ -127,6 +128,18 @@ class Connection:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    def answer_arrived(self, correlation: int) -> bool:
+        """Whether the response to `correlation` may be here, so `receive()` would not wait
+        long: it was kept for this caller, or bytes wait in TLS's buffer or the socket."""
+        if self.closed:
+            return False
+        if correlation in self._ready:
+            return True
+        if isinstance(self._socket, ssl.SSLSocket) and self._socket.pending():
+            return True
+        readable, _, _ = select.select([self._socket], [], [], 0)
+        return bool(readable)
 
     def _exchange_raw(self, entity) -> memoryview:
         self.send(entity)

@@ -12,11 +12,14 @@ standard APIs only, so it runs against any Kafka 2.5+ cluster:
 What it owns: the producer id and epoch, each partition's next sequence number, the
 partitions and group in the open transaction, and the batches not yet acknowledged.
 
-- Each partition has at most one batch in flight, so a batch that must be sent again
-  (a stale leader, a lost connection, NOT_ENOUGH_REPLICAS) goes again with the same
-  sequence and nothing behind it can overtake it; the broker's duplicate check makes a
-  resent batch that was already appended count once. Batches for different partitions of
-  one leader travel in one Produce request; several requests may be in flight per broker.
+- Up to five batches of a partition are in flight, all to its leader's one connection, so
+  they are answered in order. After a retriable answer (a stale leader, a lost
+  connection, NOT_ENOUGH_REPLICAS) the failed batch and every batch behind it go again,
+  in order, with their sequences, once all have answered; the broker's duplicate check
+  makes a resent batch that was already appended count once. One Produce request carries
+  the next batch of each partition the broker leads; up to five requests are in flight
+  per connection, as Kafka allows idempotent producers. Answers are read as they arrive
+  while more rows are encoded.
 - PRODUCER_FENCED / INVALID_PRODUCER_EPOCH raise `Fenced`; any other non-retriable answer
   raises BrokerError, and the transaction must then be aborted (or left to the next
   `init()` of the id, which aborts it).
@@ -28,11 +31,11 @@ from __future__ import annotations
 import datetime
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.cluster import GROUP_COORDINATOR, TRANSACTION_COORDINATOR, Cluster
+from oncelog.client.cluster import GROUP_COORDINATOR, TRANSACTION_COORDINATOR, Cluster, UnknownTopic
 from oncelog.client.config import ConfigError, positive_setting
 from oncelog.client.connection import Connection
 from oncelog.client.errors import (
@@ -98,6 +101,31 @@ class _Pending:
     batch: bytes | None = None
 
 
+@dataclass
+class _Partition:
+    """One partition's batches in the open transaction, in sequence order: not yet sent,
+    in flight (all to one connection, answered in order), and, after a retriable answer,
+    the failed batch and those behind it until all have answered and go again."""
+
+    unsent: deque[_Pending] = field(default_factory=deque)
+    in_flight: deque[_Pending] = field(default_factory=deque)
+    connection: Connection | None = None
+    failed: list[_Pending] | None = None
+    not_before: float = 0.0
+    pause: float = FIRST_RETRY_PAUSE_S
+
+    @property
+    def done(self) -> bool:
+        return not self.unsent and not self.in_flight and self.failed is None
+
+
+# Produce answers after which a batch goes again (besides a stale leader's).
+_RESEND = frozenset({
+    ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out,
+    ErrorCode.network_exception, ErrorCode.corrupt_message,
+})
+
+
 class TransactionalProducer:
     def __init__(self, cluster: Cluster, transactional_id: str, settings: ProducerSettings, *,
                  timeout_s: float) -> None:
@@ -110,9 +138,7 @@ class TransactionalProducer:
         self._sequences: dict[TopicPartition, int] = {}
         self._in_transaction: set[TopicPartition] = set()
         self._offsets_added: set[str] = set()
-        self._queues: dict[TopicPartition, deque[_Pending]] = {}
-        self._in_flight: set[TopicPartition] = set()
-        self._retry_at: dict[TopicPartition, tuple[float, float]] = {}  # (not before, next pause)
+        self._partitions: dict[TopicPartition, _Partition] = {}
         # Produce requests in flight per connection: (correlation id, what each carries).
         self._requests: dict[Connection, deque[tuple[int, list[tuple[TopicPartition, _Pending]]]]] = {}
         self.records_written = 0
@@ -148,9 +174,7 @@ class TransactionalProducer:
         self.records_written = 0
 
     def _drop_batches(self) -> None:
-        self._queues.clear()
-        self._in_flight.clear()
-        self._retry_at.clear()
+        self._partitions.clear()
         self._requests.clear()
 
     # -- transactions ----------------------------------------------------------------------
@@ -169,10 +193,10 @@ class TransactionalProducer:
         tp = (topic, partition)
         if tp not in self._in_transaction:
             self.add_partitions([tp])
-        queue = self._queues.setdefault(tp, deque())
+        unsent = self._partitions.setdefault(tp, _Partition()).unsent
         sequence = self._sequences.get(tp, 0)
         for record_set in record_sets:
-            queue.append(_Pending(record_set, sequence))
+            unsent.append(_Pending(record_set, sequence))
             sequence = (sequence + record_set.count) % (1 << 31)
             self.records_written += record_set.count
         self._sequences[tp] = sequence
@@ -292,57 +316,75 @@ class TransactionalProducer:
     # -- sending batches -------------------------------------------------------------------
 
     def _pump(self, *, deadline: float, wait: bool) -> None:
-        """Send every partition's next batch that may go; read answers when a connection
-        has too many requests in flight, and (with `wait`) until nothing is left."""
+        """Send what may go and take the answers that have come. Without `wait`, block only
+        while a connection's request limit holds batches back; with it, until every batch is
+        acknowledged (or raise)."""
         while True:
             self._send_ready()
+            self._take_arrived_answers(deadline)
             busy = [c for c, requests in self._requests.items() if requests]
-            if not busy:
-                if not any(self._queues.values()):
+            if not wait:
+                full = [c for c in busy if len(self._requests[c]) >= MAX_REQUESTS_IN_FLIGHT]
+                if not full or not any(state.unsent for state in self._partitions.values()):
                     return
-                # Batches wait for a leader, or for their pause after a retriable answer.
-                now = time.monotonic()
-                if now >= deadline:
-                    self._give_up()
-                waits = [at for tp, (at, _) in self._retry_at.items() if self._queues.get(tp)]
-                time.sleep(max(0.001, min([*waits, now + 0.05]) - now))
+                self._receive(full[0], deadline)
                 continue
-            if not wait and all(len(self._requests[c]) < MAX_REQUESTS_IN_FLIGHT for c in busy):
+            if all(state.done for state in self._partitions.values()):
                 return
-            self._receive(busy[0], deadline)
+            if busy:
+                self._receive(busy[0], deadline)
+                continue
+            # Nothing in flight: batches wait for a leader, or for their pause after a
+            # retriable answer.
+            now = time.monotonic()
+            if now >= deadline:
+                self._give_up()
+            waits = [state.not_before for state in self._partitions.values() if state.unsent]
+            time.sleep(max(0.001, min([*waits, now + 0.05]) - now))
 
     def _send_ready(self) -> None:
-        by_leader: dict[int, list[tuple[TopicPartition, _Pending]]] = {}
+        """One Produce request per leader and turn, holding the next batch of each partition
+        that may send (several requests per connection, up to MAX_REQUESTS_IN_FLIGHT)."""
         now = time.monotonic()
-        for tp, queue in self._queues.items():
-            if not queue or tp in self._in_flight or self._retry_at.get(tp, (0.0, 0.0))[0] > now:
+        by_connection: dict[Connection, list[TopicPartition]] = {}
+        for tp, state in self._partitions.items():
+            if not state.unsent or state.failed is not None or state.not_before > now:
                 continue
             try:
-                leader = self.cluster.leader(*tp)
-            except (BrokerError, ConnectionLost) as error:
+                connection = self.cluster.connection(self.cluster.leader(*tp))
+            except (BrokerError, ConnectionLost, UnknownTopic) as error:
                 if isinstance(error, BrokerError) and not error.retriable:
                     raise
+                self.cluster.forget_leader(tp[0])
                 continue  # retried on the next turn, until the deadline
-            by_leader.setdefault(leader, []).append((tp, queue[0]))
-        for leader, ready in by_leader.items():
-            try:
-                connection = self.cluster.connection(leader)
-            except ConnectionLost:
-                self.cluster.forget_leader(ready[0][0][0])
-                continue
+            if state.in_flight and state.connection is not connection:
+                continue  # the leader moved: what went to the old one must come back first
+            by_connection.setdefault(connection, []).append(tp)
+        for connection, partitions in by_connection.items():
             requests = self._requests.setdefault(connection, deque())
-            while ready and len(requests) < MAX_REQUESTS_IN_FLIGHT:
-                taken, size = [], 0
-                while ready and (not taken or size + ready[0][1].record_set.size <= REQUEST_BYTES):
-                    taken.append(ready.pop(0))
-                    size += taken[-1][1].record_set.size
+            while len(requests) < MAX_REQUESTS_IN_FLIGHT:
+                taken: list[tuple[TopicPartition, _Pending]] = []
+                size = 0
+                for tp in partitions:
+                    state = self._partitions[tp]
+                    if not state.unsent or len(state.in_flight) >= MAX_REQUESTS_IN_FLIGHT:
+                        continue
+                    if taken and size + state.unsent[0].record_set.size > REQUEST_BYTES:
+                        break
+                    pending = state.unsent.popleft()
+                    state.in_flight.append(pending)
+                    state.connection = connection
+                    taken.append((tp, pending))
+                    size += pending.record_set.size
+                if not taken:
+                    break
                 try:
                     correlation = self._send_produce(connection, taken)
                 except ConnectionLost:
-                    self._requeue_connection(connection)
+                    requests.append((-1, taken))
+                    self._connection_lost(connection)
                     break
                 requests.append((correlation, taken))
-                self._in_flight.update(tp for tp, _ in taken)
 
     def _send_produce(self, connection: Connection, taken: list[tuple[TopicPartition, _Pending]]) -> int:
         version = connection.version(PRODUCE_KEY, 3, 8)
@@ -363,49 +405,71 @@ class TransactionalProducer:
         )
         return connection.send(request)
 
+    def _take_arrived_answers(self, deadline: float) -> None:
+        """Read the answers that have already arrived, without waiting for any."""
+        for connection, requests in list(self._requests.items()):
+            while requests and connection.answer_arrived(requests[0][0]):
+                self._receive(connection, deadline)
+
     def _receive(self, connection: Connection, deadline: float) -> None:
+        """Wait for the oldest Produce answer on `connection` and act on it per partition."""
         correlation, taken = self._requests[connection][0]
         try:
             response = connection.receive(correlation, extra_wait_s=self.settings.request_timeout_ms / 1000)
         except ConnectionLost:
-            self._requeue_connection(connection)
+            self._connection_lost(connection)
             return
         self._requests[connection].popleft()
         answers = {(topic.name, int(p.index)): p for topic in response.responses for p in topic.partition_responses}
         for tp, pending in taken:
-            self._in_flight.discard(tp)
+            state = self._partitions[tp]
+            sent = state.in_flight.popleft()
+            assert sent is pending, "a partition's answers come back in the order its batches went"
             answer = answers.get(tp)
             code = ErrorCode.network_exception if answer is None else ErrorCode(answer.error_code)
-            if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
-                self._queues[tp].popleft()
-                self._retry_at.pop(tp, None)
-                continue
-            message = getattr(answer, "error_message", None) if answer is not None else None
-            what = f"Produce to {tp[0]}-{tp[1]} (transactional id {self.transactional_id!r})"
-            if code in STALE_LEADER:
-                self.cluster.forget_leader(tp[0])
-            if code not in (ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
-                            ErrorCode.request_timed_out, ErrorCode.network_exception,
-                            ErrorCode.corrupt_message) and code not in STALE_LEADER:
-                raise_for(code, what, message)
-            now = time.monotonic()
-            if now >= deadline:
-                raise_for(code, what + " (retried until the deadline)", message)
-            # Retried after a pause: the batch stays first in its queue, with its sequence.
-            pause = self._retry_at.get(tp, (0.0, FIRST_RETRY_PAUSE_S))[1]
-            self._retry_at[tp] = (now + pause, min(pause * 2, LONGEST_RETRY_PAUSE_S))
+            if state.failed is not None:
+                state.failed.append(pending)  # goes again after the batch that failed
+            elif code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+                state.pause = FIRST_RETRY_PAUSE_S
+            else:
+                self._retriable_or_raise(tp, code, answer, deadline)
+                state.failed = [pending]
+                now = time.monotonic()
+                state.not_before, state.pause = now + state.pause, min(state.pause * 2, LONGEST_RETRY_PAUSE_S)
+            if state.failed is not None and not state.in_flight:
+                # Every batch after the failed one has answered: all of them go again, in
+                # order, with their sequences (a resent batch already written is answered
+                # as a duplicate).
+                state.unsent.extendleft(reversed(state.failed))
+                state.failed = None
+                state.connection = None
 
-    def _requeue_connection(self, connection: Connection) -> None:
-        """The connection failed: its batches go again (same sequences) after the leaders
-        are looked up again."""
-        for _correlation, taken in self._requests.pop(connection, ()):
-            for tp, _pending in taken:
-                self._in_flight.discard(tp)
-                self.cluster.forget_leader(tp[0])
+    def _retriable_or_raise(self, tp: TopicPartition, code: ErrorCode, answer, deadline: float) -> None:
+        message = getattr(answer, "error_message", None) if answer is not None else None
+        what = f"Produce to {tp[0]}-{tp[1]} (transactional id {self.transactional_id!r})"
+        if code in STALE_LEADER:
+            self.cluster.forget_leader(tp[0])
+        elif code not in _RESEND:
+            raise_for(code, what, message)
+        if time.monotonic() >= deadline:
+            raise_for(code, what + " (retried until the deadline)", message)
+
+    def _connection_lost(self, connection: Connection) -> None:
+        """The connection failed: the batches it carried go again (same sequences, in
+        order) once the leaders are looked up again."""
+        self._requests.pop(connection, None)
         connection.close()
+        for tp, state in self._partitions.items():
+            if state.connection is connection:
+                state.unsent.extendleft(reversed([*(state.failed or ()), *state.in_flight]))
+                state.in_flight.clear()
+                state.failed = None
+                state.connection = None
+                self.cluster.forget_leader(tp[0])
 
     def _give_up(self) -> None:
-        waiting = sorted(f"{topic}-{partition}" for (topic, partition), queue in self._queues.items() if queue)
+        waiting = sorted(f"{topic}-{partition}" for (topic, partition), state in self._partitions.items()
+                         if state.unsent)
         raise BrokerError(ErrorCode.request_timed_out,
                           f"Produce to {', '.join(waiting)}: no leader could be reached in time")
 
