@@ -27,9 +27,11 @@ from oncelog.client.errors import STALE_LEADER, BrokerError, ConnectionLost
 from oncelog.client.fetcher import EARLIEST, LATEST, FetchedPartition, PartitionFetcher, list_offset
 from oncelog.client.records import decode_fetched, next_fetch_offset
 from oncelog.protocol.record_batch import CorruptRecordError
+from oncelog.spark import trace
 from oncelog.spark.errors import DataLoss, ReadStalled, SourceError
 from oncelog.spark.options import SourceOptions
 from oncelog.spark.rows import arrow_batch
+from oncelog.spark.worker import settle
 
 log = logging.getLogger("oncelog.spark")
 
@@ -56,6 +58,7 @@ def read_range(options: SourceOptions, task: KafkaRange) -> Iterator:
     if task.end <= task.start:
         return
     yield from _RangeReader(shared_cluster(options.client), options, task).batches()
+    settle()
 
 
 class _RangeReader:
@@ -71,17 +74,30 @@ class _RangeReader:
         position = task.start
         stall_limit_s = self.options.poll_timeout_ms / 1000
         last_progress = time.monotonic()
+        where = {"topic": task.topic, "partition": task.partition}
+        fetching = trace.Stopwatch("source.fetch_wait", **where)  # waiting for the broker's answers
+        decoding = trace.Stopwatch("source.decode", **where)  # records to Arrow columns
+        downstream = trace.Stopwatch("source.downstream", **where)  # Spark taking each batch
+        rows = 0
+        started, clock = time.time(), time.perf_counter()
         try:
             while position < task.end:
                 before = position
+                fetching.start()
                 try:
                     fetched = self._fetch(position)
                 except _SkipTo as skip:  # failOnDataLoss=false: lost offsets are skipped
                     position, fetched = max(position, skip.offset), None
+                fetching.stop()
                 if fetched is not None:
+                    decoding.start()
                     position, batch = self._take(fetched, position)
+                    decoding.stop()
                     if batch is not None:
+                        rows += batch.num_rows
+                        downstream.start()
                         yield batch
+                        downstream.stop()
                 now = time.monotonic()
                 if position > before:
                     last_progress = now
@@ -93,6 +109,9 @@ class _RangeReader:
                     )
         finally:
             self.fetcher.discard_in_flight()
+            for watch in (fetching, decoding, downstream):
+                watch.record(records=rows)
+            trace.record("source.read", started, time.perf_counter() - clock, records=rows, **where)
 
     def _fetch(self, position: int) -> FetchedPartition | None:
         """The next Fetch answer for `position` (one may already be in flight), or None

@@ -51,6 +51,7 @@ from oncelog.client.config import ClientConfig
 from oncelog.client.errors import ClientError, ConnectionLost, Fenced, NoAnswer
 from oncelog.client.groups import committed_offset
 from oncelog.client.producer import TransactionalProducer
+from oncelog.spark import trace
 from oncelog.spark.errors import ClusterUnreachable, TwoPhaseCommitUnavailable
 from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV, pause_point
 from oncelog.spark.sink_commit import (
@@ -70,6 +71,7 @@ from oncelog.spark.sink_options import (
 from oncelog.spark.sink_rows import RowWriter, check_input_schema, first_topic, nonempty_batches
 from oncelog.spark.sink_task import TaskIdentity, TaskResult, read_query_id
 from oncelog.spark.twophase import TwoPhaseClient
+from oncelog.spark.worker import settle
 
 # How long a successful reachability check holds for this process (the driver's Python
 # workers are reused from one micro-batch to the next).
@@ -82,13 +84,15 @@ def stream_writer(raw_options, schema: StructType) -> OncelogStreamWriter:
     """Driver: the writer of one micro-batch (or the one that commits it). Fails here, before
     any task runs, on bad options, a schema without the needed columns, an unreachable
     cluster, or (mode=batch) a cluster without 2PC."""
-    options = parse_sink_options(raw_options, streaming=True)
-    check_input_schema(schema, options)
-    writer = OncelogStreamWriter(options, schema)
-    if options.mode == BATCH_MODE:
-        writer.prepare_batch_on_driver()
-    else:
-        check_reachable(options)
+    with trace.step("sink.writer"):
+        options = parse_sink_options(raw_options, streaming=True)
+        check_input_schema(schema, options)
+        writer = OncelogStreamWriter(options, schema)
+        if options.mode == BATCH_MODE:
+            writer.prepare_batch_on_driver()
+        else:
+            check_reachable(options)
+    settle()
     return writer
 
 
@@ -143,7 +147,11 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator) -> TaskResult:
         """Executor: this task's rows (pyarrow RecordBatches), written transactionally."""
-        return self.write_as(TaskIdentity.current(self.options), iterator)
+        task = TaskIdentity.current(self.options)
+        with trace.step("sink.write", batch=task.batch_id, task=task.partition_id):
+            result = self.write_as(task, iterator)
+        settle()
+        return result
 
     def write_as(self, task: TaskIdentity, iterator: Iterable) -> TaskResult:
         """`write()` for an explicit task identity (tests replay attempts with it)."""
@@ -166,11 +174,14 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
         it again after a restart when it stopped before writing its commit log."""
         if self.options.mode == PARTITION_MODE:
             pause_point("commit:return:partition")  # the tasks committed; nothing is left to do
+            settle()
             return
         query_id = read_query_id(self.options)
-        with TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client:
+        with (trace.step("sink.batch_commit", batch=batchId),
+              TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client):
             BatchCommitter(self.options, query_id, client).commit(_results(messages), batchId)
         pause_point("commit:return:batch")
+        settle()
 
     def abort(self, messages: list, batchId: int) -> None:
         """Driver, when the batch failed (or commit raised). Partition mode: tasks that
@@ -199,8 +210,36 @@ def partition_transactional_id(options: SinkOptions, query_id: str, partition_id
     return f"{options.transactional_id_prefix}-{query_id}-{partition_id}"
 
 
+def _timed_rows(batches: Iterable, waiting: trace.Stopwatch) -> Iterator:
+    """The task's non-empty Arrow batches; `waiting` times how long each took to come
+    (the read, the transform and Spark's conversions upstream of this writer)."""
+    upstream = iter(batches)
+    while True:
+        waiting.start()
+        batch = next(upstream, None)
+        waiting.stop()
+        if batch is None:
+            return
+        if batch.num_rows:
+            yield batch
+
+
+def _write_rows(writer: RowWriter, first, rows, where: dict) -> None:
+    writing = trace.Stopwatch("sink.rows", **where)
+    writing.start()
+    writer.write(first)
+    writing.stop()
+    for batch in rows:
+        writing.start()
+        writer.write(batch)
+        writing.stop()
+    writing.record(records=writer.count)
+
+
 def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iterable) -> TaskResult:
-    rows = nonempty_batches(batches)
+    where = {"batch": task.batch_id, "task": task.partition_id}
+    waiting = trace.Stopwatch("sink.upstream_wait", **where)
+    rows = _timed_rows(batches, waiting)
     first = next(rows, None)
     result = TaskResult(PARTITION_MODE, task.query_id, task.batch_id, task.partition_id, task.attempt, 0)
     if first is None:
@@ -210,10 +249,11 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
     producer = _producer(options, transactional_id)
     began = False
     try:
-        # Fences every earlier attempt of this partition and aborts what it left open.
-        producer.init()
-        committed = committed_offset(producer.cluster, transactional_id, marker_topic, 0,
-                                     deadline=time.monotonic() + options.cluster_timeout_s)
+        with trace.step("sink.init", **where):  # fences every earlier attempt of this partition
+            producer.init()
+        with trace.step("sink.marker_check", **where):
+            committed = committed_offset(producer.cluster, transactional_id, marker_topic, 0,
+                                         deadline=time.monotonic() + options.cluster_timeout_s)
         if committed > task.batch_id:
             for _ in rows:  # an earlier attempt or run committed this batch's rows
                 pass
@@ -221,18 +261,21 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
         producer.begin()
         began = True
         writer = RowWriter(producer, producer.cluster, options)
-        writer.write(first)
-        writer.write_all(rows)
-        producer.flush()
+        _write_rows(writer, first, rows, where)
+        with trace.step("sink.flush", **where):
+            producer.flush()
         pause_point("partition:before-task-commit")  # every row is in the open transaction
-        producer.send_offsets(transactional_id, {(marker_topic, 0): task.batch_id + 1})
-        producer.commit()
+        with trace.step("sink.send_offsets", **where):
+            producer.send_offsets(transactional_id, {(marker_topic, 0): task.batch_id + 1})
+        with trace.step("sink.commit", **where):
+            producer.commit()
         began = False
         pause_point("partition:after-task-commit")
         return TaskResult(**{**asdict(result), "records": writer.count, "topics": tuple(sorted(writer.topics))})
     except ClientError as error:
         raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
     finally:
+        waiting.record()
         if began:
             _abort_quietly(producer)
 
@@ -268,21 +311,26 @@ def batch_transactional_id(options: SinkOptions, task: TaskIdentity, run_token: 
 def write_batch_mode(options: SinkOptions, task: TaskIdentity, run_token: str, batches: Iterable) -> TaskResult:
     transactional_id = batch_transactional_id(options, task, run_token)
     result = TaskResult(BATCH_MODE, task.query_id, task.batch_id, task.partition_id, task.attempt, 0)
-    rows = nonempty_batches(batches)
+    where = {"batch": task.batch_id, "task": task.partition_id}
+    waiting = trace.Stopwatch("sink.upstream_wait", **where)
+    rows = _timed_rows(batches, waiting)
     first = next(rows, None)
     if first is None:
+        waiting.record()
         return result
     producer = _producer(options, transactional_id)
     handed_over = False
     try:
-        producer.init()
+        with trace.step("sink.init", **where):
+            producer.init()
         producer.begin()
         writer = RowWriter(producer, producer.cluster, options)
-        writer.write(first)
-        writer.write_all(rows)
-        producer.flush()
+        _write_rows(writer, first, rows, where)
+        with trace.step("sink.flush", **where):
+            producer.flush()
         pause_point("batch:before-handover")  # every row is in the open transaction
-        with TwoPhaseClient(options.client, options.cluster_timeout_s) as client:
+        with (trace.step("sink.handover", **where),
+              TwoPhaseClient(options.client, options.cluster_timeout_s) as client):
             kept = client.keep_prepared(transactional_id)
         handed_over = True
         if not kept.has_ongoing:
@@ -299,6 +347,7 @@ def write_batch_mode(options: SinkOptions, task: TaskIdentity, run_token: str, b
     except ClientError as error:
         raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
     finally:
+        waiting.record()
         if not handed_over:
             _abort_quietly(producer)
 

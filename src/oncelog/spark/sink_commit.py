@@ -26,6 +26,7 @@ from oncelog.client.cluster import UnknownTopic
 from oncelog.client.errors import ClientError
 from oncelog.client.producer import TransactionalProducer
 from oncelog.client.records import encode_records
+from oncelog.spark import trace
 from oncelog.spark.pause import pause_point
 from oncelog.spark.sink_options import SinkError, SinkOptionError, SinkOptions, SinkWriteError
 from oncelog.spark.sink_task import TaskResult
@@ -128,18 +129,23 @@ class BatchCommitter:
     def commit(self, results: list[TaskResult], batch_id: int) -> None:
         decision = self.state.load(batch_id)
         if decision is None:
-            decision = self._decide(results, batch_id)
+            with trace.step("sink.batch_commit.decide", batch=batch_id):
+                decision = self._decide(results, batch_id)
             pause_point("batch:after-decision")
         if not decision.done:
-            for transaction in decision.transactions:
-                self._commit_recorded(transaction)
+            with trace.step("sink.batch_commit.end_txns", batch=batch_id):
+                for transaction in decision.transactions:
+                    self._commit_recorded(transaction)
             pause_point("batch:after-commit")
         # Everything else of this batch (losing attempts, an earlier run's tasks) and late
         # leftovers of earlier batches must be gone before the gate opens the partitions.
-        self._abort_leftovers(batch_id, {t["transactional_id"] for t in decision.transactions})
-        for transaction in decision.transactions:
-            self.client.wait_complete(transaction["transactional_id"])
-        self.close_gate()
+        with trace.step("sink.batch_commit.leftovers", batch=batch_id):
+            self._abort_leftovers(batch_id, {t["transactional_id"] for t in decision.transactions})
+        with trace.step("sink.batch_commit.markers", batch=batch_id):
+            for transaction in decision.transactions:
+                self.client.wait_complete(transaction["transactional_id"])
+        with trace.step("sink.batch_commit.close_gate", batch=batch_id):
+            self.close_gate()
         if not decision.done:
             decision.done = True
             self.state.save(decision)
@@ -226,6 +232,10 @@ class BatchCommitter:
     # all of the batch's records, until then, and moves past all of them at once.
 
     def open_gate(self) -> None:
+        with trace.step("sink.gate_open"):
+            self._open_gate()
+
+    def _open_gate(self) -> None:
         open_gates = self._open_gates()
         for gate_id in open_gates:
             # Already open (the batch is being re-run, or this is commit's writer). Owning it

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from oncelog.spark import trace
 from oncelog.spark.errors import DataLoss, SourceOptionError
 from oncelog.spark.offsets import (
     ClusterView,
@@ -265,6 +266,10 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Driver, before each micro-batch: where the next batch ends. Asks the cluster for
         the partitions and their latest stable offsets (unless an AvailableNow target is
         fixed), never goes below `start`, and honours `limit`."""
+        with trace.step("source.latest_offset"):
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         if start == PENDING_LATEST:
             partitions = self.cluster.subscribed_partitions(require_existing=True)
             return to_json(_resolve(self.cluster, self.options.starting_offsets, partitions))
@@ -294,6 +299,10 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Driver: one task per partition whose offset moves. A partition absent from
         `start` is new since the previous batch and is read from offset 0. The batch that
         resolves `PENDING_LATEST` reads nothing."""
+        with trace.step("source.partitions"):
+            return self._partitions(start, end)
+
+    def _partitions(self, start: dict, end: dict) -> list[KafkaRange]:
         if start == PENDING_LATEST:
             return []
         start_offsets = from_json(start)
