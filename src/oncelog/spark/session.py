@@ -38,6 +38,19 @@ DEFAULT_CONF = {
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
 }
 
+# Only for `local` masters, where the driver's JVM also runs the executors (see docs/spark.md,
+# "Starting Spark"; measured with bench scenario 8):
+LOCAL_CONF = {
+    # C1 only, serial GC: on 2 cores C2's compiler threads took half a core for the first
+    # minute of a pipeline, and C1's code made micro-batches faster over that minute, not slower.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    # Hadoop's FileContext renames of the offset and commit logs fork `readlink` four times
+    # per micro-batch without native Hadoop libraries (20-30 ms per log write); the
+    # FileSystem API renames in place, atomically on a local disk and HDFS.
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+
 
 SPARK_HOME_LINKS = ("bin", "jars", "sbin")
 
@@ -110,7 +123,8 @@ def build_session(
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookup, no warning
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**DEFAULT_CONF, **dict(conf or {})}.items():
+    local = LOCAL_CONF if master.startswith("local") else {}
+    for key, value in {**DEFAULT_CONF, **local, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
