@@ -227,3 +227,14 @@ def test_group_consumer_without_a_coordinator_is_told_why(cluster_with_a_dead_no
     assert completed.stderr.count("\n") == 1, completed.stderr
     assert completed.stderr.startswith("oncelog: error: no group coordinator for group 'g': "), completed.stderr
     assert "__consumer_offsets" in completed.stderr and "offsets.topic.replication.factor" in completed.stderr
+
+
+def test_a_data_dir_without_node_settings_but_with_quorum_data_is_refused_in_one_line(tmp_path):
+    """A cluster started before the node settings were kept: its ports are unknown, and
+    new ones would leave the etcd members dialling the old ones."""
+    (tmp_path / "node-1" / "__cluster_metadata-etcd").mkdir(parents=True)
+    completed = subprocess.run([str(ONCELOG), "cluster", "start", "--data-dir", str(tmp_path)],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 1
+    assert completed.stderr.startswith(f"oncelog: error: {tmp_path} holds a cluster without node-<id>.properties")
+    assert completed.stderr.count("\n") == 1

@@ -81,6 +81,12 @@ def run_start(args: argparse.Namespace) -> int:
                    for node_id, config in saved.items()}
         brokers = len(configs)
     else:
+        if any(data_dir.glob("node-*/__cluster_metadata-etcd")):
+            # Its ports were never written down: new ones would leave the quorum unable to re-form.
+            raise CommandError(
+                f"{data_dir} holds a cluster without node-<id>.properties (started by an older oncelog): "
+                "its ports are unknown, so it cannot be restarted; give another --data-dir"
+            )
         brokers = args.brokers if args.brokers is not None else 3
         small = {"offsets.topic.replication.factor": str(min(brokers, 3)),
                  "transaction.state.log.replication.factor": str(min(brokers, 3)),

@@ -1099,7 +1099,7 @@ def _open_transactions(bootstrap: str) -> list[str] | None:
     from oncelog.cli import CommandError
 
     try:
-        with Cluster(bootstrap) as cluster:
+        with Cluster(bootstrap, request_timeout_s=10) as cluster:
             listings = cluster.list_transactions()
     except (CommandError, OSError, ValueError):
         return None
