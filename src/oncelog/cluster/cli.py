@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -126,7 +127,12 @@ def run_start(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         if len(reported) == len(cluster.nodes):
             raise CommandError("every node of the cluster has exited")
-    cluster.stop_all()
+    try:
+        cluster.stop_all()
+    except subprocess.TimeoutExpired as error:
+        cluster.kill_all()
+        raise CommandError(f"a node did not stop within {error.timeout:.0f}s of SIGTERM; every node was "
+                           "killed (its data recovers at the next start)") from None
     return 0
 
 
