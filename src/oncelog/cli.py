@@ -3,19 +3,33 @@
 Command groups mirror Kafka's tools: `broker start` (kafka-server-start.sh),
 `topics` (kafka-topics.sh), `produce` / `consume` (the console producer and consumer),
 `transactions` (kafka-transactions.sh), `groups` (kafka-consumer-groups.sh).
-Errors a user can fix end the command with a one-line message and exit status 1.
+Errors a user can fix end the command with a one-line message and exit status 1, usage
+mistakes (an unknown option, a missing argument) included.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from oncelog import __version__
 
 
 class CommandError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the CLI's error convention: a usage mistake is one line,
+    `oncelog: error: <command>: <what is wrong> (see <command> --help)`, and exit status 1,
+    as Kafka's tools exit 1 on a usage error (argparse's own is usage text and status 2).
+    Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("oncelog").strip()
+        where = f"{command}: " if command else ""
+        self.exit(1, f"oncelog: error: {where}{message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     from oncelog.broker import cli as broker_cli
     from oncelog.cluster import cli as cluster_cli
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="oncelog",
         description="oncelog: a Kafka-protocol log with exactly-once semantics.",
     )

@@ -489,3 +489,23 @@ def test_unreachable_bootstrap_server_fails_in_one_line(topic):
         assert stderr.startswith(f"oncelog: error: cannot reach bootstrap server(s) {address}")
         assert stderr.count("\n") == 1, stderr
     assert time.monotonic() - started < 60
+
+
+# ----------------------------------------------------------------------- usage errors
+
+
+@pytest.mark.parametrize("args, line", [
+    (["topics", "create"],
+     "oncelog: error: topics create: the following arguments are required: --topic "
+     "(see oncelog topics create --help)"),
+    (["topics", "create", "--topic", "t", "--partitions", "two"],
+     "oncelog: error: topics create: argument --partitions: invalid int value: 'two' "
+     "(see oncelog topics create --help)"),
+    (["transactions", "list", "--no-such-option"],
+     "oncelog: error: unrecognized arguments: --no-such-option (see oncelog --help)"),
+    ([], "oncelog: error: the following arguments are required: COMMAND (see oncelog --help)"),
+], ids=["missing-argument", "bad-value", "unknown-option", "no-command"])
+def test_usage_errors_are_one_line_and_exit_1_like_the_other_errors(args, line):
+    completed = run_oncelog(*args)
+    assert completed.returncode == 1
+    assert completed.stderr.decode() == line + "\n"

@@ -106,3 +106,34 @@ def test_deleting_a_group_with_members_is_refused(cli_broker, capsys):
         assert err == "oncelog: error: consumer group 'busy' has active members and cannot be deleted\n"
     finally:
         consumer.close()
+
+
+def test_lso_lag_of_a_read_uncommitted_group_past_an_open_transaction_is_zero_not_negative(cli_broker, capsys):
+    """The group has read 5 records of a transaction still open (read_uncommitted): its
+    offset is past the LSO, and no read_committed consumer could read anything yet."""
+    bootstrap = cli_broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("views", 1, 1)])["views"].result(10)
+    transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": "views-open-txn"})
+    transactional.init_transactions(10)
+    transactional.begin_transaction()
+    for _ in range(5):
+        transactional.produce("views", b"pending", partition=0)
+    transactional.flush(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dirty-readers", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    consumer.subscribe(["views"])
+    try:
+        consumed = 0
+        while consumed < 5:
+            message = consumer.poll(1.0)
+            if message is not None and not message.error():
+                consumed += 1
+                consumer.commit(message=message, asynchronous=False)
+        consumer.close()
+        status, rows, _ = oncelog(cli_broker, capsys, "groups", "describe", "--group", "dirty-readers")
+        assert status == 0
+        # CURRENT-OFFSET 5, LOG-END-OFFSET 5, LSO 0 (the open transaction starts at 0), LAG 0, LSO-LAG 0
+        assert rows[1][:8] == ["dirty-readers", "views", "0", "5", "5", "0", "0", "0"]
+    finally:
+        transactional.abort_transaction(10)

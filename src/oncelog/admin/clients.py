@@ -68,6 +68,10 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise CommandError(f"cannot read properties file {str(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        line = Path(path).read_bytes()[: error.start].count(b"\n") + 1
+        raise CommandError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+                           "save the file as UTF-8") from None
     properties: dict[str, str] = {}
     pending = ""
     for raw_line in text.splitlines():

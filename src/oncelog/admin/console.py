@@ -491,6 +491,7 @@ def run_consume(args: argparse.Namespace) -> int:
         partitions = _check_topic(consumer, args, args.topic, args.partition)
         if args.group is not None:
             _require_group_support(args)
+            _require_group_coordinator(args)
             consumer.subscribe([args.topic])
         else:
             wanted = [args.partition] if args.partition is not None else partitions
@@ -526,6 +527,16 @@ def _require_group_support(args: argparse.Namespace) -> None:
             "the broker does not support consumer groups yet; "
             "leave out --group to read every partition by assignment"
         )
+
+
+def _require_group_coordinator(args: argparse.Namespace) -> None:
+    """librdkafka also waits silently for a coordinator the cluster cannot have yet (too
+    few brokers for `__consumer_offsets`): ask FindCoordinator, again while the answer
+    is retriable, for as long as a command waits for its cluster, then say why."""
+    from oncelog.admin.wire import GROUP_COORDINATOR, Cluster
+
+    with Cluster.from_args(args) as cluster:
+        cluster.coordinator(args.group, GROUP_COORDINATOR, CONNECT_TIMEOUT_S)
 
 
 def _consume_loop(

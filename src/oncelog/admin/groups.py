@@ -7,9 +7,8 @@
 Built on confluent-kafka's AdminClient (ListGroups, DescribeGroups, OffsetFetch,
 ListOffsets, DeleteGroups). `describe` shows, per partition the group owns or has an
 offset for: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LSO LAG LSO-LAG
-CONSUMER-ID HOST CLIENT-ID, where LSO is the last stable offset (ListOffsets with
-read_committed) and LSO-LAG what a read_committed consumer can still read. Missing
-values print as "-", as Kafka's tool does.
+CONSUMER-ID HOST CLIENT-ID (OFFSETS_HELP below says what each means). Missing values
+print as "-", as Kafka's tool does.
 Deviation: the LSO and LSO-LAG columns are oncelog's; Kafka's tool has neither.
 """
 
@@ -42,6 +41,19 @@ MEMBER_COLUMNS = ("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-I
 STATE_COLUMNS = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
 
 
+OFFSETS_HELP = """\
+Columns of the offsets view (the default): CURRENT-OFFSET is the group's committed
+offset; LOG-END-OFFSET the partition's high watermark (where a read_uncommitted consumer
+stops); LSO the last stable offset (where a read_committed consumer stops: the first
+offset of the oldest transaction still open on the partition, else the high watermark);
+LAG = LOG-END-OFFSET - CURRENT-OFFSET, as in kafka-consumer-groups.sh; LSO-LAG =
+LSO - CURRENT-OFFSET, the records a read_committed consumer of the group can read now.
+A read_uncommitted group may have read past the LSO, into a transaction still open:
+LSO-LAG is then 0 (nothing a read_committed consumer could read yet), never negative,
+just as LAG is never negative. "-" means unknown: no committed offset, or the topic is
+gone. LSO and LSO-LAG are oncelog's; Kafka's tool shows the others."""
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     groups = commands.add_parser(
         "groups", help="list, describe and delete consumer groups (kafka-consumer-groups.sh)"
@@ -56,7 +68,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     list_.set_defaults(run=run_list)
 
-    describe = actions.add_parser("describe", help="offsets and lag, members or state of groups")
+    describe = actions.add_parser(
+        "describe", help="offsets and lag, members or state of groups",
+        description="Describe consumer groups, like kafka-consumer-groups.sh --describe. " + OFFSETS_HELP,
+    )
     add_connection_arguments(describe)
     which = describe.add_mutually_exclusive_group(required=True)
     which.add_argument("--group", action="append", metavar="GROUP", help="group to describe (repeatable)")
@@ -228,7 +243,7 @@ def _print_offsets(admin: AdminClient, args: argparse.Namespace, description: An
             group_id, row.topic, row.partition, row.current_offset,
             log_end.get((row.topic, row.partition)), stable.get((row.topic, row.partition)),
             _lag(log_end.get((row.topic, row.partition)), row.current_offset),
-            _lag(stable.get((row.topic, row.partition)), row.current_offset),
+            _stable_lag(stable.get((row.topic, row.partition)), row.current_offset),
             row.consumer_id, row.host, row.client_id,
         )
         for row in ordered
@@ -237,6 +252,13 @@ def _print_offsets(admin: AdminClient, args: argparse.Namespace, description: An
 
 def _lag(end: int | None, current: int | None) -> int | None:
     return None if end is None or current is None else end - current
+
+
+def _stable_lag(stable: int | None, current: int | None) -> int | None:
+    """What a read_committed consumer at `current` can read now: 0, not negative, for a
+    read_uncommitted group that has read past the LSO into a transaction still open."""
+    lag = _lag(stable, current)
+    return None if lag is None else max(0, lag)
 
 
 def _end_offsets(admin: AdminClient, args: argparse.Namespace, partitions: list[tuple[str, int]],

@@ -3,14 +3,14 @@ kafka-transactions.sh.
 
     list                 ListTransactions on every broker
     describe             DescribeTransactions on the id's coordinator (FindCoordinator)
-    describe-producers   DescribeProducers on a partition's leader (as `oncelog producers describe`)
+    describe-producers   DescribeProducers on a partition's leader (also `oncelog producers describe`)
     find-hanging         open transactions on partitions that their coordinator no longer
                          tracks: DescribeProducers, then ListTransactions by producer id,
                          then DescribeTransactions
     abort                WriteTxnMarkers(ABORT) for the open transaction starting at an offset
 
 Standard clients have no API for these, so the commands speak the protocol directly
-(WireClient with kio request entities). Column names are kafka-transactions.sh's; columns
+(admin/wire.py); they take the same connection options as every command. Column names are kafka-transactions.sh's; columns
 are separated by two spaces. Errors a user can fix are one line and exit status 1.
 
 find-hanging follows Kafka's rule: a transaction is hanging when it is open on the
@@ -25,48 +25,24 @@ Deviations: find-hanging without --topic or --broker-id searches every non-inter
 for brokers 3.0 and newer) and prints one line on success.
 """
 
-# No `from __future__ import annotations`: kio reads the field types of the response
-# classes below at run time.
-import argparse
-import os
-import struct
-import time
-from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import ClassVar
+from __future__ import annotations
 
-from kio.schema.describe_producers.v0.request import DescribeProducersRequest
-from kio.schema.describe_producers.v0.request import TopicRequest as DescribeProducersTopic
-from kio.schema.describe_transactions.v0 import response as describe_transactions_v0
-from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+import argparse
+import time
+from dataclasses import dataclass
+
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
-from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
-from kio.serial import entity_reader
-from kio.static.primitive import i16, i64
 
+from oncelog.admin.clients import INTERNAL_TOPICS, add_connection_arguments
+from oncelog.admin.wire import Cluster, PartitionInfo, describe_error
 from oncelog.cli import CommandError
-from oncelog.protocol import framing
-from oncelog.protocol.client import WireClient, encode_request
 
-DEFAULT_BOOTSTRAP = "localhost:9092"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-TRANSACTION_COORDINATOR = 1  # FindCoordinator key_type
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # kafka-transactions.sh's default
-COORDINATOR_RETRIES = 20  # while __transaction_state is being created or loaded
-COORDINATOR_RETRY_S = 0.25
-RETRIABLE_COORDINATOR_ERRORS = frozenset({
-    ErrorCode.coordinator_not_available,
-    ErrorCode.coordinator_load_in_progress,
-    ErrorCode.not_coordinator,
-})
 
 TopicPartition = tuple[str, int]
 
@@ -78,24 +54,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     actions = transactions.add_subparsers(dest="transactions_action", metavar="ACTION", required=True)
 
     listing = actions.add_parser("list", help="list the transactional ids every coordinator knows")
-    _bootstrap_argument(listing)
+    add_connection_arguments(listing)
     listing.set_defaults(run=run_list)
 
     describe = actions.add_parser("describe", help="describe the state of a transactional id")
-    _bootstrap_argument(describe)
+    add_connection_arguments(describe)
     describe.add_argument("--transactional-id", required=True)
     describe.set_defaults(run=run_describe)
 
-    producers = actions.add_parser(
-        "describe-producers", help="show the active producers of a partition (DescribeProducers)"
-    )
-    _bootstrap_argument(producers)
-    producers.add_argument("--topic", required=True)
-    producers.add_argument("--partition", type=int, required=True)
-    producers.set_defaults(run=run_describe_producers)
+    add_describe_producers(actions, "describe-producers")
 
     hanging = actions.add_parser("find-hanging", help="find open transactions no coordinator will complete")
-    _bootstrap_argument(hanging)
+    add_connection_arguments(hanging)
     hanging.add_argument("--topic", help="search only this topic (default: every non-internal topic)")
     hanging.add_argument("--partition", type=int, help="search only this partition of --topic")
     hanging.add_argument("--broker-id", type=int, help="search only partitions with a replica on this broker")
@@ -107,223 +77,35 @@ def register(commands: argparse._SubParsersAction) -> None:
     hanging.set_defaults(run=run_find_hanging)
 
     abort = actions.add_parser("abort", help="abort a hanging transaction (writes an ABORT marker)")
-    _bootstrap_argument(abort)
+    add_connection_arguments(abort)
     abort.add_argument("--topic", required=True)
     abort.add_argument("--partition", type=int, required=True)
     abort.add_argument("--start-offset", type=int, required=True, help="first offset of the transaction to abort")
     abort.set_defaults(run=run_abort)
 
 
-def _bootstrap_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-server",
-        default=os.environ.get("ONCELOG_BOOTSTRAP", DEFAULT_BOOTSTRAP),
-        metavar="HOST:PORT[,HOST:PORT]",
-        help=f"broker(s) to connect to (default: $ONCELOG_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})",
+def add_describe_producers(actions: argparse._SubParsersAction, name: str, *, alias_of: str | None = None) -> None:
+    """`transactions describe-producers`, and its alias `producers describe`."""
+    summary = "show the active producers of a partition (DescribeProducers)"
+    producers = actions.add_parser(
+        name, help=summary + (f"; the same as `oncelog {alias_of}`" if alias_of else ""),
+        description="Show the idempotent and transactional producers a partition's leader keeps state for, "
+        "as kafka-transactions.sh describe-producers does. CurrentTransactionStartOffset is the first offset "
+        "of the producer's open transaction (None: no transaction open), which holds back the partition's "
+        "last stable offset; LatestCoordinatorEpoch is -1 until a transaction marker was written."
+        + (f" An alias of `oncelog {alias_of}`." if alias_of else ""),
     )
-
-
-# -- talking to the cluster -----------------------------------------------------------------
-
-
-class _WireClient(WireClient):
-    def request_as(self, entity, response_class: type):
-        """As `request`, decoding the response with `response_class` (same wire layout)."""
-        self._correlation += 1
-        self.send_raw(encode_request(entity, self._correlation))
-        frame = self.read_frame()
-        (correlation,) = struct.unpack_from(">i", frame, 0)
-        if correlation != self._correlation:
-            raise ConnectionError(f"response correlation id {correlation}, expected {self._correlation}")
-        position = framing.skip_tagged_fields(frame, 4) if response_class.__flexible__ else 4
-        response, _ = entity_reader(response_class)(frame, position)
-        return response
-
-
-# DescribeTransactions v0 with transaction_start_time read as plain int64 milliseconds:
-# kio 0.6.5 reads it as a datetime and refuses -1, which Kafka (and oncelog) send for an
-# id with no transaction in progress. Same wire layout as kio's classes.
-_DT = describe_transactions_v0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransactionStateV0:
-    __type__: ClassVar = _DT.TransactionState.__type__
-    __version__: ClassVar[i16] = i16(0)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(65)
-    __header_schema__: ClassVar = _DT.ResponseHeader
-    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
-    transactional_id: str = field(metadata={"kafka_type": "string"})
-    transaction_state: str = field(metadata={"kafka_type": "string"})
-    transaction_timeout: _DT.i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
-    transaction_start_time: i64 = field(metadata={"kafka_type": "int64"})
-    producer_id: i64 = field(metadata={"kafka_type": "int64"})
-    producer_epoch: i16 = field(metadata={"kafka_type": "int16"})
-    topics: tuple[_DT.TopicData, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DescribeTransactionsResponseV0:
-    __type__: ClassVar = _DT.DescribeTransactionsResponse.__type__
-    __version__: ClassVar[i16] = i16(0)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(65)
-    __header_schema__: ClassVar = _DT.ResponseHeader
-    throttle_time: _DT.i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
-    transaction_states: tuple[TransactionStateV0, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    topic: str
-    partition: int
-    leader: int
-    replicas: tuple[int, ...]
-
-
-class Cluster:
-    """Connections to the brokers of one cluster, opened on first use, by node id."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = None
-        errors = []
-        for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
-            try:
-                self._bootstrap = _WireClient.connect(address)
-                break
-            except (OSError, ValueError) as error:
-                errors.append(f"{address}: {getattr(error, 'strerror', None) or error}")
-        if self._bootstrap is None:
-            raise CommandError(f"cannot connect to {bootstrap}: {'; '.join(errors) or 'no address given'}")
-        self._clients = {}
-        self.brokers: dict[int, tuple[str, int]] = {}
-
-    def close(self) -> None:
-        for client in (self._bootstrap, *self._clients.values()):
-            client.close()
-
-    def __enter__(self) -> "Cluster":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def request(self, entity, node_id: int | None = None, response_class: type | None = None):
-        client = self._bootstrap if node_id is None else self._client(node_id)
-        try:
-            if response_class is not None:
-                return client.request_as(entity, response_class)
-            return client.request(entity)
-        except (OSError, ConnectionError) as error:
-            raise CommandError(f"{type(entity).__name__} failed: {error}") from None
-
-    def _client(self, node_id: int) -> _WireClient:
-        if node_id not in self._clients:
-            if node_id not in self.brokers:
-                self.metadata(())
-            if node_id not in self.brokers:
-                raise CommandError(f"broker {node_id} is not in the cluster's metadata")
-            host, port = self.brokers[node_id]
-            try:
-                self._clients[node_id] = _WireClient(host, port)
-            except OSError as error:
-                raise CommandError(f"cannot connect to broker {node_id} at {host}:{port}: {error.strerror or error}")
-        return self._clients[node_id]
-
-    def metadata(self, topics: Iterable[str] | None) -> dict[str, list[PartitionInfo]]:
-        """Partitions by topic (all topics when `topics` is None); also learns the brokers.
-        An unknown topic is a CommandError."""
-        request = MetadataRequest(
-            topics=None if topics is None else tuple(MetadataRequestTopic(name=t) for t in topics),
-            allow_auto_topic_creation=False,  # v1-v3 would create a misspelt topic
-        )
-        response = self.request(request)
-        self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
-        found = {}
-        for topic in response.topics:
-            if topic.error_code != ErrorCode.none:
-                raise CommandError(f"topic {topic.name!r}: {_describe_error(topic.error_code)}")
-            found[topic.name] = sorted(
-                (PartitionInfo(topic.name, p.partition_index, p.leader_id, tuple(p.replica_nodes))
-                 for p in topic.partitions),
-                key=lambda info: info.partition,
-            )
-        return found
-
-    def partition(self, topic: str, partition: int) -> PartitionInfo:
-        for info in self.metadata([topic])[topic]:
-            if info.partition == partition:
-                return info
-        raise CommandError(f"partition {topic}-{partition} does not exist")
-
-    def transaction_coordinator(self, transactional_id: str) -> int:
-        for _attempt in range(COORDINATOR_RETRIES):
-            response = self.request(FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_COORDINATOR))
-            if response.error_code == ErrorCode.none:
-                self.brokers[response.node_id] = (response.host, response.port)
-                return response.node_id
-            if response.error_code not in RETRIABLE_COORDINATOR_ERRORS:
-                break
-            time.sleep(COORDINATOR_RETRY_S)
-        raise CommandError(
-            f"no transaction coordinator for transactional id {transactional_id!r}: "
-            f"{response.error_message or _describe_error(response.error_code)}"
-        )
-
-    def describe_producers(self, partitions: Iterable[PartitionInfo]) -> dict[TopicPartition, tuple]:
-        """Active producers by partition, asking each partition's leader."""
-        by_leader: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-        for info in partitions:
-            by_leader[info.leader][info.topic].append(info.partition)
-        found = {}
-        for leader, topics in by_leader.items():
-            response = self.request(
-                DescribeProducersRequest(topics=tuple(
-                    DescribeProducersTopic(name=topic, partition_indexes=tuple(indexes))
-                    for topic, indexes in topics.items()
-                )),
-                leader,
-            )
-            for topic in response.topics:
-                for partition in topic.partitions:
-                    if partition.error_code != ErrorCode.none:
-                        raise CommandError(
-                            f"cannot describe the producers of {topic.name}-{partition.partition_index}: "
-                            f"{partition.error_message or _describe_error(partition.error_code)}"
-                        )
-                    found[(topic.name, partition.partition_index)] = partition.active_producers
-        return found
-
-    def list_transactions(self, producer_ids: Iterable[int] = ()) -> list[tuple[int, object]]:
-        """(coordinator node id, listing) from every broker, as Kafka's admin client does."""
-        if not self.brokers:
-            self.metadata(())
-        listings = []
-        for node_id in sorted(self.brokers):
-            response = self.request(ListTransactionsRequest(producer_id_filters=tuple(producer_ids)), node_id)
-            if response.error_code != ErrorCode.none:
-                raise CommandError(
-                    f"ListTransactions on broker {node_id} failed: {_describe_error(response.error_code)}"
-                )
-            listings += [(node_id, state) for state in response.transaction_states]
-        return listings
-
-    def describe_transaction(self, transactional_id: str):
-        """(coordinator node id, the DescribeTransactions entry); its error_code says
-        TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does not know."""
-        coordinator = self.transaction_coordinator(transactional_id)
-        response = self.request(DescribeTransactionsRequest(transactional_ids=(transactional_id,)), coordinator,
-                                DescribeTransactionsResponseV0)
-        (state,) = response.transaction_states
-        return coordinator, state
+    add_connection_arguments(producers)
+    producers.add_argument("--topic", required=True)
+    producers.add_argument("--partition", type=int, required=True)
+    producers.set_defaults(run=run_describe_producers)
 
 
 # -- the commands ---------------------------------------------------------------------------
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with Cluster(args.bootstrap_server) as cluster:
+    with Cluster.from_args(args) as cluster:
         listings = cluster.list_transactions()
     print_table(
         ("TransactionalId", "Coordinator", "ProducerId", "TransactionState"),
@@ -333,10 +115,10 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    with Cluster(args.bootstrap_server) as cluster:
+    with Cluster.from_args(args) as cluster:
         coordinator, state = cluster.describe_transaction(args.transactional_id)
     if state.error_code != ErrorCode.none:
-        raise CommandError(f"transactional id {args.transactional_id!r}: {_describe_error(state.error_code)}")
+        raise CommandError(f"transactional id {args.transactional_id!r}: {describe_error(state.error_code)}")
     start_ms = state.transaction_start_time
     now = time.time_ns() // 1_000_000
     partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
@@ -351,7 +133,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_describe_producers(args: argparse.Namespace) -> int:
-    with Cluster(args.bootstrap_server) as cluster:
+    with Cluster.from_args(args) as cluster:
         producers = cluster.describe_producers([cluster.partition(args.topic, args.partition)])
     print_table(
         ("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
@@ -380,7 +162,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
     if args.max_transaction_timeout < 0:
         raise CommandError("--max-transaction-timeout must not be negative")
     max_timeout_ms = args.max_transaction_timeout * 60_000
-    with Cluster(args.bootstrap_server) as cluster:
+    with Cluster.from_args(args) as cluster:
         partitions = _partitions_to_search(cluster, args.topic, args.partition, args.broker_id)
         now = time.time_ns() // 1_000_000
         candidates = [
@@ -405,7 +187,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
                     coordinator_views[transactional_id] = {(t.topic, p) for t in state.topics for p in t.partitions}
                 elif state.error_code != ErrorCode.transactional_id_not_found:
                     raise CommandError(
-                        f"cannot describe transactional id {transactional_id!r}: {_describe_error(state.error_code)}"
+                        f"cannot describe transactional id {transactional_id!r}: {describe_error(state.error_code)}"
                     )
             hanging = hanging_transactions(candidates, transactional_ids, coordinator_views)
     print_table(
@@ -448,7 +230,7 @@ def _partitions_to_search(cluster: Cluster, topic: str | None, partition: int | 
 
 
 def run_abort(args: argparse.Namespace) -> int:
-    with Cluster(args.bootstrap_server) as cluster:
+    with Cluster.from_args(args) as cluster:
         info = cluster.partition(args.topic, args.partition)
         producers = cluster.describe_producers([info])[(args.topic, args.partition)]
         matching = [p for p in producers if p.current_txn_start_offset == args.start_offset]
@@ -474,7 +256,7 @@ def run_abort(args: argparse.Namespace) -> int:
     if error != ErrorCode.none:
         raise CommandError(
             f"aborting the transaction of producer {producer.producer_id} (epoch {producer.producer_epoch}) on "
-            f"{args.topic}-{args.partition} failed: {_describe_error(error)}"
+            f"{args.topic}-{args.partition} failed: {describe_error(error)}"
         )
     print(
         f"Aborted the transaction of producer {producer.producer_id} (epoch {producer.producer_epoch}, "
@@ -494,15 +276,3 @@ def print_table(headers: tuple[str, ...], rows: list[tuple]) -> None:
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-
-
-_ERROR_TEXT = {
-    ErrorCode.unknown_topic_or_partition: "no such topic or partition",
-    ErrorCode.transactional_id_not_found: "not found",
-}
-
-
-def _describe_error(code: ErrorCode) -> str:
-    """Kafka's error name, after a few words where the name alone is cryptic."""
-    name = code.name.upper()
-    return f"{_ERROR_TEXT[code]} ({name})" if code in _ERROR_TEXT else name

@@ -73,8 +73,27 @@ class Broker:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        for directory in self.config.log_dirs:
-            directory.mkdir(parents=True, exist_ok=True)
+        try:
+            defaults = LogConfig().with_overrides(self.config.log_defaults())
+        except Exception as error:
+            raise ConfigError(f"invalid log settings: {error}") from None
+        self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
+            producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
+            max_entries=self.config["producer.id.max.entries.per.partition"],
+        ), replicated=self.cluster_settings is not None)
+        # Before anything touches the log dirs: a second broker on them stops here.
+        self.logs.lock()
+        try:
+            await self._start_before_logs()
+            self.logs.load()
+        except BaseException:
+            self.logs.unlock()
+            raise
+        await self._start_after_logs(started)
+
+    async def _start_before_logs(self) -> None:
+        """Cluster membership (quorum member, cluster id) or standalone identity, and the
+        producer-id source: what must exist before the logs are opened."""
         if self.cluster_settings is not None:
             from oncelog.cluster.runtime import ClusterRuntime
 
@@ -91,15 +110,8 @@ class Broker:
         else:
             self.cluster_id = self._load_or_create_meta_properties()
             self.producer_ids = ProducerIdManager(self.config.log_dirs[0])
-        try:
-            defaults = LogConfig().with_overrides(self.config.log_defaults())
-        except Exception as error:
-            raise ConfigError(f"invalid log settings: {error}") from None
-        self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
-            producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
-            max_entries=self.config["producer.id.max.entries.per.partition"],
-        ), replicated=self.cluster is not None)
-        self.logs.load()
+
+    async def _start_after_logs(self, started: float) -> None:
         self.cleaner = LogCleaner(self.logs, CleanerConfig(
             enabled=self.config["log.cleaner.enable"],
             backoff_ms=self.config["log.cleaner.backoff.ms"],
@@ -152,8 +164,9 @@ class Broker:
                 )),
             ]
         log.info(
-            "broker %d of cluster %s listening on %s:%d (started in %.0f ms)",
-            self.node_id, self.cluster_id, self.host, self.port, (time.perf_counter() - started) * 1000,
+            "broker %d of cluster %s listening on %s:%d, advertised as %s:%d (started in %.0f ms)",
+            self.node_id, self.cluster_id, self.inter_broker_host, self.bound_port, self.host, self.port,
+            (time.perf_counter() - started) * 1000,
         )
 
     async def stop(self) -> None:

@@ -34,6 +34,7 @@ def run_start(args: argparse.Namespace) -> int:
     from oncelog.broker.broker import Broker
     from oncelog.broker.embedded import _new_event_loop
     from oncelog.cli import CommandError
+    from oncelog.storage.errors import LogError
 
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr,
@@ -51,14 +52,18 @@ def run_start(args: argparse.Namespace) -> int:
     broker = Broker(config)
     try:
         loop.run_until_complete(broker.start())
-    except (ConfigError, OSError) as error:
+    except (ConfigError, OSError, LogError) as error:
+        # e.g. "/data/oncelog: log directory is in use by another process"
         raise CommandError(f"cannot start broker: {error}") from None
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     # The address line is the broker's handshake with scripts and test harnesses: a
     # SIGTERM sent as soon as it appears must already stop the broker cleanly.
-    print(f"oncelog broker {broker.node_id} listening on {broker.host}:{broker.port}", flush=True)
+    bound = f"{broker.inter_broker_host}:{broker.bound_port}"
+    advertised = f"{broker.host}:{broker.port}"
+    print(f"oncelog broker {broker.node_id} listening on {bound}"
+          + ("" if advertised == bound else f" (advertised to clients as {advertised})"), flush=True)
     loop.run_until_complete(stop.wait())
     loop.run_until_complete(broker.stop())
     loop.close()

@@ -236,7 +236,15 @@ def parse_listener(value: str, key: str) -> Listener:
 def read_properties(path: Path) -> dict[str, str]:
     """Java .properties, the subset Kafka's server.properties files use."""
     values: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+                          "save the file as UTF-8") from None
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror or error}") from None
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue

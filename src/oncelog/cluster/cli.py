@@ -6,17 +6,30 @@ bootstrap servers, then stops every node on SIGTERM or SIGINT. With fewer than 3
 the internal topics get as many replicas as there are nodes (and
 `transaction.state.log.min.isr` at most that), as Kafka's single-node sample configs
 set them, so that groups and transactions work; `--override` still wins.
+
+Each node's settings are kept in `<data-dir>/node-<id>.properties`. Started again on the
+same --data-dir (after SIGTERM, or after every process was killed), the command reads
+them back: the same node ids and ports, so the etcd members, which remember their peers'
+addresses, form their quorum again and every node recovers its own logs.
+
+A node that dies while the cluster runs is reported on stderr at once (node id, pid,
+exit status, its log); the others keep running.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
 
 from oncelog.broker.config import ConfigError, parse_overrides
+
+# How often the command looks for nodes that died.
+WATCH_INTERVAL_S = 0.5
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -26,12 +39,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         "start",
         help="run N brokers with a controller quorum on this machine until SIGTERM or SIGINT",
         description="Run a local cluster: N combined broker+controller nodes on loopback, each an "
-        "`oncelog broker start` process with its own data dir and a member of the metadata quorum.",
+        "`oncelog broker start` process with its own data dir and a member of the metadata quorum. "
+        "Run it again with the same --data-dir to restart the cluster from its data.",
     )
-    start.add_argument("--brokers", type=int, default=3, metavar="N",
-                       help="number of nodes (default 3); below 3, the internal topics get N replicas")
+    start.add_argument("--brokers", type=int, metavar="N",
+                       help="number of nodes (default 3, or as many as --data-dir already holds); "
+                       "below 3, the internal topics get N replicas")
     start.add_argument("--data-dir", type=Path, metavar="DIR",
-                       help="where the nodes keep their data (node-1, node-2, ...); default: a new temporary dir")
+                       help="where the nodes keep their data and settings (node-1, node-1.properties, ...); "
+                       "an existing cluster's dir restarts that cluster; default: a new temporary dir")
     start.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",
         help="set one Kafka broker key on every node, e.g. --override min.insync.replicas=2 (repeatable)",
@@ -41,29 +57,89 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_start(args: argparse.Namespace) -> int:
     from oncelog.cli import CommandError
-    from oncelog.testing.cluster import ClusterProcess
+    from oncelog.testing.cluster import ClusterProcess, node_configs, read_node_configs, write_node_configs
+    from oncelog.testing.process import BrokerStartError
 
-    if args.brokers < 1:
+    if args.brokers is not None and args.brokers < 1:
         raise CommandError(f"--brokers must be at least 1, got {args.brokers}")
     try:
         overrides = parse_overrides(args.override)
     except ConfigError as error:
         raise CommandError(str(error)) from None
-    small = {"offsets.topic.replication.factor": str(min(args.brokers, 3)),
-             "transaction.state.log.replication.factor": str(min(args.brokers, 3)),
-             "transaction.state.log.min.isr": str(min(args.brokers, 2))}
-    overrides = {**small, **overrides}
-    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="oncelog-cluster-"))
-    cluster = ClusterProcess(data_dir, args.brokers, overrides, fast_failover=False)
+    data_dir = (args.data_dir or Path(tempfile.mkdtemp(prefix="oncelog-cluster-"))).absolute()
+    try:
+        saved = read_node_configs(data_dir) if data_dir.is_dir() else {}
+    except (ConfigError, OSError) as error:
+        raise CommandError(f"cannot read the cluster's settings in {data_dir}: {error}") from None
+    if saved:
+        if args.brokers is not None and args.brokers != len(saved):
+            raise CommandError(
+                f"{data_dir} holds a cluster of {len(saved)} node(s), not {args.brokers}: leave out --brokers "
+                "to restart it, or give another --data-dir"
+            )
+        # The node ids and ports stay; the layout is fixed by the directory, which may have moved.
+        configs = {node_id: {**config, **overrides, "log.dirs": str(data_dir / f"node-{node_id}")}
+                   for node_id, config in saved.items()}
+        brokers = len(configs)
+    else:
+        if any(data_dir.glob("node-*/__cluster_metadata-etcd")):
+            # Its ports were never written down: new ones would leave the quorum unable to re-form.
+            raise CommandError(
+                f"{data_dir} holds a cluster without node-<id>.properties (started by an older oncelog): "
+                "its ports are unknown, so it cannot be restarted; give another --data-dir"
+            )
+        brokers = args.brokers if args.brokers is not None else 3
+        small = {"offsets.topic.replication.factor": str(min(brokers, 3)),
+                 "transaction.state.log.replication.factor": str(min(brokers, 3)),
+                 "transaction.state.log.min.isr": str(min(brokers, 2))}
+        configs = node_configs(data_dir, brokers, overrides={**small, **overrides})
+    try:
+        write_node_configs(data_dir, configs)
+    except OSError as error:
+        raise CommandError(f"cannot write the cluster's settings in {data_dir}: {error}") from None
+    cluster = ClusterProcess(data_dir, node_settings=configs)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
         cluster.start()
-    except RuntimeError as error:
-        raise CommandError(f"the cluster did not start: {error}") from None
-    print(f"oncelog cluster of {args.brokers} broker(s) in {data_dir}", flush=True)
+    except BrokerStartError as error:
+        raise CommandError(f"the cluster did not start: node {error.node_id} {error.reason}") from None
+    except (RuntimeError, AssertionError, OSError) as error:
+        cluster.kill_all()
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CommandError(f"the cluster did not start: {first_line}") from None
+    print(f"oncelog cluster of {brokers} broker(s) in {data_dir}"
+          + (" (restarted from its node-N.properties)" if saved else ""), flush=True)
     print(f"bootstrap servers: {cluster.bootstrap_servers}", flush=True)
-    stop.wait()
-    cluster.stop_all()
+    for node_id, node in cluster.nodes.items():
+        print(f"node {node_id}: {node.bootstrap_servers} pid {node.process.pid}, log {node.log_path}", flush=True)
+    reported: set[int] = set()
+    while not stop.wait(WATCH_INTERVAL_S):
+        for node_id, node in cluster.nodes.items():
+            code = node.process.poll() if node.process is not None else None
+            if code is None or node_id in reported:
+                continue
+            reported.add(node_id)
+            running = len(cluster.nodes) - len(reported)
+            print(f"oncelog: warning: node {node_id} (pid {node.process.pid}) {_exit_status(code)}; "
+                  f"its log: {node.log_path}; {running} of {len(cluster.nodes)} node(s) still running",
+                  file=sys.stderr, flush=True)
+        if len(reported) == len(cluster.nodes):
+            raise CommandError("every node of the cluster has exited")
+    try:
+        cluster.stop_all()
+    except subprocess.TimeoutExpired as error:
+        cluster.kill_all()
+        raise CommandError(f"a node did not stop within {error.timeout:.0f}s of SIGTERM; every node was "
+                           "killed (its data recovers at the next start)") from None
     return 0
+
+
+def _exit_status(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"

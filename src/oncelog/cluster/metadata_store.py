@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
-from oncelog.cluster.etcd import Compare, EtcdClient, EtcdUnavailable, Op
+from oncelog.cluster.etcd import Compare, EtcdClient, EtcdUnavailable, LeaseNotFound, Op
 from oncelog.cluster.image import BrokerRegistration, Keys, PartitionRecord, TopicRecord
 
 log = logging.getLogger("oncelog.cluster.store")
@@ -46,6 +46,17 @@ class MetadataStore:
         """Put this broker's registration under its session lease. Returns the broker
         epoch: the create revision of the key, new for every registration."""
         key = self.keys.broker(registration.node_id)
+        # A previous incarnation that was killed left its session lease behind, holding
+        # its registration and, if it was the active controller, the controller key,
+        # until the lease expires (etcd restarts the countdown when its quorum re-forms).
+        # Revoking it fences that incarnation at once, so the cluster gets a controller
+        # and its leaders back without waiting out broker.session.timeout.ms.
+        for previous in (await self.client.range(key)).kvs:
+            if previous.lease and previous.lease != lease:
+                try:
+                    await self.client.lease_revoke(previous.lease)
+                except LeaseNotFound:
+                    pass
         await self.client.delete(key)  # a previous incarnation's key: a new epoch is made below
         result = await self.client.txn(
             [Compare.create_revision(key, "=", 0)], [Op.put(key, registration.encode(), lease=lease)]

@@ -31,6 +31,10 @@ log = logging.getLogger("oncelog.coordinator")
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
+REPLICATION_FACTOR_KEY = {
+    CONSUMER_OFFSETS: "offsets.topic.replication.factor",
+    TRANSACTION_STATE: "transaction.state.log.replication.factor",
+}
 
 
 def java_string_hash(text: str) -> int:
@@ -74,19 +78,26 @@ def _cluster_spec(broker: Broker, name: str) -> tuple[int, int, dict[str, str]]:
              "min.insync.replicas": str(config["transaction.state.log.min.isr"])})
 
 
-async def ensure_cluster_internal_topic(broker: Broker, name: str) -> ErrorCode:
+async def ensure_cluster_internal_topic(broker: Broker, name: str) -> tuple[ErrorCode, str | None]:
     """Cluster mode: create the internal topic through the metadata quorum if it is not
     in the image. NONE once it is there; COORDINATOR_NOT_AVAILABLE when it cannot be
-    created yet (too few brokers, quorum unavailable), which clients retry."""
+    created yet (too few brokers, quorum unavailable), which clients retry, with the
+    reason for FindCoordinator's error message (a command-line tool shows it)."""
     from oncelog.cluster.topics import create_topic
 
     if name in broker.cluster.image.topics:
-        return ErrorCode.none
+        return ErrorCode.none, None
     partitions, replication_factor, configs = _cluster_spec(broker, name)
     try:
         await create_topic(broker, name, partitions, replication_factor, configs)
     except TopicRequestError as error:
         if error.code is not ErrorCode.topic_already_exists:
             log.warning("cannot create %s yet: %s", name, error)
-            return ErrorCode.coordinator_not_available
-    return ErrorCode.none if name in broker.cluster.image.topics else ErrorCode.coordinator_not_available
+            reason = f"cannot create {name} yet: {error}"
+            if error.code is ErrorCode.invalid_replication_factor:
+                key = REPLICATION_FACTOR_KEY[name]
+                reason += f" ({key}={replication_factor}: start more brokers, or lower {key})"
+            return ErrorCode.coordinator_not_available, reason
+    if name in broker.cluster.image.topics:
+        return ErrorCode.none, None
+    return ErrorCode.coordinator_not_available, f"{name} is being created"

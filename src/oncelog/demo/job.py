@@ -5,7 +5,7 @@
 2. A transactional producer writes JSON orders; every fifth transaction is aborted. A
    third is written up front, the rest while the pipeline runs.
 3. The pipeline runner (`python -m oncelog.spark.pipeline`, a driver subprocess with its
-   own Spark) reads `orders` read_committed, applies examples/enrich_orders.py and writes
+   own Spark) reads `orders` read_committed, applies oncelog.demo.enrich and writes
    `enriched-orders` through the exactly-once sink. Faults:
    - the first attempt of a task in micro-batch 1 fails after passing on half its rows
      (`oncelog.demo.faults`; master `local[*,4]` lets Spark retry it);
@@ -63,7 +63,7 @@ class DemoSettings:
     mode: str = "batch"
     kills: int = 1
     data_dir: Path | None = None
-    transform_file: Path | None = None  # examples/enrich_orders.py
+    transform: str = "oncelog.demo.enrich:enrich_orders"  # module:function or path/to/file.py:function
     seed: int = 7
 
 
@@ -176,14 +176,14 @@ def max_offsets_per_trigger(settings: DemoSettings) -> int:
 
 
 def pipeline_command(settings: DemoSettings, bootstrap: str, checkpoint: Path, fault_dir: Path,
-                     trigger: str, transform_file: Path) -> list[str]:
+                     trigger: str) -> list[str]:
     max_offsets = max_offsets_per_trigger(settings)
     # Halfway through a task's rows, so the failing attempt has transformed some first.
     fail_at_row = max(1, max_offsets // PARTITIONS // 3)
     return [
         sys.executable, "-m", "oncelog.spark.pipeline",
         "--source", INPUT_TOPIC, "--sink", OUTPUT_TOPIC,
-        "--transform", f"{transform_file}:enrich_orders",
+        "--transform", settings.transform,
         "--transform", "oncelog.demo.faults:fail_first_attempt",
         "--checkpoint", str(checkpoint),
         "--bootstrap-servers", bootstrap,
@@ -344,7 +344,6 @@ class RunRecord:
 def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
     from oncelog.broker.embedded import EmbeddedBroker
 
-    transform_file = settings.transform_file or find_example()
     say = _printer(out)
     with tempfile.TemporaryDirectory(prefix="oncelog-demo-") as temporary:
         work = Path(temporary)
@@ -356,13 +355,13 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
             say(f"  broker {bootstrap} (embedded, transaction.two.phase.commit.enable=true), data in {data_dir}")
             _create_topics(bootstrap)
             seeder = OrderSeeder(bootstrap, INPUT_TOPIC, settings.messages, seed=settings.seed)
-            record, seeded = _run_pipeline_through_faults(settings, bootstrap, work, transform_file, seeder, say)
+            record, seeded = _run_pipeline_through_faults(settings, bootstrap, work, seeder, say)
             verdict = verify(bootstrap, seeded)
             _report(say, settings, seeded, record, verdict)
             return 0 if verdict.ok else 1
 
 
-def _run_pipeline_through_faults(settings, bootstrap, work, transform_file, seeder, say):
+def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
     checkpoint = work / "checkpoint"
     fault_dir = work / "faults"
     first_batch_done = threading.Event()
@@ -396,7 +395,7 @@ def _run_pipeline_through_faults(settings, bootstrap, work, transform_file, seed
     try:
         for kill_number in range(settings.kills):
             driver = Driver(
-                pipeline_command(settings, bootstrap, checkpoint, fault_dir, "processing-time=500ms", transform_file),
+                pipeline_command(settings, bootstrap, checkpoint, fault_dir, "processing-time=500ms"),
                 work / f"driver-{len(record.drivers) + 1}.log",
             ).start()
             record.drivers.append(driver)
@@ -422,7 +421,7 @@ def _run_pipeline_through_faults(settings, bootstrap, work, transform_file, seed
         if seeder.seeded.error:
             raise DemoError(seeder.seeded.error)
         driver = Driver(
-            pipeline_command(settings, bootstrap, checkpoint, fault_dir, "available-now", transform_file),
+            pipeline_command(settings, bootstrap, checkpoint, fault_dir, "available-now"),
             work / f"driver-{len(record.drivers) + 1}.log",
         ).start()
         how = "restarted from the checkpoint" if record.drivers else "started"
@@ -456,23 +455,6 @@ def _create_topics(bootstrap: str) -> None:
             future.result(30)
         except Exception as error:
             raise DemoError(f"cannot create topic {topic!r}: {error}") from None
-
-
-def find_example() -> Path:
-    """examples/enrich_orders.py of the repository this oncelog runs from, or of the
-    current directory."""
-    import oncelog
-
-    candidates = [
-        Path(oncelog.__file__).resolve().parents[2] / "examples" / "enrich_orders.py",
-        Path.cwd() / "examples" / "enrich_orders.py",
-    ]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise DemoError(
-        "examples/enrich_orders.py not found: run the demo from the oncelog repository (make demo)"
-    )
 
 
 # -- the report ------------------------------------------------------------------------------

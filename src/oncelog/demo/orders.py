@@ -1,6 +1,6 @@
 """The demo's input: JSON orders written by a transactional producer, some transactions
 aborted; and what enrichment must make of each order (the independent Python version of
-examples/enrich_orders.py, for checking the pipeline's output).
+oncelog.demo.enrich, for checking the pipeline's output).
 
 Order ids are unique across committed and aborted transactions, so any aborted order that
 shows up downstream is recognisable.
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-CUSTOMERS = 1_000  # as in examples/enrich_orders.py
+CUSTOMERS = 1_000  # as in oncelog.demo.enrich
 SKUS = 50
 PRICES = (4.99, 9.5, 12.25, 19.99, 25.0, 49.9, 99.0)
 

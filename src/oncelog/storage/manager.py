@@ -165,13 +165,34 @@ class LogManager:
             raise
         self._loaded = True
 
+    def lock(self) -> None:
+        """Create and flock every log dir; StorageError if another process uses one.
+        `load()` does it too; a broker calls it first, before anything else touches the
+        dirs (meta.properties, the quorum member's data), so that a second broker started
+        on the same log.dirs stops without harming the first. Released by `close()`, or
+        by `unlock()` when the broker does not get as far as `load()`."""
+        if self._lock_fds:
+            return
+        try:
+            for directory in self.log_dirs:
+                try:
+                    directory.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}",
+                                       exc.errno) from exc
+                self._lock(directory)
+        except BaseException:
+            self._unlock_all()
+            raise
+
+    def unlock(self) -> None:
+        """Release the log dirs' locks taken by `lock()` (only before `load()`)."""
+        if self._loaded:
+            raise RuntimeError("the logs are loaded: close() releases the locks")
+        self._unlock_all()
+
     def _load(self) -> None:
-        for directory in self.log_dirs:
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}", exc.errno) from exc
-            self._lock(directory)
+        self.lock()
         clean = {directory: (directory / CLEAN_SHUTDOWN_MARKER).exists() for directory in self.log_dirs}
         generations = self._read_topics_meta()
         recovery_points = {d: self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT_FILE) for d in self.log_dirs}

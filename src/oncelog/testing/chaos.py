@@ -1095,11 +1095,11 @@ def _seed_inputs(history: History, bootstrap: str, count: int) -> None:
 def _open_transactions(bootstrap: str) -> list[str] | None:
     """Transactions the coordinators still have open (None: could not ask). Every broker
     is asked: in a cluster each lists the transactional ids it coordinates."""
-    from oncelog.admin.transactions import Cluster
+    from oncelog.admin.wire import Cluster
     from oncelog.cli import CommandError
 
     try:
-        with Cluster(bootstrap) as cluster:
+        with Cluster(bootstrap, request_timeout_s=10) as cluster:
             listings = cluster.list_transactions()
     except (CommandError, OSError, ValueError):
         return None

@@ -7,7 +7,12 @@
         cluster.start_node(leader)       # same data dir and ports
 
 Every node is a combined node (process.roles=broker,controller): a broker with a member
-of the metadata quorum next to it. Ports stay the same across restarts.
+of the metadata quorum next to it. Ports stay the same across restarts of a node.
+
+`oncelog cluster start` also keeps each node's settings in `<base_dir>/node-<id>.properties`
+(`write_node_configs`), so a cluster started again on the same directory reuses its node
+ids and ports: the etcd members keep their peers' addresses in their write-ahead logs and
+only find each other again on the same ports.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from oncelog.broker.config import ConfigError, read_properties
 from oncelog.testing.process import BrokerProcess, free_port
 
 # Quick failure detection for tests; Kafka's defaults (9 s sessions) stay the broker's.
@@ -54,12 +60,62 @@ def node_configs(base_dir: Path, brokers: int, host: str = "127.0.0.1",
     }
 
 
+NODE_CONFIG_FILE = "node-{node_id}.properties"
+NODE_CONFIG_HEADER = """\
+# Node {node_id} of the oncelog cluster in {base_dir}, written by `oncelog cluster start`.
+# Starting the cluster again on this directory reuses these settings (`--override` still
+# applies on top): the node ids and ports must stay the same for the quorum to re-form.
+# By hand, this one node: oncelog broker start --config {path}
+"""
+
+
+def node_config_paths(base_dir: Path) -> dict[int, Path]:
+    """The node-<id>.properties files of a cluster directory, by node id."""
+    found = {}
+    for path in Path(base_dir).glob(NODE_CONFIG_FILE.format(node_id="*")):
+        suffix = path.name[len("node-"):-len(".properties")]
+        if suffix.isdigit():
+            found[int(suffix)] = path
+    return dict(sorted(found.items()))
+
+
+def read_node_configs(base_dir: Path) -> dict[int, dict[str, str]]:
+    """The settings `write_node_configs` kept, by node id; empty for a new directory.
+    A file that cannot be read, or that names another node id, is a ConfigError."""
+    configs = {}
+    for node_id, path in node_config_paths(base_dir).items():
+        config = read_properties(path)
+        if config.get("node.id") != str(node_id):
+            raise ConfigError(f"{path}: expected node.id={node_id}, found {config.get('node.id')!r}")
+        configs[node_id] = config
+    return configs
+
+
+def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]]) -> None:
+    """Keep every node's settings in `<base_dir>/node-<id>.properties` (Kafka's format)."""
+    base_dir = Path(base_dir)
+    base_dir.mkdir(parents=True, exist_ok=True)
+    for node_id, config in configs.items():
+        path = base_dir / NODE_CONFIG_FILE.format(node_id=node_id)
+        text = NODE_CONFIG_HEADER.format(node_id=node_id, base_dir=base_dir, path=path)
+        text += "".join(f"{key}={value}\n" for key, value in config.items())
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(path)
+
+
 class ClusterProcess:
     def __init__(self, base_dir: str | Path, brokers: int = 3, config: Mapping[str, str] | None = None, *,
-                 fast_failover: bool = True) -> None:
+                 fast_failover: bool = True, node_settings: Mapping[int, Mapping[str, str]] | None = None) -> None:
+        """`brokers` new nodes with free ports and `config` on each, or, with
+        `node_settings`, exactly those nodes (e.g. `read_node_configs` of a cluster that ran
+        before; `brokers` and `config` are then ignored)."""
         self.base_dir = Path(base_dir)
-        overrides = {**(FAST_FAILOVER if fast_failover else {}), **dict(config or {})}
-        self.configs = node_configs(self.base_dir, brokers, overrides=overrides)
+        if node_settings is not None:
+            self.configs = {node_id: dict(settings) for node_id, settings in node_settings.items()}
+        else:
+            overrides = {**(FAST_FAILOVER if fast_failover else {}), **dict(config or {})}
+            self.configs = node_configs(self.base_dir, brokers, overrides=overrides)
         self.nodes = {
             node_id: BrokerProcess(Path(config["log.dirs"]), config, port=int(config["listeners"].rsplit(":", 1)[1]))
             for node_id, config in self.configs.items()

@@ -21,6 +21,23 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
+class BrokerStartError(RuntimeError):
+    """A broker process that exited, or did not print its address in time. The message
+    ends with the tail of its log; `reason` is one line for a command-line error."""
+
+    def __init__(self, log_path: Path, exit_code: int | None, timeout: float, node_id: str | None = None) -> None:
+        tail = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
+        super().__init__(f"broker did not start; its log:\n{tail}")
+        self.log_path = log_path
+        self.node_id = node_id
+        lines = [line for line in tail.splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else "(empty)"
+        if exit_code is None:
+            self.reason = f"not listening after {timeout:.0f}s; last line of {log_path}: {last}"
+        else:
+            self.reason = f"exited with status {exit_code}; last line of {log_path}: {last}"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -67,8 +84,9 @@ class BrokerProcess:
 
         threading.Thread(target=read_handshake, daemon=True).start()
         if not ready.wait(timeout) or self.process.poll() is not None:
+            exit_code = self.process.poll()
             self.kill()
-            raise RuntimeError(f"broker did not start; its log:\n{self.log_path.read_text()[-4000:]}")
+            raise BrokerStartError(self.log_path, exit_code, timeout, self.config.get("node.id"))
         return self
 
     def stop(self, timeout: float = 30.0) -> int:

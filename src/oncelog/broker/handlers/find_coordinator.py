@@ -6,7 +6,9 @@
   partition's leader in the metadata (any broker answers for all); the topic is created
   through the metadata quorum with its replication factor, and until that is possible
   (too few brokers), or while the partition has no leader, the answer is
-  COORDINATOR_NOT_AVAILABLE, which clients retry. The broker named may still be loading
+  COORDINATOR_NOT_AVAILABLE, which clients retry; its error message says why (e.g.
+  "cannot create __consumer_offsets yet: Replication factor: 3 larger than available
+  brokers: 2. (offsets.topic.replication.factor=3: ...)"), where Kafka sends none. The broker named may still be loading
   the partition: it then answers the client's next request with NOT_COORDINATOR or
   COORDINATOR_LOAD_IN_PROGRESS, and the client looks again.
 - v4 batches keys (`coordinator_keys`) and answers one entry per key; v0-v3 take one
@@ -56,21 +58,23 @@ async def _locate(broker, key_type: int, key: str) -> tuple[ErrorCode, str | Non
         return ErrorCode.coordinator_not_available, "This coordinator type is not available.", NOWHERE
     if not key and key_type == TRANSACTION:
         return ErrorCode.invalid_request, "Transactional id must not be empty.", NOWHERE
+    reason = None
     if broker.cluster is None:
         code = coordinator.find(key)
         node = BrokerView(broker.node_id, broker.host, broker.port) if code is ErrorCode.none else NOWHERE
     else:
-        code, node = await _leader_of_key(broker, INTERNAL_TOPIC[key_type], key)
-    return code, None if code is ErrorCode.none else code.name.upper(), node
+        code, reason, node = await _leader_of_key(broker, INTERNAL_TOPIC[key_type], key)
+    return code, None if code is ErrorCode.none else reason or code.name.upper(), node
 
 
-async def _leader_of_key(broker, topic: str, key: str) -> tuple[ErrorCode, BrokerView]:
-    code = await ensure_cluster_internal_topic(broker, topic)
+async def _leader_of_key(broker, topic: str, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
+    code, reason = await ensure_cluster_internal_topic(broker, topic)
     if code is not ErrorCode.none:
-        return code, NOWHERE
+        return code, reason, NOWHERE
     image = broker.cluster.image
-    record = image.partition(topic, partition_for(key, image.topics[topic].partitions))
+    partition = partition_for(key, image.topics[topic].partitions)
+    record = image.partition(topic, partition)
     leader = image.brokers.get(record.leader) if record is not None else None
     if leader is None:
-        return ErrorCode.coordinator_not_available, NOWHERE
-    return ErrorCode.none, BrokerView(leader.node_id, leader.host, leader.port)
+        return ErrorCode.coordinator_not_available, f"{topic}-{partition} has no leader", NOWHERE
+    return ErrorCode.none, None, BrokerView(leader.node_id, leader.host, leader.port)
