@@ -46,6 +46,7 @@ class Connection:
         self._correlation = 0
         self._pending: deque = deque()  # (correlation id, request) sent, response not yet read
         self._ready: dict[int, object] = {}  # responses read on behalf of a later caller
+        self._spare: bytearray | None = None  # a raw frame's buffer, given back for the next one
         self.versions: dict[int, tuple[int, int]] = {}
         host, port = split_address(address)
         try:
@@ -91,8 +92,10 @@ class Connection:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def send(self, entity) -> int:
-        """Send a request; returns the correlation id its response is received by."""
+    def send(self, entity, *, raw: bool = False) -> int:
+        """Send a request; returns the correlation id its response is received by. With
+        `raw`, `receive()` returns the response frame itself (after the correlation id) for
+        the caller to decode: the Fetch path decodes its answers by hand."""
         self._correlation += 1
         frame = encode_request(entity, self._correlation, self.config.client_id)
         try:
@@ -100,7 +103,7 @@ class Connection:
             self._socket.sendall(frame)
         except OSError as error:
             self._fail(f"sending to {self.address} failed: {error}")
-        self._pending.append((self._correlation, entity))
+        self._pending.append((self._correlation, None if raw else entity))
         return self._correlation
 
     def receive(self, correlation: int, extra_wait_s: float = 0.0):
@@ -111,11 +114,17 @@ class Connection:
             return ready
         while self._pending:
             expected, entity = self._pending.popleft()
-            frame = self._read_frame(self.config.request_timeout_s + extra_wait_s)
-            try:
-                response = decode_response(entity, frame, expected)
-            except Exception as error:  # noqa: BLE001 (any decode failure: the stream is unusable)
-                self._fail(f"cannot decode the {type(entity).__name__[:-7]} response from {self.address}: {error}")
+            frame = self._read_frame(self.config.request_timeout_s + extra_wait_s, reuse=entity is None)
+            if entity is None:  # sent with raw=True
+                (answered,) = _SIZE.unpack_from(frame, 0)
+                if answered != expected:
+                    self._fail(f"{self.address} answered request {answered} where {expected} was next")
+                response = frame[4:]
+            else:
+                try:
+                    response = decode_response(entity, frame, expected)
+                except Exception as error:  # noqa: BLE001 (any decode failure: the stream is unusable)
+                    self._fail(f"cannot decode the {type(entity).__name__[:-7]} response from {self.address}: {error}")
             if expected == correlation:
                 return response
             self._ready[expected] = response
@@ -146,7 +155,9 @@ class Connection:
         self._pending.popleft()
         return self._read_frame(self.config.request_timeout_s)
 
-    def _read_frame(self, timeout_s: float) -> memoryview:
+    def _read_frame(self, timeout_s: float, *, reuse: bool = False) -> memoryview:
+        """The next response frame. With `reuse`, into the buffer `recycle()` gave back if it
+        is large enough (a fresh buffer costs a page fault per 4 KB on first touch)."""
         try:
             self._socket.settimeout(timeout_s)
             prefix = self._reader.read(4)
@@ -155,12 +166,21 @@ class Connection:
             (size,) = _SIZE.unpack(prefix)
             if not 4 <= size <= MAX_RESPONSE_BYTES:
                 self._fail(f"{self.address} sent a response of {size} bytes")
-            frame = bytearray(size)
+            spare, self._spare = self._spare, None
+            buffer = spare if reuse and spare is not None and len(spare) >= size else bytearray(size)
+            frame = memoryview(buffer)[:size]
             if self._reader.readinto(frame) != size:
                 self._fail(f"{self.address} closed the connection mid-response")
         except (OSError, ValueError) as error:  # ValueError: the file was closed under us
             self._fail(f"reading from {self.address} failed: {error or type(error).__name__}")
-        return memoryview(frame).toreadonly()  # kio reads read-only buffers only
+        return frame if reuse else frame.toreadonly()  # kio reads read-only buffers only
+
+    def recycle(self, view) -> None:
+        """The caller of a raw `receive()` is done with everything in that frame (`view`, any
+        view of it): its buffer may take the next raw response."""
+        buffer = getattr(view, "obj", None)
+        if isinstance(buffer, bytearray) and (self._spare is None or len(buffer) > len(self._spare)):
+            self._spare = buffer
 
     def _fail(self, message: str):
         self.close()

@@ -14,14 +14,16 @@ caller's to decide. A connection that fails raises ConnectionLost.
 from __future__ import annotations
 
 import datetime
+import struct
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from oncelog.client.cluster import Cluster
-from oncelog.client.config import positive_setting
+from oncelog.client.config import ConfigError, positive_setting
 from oncelog.client.connection import Connection
-from oncelog.client.errors import raise_for
+from oncelog.client.errors import ConnectionLost, raise_for
+from oncelog.protocol.framing import read_unsigned_varint, skip_tagged_fields
 from oncelog.protocol.messages import RequestBuilder
 
 FETCH_KEY = 1
@@ -34,20 +36,27 @@ LATEST = -1
 
 @dataclass(frozen=True)
 class FetchSettings:
-    """librdkafka's names: fetch.max.bytes, max.partition.fetch.bytes, fetch.wait.max.ms."""
+    """librdkafka's names: fetch.max.bytes, max.partition.fetch.bytes, fetch.wait.max.ms,
+    check.crcs (false by default, as in librdkafka: the broker checked each batch's CRC
+    when it was produced, and TCP guards the way here)."""
 
     max_bytes: int = 52_428_800
-    partition_max_bytes: int = 4 << 20
+    partition_max_bytes: int = 8 << 20
     max_wait_ms: int = 500
     read_committed: bool = True
+    check_crcs: bool = False
 
     @classmethod
     def from_settings(cls, settings: dict[str, str], *, read_committed: bool) -> FetchSettings:
+        check = str(settings.get("check.crcs", "false")).lower()
+        if check not in ("true", "false"):
+            raise ConfigError(f"check.crcs={settings['check.crcs']}: use true or false")
         return cls(
             max_bytes=positive_setting(settings, "fetch.max.bytes", cls.max_bytes),
             partition_max_bytes=positive_setting(settings, "max.partition.fetch.bytes", cls.partition_max_bytes),
             max_wait_ms=positive_setting(settings, "fetch.wait.max.ms", cls.max_wait_ms),
             read_committed=read_committed,
+            check_crcs=check == "true",
         )
 
 
@@ -58,7 +67,94 @@ class FetchedPartition:
     last_stable_offset: int
     log_start_offset: int
     aborted: tuple[tuple[int, int], ...]  # (producer id, first offset)
-    records: bytes
+    records: bytes | memoryview  # a view of the response frame
+
+
+# -- the Fetch response, read by hand ----------------------------------------------------------
+#
+# kio would copy every partition's records into a new bytes object; here they stay a view
+# of the frame. Layout (FetchResponse.json), v4-v11 classic, v12 flexible (compact lengths,
+# tagged fields after each struct and in the header):
+#
+#   throttle_time_ms int32, [v7+] error_code int16, session_id int32,
+#   responses: [ topic string,
+#                partitions: [ partition_index int32, error_code int16, high_watermark int64,
+#                              last_stable_offset int64, [v5+] log_start_offset int64,
+#                              aborted_transactions: nullable [ producer_id int64, first_offset int64 ],
+#                              [v11+] preferred_read_replica int32, records nullable bytes ] ]
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">ihqq")
+_INT64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")
+
+
+def decode_fetch_response(version: int, body: memoryview) -> tuple[int, dict[tuple[str, int], FetchedPartition]]:
+    """(top-level error code, {(topic, partition): answer}) of a Fetch response `body` (the
+    frame after its correlation id)."""
+    flexible = version >= 12
+    position = _skip_tags(body, 0) if flexible else 0
+    position += 4  # throttle_time_ms
+    error = 0
+    if version >= 7:
+        (error,) = _INT16.unpack_from(body, position)
+        position += 6  # error_code, session_id
+    answers: dict[tuple[str, int], FetchedPartition] = {}
+    topics, position = _length(body, position, flexible)
+    for _ in range(max(topics, 0)):
+        topic, position = _string(body, position, flexible)
+        partitions, position = _length(body, position, flexible)
+        for _ in range(max(partitions, 0)):
+            index, code, high, stable = _PARTITION_HEAD.unpack_from(body, position)
+            position += _PARTITION_HEAD.size
+            log_start = -1
+            if version >= 5:
+                (log_start,) = _INT64.unpack_from(body, position)
+                position += 8
+            aborted = []
+            count, position = _length(body, position, flexible)
+            for _ in range(max(count, 0)):
+                aborted.append(_ABORTED.unpack_from(body, position))
+                position += _ABORTED.size
+                if flexible:
+                    position = _skip_tags(body, position)
+            if version >= 11:
+                position += 4  # preferred_read_replica
+            size, position = _length(body, position, flexible)
+            records = body[position:position + size] if size > 0 else b""
+            if size > 0 and position + size > len(body):
+                raise ValueError(f"records of {topic}-{index} run past the end of the response")
+            position += max(size, 0)
+            if flexible:
+                position = _skip_tags(body, position)
+            answers[(topic, index)] = FetchedPartition(ErrorCode(code), high, stable, log_start,
+                                                       tuple((p, f) for p, f in aborted), records)
+        if flexible:
+            position = _skip_tags(body, position)
+    return error, answers
+
+
+def _length(body: memoryview, position: int, flexible: bool) -> tuple[int, int]:
+    """An array's or bytes' length (-1: null)."""
+    if flexible:
+        value, position = read_unsigned_varint(body, position)
+        return value - 1, position
+    return _INT32.unpack_from(body, position)[0], position + 4
+
+
+def _string(body: memoryview, position: int, flexible: bool) -> tuple[str, int]:
+    if flexible:
+        length, position = read_unsigned_varint(body, position)
+        length -= 1
+    else:
+        (length,) = _INT16.unpack_from(body, position)
+        position += 2
+    return str(body[position:position + max(length, 0)], "utf-8"), position + max(length, 0)
+
+
+def _skip_tags(body: memoryview, position: int) -> int:
+    return skip_tagged_fields(body, position)
 
 
 class PartitionFetcher:
@@ -69,7 +165,8 @@ class PartitionFetcher:
         self.topic = topic
         self.partition = partition
         self.settings = settings
-        self._sent_to: list[tuple[Connection, int]] = []
+        self._sent_to: list[tuple[Connection, int, int]] = []
+        self._answered_by: Connection | None = None
 
     def send(self, offset: int) -> None:
         """Ask the leader for records from `offset` (raises ConnectionLost, UnknownTopic)."""
@@ -89,31 +186,34 @@ class PartitionFetcher:
             topics=(build.make("FetchTopic", topic=self.topic, partitions=(partition,)),),
             forgotten_topics_data=(), rack_id="",
         )
-        self._sent_to.append((connection, connection.send(request)))
+        self._sent_to.append((connection, connection.send(request, raw=True), version))
 
     def receive(self) -> FetchedPartition:
-        """The answer to the oldest Fetch sent."""
-        connection, correlation = self._sent_to.pop(0)
-        response = connection.receive(correlation, extra_wait_s=self.settings.max_wait_ms / 1000)
-        raise_for(getattr(response, "error_code", ErrorCode.none), f"Fetch of {self.topic}-{self.partition}")
-        for topic in response.responses:
-            for data in topic.partitions:
-                if topic.topic == self.topic and data.partition_index == self.partition:
-                    return FetchedPartition(
-                        error=ErrorCode(data.error_code),
-                        high_watermark=int(data.high_watermark),
-                        last_stable_offset=int(data.last_stable_offset),
-                        log_start_offset=int(getattr(data, "log_start_offset", -1)),
-                        aborted=tuple((int(a.producer_id), int(a.first_offset))
-                                      for a in data.aborted_transactions or ()),
-                        records=data.records or b"",
-                    )
-        return FetchedPartition(ErrorCode.unknown_topic_or_partition, -1, -1, -1, (), b"")
+        """The answer to the oldest Fetch sent. Its records are a view of the response
+        frame: call `done(answer)` once nothing refers to them any more."""
+        connection, correlation, version = self._sent_to.pop(0)
+        body = connection.receive(correlation, extra_wait_s=self.settings.max_wait_ms / 1000)
+        self._answered_by = connection
+        try:
+            error, answers = decode_fetch_response(version, body)
+        except (struct.error, ValueError, IndexError) as failure:
+            connection.close()
+            raise ConnectionLost(f"malformed Fetch response from {connection.address}: {failure}") from None
+        raise_for(error, f"Fetch of {self.topic}-{self.partition}")
+        found = answers.get((self.topic, self.partition))
+        if found is None:
+            return FetchedPartition(ErrorCode.unknown_topic_or_partition, -1, -1, -1, (), b"")
+        return found
+
+    def done(self, answer: FetchedPartition) -> None:
+        """Nothing refers to `answer`'s records any more: their buffer may hold the next answer."""
+        if self._answered_by is not None and isinstance(answer.records, memoryview):
+            self._answered_by.recycle(answer.records)
 
     def discard_in_flight(self) -> None:
         """Forget Fetches still in flight (their connections are closed: the answers would
         arrive out of turn)."""
-        for connection, _correlation in self._sent_to:
+        for connection, _correlation, _version in self._sent_to:
             connection.close()
         self._sent_to.clear()
 

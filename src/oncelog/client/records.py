@@ -204,37 +204,36 @@ def _empty(next_offset: int) -> DecodedRecords:
 
 
 def _record_starts(arena, batches: Sequence[_Batch]) -> tuple[np.ndarray, np.ndarray]:
-    """Where each record's attributes byte is, and where the record ends: the one loop
-    over records (a record's start depends on the lengths of all before it)."""
-    total = sum(batch.count for batch in batches)
-    starts = [0] * total
-    ends = [0] * total
-    index = 0
+    """Where each record's attributes byte is, and where the record ends. The loop over
+    records notes only where each record's length field is (where a record starts
+    depends on the lengths of all before it); the fields are then read for all at once."""
+    fields: list[int] = []
+    note = fields.append
     for batch in batches:
         position = batch.payload_start
         stop = batch.payload_end
-        for _ in range(batch.count):
-            if position >= stop:
-                raise CorruptRecordError(f"batch at offset {batch.base_offset} holds fewer records than it says")
-            byte = arena[position]
-            if byte < 0x80:
-                length = byte
-                position += 1
-            else:
-                second = arena[position + 1]
-                if second < 0x80:  # records of 64 bytes to 8 KB
-                    length = (byte & 0x7F) | (second << 7)
-                    position += 2
+        try:
+            for _ in range(batch.count):
+                note(position)
+                byte = arena[position]
+                if byte < 0x80:
+                    position += 1 + (byte >> 1)  # a zigzag varint: the length is byte / 2
                 else:
-                    length, position = _slow_varint(arena, position)
-            length = (length >> 1) ^ -(length & 1)
-            starts[index] = position
-            position += length
-            ends[index] = position
-            index += 1
+                    second = arena[position + 1]
+                    if second < 0x80:  # records of 64 bytes to 8 KB
+                        position += 2 + (((byte & 0x7F) | (second << 7)) >> 1)
+                    else:
+                        length, position = _slow_varint(arena, position)
+                        position += length >> 1
+        except IndexError:
+            raise CorruptRecordError(f"records of the batch at offset {batch.base_offset} run past its end") from None
         if position != stop:
             raise CorruptRecordError(f"records of the batch at offset {batch.base_offset} do not fill it")
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+    data = np.frombuffer(arena, dtype=np.uint8)
+    lengths, starts = _read_varints(data, np.array(fields, dtype=np.int64), 10)
+    if (lengths < 0).any():
+        raise CorruptRecordError("a record has a negative length")
+    return starts, starts + lengths
 
 
 def _slow_varint(arena, position: int) -> tuple[int, int]:
@@ -258,6 +257,11 @@ def _read_varints(data: np.ndarray, positions: np.ndarray, width: int) -> tuple[
     if not (first & 0x80).any():  # the common case: every varint is one byte
         values = first.astype(np.int64)
         return (values >> 1) ^ -(values & 1), positions + 1
+    second = data[np.minimum(positions + 1, len(data) - 1)]
+    long = (first & 0x80) != 0
+    if not (second[long] & 0x80).any():  # none longer than two bytes (values below 8,192)
+        values = np.where(long, (first & 0x7F).astype(np.int64) | (second.astype(np.int64) << 7), first)
+        return (values >> 1) ^ -(values & 1), positions + 1 + long
     window = data[np.minimum(positions[:, None] + np.arange(width), len(data) - 1)]
     continues = (window & 0x80) != 0
     sizes = np.argmin(continues, axis=1) + 1

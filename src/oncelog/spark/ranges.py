@@ -92,6 +92,7 @@ class _RangeReader:
                 if fetched is not None:
                     decoding.start()
                     position, batch = self._take(fetched, position)
+                    self.fetcher.done(fetched)  # the batch holds copies of the records
                     decoding.stop()
                     if batch is not None:
                         rows += batch.num_rows
@@ -154,6 +155,7 @@ class _RangeReader:
             decoded = decode_fetched(
                 fetched.records, start=position, end=task.end, read_committed=self.options.read_committed,
                 aborted=fetched.aborted, with_headers=self.options.include_headers,
+                verify_crc=self.options.fetch_settings.check_crcs,
             )
         except CorruptRecordError as error:
             raise SourceError(f"reading {self.where} at offset {position}: {error}") from None
