@@ -93,3 +93,20 @@ def test_batch_mode_on_a_broker_without_two_phase_commit_says_what_to_do(broker,
         "mode=batch needs an oncelog broker with transaction.two.phase.commit.enable=true "
         "(KIP-939 InitProducerId v6); use mode=partition against other Kafka clusters"
     )
+
+
+def test_a_misspelt_kafka_setting_is_refused_by_librdkafka_before_any_task_runs():
+    with pytest.raises(SinkOptionError, match='No such configuration property: "compresion.type"'):
+        stream_writer({**BOOTSTRAP, "topic": "t", "kafka.compresion.type": "lz4"}, VALUE_ONLY)
+
+
+@pytest.mark.parametrize("setting, named", [
+    ({"kafka.security.protocol": "SASL_SSL"}, "option kafka.security.protocol=SASL_SSL"),
+    ({"kafka.compression.type": "brotli"}, "option kafka.compression.type=brotli"),
+    ({"kafka.acks": "1"}, "option kafka.acks=1"),
+    ({"kafka.partitioner": "fnv1a"}, "option kafka.partitioner=fnv1a"),
+])
+def test_settings_the_sinks_client_cannot_honour_are_refused_naming_them(setting, named):
+    with pytest.raises(SinkOptionError) as raised:
+        parse_sink_options({**BOOTSTRAP, "topic": "t", **setting}, streaming=True)
+    assert named in str(raised.value)

@@ -188,6 +188,18 @@ def test_client_settings_pass_through_without_prefix():
         "isolation.level": "read_uncommitted",
         "client.id": "me",
     }
+    assert options.client.client_id == "me"
+
+
+@pytest.mark.parametrize("setting, named", [
+    ({"kafka.security.protocol": "SASL_PLAINTEXT"}, "option kafka.security.protocol=SASL_PLAINTEXT"),
+    ({"kafka.max.partition.fetch.bytes": "lots"}, "option kafka.max.partition.fetch.bytes='lots'"),
+    ({"kafka.check.crcs": "maybe"}, "option kafka.check.crcs=maybe"),
+])
+def test_settings_the_executors_client_cannot_honour_are_refused_naming_them(setting, named):
+    with pytest.raises(SourceOptionError) as raised:
+        parse(subscribe="t", **setting)
+    assert named in str(raised.value)
 
 
 def test_specific_offsets_are_kept_per_partition():

@@ -66,6 +66,7 @@ from oncelog.spark.sink_options import (
     SinkError,
     SinkOptions,
     SinkWriteError,
+    check_client_settings,
     parse_sink_options,
 )
 from oncelog.spark.sink_rows import RowWriter, check_input_schema, first_topic, nonempty_batches
@@ -86,6 +87,7 @@ def stream_writer(raw_options, schema: StructType) -> OncelogStreamWriter:
     cluster, or (mode=batch) a cluster without 2PC."""
     with trace.step("sink.writer"):
         options = parse_sink_options(raw_options, streaming=True)
+        check_client_settings(options)
         check_input_schema(schema, options)
         writer = OncelogStreamWriter(options, schema)
         if options.mode == BATCH_MODE:
@@ -99,6 +101,7 @@ def stream_writer(raw_options, schema: StructType) -> OncelogStreamWriter:
 def batch_writer(raw_options, schema: StructType) -> OncelogBatchWriter:
     """Driver: the writer of a batch `df.write.format("oncelog")`."""
     options = parse_sink_options(raw_options, streaming=False)
+    check_client_settings(options)
     check_input_schema(schema, options)
     check_reachable(options)
     return OncelogBatchWriter(options, schema)
