@@ -68,24 +68,30 @@ def read_committed(bootstrap: str, topic: str, partitions: int = 2) -> list[byte
     return values
 
 
-def test_cli_runs_a_file_transform_and_writes_each_committed_record_exactly_once(shared_broker, tmp_path):
+def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_committed_record_exactly_once(shared_broker, tmp_path):
     bootstrap = shared_broker.bootstrap_servers
     source, sink = f"cli-in-{uuid.uuid4().hex[:6]}", f"cli-out-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, source, sink)
     committed = [f"order-{i}".encode() for i in range(300)]
     aborted = [f"aborted-{i}".encode() for i in range(100)]
     produce_in_transactions(bootstrap, source, [(committed[:150], True), (aborted, False), (committed[150:], True)])
-    # A Python UDF: executors must import this file's module, which the runner ships.
+    # An Arrow-optimized Python UDF and a pandas UDF (pandas comes with oncelog): executors
+    # must import this file's module, which the runner ships.
     transform = tmp_path / f"shout_{uuid.uuid4().hex[:6]}.py"
     transform.write_text(textwrap.dedent("""
+        import pandas as pd
         from pyspark.sql import functions as F
 
-        @F.udf("binary")
+        @F.udf("binary", useArrow=True)
         def shout(value):
-            return value.upper() + b"!"
+            return value.upper()
+
+        @F.pandas_udf("binary")
+        def bang(values: pd.Series) -> pd.Series:
+            return values.map(lambda value: value + b"!")
 
         def transform(source):
-            return source.select("key", shout("value").alias("value"))
+            return source.select("key", bang(shout("value")).alias("value"))
     """))
 
     completed = subprocess.run(
@@ -98,6 +104,7 @@ def test_cli_runs_a_file_transform_and_writes_each_committed_record_exactly_once
     )
 
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "Warning" not in completed.stderr, completed.stderr  # e.g. Arrow optimization failed to enable
     events = [json.loads(line) for line in completed.stdout.splitlines()]
     batches = [e for e in events if e["event"] == "batch"]
     assert events[0]["event"] == "started" and events[-1]["event"] == "finished"
