@@ -59,7 +59,7 @@ class Connection:
         except (OSError, ssl.SSLError) as error:
             raw.close()
             raise ConnectionLost(f"TLS handshake with {address} failed: {error}") from None
-        self._reader = self._socket.makefile("rb", buffering=65536)
+        self._prefix = bytearray(4)
         self.closed = False
         self.versions = self._api_versions()
 
@@ -160,20 +160,28 @@ class Connection:
         is large enough (a fresh buffer costs a page fault per 4 KB on first touch)."""
         try:
             self._socket.settimeout(timeout_s)
-            prefix = self._reader.read(4)
-            if len(prefix) < 4:
-                self._fail(f"{self.address} closed the connection")
-            (size,) = _SIZE.unpack(prefix)
+            self._receive_into(memoryview(self._prefix))
+            (size,) = _SIZE.unpack(self._prefix)
             if not 4 <= size <= MAX_RESPONSE_BYTES:
                 self._fail(f"{self.address} sent a response of {size} bytes")
             spare, self._spare = self._spare, None
             buffer = spare if reuse and spare is not None and len(spare) >= size else bytearray(size)
             frame = memoryview(buffer)[:size]
-            if self._reader.readinto(frame) != size:
-                self._fail(f"{self.address} closed the connection mid-response")
-        except (OSError, ValueError) as error:  # ValueError: the file was closed under us
+            self._receive_into(frame)
+        except OSError as error:
             self._fail(f"reading from {self.address} failed: {error or type(error).__name__}")
         return frame if reuse else frame.toreadonly()  # kio reads read-only buffers only
+
+    def _receive_into(self, view: memoryview) -> None:
+        """Fill `view` from the socket: with MSG_WAITALL, one system call for a whole
+        frame (the GIL is released for all of it), except on TLS, which reads in pieces."""
+        flags = 0 if isinstance(self._socket, ssl.SSLSocket) else socket.MSG_WAITALL
+        received = 0
+        while received < len(view):
+            count = self._socket.recv_into(view[received:], len(view) - received, flags)
+            if count == 0:
+                self._fail(f"{self.address} closed the connection")
+            received += count
 
     def recycle(self, view) -> None:
         """The caller of a raw `receive()` is done with everything in that frame (`view`, any
@@ -192,11 +200,10 @@ class Connection:
         self.closed = True
         self._pending.clear()
         self._ready.clear()
-        for closable in (self._reader, self._socket):
-            try:
-                closable.close()
-            except OSError:
-                pass
+        try:
+            self._socket.close()
+        except OSError:
+            pass
 
     def __repr__(self) -> str:
         return f"Connection({self.address}, node {self.node_id})"
