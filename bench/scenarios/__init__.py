@@ -8,6 +8,7 @@ for the shape) and list it below. Numbering follows the issue:
  3 txn every 10 records        3c 3 from 16 producers at once  4 txn every 1000 records
  5 consume read_uncommitted    5c consume read_committed     6 commit latency p50/p99
  7 start-up                   7r recovery after kill -9       8 Spark pipeline
+ 8s the Spark source alone     8w the Spark sink alone
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ SCENARIOS: list[Scenario] = [
     startup.STARTUP,
     startup.RECOVERY,
     pipeline.PIPELINE,
+    pipeline.SOURCE_ALONE,
+    pipeline.SINK_ALONE,
 ]
 
 BY_ID = {scenario.id: scenario for scenario in SCENARIOS}
