@@ -110,3 +110,22 @@ def test_settings_the_sinks_client_cannot_honour_are_refused_naming_them(setting
     with pytest.raises(SinkOptionError) as raised:
         parse_sink_options({**BOOTSTRAP, "topic": "t", **setting}, streaming=True)
     assert named in str(raised.value)
+
+
+def test_batch_mode_refused_for_want_of_two_phase_commit_leaves_no_gate_open(broker, tmp_path):
+    """Regression: the gate's records were written before the hand-over found 2PC off, and the
+    open gate held read_committed readers of the topic back until its 15-minute timeout."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from oncelog.spark.twophase import TwoPhaseClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("out", 2, 1)])["out"].result(30)
+    checkpoint = tmp_path / "cp"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": "q"}) + "\n")
+    options = {"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": "out", "mode": "batch",
+               "checkpointLocation": str(checkpoint)}
+    with pytest.raises(TwoPhaseCommitUnavailable):
+        stream_writer(options, VALUE_ONLY)
+    assert TwoPhaseClient(broker.bootstrap_servers).list_ongoing(".*") == []

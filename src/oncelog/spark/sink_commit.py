@@ -39,6 +39,9 @@ GATE_TIMEOUT_MS = 900_000  # until it is handed over (then it has none)
 SINK_STATE_DIR = "oncelog-sink"
 DECISIONS_KEPT = 100  # like spark.sql.streaming.minBatchesToRetain's default
 
+# Clusters (per client configuration) on which this process saw 2PC allowed.
+_two_phase_confirmed: set = set()
+
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
@@ -244,17 +247,19 @@ class BatchCommitter:
             self.client.keep_prepared(gate_id)
         if open_gates:
             return
+        # Before anything is written: the brokers allow 2PC (ApiVersions cannot tell), or a
+        # gate would be left open, holding back the partitions' LSO until its timeout.
+        self._check_two_phase()
         topics = sorted(set(self.state.topics()) | ({self.options.topic} if self.options.topic else set()))
         partitions = self._partitions(topics) if topics else []
         if not partitions:
-            # Nothing to hold back yet; still make sure 2PC is allowed (ApiVersions cannot tell).
-            self.client.keep_prepared(f"{self.options.transactional_id_prefix}-{self.query_id}-probe")
-            return
+            return  # nothing to hold back yet
         # A new id for every gate: an id is used for one transaction only, so its epoch
         # never runs out however long the query runs.
         gate_id = f"{self.gate_prefix}{uuid.uuid4().hex[:8]}"
         settings = replace(self.options.producer_settings, transaction_timeout_ms=GATE_TIMEOUT_MS)
         producer = TransactionalProducer(self.cluster, gate_id, settings, timeout_s=self.options.cluster_timeout_s)
+        handed_over = False
         try:
             producer.init()
             producer.begin()
@@ -264,8 +269,22 @@ class BatchCommitter:
                 producer.write(topic, partition, record)
             producer.flush()
             self.client.keep_prepared(gate_id)
+            handed_over = True
         except ClientError as error:
             raise SinkWriteError(f"could not open the gate transaction {gate_id!r}: {error}") from None
+        finally:
+            if not handed_over:  # never leave a half-opened gate holding the LSO back
+                try:
+                    producer.abort()
+                except ClientError:
+                    pass  # its timeout ends it; the next gate_open lists and reuses or aborts it
+
+    def _check_two_phase(self) -> None:
+        """InitProducerId v6 keepPreparedTxn on a probe id of the query, once per process."""
+        if self.options.client in _two_phase_confirmed:
+            return
+        self.client.keep_prepared(f"{self.options.transactional_id_prefix}-{self.query_id}-probe")
+        _two_phase_confirmed.add(self.options.client)
 
     def close_gate(self) -> None:
         for gate_id in self._open_gates():
