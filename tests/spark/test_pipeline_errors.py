@@ -130,7 +130,63 @@ def test_unreachable_broker_is_one_line_from_the_command(tmp_path):
     assert completed.stdout == ""
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1, completed.stderr
-    assert lines[0].startswith(f"oncelog: error: cannot reach the broker at --bootstrap-servers {address}: ")
+    assert lines[0].startswith(f"oncelog: error: cannot reach the broker at --bootstrap-server {address}: ")
+
+
+def test_a_misspelt_sink_setting_is_one_line_before_spark_starts(capsys, shared_broker, topics, tmp_path):
+    source, sink = topics
+    code, err = run_cli(capsys, "--source", source, "--sink", sink, "--sql", "SELECT value FROM source",
+                        "--checkpoint", str(tmp_path), "--bootstrap-server", shared_broker.bootstrap_servers,
+                        "--sink-option", "kafka.no.such.prop=1")
+    assert code == 1
+    assert err.strip().splitlines() == [
+        'oncelog: error: --sink-option: kafka.* options rejected by librdkafka: '
+        'No such configuration property: "no.such.prop"'
+    ]
+
+
+def test_batch_mode_against_a_broker_without_two_phase_commit_is_one_line_and_leaves_nothing_open(
+    capsys, broker, tmp_path
+):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from oncelog.spark.twophase import TwoPhaseClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(n, 2, 1) for n in ("orders", "enriched")]).values():
+        future.result(30)
+    code, err = run_cli(capsys, "--source", "orders", "--sink", "enriched", "--sql", "SELECT value FROM source",
+                        "--checkpoint", str(tmp_path), "--bootstrap-server", broker.bootstrap_servers,
+                        "--mode", "batch")
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "oncelog: error: --mode batch: mode=batch needs an oncelog broker with "
+        "transaction.two.phase.commit.enable=true (KIP-939 InitProducerId v6); use mode=partition "
+        "against other Kafka clusters"
+    ]
+    assert TwoPhaseClient(broker.bootstrap_servers).list_ongoing(".*") == []
+
+
+def test_connection_options_come_from_the_environment_and_x_properties_as_for_every_command(
+    capsys, monkeypatch, shared_broker, topics, tmp_path
+):
+    source, sink = topics
+    with socket.socket() as placeholder:  # a port nobody listens on
+        placeholder.bind(("127.0.0.1", 0))
+        nobody = f"127.0.0.1:{placeholder.getsockname()[1]}"
+    base = ["--source", source, "--sink", "no-such-output", "--sql", "SELECT value FROM source",
+            "--checkpoint", str(tmp_path)]
+    monkeypatch.setenv("ONCELOG_BOOTSTRAP", shared_broker.bootstrap_servers)
+    _, err = run_cli(capsys, *base)
+    assert f"--sink topic 'no-such-output' does not exist on {shared_broker.bootstrap_servers}" in err
+    monkeypatch.setenv("ONCELOG_BOOTSTRAP", nobody)
+    _, err = run_cli(capsys, *base, "-X", f"bootstrap.servers={shared_broker.bootstrap_servers}")
+    assert f"does not exist on {shared_broker.bootstrap_servers}" in err
+    # Every other -X property goes to both connectors, and is checked before anything else.
+    _, err = run_cli(capsys, *base, "-X", "security.protocol=SASL_SSL")
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("oncelog: error: --source-option: option kafka.security.protocol=SASL_SSL: ")
 
 
 # -- through Spark -----------------------------------------------------------------------------
@@ -202,4 +258,81 @@ def test_transform_raising_on_a_record_names_batch_offsets_and_partition_and_wri
         f"micro-batch 0 (reading {source}-0 [0, 20), {source}-1 [0, 20)) failed in its task for "
         f"{source}-1 offsets [0, 20) (1 attempt): ValueError: cannot enrich b'poison'"
     )
+    assert committed_records(shared_broker.bootstrap_servers, sink) == 0
+
+
+# -- the command, as a user runs it ------------------------------------------------------------
+
+# The JVM's own start-up notice (Spark 4 adds the vector incubator module): not ours to silence.
+JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+def start_command(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([str(ONCELOG), "pipeline", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_ctrl_c_stops_a_running_pipeline_as_sigterm_does_with_its_summary_and_no_traceback(
+    shared_broker, topics, tmp_path
+):
+    import os
+    import signal
+
+    from confluent_kafka import Producer
+
+    source, sink = topics
+    producer = Producer({"bootstrap.servers": shared_broker.bootstrap_servers})
+    for number in range(100):
+        producer.produce(source, f"order-{number}".encode())
+    assert producer.flush(30) == 0
+    command = start_command("--source", source, "--sink", sink, "--sql", "SELECT value FROM source",
+                            "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2]",
+                            "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "processing-time=200ms")
+    try:
+        assert command.stdout.readline().startswith("batch 0: 100 records")
+        os.killpg(command.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
+        out, err = command.communicate(timeout=90)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+    assert command.returncode == 0, err
+    assert out.strip().splitlines()[-1].startswith("pipeline stopped: ")
+    assert [line for line in err.splitlines() if line != JVM_NOTICE] == []
+    assert committed_records(shared_broker.bootstrap_servers, sink) == 100
+
+
+def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks_traces_go_to_its_log(
+    shared_broker, topics, tmp_path
+):
+    from confluent_kafka import Producer
+
+    source, sink = topics
+    producer = Producer({"bootstrap.servers": shared_broker.bootstrap_servers})
+    for number in range(20):
+        producer.produce(source, b"poison" if number == 7 else f"order-{number}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    reference = write_transform(tmp_path, """
+        from pyspark.sql import functions as F
+
+        @F.udf("binary")
+        def enrich(value):
+            if value == b"poison":
+                raise ValueError(f"cannot enrich {value!r}")
+            return value
+
+        def transform(source):
+            return source.select(enrich("value").alias("value"))
+    """)
+    command = start_command("--source", source, "--sink", sink, "--transform", reference,
+                            "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2,2]",
+                            "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
+    out, err = command.communicate(timeout=120)
+    assert command.returncode == 1
+    lines = [line for line in err.splitlines() if line != JVM_NOTICE]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"oncelog: error: micro-batch 0 (reading {source}-0 [0, 20)) failed")
+    assert "ValueError: cannot enrich b'poison' (Spark's log: " in lines[0]
+    log = Path(lines[0].rsplit("(Spark's log: ", 1)[1].rstrip(")"))
+    assert log.parent == tmp_path / "checkpoint" / "logs"
+    assert "ValueError: cannot enrich b'poison'" in log.read_text()  # the traces Spark printed before
     assert committed_records(shared_broker.bootstrap_servers, sink) == 0

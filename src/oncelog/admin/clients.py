@@ -32,9 +32,9 @@ CONNECT_TIMEOUT_S = 15.0
 UNREACHABLE_GRACE_S = 5.0
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+def add_connection_arguments(parser: argparse.ArgumentParser, *, aliases: tuple[str, ...] = ()) -> None:
     parser.add_argument(
-        "--bootstrap-server",
+        "--bootstrap-server", *aliases, dest="bootstrap_server",
         metavar="HOST:PORT[,HOST:PORT]",
         help="broker(s) to connect to (default: bootstrap.servers from -X or "
         f"--command-config, else $ONCELOG_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})",
@@ -94,17 +94,24 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
     return properties
 
 
+def user_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The client properties the user gave: `--command-config`, then `-X` over it."""
+    properties: dict[str, str] = {}
+    if args.command_config:
+        properties.update(read_properties_file(args.command_config))
+    for item in args.client_properties:
+        key, value = parse_key_value(item, "-X")
+        properties[key] = value
+    return properties
+
+
 def client_config(args: argparse.Namespace, **defaults: Any) -> dict[str, Any]:
     """Client properties for one command, lowest precedence first: the command's own
     defaults, `$ONCELOG_BOOTSTRAP` (or localhost:9092), `--command-config`, `-X`, and
     `--bootstrap-server`."""
     config: dict[str, Any] = dict(defaults)
     config["bootstrap.servers"] = os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP
-    if args.command_config:
-        config.update(read_properties_file(args.command_config))
-    for item in args.client_properties:
-        key, value = parse_key_value(item, "-X")
-        config[key] = value
+    config.update(user_properties(args))
     # As in Kafka's tools, --bootstrap-server wins over a bootstrap.servers property.
     if args.bootstrap_server:
         config["bootstrap.servers"] = args.bootstrap_server

@@ -8,7 +8,9 @@ on the `oncelog` command tree and turns the runner's errors into the CLI's one l
 from __future__ import annotations
 
 import argparse
+import os
 
+from oncelog.admin.clients import DEFAULT_BOOTSTRAP, add_connection_arguments, user_properties
 from oncelog.cli import CommandError
 
 
@@ -26,13 +28,26 @@ def register(commands: argparse._SubParsersAction) -> None:
         "through the exactly-once oncelog sink. Progress lives in --checkpoint: run again with the "
         "same checkpoint to continue where it stopped.",
     )
-    add_arguments(run)
+    add_arguments(run, connection=False)
+    add_connection_arguments(run, aliases=("--bootstrap-servers",))
     run.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The connection options as every oncelog command takes them: the bootstrap servers
+    from --bootstrap-server (or --bootstrap-servers), else bootstrap.servers of -X or
+    --command-config, else $ONCELOG_BOOTSTRAP; every other client property becomes a
+    `kafka.*` option of both the source and the sink (--source-option and --sink-option
+    win over them)."""
     from oncelog.spark.pipeline import PipelineError, run_from_args
 
+    properties = user_properties(args)
+    args.bootstrap_servers = (args.bootstrap_server or properties.pop("bootstrap.servers", None)
+                              or os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP)
+    properties.pop("bootstrap.servers", None)
+    shared = [f"kafka.{key}={value}" for key, value in properties.items()]
+    args.source_option = shared + args.source_option
+    args.sink_option = shared + args.sink_option
     try:
         return run_from_args(args)
     except PipelineError as error:

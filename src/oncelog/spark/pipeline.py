@@ -35,6 +35,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -152,8 +153,11 @@ class PipelineSpec:
         return f"--sql {self.sql!r}" if self.sql is not None else " then ".join(self.transforms)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The runner's options, for `oncelog pipeline run` and `python -m oncelog.spark.pipeline`."""
+def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -> None:
+    """The runner's options, for `oncelog pipeline run` and `python -m oncelog.spark.pipeline`.
+    Without `connection`, the caller adds the connection options (`oncelog pipeline run`
+    takes every oncelog command's: --bootstrap-server, --command-config, -X) and sets
+    `args.bootstrap_servers`."""
     parser.add_argument("--source", required=True, metavar="TOPIC", help="topic to read (read_committed)")
     parser.add_argument("--sink", required=True, metavar="TOPIC", help="topic to write, exactly once")
     transform = parser.add_mutually_exclusive_group(required=True)
@@ -167,8 +171,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     transform.add_argument("--sql", metavar="QUERY", help=f"Spark SQL over the temp view {SOURCE_VIEW!r}")
     parser.add_argument("--checkpoint", required=True, metavar="DIR",
                         help="Spark's checkpoint: the pipeline's progress; restart with the same one")
-    parser.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                        help="default: %(default)s")
+    if connection:
+        parser.add_argument("--bootstrap-server", "--bootstrap-servers", dest="bootstrap_servers",
+                            default=os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP,
+                            metavar="HOST:PORT", help="default: $ONCELOG_BOOTSTRAP, else %(default)s")
     parser.add_argument("--mode", choices=MODES, default="partition",
                         help="sink mode: partition (a transaction per task, any Kafka cluster) or batch "
                         "(one atomic micro-batch; needs transaction.two.phase.commit.enable=true on the "
@@ -285,6 +291,40 @@ class TransformReference:
         return function
 
 
+def check_options(spec: PipelineSpec) -> None:
+    """The source's and the sink's options as they will get them, checked as they will
+    check them (kafka.* names by librdkafka too), before Spark starts."""
+    from oncelog.spark.errors import SourceError
+    from oncelog.spark.options import parse_options
+    from oncelog.spark.sink_options import check_client_settings, parse_sink_options
+
+    try:
+        parse_options(source_options(spec), streaming=True)
+    except SourceError as error:
+        raise PipelineError(f"--source-option: {error}") from None
+    try:
+        check_client_settings(parse_sink_options(sink_options(spec), streaming=True))
+    except SourceError as error:  # the sink's errors derive from the source's
+        raise PipelineError(f"--sink-option: {error}") from None
+
+
+def check_two_phase_commit(spec: PipelineSpec) -> None:
+    """--mode batch: the cluster keeps prepared transactions (KIP-939), asked with the
+    hand-over call the sink's tasks make, on an id of the pipeline's own; before Spark
+    starts, and before anything is written."""
+    from oncelog.spark.errors import TwoPhaseError
+    from oncelog.spark.sink_options import parse_sink_options
+    from oncelog.spark.twophase import TwoPhaseClient
+
+    options = parse_sink_options(sink_options(spec), streaming=True)
+    try:
+        with TwoPhaseClient(options.client, min(options.cluster_timeout_s, BROKER_CHECK_TIMEOUT_S)) as client:
+            client.check_two_phase_commit()
+            client.keep_prepared(f"{spec.transactional_id}-check")
+    except TwoPhaseError as error:
+        raise PipelineError(f"--mode batch: {error}") from None
+
+
 def check_cluster(spec: PipelineSpec) -> None:
     """The broker answers and both topics exist, or a one-line PipelineError, in seconds
     (Spark would take ten seconds to start before saying the same in a long trace)."""
@@ -310,7 +350,7 @@ def check_cluster(spec: PipelineSpec) -> None:
             refused = _error_code(error) in refused_codes
             if waited >= BROKER_CHECK_TIMEOUT_S or (refused and waited >= BROKER_REFUSED_GRACE_S):
                 raise PipelineError(
-                    f"cannot reach the broker at --bootstrap-servers {spec.bootstrap_servers}: {_one_line(error)}"
+                    f"cannot reach the broker at --bootstrap-server {spec.bootstrap_servers}: {_one_line(error)}"
                 ) from None
     for option, topic in (("--source", spec.source_topic), ("--sink", spec.sink_topic)):
         found = metadata.topics.get(topic)
@@ -330,10 +370,21 @@ def _error_code(error: Exception) -> int | None:
 # -- building and running the query -------------------------------------------------------
 
 
-def start_session(spec: PipelineSpec) -> SparkSession:
+def spark_log_path(spec: PipelineSpec) -> Path:
+    """Where the Spark the runner starts writes its log (warnings, failed tasks' stack
+    traces): `<checkpoint>/logs/` when the checkpoint is a local directory, else the
+    temporary directory. The runner itself prints one line per event."""
+    name = f"spark-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    checkpoint = spec.checkpoint_location
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", checkpoint):
+        return Path(tempfile.gettempdir()) / f"oncelog-pipeline-{name}"
+    return Path(checkpoint) / "logs" / name
+
+
+def start_session(spec: PipelineSpec, log_file: Path | None = None) -> SparkSession:
     """A session for the pipeline. Under spark-submit (PYSPARK_GATEWAY_PORT is set) the
     cluster's master and settings are used as they are; otherwise a local session
-    (`--master`, default local[*]) with oncelog's local defaults."""
+    (`--master`, default local[*]) with oncelog's local defaults, logging to `log_file`."""
     from oncelog.spark import register
 
     conf = dict(spec.spark_conf)
@@ -350,7 +401,7 @@ def start_session(spec: PipelineSpec) -> SparkSession:
     from oncelog.spark.session import JavaNotFound, build_session
 
     try:
-        return build_session(app_name, master=spec.master or DEFAULT_MASTER, conf=conf)
+        return build_session(app_name, master=spec.master or DEFAULT_MASTER, conf=conf, log_file=log_file)
     except JavaNotFound as error:
         raise PipelineError(f"Spark needs Java 17+: {error}") from None
 
@@ -386,17 +437,35 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
     return sink_columns(result, spec)
 
 
-def build_source(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
-    reader = (
-        spark.readStream.format(FORMAT_NAME)
-        .option("kafka.bootstrap.servers", spec.bootstrap_servers)
-        .option("subscribe", spec.source_topic)
-        .option("startingOffsets", spec.starting_offsets)
-        .option("includeHeaders", "true")
-    )
+def source_options(spec: PipelineSpec) -> dict[str, str]:
+    """The options the pipeline gives the source (--source-option last, so they win)."""
+    options = {
+        "kafka.bootstrap.servers": spec.bootstrap_servers,
+        "subscribe": spec.source_topic,
+        "startingOffsets": spec.starting_offsets,
+        "includeHeaders": "true",
+    }
     if spec.max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(spec.max_offsets_per_trigger))
-    for key, value in spec.source_options:
+        options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
+    options.update(dict(spec.source_options))
+    return options
+
+
+def sink_options(spec: PipelineSpec) -> dict[str, str]:
+    """The options the pipeline gives the sink (--sink-option last, so they win)."""
+    return {
+        "kafka.bootstrap.servers": spec.bootstrap_servers,
+        "topic": spec.sink_topic,
+        "mode": spec.mode,
+        "transactionalIdPrefix": spec.transactional_id,
+        "checkpointLocation": spec.checkpoint_location,
+        **dict(spec.sink_options),
+    }
+
+
+def build_source(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
+    reader = spark.readStream.format(FORMAT_NAME)
+    for key, value in source_options(spec).items():
         reader = reader.option(key, value)
     return reader.load()
 
@@ -427,15 +496,8 @@ def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
 
 
 def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
-    writer = (
-        output.writeStream.format(FORMAT_NAME)
-        .option("kafka.bootstrap.servers", spec.bootstrap_servers)
-        .option("topic", spec.sink_topic)
-        .option("mode", spec.mode)
-        .option("transactionalIdPrefix", spec.transactional_id)
-        .option("checkpointLocation", spec.checkpoint_location)
-    )
-    for key, value in spec.sink_options:
+    writer = output.writeStream.format(FORMAT_NAME)
+    for key, value in sink_options(spec).items():
         writer = writer.option(key, value)
     if spec.trigger.kind == "available-now":
         writer = writer.trigger(availableNow=True)
@@ -570,21 +632,37 @@ def run_pipeline(
     default one is started per `start_session`."""
     emit = emit or _print_line
     transforms = [TransformReference.locate(reference) for reference in spec.transforms]
+    check_options(spec)
     check_cluster(spec)
+    if spec.mode == "batch":
+        check_two_phase_commit(spec)
+    log_file = None
     if spark is None:
-        spark = start_session(spec)
-    output = build_output(spark, spec, transforms)
+        log_file = spark_log_path(spec)
+        spark = start_session(spec, log_file)
+    if stop is not None and threading.current_thread() is threading.main_thread():
+        # PySpark's SparkContext answers SIGINT with its own handler (cancel every job,
+        # raise KeyboardInterrupt in whatever py4j call is running): Ctrl-C stops the
+        # pipeline as SIGTERM does instead.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    see_log = f" (Spark's log: {log_file})" if log_file is not None else ""
+    try:
+        output = build_output(spark, spec, transforms)
+    except PipelineError as error:
+        raise PipelineError(f"{error}{see_log}") from None
     from pyspark.errors import PySparkException, StreamingQueryException
 
     try:
         query = start_query(output, spec)
     except PySparkException as error:
-        raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}") from None
+        raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}{see_log}") from None
     result = RunResult()
     watch = ProgressWatch(spec, emit, result)
     if spec.progress == "json":
         emit(json.dumps({"event": "started", "id": str(query.id), "run_id": str(query.runId),
-                         "checkpoint": spec.checkpoint_location, "transactional_id_prefix": spec.transactional_id}))
+                         "checkpoint": spec.checkpoint_location, "transactional_id_prefix": spec.transactional_id,
+                         "spark_log": None if log_file is None else str(log_file)}))
     try:
         while query.isActive:
             if stop is not None and stop.is_set():
@@ -602,7 +680,7 @@ def run_pipeline(
         if query.isActive:
             query.stop()
     if failure is not None:
-        raise PipelineError(describe_failure(spec, query, str(failure), spark))
+        raise PipelineError(describe_failure(spec, query, str(failure), spark) + see_log)
     if spec.progress == "json":
         emit(json.dumps({"event": "finished", "batches": result.batch_count, "records": result.records,
                          "stopped": result.stopped_by_signal}))
@@ -803,8 +881,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line and exit status 1, as every other pipeline error."""
+
+    def error(self, message: str):
+        self.exit(1, f"oncelog pipeline: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m oncelog.spark.pipeline",
         description="Run an exactly-once pipeline: source topic -> transform -> sink topic, on Spark.",
     )

@@ -98,6 +98,22 @@ def _link_spark_home(installed: Path, home: Path) -> None:
         staging.rmdir()
 
 
+def _log_configuration(log_file: Path) -> Path:
+    """A log4j2 configuration that sends the JVM's log to `log_file` (written beside it)."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    configuration = log_file.with_suffix(".log4j2.properties")
+    configuration.write_text(
+        "rootLogger.level = warn\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+        "appender.file.type = File\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {log_file}\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
+    )
+    return configuration
+
+
 def use_java() -> str:
     """Point JAVA_HOME at a Java 17+ (raises JavaNotFound when there is none); returns it."""
     home = str(java_home())
@@ -110,8 +126,10 @@ def build_session(
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
     log_level: str = "WARN",
+    log_file: Path | None = None,
 ):
-    """A SparkSession (the active one if it exists) with `format("oncelog")` registered."""
+    """A SparkSession (the active one if it exists) with `format("oncelog")` registered.
+    With `log_file`, the driver's JVM logs there (log4j2) instead of on stderr."""
     from pyspark.sql import SparkSession
 
     from oncelog.spark import register
@@ -124,7 +142,12 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookup, no warning
     builder = SparkSession.builder.master(master).appName(app_name)
     local = LOCAL_CONF if master.startswith("local") else {}
-    for key, value in {**DEFAULT_CONF, **local, **dict(conf or {})}.items():
+    settings = {**DEFAULT_CONF, **local, **dict(conf or {})}
+    if log_file is not None:
+        java_options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = (
+            f"{java_options} -Dlog4j2.configurationFile={_log_configuration(log_file).as_uri()}".strip())
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
