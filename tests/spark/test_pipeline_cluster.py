@@ -43,7 +43,9 @@ def test_pipeline_on_a_three_broker_cluster_writes_each_record_once_through_a_le
                                                 (committed[300:], True)])
     spec = PipelineSpec(
         source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"), bootstrap_servers=bootstrap,
-        trigger=Trigger.parse("available-now"), max_offsets_per_trigger=60, progress="none",
+        # Many small micro-batches: the run must outlast the first committed output by
+        # well over the kill and restart, however quick a micro-batch is.
+        trigger=Trigger.parse("available-now"), max_offsets_per_trigger=10, progress="none",
         sql="SELECT key, concat(value, CAST('-done' AS BINARY)) AS value FROM source",
     )
     killed: list[float] = []  # when
