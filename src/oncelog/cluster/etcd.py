@@ -465,6 +465,30 @@ class EtcdClient:
             raft_index=_int(response, "raftIndex"),
         )
 
+    async def member_state(self, endpoint: str, timeout_s: float) -> str:
+        """What one member says of itself within `timeout_s`: "leader" (it knows one),
+        "leaderless", "down" (its host refused the connection: no etcd there) or
+        "unknown" (no answer: slow, stopped, or cut off by the network)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                connection = await _Connection.open(endpoint.rstrip("/"))
+        except ConnectionRefusedError:
+            return "down"
+        except (OSError, TimeoutError):
+            return "unknown"
+        try:
+            async with asyncio.timeout(timeout_s):
+                connection.send("/v3/maintenance/status", b"{}", require_leader=False)
+                status, headers = await connection.read_head()
+                body = await connection.read_body(headers)
+            if status != 200:
+                return "unknown"
+            return "leader" if _int(_loads(body, endpoint), "leader") else "leaderless"
+        except (OSError, TimeoutError, _Broken):
+            return "unknown"
+        finally:
+            connection.close()
+
     # ---- watch ----
 
     async def watch(self, key: str, *, prefix: bool = False,

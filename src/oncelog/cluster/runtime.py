@@ -17,7 +17,11 @@ it follows, and (on one controller at a time) the reactions to brokers coming an
   fenced view of the image (`MetadataImage.fenced_view`): it leads nothing, loads no
   coordinator and names no leader for what it led, so clients go elsewhere. When it
   reaches the quorum again it re-reads the image, registers again if its lease is gone,
-  and acts on what the store says.
+  and acts on what the store says. Unless no quorum can exist: when the voters answer
+  that they are down or have no leader, and too few stay silent to make a majority,
+  nobody can fence the broker or elect others (a new etcd leader extends every lease
+  by its whole time), so it keeps what it leads, as Kafka's brokers do without their
+  controllers, and looks again every third of a session.
 - **Failed log dirs.** An I/O error in a log dir takes it offline (Kafka's
   LogDirFailureChannel): its replicas stop, and the broker leaves the cluster at once
   (lease revoked: the controller moves its leaderships and ISR places, the coordinators
@@ -92,6 +96,8 @@ class ClusterRuntime:
         self.image = MetadataImage.empty()  # what this broker acts on: `confirmed`, or its fenced view
         self.isolated = False  # the session could not be confirmed in time
         self._session_deadline = 0.0  # loop time until which the lease is surely alive
+        self._quorum_lost = False  # the voters showed that no quorum can exist (_probe_quorum)
+        self._quorum_probe: asyncio.Task | None = None
         self.replicas = ReplicaManager(broker, self)
         self.fetchers = ReplicaFetchers(broker, self.inter_broker_address)
         self.broker_epoch = -1
@@ -104,7 +110,7 @@ class ClusterRuntime:
         self._reconcile_wanted = asyncio.Event()
         self._registration: BrokerRegistration | None = None
         self._lasting_dir_failures: set[Path] = set()  # offline until a restart
-        self._probe: asyncio.Task | None = None
+        self._dir_probe: asyncio.Task | None = None
         loop = asyncio.get_running_loop()
         # Failures are reported from inside the failed call, on any thread (the cleaner's
         # too): handled next on the event loop, outside that call.
@@ -171,7 +177,8 @@ class ClusterRuntime:
         await self.wait_for_revision(self.broker_epoch)  # the image has this broker's registration
 
     async def stop(self) -> None:
-        tasks = [*self._tasks, *(task for task in (self._watch, self._probe) if task is not None)]
+        optional = (self._watch, self._dir_probe, self._quorum_probe)
+        tasks = [*self._tasks, *(task for task in optional if task is not None)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -319,6 +326,7 @@ class ClusterRuntime:
                 else:
                     # etcd renewed the lease after `asked`: it lives at least until asked + TTL.
                     self._session_deadline = asked + ttl_s
+                    self._quorum_lost = False
             if self.broker.logs.offline_dirs:
                 continue  # out of the cluster until every log dir is back (_probe_offline_dirs)
             if self.isolated or self.broker_epoch < 0:
@@ -332,12 +340,50 @@ class ClusterRuntime:
 
     def _check_session(self) -> None:
         """Once the lease may have lapsed, the quorum may have fenced this broker and
-        elected others in its place: stop acting as leader and coordinator now."""
-        if self.isolated or asyncio.get_running_loop().time() < self._session_deadline:
+        elected others in its place: stop acting as leader and coordinator now, unless
+        no quorum can exist (then look at the voters again first)."""
+        loop = asyncio.get_running_loop()
+        if self.isolated or self._quorum_probe is not None or loop.time() < self._session_deadline:
             return
+        if not self._quorum_lost:
+            self._fence_for_silence()
+        self._quorum_probe = loop.create_task(self._probe_quorum(), name="quorum-probe")
+
+    def _fence_for_silence(self) -> None:
         log.warning("broker %d: no word from the metadata quorum within the session (%d ms); leading and "
                     "coordinating nothing until it is reachable again", self.node_id, self.settings.session_timeout_ms)
         self._act_fenced()
+
+    async def _probe_quorum(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            lost = await self._no_quorum_possible()
+            if lost:
+                if not self._quorum_lost:
+                    log.warning("broker %d: the metadata quorum has lost its majority (its voters are down or "
+                                "have no leader): nobody can fence this broker or elect others meanwhile, so it "
+                                "keeps what it leads", self.node_id)
+                self._quorum_lost = True
+                self._session_deadline = loop.time() + self.settings.session_timeout_ms / 3000
+                if self.isolated and self.broker_epoch >= 0 and not self.broker.logs.offline_dirs:
+                    self.isolated = False
+                    self._publish(self.confirmed)
+            elif self._quorum_lost:
+                self._quorum_lost = False
+                self._fence_for_silence()
+        finally:
+            self._quorum_probe = None
+
+    async def _no_quorum_possible(self) -> bool:
+        """Whether the voters show that no etcd leader can exist now: none knows one, and
+        the silent ones (which might follow one we cannot see) are fewer than a majority.
+        Without the voter list (a broker-only node) nothing can be shown."""
+        urls = [voter.url for voter in self.settings.voters]
+        if not urls:
+            return False
+        timeout_s = min(1.0, self.settings.request_timeout_ms / 2000)
+        states = await asyncio.gather(*(self.client.member_state(url, timeout_s) for url in urls))
+        return "leader" not in states and states.count("unknown") < len(urls) // 2 + 1
 
     def _act_fenced(self) -> None:
         self.isolated = True
@@ -385,8 +431,8 @@ class ClusterRuntime:
             asyncio.get_running_loop().create_task(self._leave(lease))
         if not self.isolated:
             self._act_fenced()
-        if recoverable and self._probe is None:
-            self._probe = asyncio.get_running_loop().create_task(self._probe_offline_dirs(), name="log-dir-probe")
+        if recoverable and self._dir_probe is None:
+            self._dir_probe = asyncio.get_running_loop().create_task(self._probe_offline_dirs(), name="log-dir-probe")
 
     async def _leave(self, lease: int) -> None:
         """Revoke the lease: the registration goes, and the controller reacts at once."""
@@ -411,7 +457,7 @@ class ClusterRuntime:
                         log.info("log dir %s takes writes again: it is back online", directory)
                         self.replicas.resume_replicas()
         finally:
-            self._probe = None
+            self._dir_probe = None
 
     # ---- the quorum member ------------------------------------------------------------------
 
