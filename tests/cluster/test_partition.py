@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -31,6 +31,7 @@ from tests.cluster.test_failover import create, read_partition
 
 SESSION_S = int(FAST_FAILOVER["broker.session.timeout.ms"]) / 1000
 TOPIC = "cut"
+TX_TOPIC = "cut-tx"
 PARTITIONS = 6
 CUT = 1  # the node cut off
 
@@ -110,13 +111,47 @@ class AckClock(threading.Thread):
         return max(b - a for a, b in zip(times, times[1:]))
 
 
+class CommitClock(threading.Thread):
+    """A transactional producer (its coordinator on a node that is not cut off) writing
+    every partition in each transaction, keeping the time of each commit: the markers of
+    a transaction must not wait for a leader that is cut off once another leads."""
+
+    def __init__(self, cluster: ClusterProcess) -> None:
+        super().__init__(daemon=True)
+        transactional_id = next(f"clock-{n}" for n in range(1000) if cluster.coordinator_of(f"clock-{n}") != CUT)
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": transactional_id,
+                                  "transaction.timeout.ms": 60_000, "request.timeout.ms": 5000,
+                                  "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000})
+        self.producer.init_transactions(30)
+        self.commits: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.producer.begin_transaction()
+                for partition in range(PARTITIONS):
+                    self.producer.produce(TX_TOPIC, b"tx", partition=partition)
+                self.producer.commit_transaction(60)
+                self.commits.append(time.monotonic())
+            except KafkaException as error:
+                if error.args[0].txn_requires_abort():
+                    self.producer.abort_transaction(60)
+                elif not error.args[0].retriable():
+                    raise
+            self.stop.wait(0.05)
+
+
 def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_own(cluster, lab):
     create(cluster, TOPIC, PARTITIONS)
+    create(cluster, TX_TOPIC, PARTITIONS)
     led_by_cut = {p for p, (leader, _) in metadata(cluster, 2).items() if leader == CUT}
     assert led_by_cut, "node 1 leads none of the partitions: the test would prove nothing"
     clock = AckClock(cluster.bootstrap_servers)
     clock.start()
-    wait_until(lambda: all(clock.acks.values()), 30, "every partition acknowledged before the cut")
+    commits = CommitClock(cluster)
+    commits.start()
+    wait_until(lambda: all(clock.acks.values()) and commits.commits, 30, "acknowledgements and commits before the cut")
 
     lab.isolate(CUT)
     cut_at = time.monotonic()
@@ -150,6 +185,11 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
     for partition in range(PARTITIONS):
         if partition not in led_by_cut:  # stalled only until the ISR left node 1 out
             assert clock.longest_gap(partition, cut_at, healed_at) < SESSION_S + 5, partition
+    # Transactions over every partition commit again once new leaders take the markers.
+    commit_times = [cut_at, *(t for t in commits.commits if cut_at < t < healed_at), healed_at]
+    assert max(b - a for a, b in zip(commit_times, commit_times[1:])) < SESSION_S + 6, commit_times
+    commits.stop.set()
+    commits.join(90)
 
     # Back in touch: node 1 registers again and every replica catches up.
     wait_until(lambda: all(isr == {1, 2, 3} for _, isr in metadata(cluster, 2).values()), 30,
