@@ -6,7 +6,8 @@
 #   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
 #   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
-#   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`), node kills, replicas compared afterwards
+#   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
+#   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -28,7 +29,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test demo bench soak soak-cluster compat clean distclean
+.PHONY: help setup test demo bench soak soak-cluster soak-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -88,6 +89,11 @@ soak: setup
 
 soak-cluster: setup
 	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 10
+
+# As root (network namespaces, a tmpfs per node); docs/reliability.md has a run's figures.
+soak-faults: setup
+	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --faults pause,partition,disk --fault-seconds 20-35 \
+	  --session-timeout-ms 9000 --seed 11
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

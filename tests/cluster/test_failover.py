@@ -159,3 +159,29 @@ def test_a_stalled_broker_stays_out_of_the_isr_the_controller_took_it_out_of(clu
     cluster.resume(stalled)
     for partition in range(3):
         cluster.wait_for_isr("stalled", partition, 3, timeout=60)
+
+
+def test_the_last_node_standing_keeps_serving_what_it_leads_when_no_quorum_can_exist(cluster):
+    """Two of three nodes die with their etcd members: no leader can exist, so nobody can
+    fence the survivor or elect others; it keeps leading (as Kafka's brokers do without
+    their controllers) instead of fencing itself, and the cluster heals when they return."""
+    create(cluster, "alone", 3)
+    survivor = cluster.leader_of("alone", 0)
+    led = [p for p in range(3) if cluster.leader_of("alone", p) == survivor]
+    others = [node for node in cluster.nodes if node != survivor]
+    for node in others:
+        cluster.kill(node)
+    time.sleep(int(cluster.configs[survivor]["broker.session.timeout.ms"]) / 1000 + 3)
+    assert {p for p in range(3) if cluster.leader_of("alone", p) == survivor} >= set(led)
+    producer = Producer({"bootstrap.servers": cluster.nodes[survivor].bootstrap_servers, "acks": 1,
+                         "message.timeout.ms": 10000})
+    delivered: list = []
+    for partition in led:
+        producer.produce("alone", b"still here", partition=partition, on_delivery=lambda e, m: delivered.append(e))
+    assert producer.flush(15) == 0 and delivered == [None] * len(led)
+    assert "the metadata quorum has lost its majority" in cluster.nodes[survivor].log_path.read_text()
+
+    for node in others:
+        cluster.start_node(node)
+    for partition in range(3):
+        cluster.wait_for_isr("alone", partition, 3, timeout=60)

@@ -372,3 +372,20 @@ def test_diff_after_a_re_range_equals_the_changes_the_lost_events_made():
 def test_apply_refuses_a_revision_older_than_the_image():
     with pytest.raises(ValueError, match="older"):
         base_image().apply(19, [])
+
+
+def test_the_fenced_view_of_a_broker_names_it_leader_of_nothing_and_keeps_the_rest():
+    image = base_image()
+    fenced = image.fenced_view(2)  # node 2 leads orders-1 and is the controller
+    assert fenced.revision == image.revision
+    assert fenced.live_broker_ids() == {1, 3}
+    assert fenced.controller_id == -1
+    led = fenced.partition("orders", 1)
+    assert led.leader == -1
+    # The epochs stay: clients ignore metadata older than what they saw (KIP-320).
+    assert (led.leader_epoch, led.isr, led.mod_revision) == (0, (1, 2, 3), 11)
+    assert fenced.partition("orders", 0) == image.partition("orders", 0)  # led by node 1: as last seen
+    delta = MetadataDelta.diff(image, fenced)
+    assert delta.unregistered_brokers == {2} and delta.controller_changed
+    assert set(delta.changed_partitions) == {("orders", 1)}
+    assert image.fenced_view(1).controller_id == 2  # another broker's controller role stays

@@ -328,6 +328,10 @@ class _Connection(asyncio.BufferedProtocol):
 
     async def write(self, response: list) -> None:
         """Send one response (its buffers, in order: one writev, no joining copy)."""
+        if self.transport.is_closing():
+            # The client left while its request was being handled (uvloop raises
+            # RuntimeError for a write to a closed transport): nobody to answer.
+            raise ConnectionResetError("the client closed the connection before its answer")
         self.transport.writelines(response)
         if self._writing_paused:
             if self.transport.is_closing():

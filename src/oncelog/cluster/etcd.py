@@ -24,6 +24,11 @@ Gateway quirks, handled here once so callers see `KeyValue`, ints and bools:
   it loses its leader. That refusal happens before anything is proposed, so the client
   moves on to the next endpoint even for writes.
 
+Silence: a member cut off by the network neither answers nor errs, and TCP notices
+nothing for minutes. Reads and writes have timeouts; a watch stream that brings nothing
+(no event, no progress notification) for `watch_silence_timeout_s` is taken as cut and
+made again on the next endpoint.
+
 Failover and indeterminate writes: a call tries the endpoints in turn (starting with the
 last one that worked) until `request_timeout_s` runs out. A connection that cannot be
 made, or a "no leader" refusal, moves on to the next endpoint. A read whose answer does
@@ -56,6 +61,11 @@ GRPC_DEADLINE_EXCEEDED = 4
 _NO_LEADER = "etcdserver: no leader"
 _LEASE_NOT_FOUND = "etcdserver: requested lease not found"
 _RETRY_PAUSE_S = 0.05  # between rounds over endpoints that all refused at once
+# Members started by oncelog send a quiet watch a progress notification every second
+# (EtcdMember); after an event the next one can take two seconds. A stream silent for
+# longer than this is taken as cut.
+WATCH_PROGRESS_INTERVAL_S = 1.0
+WATCH_SILENCE_TIMEOUT_S = 3 * WATCH_PROGRESS_INTERVAL_S
 
 
 class EtcdError(Exception):
@@ -366,12 +376,14 @@ class _Pool:
 
 class EtcdClient:
     def __init__(self, endpoints: Sequence[str], *, request_timeout_s: float = 3.0,
-                 connections_per_endpoint: int = 4, watch_reconnect_timeout_s: float = 10.0) -> None:
+                 connections_per_endpoint: int = 4, watch_reconnect_timeout_s: float = 10.0,
+                 watch_silence_timeout_s: float = WATCH_SILENCE_TIMEOUT_S) -> None:
         if not endpoints:
             raise ValueError("EtcdClient needs at least one endpoint")
         self.endpoints = [endpoint.rstrip("/") for endpoint in endpoints]
         self.request_timeout_s = request_timeout_s
         self.watch_reconnect_timeout_s = watch_reconnect_timeout_s
+        self.watch_silence_timeout_s = watch_silence_timeout_s
         self._connections_per_endpoint = connections_per_endpoint
         self._pools: dict[str, _Pool] = {}
         self._preferred = 0  # index of the endpoint that answered last
@@ -453,6 +465,30 @@ class EtcdClient:
             raft_index=_int(response, "raftIndex"),
         )
 
+    async def member_state(self, endpoint: str, timeout_s: float) -> str:
+        """What one member says of itself within `timeout_s`: "leader" (it knows one),
+        "leaderless", "down" (its host refused the connection: no etcd there) or
+        "unknown" (no answer: slow, stopped, or cut off by the network)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                connection = await _Connection.open(endpoint.rstrip("/"))
+        except ConnectionRefusedError:
+            return "down"
+        except (OSError, TimeoutError):
+            return "unknown"
+        try:
+            async with asyncio.timeout(timeout_s):
+                connection.send("/v3/maintenance/status", b"{}", require_leader=False)
+                status, headers = await connection.read_head()
+                body = await connection.read_body(headers)
+            if status != 200:
+                return "unknown"
+            return "leader" if _int(_loads(body, endpoint), "leader") else "leaderless"
+        except (OSError, TimeoutError, _Broken):
+            return "unknown"
+        finally:
+            connection.close()
+
     # ---- watch ----
 
     async def watch(self, key: str, *, prefix: bool = False,
@@ -491,7 +527,8 @@ class EtcdClient:
                         if error.code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
                             raise _Refused(error.message)
                         raise error
-                async for message in _json_lines(connection.body_chunks(headers), endpoint):
+                async for message in _silence_bounded(_json_lines(connection.body_chunks(headers), endpoint),
+                                                      self.watch_silence_timeout_s, endpoint):
                     if "error" in message:
                         error = _error_from(message["error"])
                         if error.code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED, 1):  # 1: canceled
@@ -577,11 +614,11 @@ class EtcdClient:
                     self._skip(endpoint)
                     continue
                 except _Indeterminate as failure:
+                    self._skip(endpoint)
                     if write:
                         raise EtcdUnavailable(f"{path} sent to {endpoint} got no answer ({failure}); "
                                               "it may or may not have been applied", indeterminate=True) from None
                     failures.append(f"{endpoint}: {failure}")
-                    self._skip(endpoint)
                     continue
                 if endpoints is None:
                     self._preferred = self.endpoints.index(endpoint)
@@ -653,6 +690,22 @@ def _loads(body: bytes, endpoint: str) -> dict[str, Any]:
         return json.loads(body) if body.strip() else {}
     except ValueError as error:
         raise _Broken(f"{endpoint} answered with something that is not JSON: {body[:200]!r}") from error
+
+
+async def _silence_bounded(messages: AsyncIterator[dict[str, Any]], timeout_s: float,
+                           endpoint: str) -> AsyncIterator[dict[str, Any]]:
+    """`messages`, failing with _Broken when none comes for `timeout_s`: a member cut off
+    by the network sends nothing and no error either (TCP notices nothing for minutes)."""
+    while True:
+        try:
+            async with asyncio.timeout(timeout_s):
+                message = await anext(messages)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            await messages.aclose()
+            raise _Broken(f"watch stream from {endpoint} silent for {timeout_s:g}s") from None
+        yield message
 
 
 async def _json_lines(chunks: AsyncIterator[bytes], endpoint: str) -> AsyncIterator[dict[str, Any]]:

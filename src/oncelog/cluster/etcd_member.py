@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from oncelog.cluster.etcd import WATCH_PROGRESS_INTERVAL_S
+
 ETCD_ENV = "ONCELOG_ETCD"
 INSTALL_HINT = "run `make setup` (or scripts/ensure-etcd.sh), or set ONCELOG_ETCD to an etcd 3.4+ binary"
 _PR_SET_PDEATHSIG = 1
@@ -102,6 +104,8 @@ class EtcdMember:
             "--pre-vote",
             # Metadata writes are txns over many keys (a topic's partitions).
             "--max-txn-ops", "10000",
+            # Quiet watch streams still hear from the member, so a silent one is a cut one.
+            "--experimental-watch-progress-notify-interval", f"{WATCH_PROGRESS_INTERVAL_S:g}s",
             "--auto-compaction-mode", "revision",
             "--auto-compaction-retention", "1000",
             "--quota-backend-bytes", str(self.quota_backend_bytes),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
@@ -398,6 +398,20 @@ class MetadataImage:
         image = state.freeze(revision)
         return image, MetadataDelta.diff(self, image)
 
+    def fenced_view(self, node_id: int) -> MetadataImage:
+        """The image as broker `node_id` must act on it while it cannot confirm its
+        session: itself unregistered, leader of nothing (the partitions it led have no
+        leader it could name: a successor may be elected any moment), and not the
+        controller. What others lead and every ISR stay as last seen; the revision too,
+        since nothing was read from the store."""
+        partitions = {
+            key: record if record.leader != node_id else _leaderless(record)
+            for key, record in self.partitions.items()
+        }
+        brokers = {other: registration for other, registration in self.brokers.items() if other != node_id}
+        controller = NO_CONTROLLER if self.controller_id == node_id else self.controller_id
+        return MetadataImage(self.revision, brokers, self.topics, partitions, controller)
+
     def live_broker_ids(self) -> set[int]:
         return set(self.brokers)
 
@@ -410,6 +424,12 @@ class MetadataImage:
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
         return self._by_topic_id.get(topic_id)
+
+
+def _leaderless(record: PartitionRecord) -> PartitionRecord:
+    # The leader epoch stays: clients ignore metadata with an older epoch than they saw
+    # (KIP-320), so a guessed newer one would hide the real next leader from them.
+    return replace(record, leader=NO_LEADER)
 
 
 @dataclass(slots=True)

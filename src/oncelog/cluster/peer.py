@@ -3,6 +3,12 @@
 One connection per destination broker, one request in flight on it at a time: the
 callers (a replica fetcher per leader, the marker channel) are themselves sequential.
 A failed connection is dropped and the next request reconnects.
+
+A request to a broker that leaves the cluster (its registration goes: fenced, cut off
+by the network, out with a failed disk) fails at once with ConnectionError instead of
+waiting out its timeout: a broker across a partition answers nothing, and the callers
+are better off asking whoever takes its place. So do all requests of a broker that
+itself stops acting (it finds itself unregistered: `ClusterRuntime`'s fenced view).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ class PeerConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
         self._lock = asyncio.Lock()
+        self._in_flight: asyncio.Future | None = None
+        self._abandoned = False
 
     def retarget(self, host: str, port: int) -> None:
         """The broker re-registered elsewhere: reconnect there on the next request."""
@@ -36,13 +44,28 @@ class PeerConnection:
         """Send `entity`, return the response entity; ConnectionError or TimeoutError
         (the connection is then closed) when the broker does not answer."""
         async with self._lock:
+            exchange = self._in_flight = asyncio.ensure_future(self._exchange(entity))
             try:
-                return await asyncio.wait_for(self._exchange(entity), timeout_s)
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+                return await asyncio.wait_for(exchange, timeout_s)
+            except asyncio.CancelledError:
+                self.close()  # part of the request may have gone out
+                if self._abandoned:
+                    raise ConnectionError(f"broker {self.node_id} left the cluster") from None
+                raise
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
                 self.close()
-                if isinstance(error, asyncio.TimeoutError):
+                if isinstance(error, TimeoutError):
                     raise TimeoutError(f"broker {self.node_id} at {self.address} did not answer in {timeout_s}s") from None
                 raise ConnectionError(f"broker {self.node_id} at {self.address}: {error}") from None
+            finally:
+                self._in_flight, self._abandoned = None, False
+
+    def abandon(self) -> None:
+        """Fail the request in flight now (ConnectionError), and drop the connection."""
+        if self._in_flight is not None and not self._in_flight.done():
+            self._abandoned = True
+            self._in_flight.cancel()
+        self.close()
 
     async def _exchange(self, entity):
         if self._writer is None:
@@ -67,6 +90,15 @@ class PeerPool:
         self._broker = broker
         self._client_id = f"broker-{broker.node_id}-{purpose}"
         self._peers: dict[int, PeerConnection] = {}
+        if broker.cluster is not None:
+            broker.cluster.add_listener(self._metadata_changed)
+
+    def _metadata_changed(self, _image, delta) -> None:
+        gone = set(self._peers) if self._broker.node_id in delta.unregistered_brokers else delta.unregistered_brokers
+        for node_id in gone:
+            peer = self._peers.get(node_id)
+            if peer is not None:
+                peer.abandon()
 
     def get(self, node_id: int) -> PeerConnection | None:
         """The connection to `node_id`, or None while it is not registered."""

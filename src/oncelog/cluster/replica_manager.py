@@ -28,6 +28,7 @@ from oncelog.cluster.image import MetadataDelta, MetadataImage, PartitionRecord
 from oncelog.cluster.purgatory import HighWatermarkWaiters
 from oncelog.cluster.replica_state import LeaderReplicaState
 from oncelog.protocol.messages import ErrorCode
+from oncelog.storage.errors import StorageError
 from oncelog.storage.log import wall_clock_ms as now_ms
 
 if TYPE_CHECKING:
@@ -226,7 +227,25 @@ class ReplicaManager:
                 continue
             self._apply_partition(new)
 
+    def take_dir_offline(self, directory) -> None:
+        """A failed log dir: its replicas stop (no leading, no fetching) until it is back."""
+        logs = self.broker.logs
+        for tp in [tp for tp in self.replicas if logs.log_dir_of(*tp) == directory]:
+            self._stop_replica(tp, ErrorCode.kafka_storage_error)
+
+    def resume_replicas(self) -> None:
+        """After a log dir came back: every partition of the image made local again
+        (replicas already running are left as they are)."""
+        for record in list(self.image.partitions.values()):
+            self._apply_partition(record)
+
     def _ensure_local_topic(self, topic) -> None:
+        try:
+            self._create_local_topic(topic)
+        except StorageError as error:  # every log dir offline: made when one is back (resume_replicas)
+            log.warning("topic %s: no local log yet: %s", topic.name, error)
+
+    def _create_local_topic(self, topic) -> None:
         logs = self.broker.logs
         existing = logs.topic(topic.name)
         if existing is not None and existing.topic_id != topic.topic_id:
@@ -257,6 +276,9 @@ class ReplicaManager:
             return
         partition_log = self.broker.logs.partition(*tp)
         if partition_log is None:
+            return
+        if self.broker.logs.is_offline(*tp):
+            self._stop_replica(tp, ErrorCode.kafka_storage_error)
             return
         replica = self.replicas.get(tp)
         previous = replica.record if replica is not None else None

@@ -12,6 +12,27 @@ it follows, and (on one controller at a time) the reactions to brokers coming an
   do on seeing it gone); its replicas then catch up and rejoin the ISR.
 - **Metadata.** The image is a range of the cluster's keys followed by a watch from
   the next revision; every change reaches the replica manager and the coordinators.
+- **Isolation.** A broker that cannot renew its lease knows, once the lease's time is up,
+  that the quorum may have fenced it and elected others. From then on it acts on a
+  fenced view of the image (`MetadataImage.fenced_view`): it leads nothing, loads no
+  coordinator and names no leader for what it led, so clients go elsewhere. When it
+  reaches the quorum again it re-reads the image, registers again if its lease is gone,
+  and acts on what the store says. Unless no quorum can exist: when the voters answer
+  that they are down or have no leader, and too few stay silent to make a majority,
+  nobody can fence the broker or elect others (a new etcd leader extends every lease
+  by its whole time), so it keeps what it leads, as Kafka's brokers do without their
+  controllers, and looks again every third of a session.
+- **Failed log dirs.** An I/O error in a log dir takes it offline (Kafka's
+  LogDirFailureChannel): its replicas stop, and the broker leaves the cluster at once
+  (lease revoked: the controller moves its leaderships and ISR places, the coordinators
+  move with their partitions) while it acts on the fenced view. A dir that failed for
+  want of space is probed every few seconds and, once it takes writes again, the broker
+  registers again as a new incarnation and catches up, as after a restart; any other
+  I/O error keeps the dir offline until the broker is restarted, as in Kafka.
+  Deviation: Kafka keeps a broker with several log dirs in the cluster for its healthy
+  ones; oncelog takes the whole broker out.
+- **Quorum member.** A member that exits (e.g. on a full disk) is started again after a
+  pause that grows with each exit.
 - **Controller.** Controller-role nodes campaign for the `controller` key under their
   lease. The active one elects leaders from the ISR when brokers are fenced and
   gives a leaderless partition back to its last ISR member when that returns. Its
@@ -22,6 +43,7 @@ it follows, and (on one controller at a time) the reactions to brokers coming an
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import uuid
 from pathlib import Path
@@ -43,6 +65,7 @@ from oncelog.cluster.metadata_store import MetadataConflict, MetadataStore
 from oncelog.cluster.placement import elect_leader, elect_on_return
 from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.settings import ClusterSettings
+from oncelog.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -51,6 +74,9 @@ log = logging.getLogger("oncelog.cluster")
 
 CLUSTER_ID_KEY = "/oncelog/cluster-id"
 ETCD_DATA_DIR = "__cluster_metadata-etcd"
+LOG_DIR_PROBE_INTERVAL_S = 2.0  # how often a log dir that filled up is tried again
+MEMBER_RESTART_PAUSE_S = 1.0  # before starting an exited quorum member again; doubles up to:
+MEMBER_RESTART_PAUSE_MAX_S = 30.0
 
 
 def member_name(node_id: int) -> str:
@@ -66,7 +92,12 @@ class ClusterRuntime:
         self.client = EtcdClient(list(settings.endpoints), request_timeout_s=settings.request_timeout_ms / 1000)
         self.keys: Keys | None = None
         self.store: MetadataStore | None = None
-        self.image = MetadataImage.empty()
+        self.confirmed = MetadataImage.empty()  # the store's image, as far as the watch got
+        self.image = MetadataImage.empty()  # what this broker acts on: `confirmed`, or its fenced view
+        self.isolated = False  # the session could not be confirmed in time
+        self._session_deadline = 0.0  # loop time until which the lease is surely alive
+        self._quorum_lost = False  # the voters showed that no quorum can exist (_probe_quorum)
+        self._quorum_probe: asyncio.Task | None = None
         self.replicas = ReplicaManager(broker, self)
         self.fetchers = ReplicaFetchers(broker, self.inter_broker_address)
         self.broker_epoch = -1
@@ -75,8 +106,16 @@ class ClusterRuntime:
         self._listeners: list = []  # called with (image, delta) after the replica manager
         self._revision_waiters: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
+        self._watch: asyncio.Task | None = None
         self._reconcile_wanted = asyncio.Event()
         self._registration: BrokerRegistration | None = None
+        self._lasting_dir_failures: set[Path] = set()  # offline until a restart
+        self._dir_probe: asyncio.Task | None = None
+        loop = asyncio.get_running_loop()
+        # Failures are reported from inside the failed call, on any thread (the cleaner's
+        # too): handled next on the event loop, outside that call.
+        broker.logs.add_failure_listener(
+            lambda directory, error: loop.call_soon_threadsafe(self._log_dir_failed, directory, error))
 
     # ---- start-up -------------------------------------------------------------------------
 
@@ -121,20 +160,28 @@ class ClusterRuntime:
         revision, kvs = await self._range()
         if await self._fence_previous_incarnation(MetadataImage.from_kvs(revision, kvs)):
             revision, kvs = await self._range()
-        self._publish(MetadataImage.from_kvs(revision, kvs))
+        image = MetadataImage.from_kvs(revision, kvs)
+        self._drop_strays(image)
+        self._publish(image)
         await self._register()
-        self._tasks.append(asyncio.create_task(self._follow_metadata(), name="metadata-watch"))
+        self._watch = asyncio.create_task(self._follow_metadata(), name="metadata-watch")
         self._tasks.append(asyncio.create_task(self._keep_alive(), name="broker-heartbeat"))
+        self._tasks.append(asyncio.create_task(self._every(self._session_check_ms(), self._check_session),
+                                               name="session-check"))
         self._tasks.append(asyncio.create_task(self._every(self.broker.config["replica.lag.time.max.ms"] / 2,
                                                            self.replicas.shrink_isrs), name="isr-shrink"))
         if self.settings.is_controller:
             self._tasks.append(asyncio.create_task(self._control(), name="controller"))
+        if self.member is not None:
+            self._tasks.append(asyncio.create_task(self._supervise_member(), name="quorum-member"))
         await self.wait_for_revision(self.broker_epoch)  # the image has this broker's registration
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        optional = (self._watch, self._dir_probe, self._quorum_probe)
+        tasks = [*self._tasks, *(task for task in optional if task is not None)]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.fetchers.close()
         self.replicas.close()
         if self.lease:
@@ -182,23 +229,25 @@ class ClusterRuntime:
         while True:
             try:
                 async for revision, events in self.client.watch(self.keys.prefix, prefix=True,
-                                                                start_revision=self.image.revision + 1):
-                    image, delta = self.image.apply(revision, events)
+                                                                start_revision=self.confirmed.revision + 1):
+                    image, delta = self.confirmed.apply(revision, events)
                     self._publish(image, delta)
             except WatchCompacted:
                 revision, kvs = await self._range()
-                fresh = MetadataImage.from_kvs(revision, kvs)
-                self._publish(fresh, MetadataDelta.diff(self.image, fresh))
+                self._publish(MetadataImage.from_kvs(revision, kvs))
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 log.warning("metadata watch failed (%s); resuming", error)
                 await asyncio.sleep(0.5)
 
-    def _publish(self, image: MetadataImage, delta: MetadataDelta | None = None) -> None:
-        if delta is None:
-            delta = MetadataDelta.diff(MetadataImage.empty(), image)
-            self._drop_strays(image)
+    def _publish(self, confirmed: MetadataImage, delta: MetadataDelta | None = None) -> None:
+        """Take `confirmed` (the store's image; `delta` from the previous one if known)
+        and act on it, or on its fenced view while isolated."""
+        previous, self.confirmed = self.confirmed, confirmed
+        image = confirmed.fenced_view(self.node_id) if self.isolated else confirmed
+        if delta is None or image is not confirmed or self.image is not previous:
+            delta = MetadataDelta.diff(self.image, image)  # `delta` is from `previous`, not from what we act on
         old = self.image
         self.image = image
         for node_id in delta.registered_brokers:
@@ -233,8 +282,10 @@ class ClusterRuntime:
 
     async def _register(self) -> None:
         ttl_s = max(1, round(self.settings.session_timeout_ms / 1000))
+        asked = asyncio.get_running_loop().time()
         self.lease = await self._retry(lambda: self.client.lease_grant(ttl_s))
-        await self._fence_previous_incarnation(self.image)
+        self._session_deadline = asked + ttl_s  # etcd may grant more, never less
+        await self._fence_previous_incarnation(self.confirmed)
         broker = self.broker
         self._registration = BrokerRegistration(
             node_id=self.node_id, host=broker.host, port=broker.port,
@@ -258,27 +309,186 @@ class ClusterRuntime:
         return changed
 
     async def _keep_alive(self) -> None:
+        loop = asyncio.get_running_loop()
         interval = self.settings.heartbeat_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.client.lease_keepalive(self.lease)
-            except LeaseNotFound:
-                log.warning("broker %d: session expired (fenced); registering again", self.node_id)
-                self.controller_revision = None
+            if self.broker_epoch >= 0:
+                asked = loop.time()
                 try:
-                    await self._register()
-                except Exception:
-                    log.exception("re-registration failed")
-            except (EtcdError, OSError) as error:
-                log.info("heartbeat failed: %s", error)
+                    ttl_s = await self.client.lease_keepalive(self.lease)
+                except LeaseNotFound:
+                    log.warning("broker %d: session expired (fenced); registering again", self.node_id)
+                    self.broker_epoch = -1
+                except (EtcdError, OSError) as error:
+                    log.info("heartbeat failed: %s", error)
+                    continue
+                else:
+                    # etcd renewed the lease after `asked`: it lives at least until asked + TTL.
+                    self._session_deadline = asked + ttl_s
+                    self._quorum_lost = False
+            if self.broker.logs.offline_dirs:
+                continue  # out of the cluster until every log dir is back (_probe_offline_dirs)
+            if self.isolated or self.broker_epoch < 0:
+                try:
+                    await self._rejoin()
+                except (EtcdError, MetadataConflict, OSError) as error:
+                    log.warning("broker %d: rejoining the cluster failed (%s); retrying", self.node_id, error)
+
+    def _session_check_ms(self) -> int:
+        return max(50, min(self.settings.heartbeat_interval_ms // 4, 250))
+
+    def _check_session(self) -> None:
+        """Once the lease may have lapsed, the quorum may have fenced this broker and
+        elected others in its place: stop acting as leader and coordinator now, unless
+        no quorum can exist (then look at the voters again first)."""
+        loop = asyncio.get_running_loop()
+        if self.isolated or self._quorum_probe is not None or loop.time() < self._session_deadline:
+            return
+        if not self._quorum_lost:
+            self._fence_for_silence()
+        self._quorum_probe = loop.create_task(self._probe_quorum(), name="quorum-probe")
+
+    def _fence_for_silence(self) -> None:
+        log.warning("broker %d: no word from the metadata quorum within the session (%d ms); leading and "
+                    "coordinating nothing until it is reachable again", self.node_id, self.settings.session_timeout_ms)
+        self._act_fenced()
+
+    async def _probe_quorum(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            lost = await self._no_quorum_possible()
+            if lost:
+                if not self._quorum_lost:
+                    log.warning("broker %d: the metadata quorum has lost its majority (its voters are down or "
+                                "have no leader): nobody can fence this broker or elect others meanwhile, so it "
+                                "keeps what it leads", self.node_id)
+                self._quorum_lost = True
+                self._session_deadline = loop.time() + self.settings.session_timeout_ms / 3000
+                if self.isolated and self.broker_epoch >= 0 and not self.broker.logs.offline_dirs:
+                    self.isolated = False
+                    self._publish(self.confirmed)
+            elif self._quorum_lost:
+                self._quorum_lost = False
+                self._fence_for_silence()
+        finally:
+            self._quorum_probe = None
+
+    async def _no_quorum_possible(self) -> bool:
+        """Whether the voters show that no etcd leader can exist now: none knows one, and
+        the silent ones (which might follow one we cannot see) are fewer than a majority.
+        Without the voter list (a broker-only node) nothing can be shown."""
+        urls = [voter.url for voter in self.settings.voters]
+        if not urls:
+            return False
+        timeout_s = min(1.0, self.settings.request_timeout_ms / 2000)
+        states = await asyncio.gather(*(self.client.member_state(url, timeout_s) for url in urls))
+        return "leader" not in states and states.count("unknown") < len(urls) // 2 + 1
+
+    def _act_fenced(self) -> None:
+        self.isolated = True
+        self.controller_revision = None
+        self._publish(self.confirmed)
+
+    async def _rejoin(self) -> None:
+        """In touch with the quorum again: read the image afresh (the watch may have
+        missed the whole time), register again if the session lapsed (giving up what
+        the fenced incarnation held), then act on the store's image again."""
+        if not self.isolated:
+            self._act_fenced()  # a lapsed session: fenced until registered again
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
+        revision, kvs = await self._range()
+        self._publish(MetadataImage.from_kvs(revision, kvs))
+        self._watch = asyncio.create_task(self._follow_metadata(), name="metadata-watch")
+        if self.broker_epoch < 0:
+            await self._register()
+            await self.wait_for_revision(self.broker_epoch)
+        self.isolated = False
+        self._publish(self.confirmed)
+        log.info("broker %d: in touch with the metadata quorum again (epoch %d, revision %d)", self.node_id,
+                 self.broker_epoch, self.image.revision)
+
+    # ---- failed log dirs ----------------------------------------------------------------------
+
+    def _log_dir_failed(self, directory: Path, error: StorageError) -> None:
+        logs = self.broker.logs
+        if directory in logs.offline_dirs:
+            return
+        logs.set_dir_offline(directory, error)
+        recoverable = error.errno in (errno.ENOSPC, errno.EDQUOT)
+        if not recoverable:
+            self._lasting_dir_failures.add(directory)
+        log.error("log dir %s is offline (%s): broker %d leaves the cluster, its leaderships and coordinators "
+                  "move to other brokers, %s", directory, error, self.node_id,
+                  "until the dir takes writes again" if recoverable else "until the broker is restarted")
+        self.replicas.take_dir_offline(directory)
+        if self.broker_epoch >= 0:
+            self.broker_epoch = -1  # registers again, as a new incarnation, once every log dir is back
+            lease, self.lease = self.lease, 0
+            asyncio.get_running_loop().create_task(self._leave(lease))
+        if not self.isolated:
+            self._act_fenced()
+        if recoverable and self._dir_probe is None:
+            self._dir_probe = asyncio.get_running_loop().create_task(self._probe_offline_dirs(), name="log-dir-probe")
+
+    async def _leave(self, lease: int) -> None:
+        """Revoke the lease: the registration goes, and the controller reacts at once."""
+        try:
+            await asyncio.wait_for(self.client.lease_revoke(lease), self.settings.request_timeout_ms / 1000)
+        except (EtcdError, OSError, TimeoutError) as error:
+            log.info("broker %d: leaving the cluster by revoking its lease failed (%s); it lapses on its own",
+                     self.node_id, error)
+
+    async def _probe_offline_dirs(self) -> None:
+        """Bring back each dir that failed for want of space once it takes writes again.
+        The broker rejoins (`_keep_alive`) when no dir is offline any more."""
+        loop = asyncio.get_running_loop()
+        logs = self.broker.logs
+        try:
+            while set(logs.offline_dirs) - self._lasting_dir_failures:
+                await asyncio.sleep(LOG_DIR_PROBE_INTERVAL_S)
+                for directory in set(logs.offline_dirs) - self._lasting_dir_failures:
+                    failure = await loop.run_in_executor(None, logs.probe_dir, directory)
+                    if failure is None:
+                        logs.set_dir_online(directory)
+                        log.info("log dir %s takes writes again: it is back online", directory)
+                        self.replicas.resume_replicas()
+        finally:
+            self._dir_probe = None
+
+    # ---- the quorum member ------------------------------------------------------------------
+
+    async def _supervise_member(self) -> None:
+        """Start the quorum member again when it exits: on this (the event loop's, long
+        lived) thread, as PR_SET_PDEATHSIG follows the thread that started it."""
+        pause = MEMBER_RESTART_PAUSE_S
+        while True:
+            await asyncio.sleep(1.0)
+            if self.member.alive:
+                pause = max(MEMBER_RESTART_PAUSE_S, pause / 2)
+                continue
+            code = self.member.process.returncode if self.member.process is not None else None
+            log.error("the quorum member of node %d exited (status %s); starting it again in %.0f s. Its log ends:"
+                      "\n%s", self.node_id, code, pause, self.member.log_tail(2000))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MEMBER_RESTART_PAUSE_MAX_S)
+            self.member.process = None
+            try:
+                self.member.start()
+            except (OSError, RuntimeError) as error:
+                log.error("the quorum member of node %d did not start: %s", self.node_id, error)
 
     # ---- the controller ------------------------------------------------------------------------
 
     async def _control(self) -> None:
         while True:
             try:
-                if self.image.controller_id == -1 or self.controller_revision is None:
+                if self.isolated:
+                    pass  # fenced, as far as this broker can tell: not a candidate
+                elif self.image.controller_id == -1 or self.controller_revision is None:
                     won = await self.store.campaign(self.node_id, self.lease)
                     if won is not None:
                         self.controller_revision = won

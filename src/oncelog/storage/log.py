@@ -41,6 +41,7 @@ cleaner's thread reads segment files through its own handles, never this object)
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -148,6 +149,23 @@ class ReadResult:
     log_end_offset: int
 
 
+def _reports_storage_errors(method):
+    """An I/O failure in `method` reaches the log's `storage_failed` hook before it
+    propagates (Kafka's LogDirFailureChannel): in a cluster the broker then takes the
+    log dir offline (oncelog.cluster.runtime). Nested calls may report one failure twice."""
+
+    @functools.wraps(method)
+    def checked(self: PartitionLog, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except StorageError as error:
+            if self.storage_failed is not None:
+                self.storage_failed(self, error)
+            raise
+
+    return checked
+
+
 class PartitionLog:
     """One topic-partition's log. Create with `PartitionLog.open`."""
 
@@ -177,6 +195,8 @@ class PartitionLog:
         self.txn_index = TransactionIndex(directory)
         self.leader_epoch_cache = leader_epoch_cache or LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         self.cleaning: cleaner.CleaningInProgress | None = None  # the running cleaning round
+        # Called with (this log, the error) when a write, flush or delete fails (set by the LogManager).
+        self.storage_failed: Callable[[PartitionLog, StorageError], None] | None = None
 
     # -- opening and recovery ------------------------------------------------------------
 
@@ -391,6 +411,7 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------
 
+    @_reports_storage_errors
     def append(self, records: bytearray | memoryview, batches: Sequence[BatchHeader], *, now_ms: int,
                origin: AppendOrigin = AppendOrigin.CLIENT, leader_epoch: int = 0,
                marker_transaction_version: int = 0) -> AppendResult:
@@ -599,6 +620,7 @@ class PartitionLog:
             logger.info("%s: producer state of %d producer(s) loaded from offset %d, %d batch(es) replayed",
                         self.name, len(self.producer_state.producers), start, replayed)
 
+    @_reports_storage_errors
     def take_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end offset; keep the newest few."""
         producer_snapshot.write_snapshot(self.directory, self.log_end_offset, self.producer_state.producers)
@@ -620,6 +642,7 @@ class PartitionLog:
             return self.roll()
         return segment
 
+    @_reports_storage_errors
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (no-op when the active one is
         empty). The old segment's fsync and index files are written at the next flush."""
@@ -638,6 +661,7 @@ class PartitionLog:
 
     # -- flushing ------------------------------------------------------------------------
 
+    @_reports_storage_errors
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything after the recovery point and move it to the log end offset."""
         first = max(bisect_right(self._segment_bases, self.recovery_point) - 1, 0)
@@ -733,6 +757,7 @@ class PartitionLog:
 
     # -- retention and truncation --------------------------------------------------------
 
+    @_reports_storage_errors
     def apply_retention(self, now_ms: int) -> int:
         """Delete old segments by retention.ms and retention.bytes (when cleanup.policy
         has delete) and those wholly below the log start offset. Returns how many."""
@@ -759,6 +784,7 @@ class PartitionLog:
         deleted += self._delete_segments_below_log_start()
         return deleted
 
+    @_reports_storage_errors
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to `offset` (-1: the high
         watermark) and delete whole segments below it. Returns the new log start offset."""
@@ -820,6 +846,7 @@ class PartitionLog:
         self.recovery_point = max(self.recovery_point, segments[0].base_offset)
         return count
 
+    @_reports_storage_errors
     def truncate_to(self, offset: int) -> None:
         """Remove everything from the batch holding `offset` on (replication, recovery).
 
@@ -853,6 +880,7 @@ class PartitionLog:
         self._rebuild_producer_state()  # also drops aborted transactions at or after the new end
         logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
 
+    @_reports_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
         self._abort_cleaning(f"full truncation to offset {offset}")

@@ -36,7 +36,7 @@ import os
 import re
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +146,9 @@ class LogManager:
         self._generation = 0
         self._lock_fds: list[int] = []
         self._loaded = False
+        # Log dirs taken offline after an I/O error (set_dir_offline), with the error.
+        self.offline_dirs: dict[Path, StorageError] = {}
+        self._failure_listeners: list[Callable[[Path, StorageError], None]] = []
 
     # -- loading -------------------------------------------------------------------------
 
@@ -214,7 +217,7 @@ class LogManager:
                     logger.warning("%s: no directory found; starting an empty log in %s",
                                    topic_partition_name(*key), directory)
                 self._log_dir_of[key] = directory
-                self._logs[key] = PartitionLog.open(
+                self._logs[key] = self._watched(PartitionLog.open(
                     directory / topic_partition_name(*key), record.name, partition, config,
                     recover=not clean[directory],
                     # no checkpoint entry: rescan everything, as Kafka does (recovery point 0)
@@ -224,7 +227,7 @@ class LogManager:
                     producer_state_config=self.producer_state_config,
                     replicated=self.replicated,
                     high_watermark=high_watermarks[directory].get(key),
-                )
+                ))
         for (topic, partition), directory in existing.items():
             self._set_aside_stray(directory, topic_partition_name(topic, partition))
         for directory in self.log_dirs:
@@ -299,8 +302,15 @@ class LogManager:
             "generation": self._generation,
             "topics": {name: record.to_json() for name, record in sorted(self._topics.items())},
         }
-        for directory in self.log_dirs:
-            write_json_file(directory / TOPICS_META_FILE, _TOPICS_META_MAGIC, _TOPICS_META_VERSION, document)
+        online = self.online_dirs
+        if not online:
+            raise StorageError(", ".join(map(str, self.log_dirs)), "every log directory is offline")
+        for directory in online:  # an offline dir's older copy loses to the newer generation at load
+            try:
+                write_json_file(directory / TOPICS_META_FILE, _TOPICS_META_MAGIC, _TOPICS_META_VERSION, document)
+            except StorageError as error:
+                self._report(directory, error)
+                raise
 
     def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
         try:
@@ -348,10 +358,14 @@ class LogManager:
         fsync_directory(directory)
 
     def _least_loaded_dir(self) -> Path:
-        counts = {directory: 0 for directory in self.log_dirs}
+        online = self.online_dirs
+        if not online:
+            raise StorageError(", ".join(map(str, self.log_dirs)), "every log directory is offline")
+        counts = {directory: 0 for directory in online}
         for directory in self._log_dir_of.values():
-            counts[directory] += 1
-        return min(self.log_dirs, key=lambda directory: counts[directory])
+            if directory in counts:
+                counts[directory] += 1
+        return min(online, key=lambda directory: counts[directory])
 
     def _effective_config(self, record: _TopicRecord, *, on_load: bool = False) -> LogConfig:
         if not on_load:
@@ -418,10 +432,10 @@ class LogManager:
             key = (record.name, partition)
             directory = self._least_loaded_dir()
             self._log_dir_of[key] = directory
-            self._logs[key] = PartitionLog.open(
+            self._logs[key] = self._watched(PartitionLog.open(
                 directory / topic_partition_name(*key), record.name, partition, config, recover=False,
                 producer_state_config=self.producer_state_config, replicated=self.replicated,
-            )
+            ))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data (DeleteTopics)."""
@@ -536,6 +550,65 @@ class LogManager:
     def log_dir_of(self, name: str, index: int) -> Path | None:
         return self._log_dir_of.get((name, index))
 
+    # -- failed log dirs (Kafka's LogDirFailureChannel) ----------------------------------
+
+    def add_failure_listener(self, listener: Callable[[Path, StorageError], None]) -> None:
+        """`listener(log_dir, error)` on every I/O failure of a log in `log_dir` (and of
+        its checkpoints). Standalone nobody listens: each write is tried afresh."""
+        self._failure_listeners.append(listener)
+
+    def _watched(self, log: PartitionLog) -> PartitionLog:
+        log.storage_failed = self._log_failed
+        return log
+
+    def _log_failed(self, log: PartitionLog, error: StorageError) -> None:
+        directory = self._log_dir_of.get((log.topic, log.partition))
+        if directory is not None:
+            self._report(directory, error)
+
+    def _report(self, directory: Path, error: StorageError) -> None:
+        for listener in self._failure_listeners:
+            listener(directory, error)
+
+    @property
+    def online_dirs(self) -> list[Path]:
+        return [directory for directory in self.log_dirs if directory not in self.offline_dirs]
+
+    def set_dir_offline(self, directory: Path, error: StorageError) -> None:
+        """No new partition goes to `directory`, and nothing more is written there (no
+        checkpoints, no clean-shutdown marker: the next start recovers its logs)."""
+        self.offline_dirs.setdefault(directory, error)
+
+    def set_dir_online(self, directory: Path) -> None:
+        self.offline_dirs.pop(directory, None)
+
+    def is_offline(self, name: str, index: int) -> bool:
+        return self._log_dir_of.get((name, index)) in self.offline_dirs
+
+    @staticmethod
+    def probe_dir(directory: Path, size: int = 1 << 20) -> StorageError | None:
+        """Whether `directory` takes a write of `size` bytes and its fsync again (the
+        file is removed after); the error if not."""
+        path = directory / ".oncelog-probe"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                chunk = b"\0" * min(size, 1 << 16)
+                written = 0
+                while written < size:
+                    written += os.write(fd, chunk[: size - written])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return StorageError(str(path), f"probe write failed: {exc.strerror}", exc.errno)
+        finally:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        return None
+
     # -- periodic work and shutdown ------------------------------------------------------
 
     def flush_due(self, now_ms: int) -> int:
@@ -549,34 +622,44 @@ class LogManager:
     def checkpoint(self) -> None:
         """Write the recovery-point and log-start checkpoints of every log dir, and the
         high watermarks of its replicated logs."""
-        for directory in self.log_dirs:
-            recovery_points = []
-            log_starts = []
-            high_watermarks = []
-            for (topic, partition), log in sorted(self._logs.items()):
-                if self._log_dir_of[(topic, partition)] != directory:
-                    continue
-                recovery_points.append([topic, partition, log.recovery_point])
-                log_starts.append([topic, partition, log.log_start_offset])
-                if log.replicated:
-                    high_watermarks.append((topic, partition, log.high_watermark))
-            write_json_file(directory / RECOVERY_POINT_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
-                            {"offsets": recovery_points})
-            write_json_file(directory / LOG_START_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
-                            {"offsets": log_starts})
-            replication_checkpoint = directory / REPLICATION_OFFSET_CHECKPOINT_FILE
-            if high_watermarks or self.replicated or replication_checkpoint.exists():
-                write_checkpoint(replication_checkpoint, high_watermarks)
+        for directory in self.online_dirs:
+            try:
+                self._checkpoint_dir(directory)
+            except StorageError as error:
+                self._report(directory, error)
+                raise
+
+    def _checkpoint_dir(self, directory: Path) -> None:
+        recovery_points = []
+        log_starts = []
+        high_watermarks = []
+        for (topic, partition), log in sorted(self._logs.items()):
+            if self._log_dir_of[(topic, partition)] != directory:
+                continue
+            recovery_points.append([topic, partition, log.recovery_point])
+            log_starts.append([topic, partition, log.log_start_offset])
+            if log.replicated:
+                high_watermarks.append((topic, partition, log.high_watermark))
+        write_json_file(directory / RECOVERY_POINT_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
+                        {"offsets": recovery_points})
+        write_json_file(directory / LOG_START_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
+                        {"offsets": log_starts})
+        replication_checkpoint = directory / REPLICATION_OFFSET_CHECKPOINT_FILE
+        if high_watermarks or self.replicated or replication_checkpoint.exists():
+            write_checkpoint(replication_checkpoint, high_watermarks)
 
     def close(self) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown markers."""
         if not self._loaded:
             self._unlock_all()
             return
-        for log in self._logs.values():
-            log.close()
+        for key, log in self._logs.items():
+            if self._log_dir_of[key] in self.offline_dirs:
+                log.close_without_flush()  # recovered at the next start: no marker for its dir
+            else:
+                log.close()
         self.checkpoint()
-        for directory in self.log_dirs:
+        for directory in self.online_dirs:
             marker = directory / CLEAN_SHUTDOWN_MARKER
             try:
                 fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -1,10 +1,11 @@
-"""`oncelog chaos`: a soak run under broker kills and lost responses, judged by the
-history checker.
+"""`oncelog chaos`: a soak run under faults and lost responses, judged by the history
+checker.
 
-    result = run_chaos(ChaosSettings(duration=60, kills_per_minute=30))
+    result = run_chaos(ChaosSettings(duration=60, faults_per_minute=30))
     print(result.report.summary()); assert result.ok
 
-    result = run_chaos(ChaosSettings(duration=60, kills_per_minute=8, brokers=3))  # a cluster
+    result = run_chaos(ChaosSettings(duration=60, faults_per_minute=8, brokers=3,  # a cluster
+                                     faults=("kill", "pause", "partition", "disk")))
 
 One run, in this order:
 
@@ -12,12 +13,16 @@ One run, in this order:
    behind a `FaultProxy`. The broker advertises the proxy's address, so every client
    talks only to the proxy, and every connection dies with the broker.
    With `brokers` = 3 (or more): a `ClusterProcess` of that many combined nodes (a
-   broker and its etcd member each, with the cluster tests' quick failure detection:
-   3 s broker sessions), each broker behind its own proxy and advertising it in its
-   registration, so clients reach every broker through its proxy while replication
-   and transaction markers use the bound listeners, unfaulted. The internal topics keep
-   Kafka's defaults (3 replicas; __transaction_state needs 2 in sync) with 3 partitions
-   each.
+   broker and its etcd member each, with quick failure detection: 3 s broker sessions
+   unless `session_timeout_ms` says otherwise), each broker behind its own proxy and
+   advertising it in its registration, so clients reach every broker through its proxy
+   while replication and transaction markers use the bound listeners, unfaulted. The
+   internal topics keep Kafka's defaults (3 replicas; __transaction_state needs 2 in
+   sync) with 3 partitions each. For partition faults each node runs in a network
+   namespace of its own (`NetworkLab`; the proxies stay on the host, so clients reach a
+   cut-off node as clients on its side of a partition would); for disk faults each
+   node's log.dirs is a tmpfs of its own (`NodeDisks`). Both need root; a kind this
+   machine cannot do is left out with a message.
 2. Setup without faults: the topics (`chaos`, `chaos-in`, `chaos-out`, 3 partitions
    each; in a cluster a replica on every node and min.insync.replicas=2, and the setup
    waits until every replica is in sync) and the consume-transform-produce input,
@@ -33,17 +38,20 @@ One run, in this order:
      transactions aborted on purpose; every failed transaction rewinds the input to
      the group's committed offsets by recreating the consumer, as does a fatal
      consumer error such as a fenced static member);
-   - the killer: kill -9 of the broker at random moments within evenly spaced slots
-     (about `kills_per_minute`), restarted on the same port and log.dirs. In a
-     cluster each kill takes one node (its etcd member dies with it): a third of the
-     time the leader of a random chaos partition, a third the coordinator of a
-     transactional id or of the transform loop's group, otherwise any node. It stays
-     down 0-4 s (past the 3 s session sometimes, so that the controller fences it and
-     elects new leaders; sooner, so that the restarted broker hands its leaderships
-     over itself), comes back on the same ports and log.dirs, and the next kill waits
-     until every partition, internal ones included, has all its replicas in sync again
-     (at most 30 s): never more than one node down, as losing two of three loses the
-     metadata quorum, which Kafka does not survive either;
+   - the nemesis (`Nemesis`): a fault at a random moment within evenly spaced slots
+     (about `faults_per_minute`), the enabled kinds in turn. On one broker: kill -9,
+     restarted on the same port and log.dirs. In a cluster (`oncelog.testing.nemesis`)
+     each fault hits one node, chosen a third of the time as the leader of a random
+     chaos partition, a third as the coordinator of a transactional id or of the
+     transform loop's group, otherwise at random (pauses and partitions also take the
+     active controller): kill -9 (its etcd member dies with it; down for up to 4/3 of
+     the session, so that sometimes the controller fences it and sometimes the
+     restarted broker hands its leaderships over itself), SIGSTOP of its broker, of
+     the whole node or of its etcd member, a network partition from the other nodes,
+     or its disk filled, each for `fault_seconds`. Then the cure, and the next fault
+     waits until every partition, internal ones included, has all its replicas in
+     sync again (at most 30 s): never more than one node in trouble, as losing two of
+     three loses the metadata quorum, which Kafka does not survive either;
    - the proxy (each broker's, in a cluster, with its own seed), on the Produce,
      AddPartitionsToTxn, EndTxn and TxnOffsetCommit requests,
      with R = `drop_rate`: drops a fraction R of their responses, closing the
@@ -51,7 +59,8 @@ One run, in this order:
      R/2 of the requests before they reach the broker, closing the connection; and sends
      R of the Produce requests the broker accepted a second time, 100 ms after the
      answer, on a new connection (a duplicate the broker must recognise).
-4. The end: the killer stops (the broker left running; in a cluster every node up),
+4. The end: the nemesis stops (the broker left running; in a cluster every node up and
+   no fault left in place),
    the proxy stops injecting, the workers end their open transactions and close; in a
    cluster the run waits until every replica of every partition is in sync (a problem
    after 60 s). It then waits until no coordinator lists an open transaction (every
@@ -59,20 +68,25 @@ One run, in this order:
    stable offset has reached its high watermark (abandoned transactions time out: the
    cleanup interval is 500 ms), takes the final reads (read_committed and
    read_uncommitted, offset 0 to the end offsets) and the group's committed offsets,
-   and runs `check(history)`.
+   and runs `check(history)`; each fault's stalls (`oncelog.testing.stalls`) come from
+   the same history.
 5. The broker (or every node) stops cleanly. In a cluster, the replicas of the chaos
    topics are then compared from each node's log.dirs (`oncelog.testing.replicas`):
    below the smallest high watermark every replica must hold the same batches; a
    difference fails the run like an anomaly.
 
-Every loop is bounded in count and in time; all traffic goes to 127.0.0.1. A worker
-that fails in an unexpected way (a bug of this harness, not a Kafka error) fails the
-run: the history would not mean what it claims.
+Every loop is bounded in count and in time; clients talk to 127.0.0.1 only. A client
+call that hangs past its own timeout (librdkafka bugs when a broker leaves the metadata,
+see `RunState.bounded`) is left behind and its client replaced. A worker that fails in
+an unexpected way (a bug of this harness, not a Kafka error) fails the run: the history
+would not mean what it claims.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
 import random
 import shutil
 import subprocess
@@ -82,7 +96,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -102,9 +116,13 @@ from oncelog.testing.history import (
     observe_group_offsets,
     read_all,
 )
+from oncelog.testing.nemesis import FAULT_KINDS as NEMESIS_KINDS
+from oncelog.testing.nemesis import ClusterNemesis, Fault, NodeDisks
+from oncelog.testing.netns import NetworkLab, NetworkLabError
 from oncelog.testing.process import BrokerProcess
 from oncelog.testing.proxy import FaultPolicy, FaultProxy
 from oncelog.testing.replicas import ReplicaComparison, compare_replicas
+from oncelog.testing.stalls import FaultWindow, Stalls, fault_stalls
 
 TOPIC = "chaos"
 INPUT_TOPIC = "chaos-in"
@@ -167,6 +185,10 @@ CLIENT_BASE = {
     "metadata.recovery.strategy": "none",
     "log_level": 2,  # librdkafka logs every refused connection at level 3
 }
+# ONCELOG_CHAOS_DEBUG=eos,broker,... turns on those librdkafka debug contexts in every
+# client of the run (to stderr): the way to see why a client call hangs.
+if os.environ.get("ONCELOG_CHAOS_DEBUG"):
+    CLIENT_BASE = {**CLIENT_BASE, "debug": os.environ["ONCELOG_CHAOS_DEBUG"], "log_level": 7}
 PRODUCER_BASE = {
     **CLIENT_BASE,
     "linger.ms": 5,
@@ -185,6 +207,7 @@ MAX_END_ATTEMPTS = 8
 # further call only waits again. A new producer's init_transactions completes or aborts it.
 MAX_END_TIMEOUTS = 2
 CALL_TIMEOUT_S = 10.0
+HANG_GRACE_S = 10.0  # past a client call's own timeout, before it is taken as hung (RunState.bounded)
 WIND_DOWN_S = 60.0
 TRANSACTIONS_END_TIMEOUT_S = TRANSACTION_TIMEOUT_MS / 1000 + 50.0
 IN_SYNC_TIMEOUT_S = 60.0  # cluster mode: every replica back in the ISR at the end
@@ -199,28 +222,49 @@ class ChaosError(Exception):
 class ChaosSettings:
     duration: float  # seconds of chaos (kills and faults)
     seed: int = 1
-    kills_per_minute: float = 10.0
+    faults_per_minute: float = 10.0  # planned; in a cluster fewer when nodes take long to settle
     drop_rate: float = 0.05
     data_dir: Path | None = None
     history_path: Path | None = None
     abort_fraction: float = 0.2  # transactions aborted on purpose
     progress_interval: float = 10.0
     brokers: int = 1  # 1: a standalone broker; more: a cluster of that many combined nodes
+    # Fault kinds (oncelog.testing.nemesis.FAULT_KINDS), taken in turn; a standalone broker only knows kill.
+    faults: tuple[str, ...] = ("kill",)
+    fault_seconds: tuple[float, float] = (1.0, 10.0)  # how long a pause, partition or full disk lasts
+    session_timeout_ms: int = 3000  # cluster: broker.session.timeout.ms (Kafka's default is 9000)
 
 
 @dataclass(slots=True)
 class ChaosResult:
     report: Report
     history: History
-    kills: int
+    faults: list[Fault]  # what the nemesis did, in order
     proxy_stats: Counter
     events: Counter  # worker counters: recreated producers, rewinds, ...
     problems: list[str] = field(default_factory=list)  # failures outside the checker's rules
     replicas: ReplicaComparison | None = None  # cluster mode: the replicas compared after the run
+    stalls: list[Stalls] = field(default_factory=list)  # per fault, in the same order
+
+    @property
+    def kills(self) -> int:
+        return sum(1 for fault in self.faults if fault.kind == "kill")
 
     @property
     def faults_injected(self) -> int:
         return sum(self.proxy_stats.get(kind, 0) for kind in FAULT_KINDS)
+
+    def stall_lines(self) -> list[str]:
+        """One line per fault, then the worst stalls of each kind."""
+        lines = [f"fault {fault.number}: {fault.description}, {fault.ended - fault.began:.1f}s: {stalls.describe()}"
+                 for fault, stalls in zip(self.faults, self.stalls) if fault.ended is not None]
+        for kind in dict.fromkeys(fault.kind for fault in self.faults):
+            of_kind = [stalls for fault, stalls in zip(self.faults, self.stalls) if fault.kind == kind]
+            worst = {name: max((getattr(s, name) for s in of_kind if getattr(s, name) is not None), default=0.0)
+                     for name in ("writes_led", "writes_elsewhere", "commits")}
+            lines.append(f"stalls: {kind} faults={len(of_kind)} "
+                         + " ".join(f"longest_{name}={value:.1f}s" for name, value in worst.items()))
+        return lines
 
     @property
     def ok(self) -> bool:
@@ -233,7 +277,9 @@ class ChaosResult:
             f"counts: operations={s.get('operations', 0)} sends_acknowledged={s.get('acked', 0)} "
             f"txns_committed={s.get('committed_txns', 0)} txns_aborted={s.get('aborted_txns', 0)} "
             f"txns_unknown={s.get('unknown_txns', 0)} polls={polls} broker_kills={self.kills} "
-            f"proxy_faults={self.faults_injected} ("
+            + "".join(f"{kind}_faults={sum(1 for f in self.faults if f.kind == kind)} "
+                      for kind in NEMESIS_KINDS if kind != "kill")
+            + f"proxy_faults={self.faults_injected} ("
             + " ".join(f"{kind}={self.proxy_stats.get(kind, 0)}" for kind in FAULT_KINDS)
             + f"; {sum(self.proxy_stats.get(k, 0) for k in RESPONSE_OUTCOMES)} targeted responses, "
             f"duplicates_answered={self.proxy_stats.get('replay_answered', 0)})"
@@ -272,6 +318,36 @@ class RunState:
         """An independent, seeded generator for one thread."""
         with self._lock:
             return random.Random(self._seeds.getrandbits(64))
+
+    def bounded(self, what: str, timeout: float, call: Callable[[], Any]) -> Any:
+        """`call()` on a thread of its own, given `timeout` plus `HANG_GRACE_S` to return.
+        librdkafka calls can hang past their own timeout when a broker they cached (a
+        group coordinator) was decommissioned, i.e. left the metadata, as a fenced or
+        dead broker does in Kafka too (confluentinc/librdkafka issues 5511, 5456, 3740);
+        such a call is left hanging, counted as `client_hangs`, and ClientHang raised:
+        the caller gives the client up and makes a new one."""
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                outcome["value"] = call()
+            except BaseException as error:  # noqa: BLE001 - handed to the caller below
+                outcome["error"] = error
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name=f"call: {what}", daemon=True).start()
+        if not done.wait(timeout + HANG_GRACE_S):
+            self.count("client_hangs")
+            raise ClientHang(f"{what} did not return within {timeout + HANG_GRACE_S:.0f}s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("value")
+
+
+class ClientHang(Exception):
+    """A client call that never returned (see RunState.bounded)."""
 
 
 def _kafka_error(error: BaseException):
@@ -347,6 +423,14 @@ class TransactionalSession:
             self.run.count(f"{self.name}.producers_recreated")
             producer, self.producer = self.producer, None
             self._discard(producer)
+
+    def forget(self) -> None:
+        """Drop a producer stuck in a call that never returns (RunState.bounded), without
+        touching it again: whatever it sent is left to the fencing by the next one."""
+        if self.producer is not None:
+            self.run.count(f"{self.name}.producers_abandoned")
+            producer, self.producer = self.producer, None
+            self.next_txn_seq = max(self.next_txn_seq, producer.next_txn_seq)
 
     def _discard(self, producer: _TransactionalProducer) -> None:
         self.next_txn_seq = max(self.next_txn_seq, producer.next_txn_seq)
@@ -425,11 +509,13 @@ def _is_fatal(error) -> bool:
     return error is not None and (error.fatal() or error.code() == KafkaError._FATAL)
 
 
-def _close_consumer(consumer: RecordingConsumer) -> None:
+def _close_consumer(run: RunState, consumer: RecordingConsumer) -> None:
     try:
-        consumer.close()
+        run.bounded("consumer close", CALL_TIMEOUT_S, consumer.close)
     except KafkaException:
         pass  # closing after a fatal error may report it again
+    except ClientHang:
+        pass  # counted; the consumer is left behind
 
 
 def _send(producer: RecordingProducer, topic: str, *, value: str | None = None, partition: int | None = None,
@@ -592,7 +678,7 @@ class TailingConsumer(Worker):
                     run.count(f"{self.name}.consume_errors")
                     run.stop.wait(0.1)
         finally:
-            _close_consumer(consumer)
+            _close_consumer(run, consumer)
 
 
 class TransformLoop(Worker):
@@ -666,7 +752,7 @@ class TransformLoop(Worker):
                         raise KafkaException(fatal or KafkaError(KafkaError._FATAL))
                 except KafkaException:  # a fatal consumer error, e.g. a fenced static member
                     run.count(f"{self.name}.consume_errors")
-                    _close_consumer(consumer)
+                    _close_consumer(run, consumer)
                     consumer = self.new_consumer()
                     continue
                 records = [m for m in messages if m.error() is None]
@@ -687,10 +773,13 @@ class TransformLoop(Worker):
                             _send(producer, OUTPUT_TOPIC, value=output_value, partition=message.partition())
                             next_offsets[message.partition()] = max(next_offsets.get(message.partition(), 0),
                                                                     message.offset() + 1)
-                        producer.send_offsets(
-                            [TopicPartition(INPUT_TOPIC, p, offset) for p, offset in sorted(next_offsets.items())],
-                            consumer, CTP_GROUP, CALL_TIMEOUT_S)
+                        offsets = [TopicPartition(INPUT_TOPIC, p, offset) for p, offset in sorted(next_offsets.items())]
+                        run.bounded(f"{self.name}: send_offsets_to_transaction", CALL_TIMEOUT_S,
+                                    functools.partial(producer.send_offsets, offsets, consumer, CTP_GROUP,
+                                                      CALL_TIMEOUT_S))
                         commit = self.rng.random() >= self.abort_fraction
+                    except ClientHang:
+                        session.forget()  # the next producer's init_transactions fences it and aborts its transaction
                     except (KafkaException, BufferError) as error:
                         run.count(f"{self.name}.txn_errors")
                         outcome = session.abandon(error)
@@ -700,79 +789,87 @@ class TransformLoop(Worker):
                 if outcome != "commit":
                     # The batch's inputs go back to the committed offsets.
                     run.count(f"{self.name}.rewinds")
-                    _close_consumer(consumer)
+                    _close_consumer(run, consumer)
                     consumer = self.new_consumer()
         finally:
             session.close()
-            _close_consumer(consumer)
+            _close_consumer(run, consumer)
 
 
-class BrokerKiller(threading.Thread):
-    """kill -9 at a random moment in each of `planned` equal slots of the chaos phase: of
-    the broker, or of one node of the cluster (see `ChaosCluster.kill` for which). The
-    victim is restarted after a short random pause, even when the run is stopping, on the
-    same ports and log.dirs; in a cluster the next kill waits until every replica is back
-    in sync (`settle`), so that at most one node is ever down. A broker that does not come
-    back fails the run."""
+class Nemesis(threading.Thread):
+    """One fault at a random moment in each of `planned` equal slots of the chaos phase:
+    the enabled kinds taken in turn, in a seeded order, victims chosen by the brokers
+    (`StandaloneBroker.inject`, `ChaosCluster.inject`). Each fault is held for a random
+    while and then healed (a killed broker restarted, a paused one continued, a cut node
+    reconnected, a full disk freed), even when the run is stopping; in a cluster the next
+    fault waits until every replica is back in sync (`settle`), so that at most one node
+    is ever in trouble. A fault that cannot be healed (a broker that does not come back)
+    fails the run."""
 
     RESTART_ATTEMPTS = 3
 
-    def __init__(self, run: RunState, brokers: StandaloneBroker | ChaosCluster, planned: int, duration: float,
-                 log: Callable[[str], None]) -> None:
-        super().__init__(name="killer", daemon=True)
+    def __init__(self, run: RunState, brokers: StandaloneBroker | ChaosCluster, kinds: Sequence[str], planned: int,
+                 duration: float, log: Callable[[str], None]) -> None:
+        super().__init__(name="nemesis", daemon=True)
         self.run_state = run
         self.brokers = brokers
+        self.kinds = list(kinds)
         self.planned = planned
         self.duration = duration
         self.rng = run.rng()
-        self.kills = 0
-        self.restart_seconds: list[float] = []
-        self.finished = threading.Event()  # set when no kill will happen any more
+        self.faults: list[Fault] = []
+        self.finished = threading.Event()  # set when no fault will happen any more
         self.log = log
+
+    @property
+    def kills(self) -> int:
+        return sum(1 for fault in self.faults if fault.kind == "kill")
 
     def run(self) -> None:
         try:
-            self._kill_on_schedule()
+            self._on_schedule()
         except BaseException as error:
-            self.run_state.fail("killer", error)
+            self.run_state.fail("nemesis", error)
         finally:
             self.finished.set()
 
-    def _kill_on_schedule(self) -> None:
+    def _on_schedule(self) -> None:
         start = time.monotonic()
         slot = self.duration / max(self.planned, 1)
         last_ready = start
+        order = list(self.kinds)
+        self.rng.shuffle(order)
         for index in range(self.planned):
             moment = max(start + slot * (index + self.rng.uniform(0.1, 0.9)),
                          last_ready + self.brokers.MIN_UPTIME_S)
             if moment >= start + self.duration or self.run_state.stop.wait(max(0.0, moment - time.monotonic())):
                 break
-            killed_at = time.time()
-            victim, target, description = self.brokers.kill(self.rng)
-            self.kills += 1
-            if self.brokers.REPORTS_KILLS:
-                self.run_state.count(f"kills.{target}")
-            down = self.brokers.down_time(self.rng)
-            self.run_state.stop.wait(down)  # restarted even on stop
+            kind = order[index % len(order)]
+            fault = self.brokers.inject(kind, self.rng)
+            self.faults.append(fault)
+            if self.brokers.REPORTS_FAULTS:
+                self.run_state.count(f"faults.{kind}.{fault.target}")
+            held = self.brokers.hold_time(kind, self.rng)
+            self.run_state.stop.wait(held)  # healed even on stop
             began = time.monotonic()
-            self._restart(victim)
-            self.restart_seconds.append(time.monotonic() - began)
+            self._heal(fault)
+            healed_in = time.monotonic() - began
             settled = self.brokers.settle(self.run_state.stop)
-            if self.brokers.REPORTS_KILLS:
-                self.log(f"chaos: kill {self.kills} at {_clock(killed_at)}: {description}, down {down:.1f}s, "
-                         f"restarted in {self.restart_seconds[-1]:.1f}s, {settled}")
+            if self.brokers.REPORTS_FAULTS:
+                self.log(f"chaos: fault {fault.number} at {_clock(fault.began)}: {fault.description}, held "
+                         f"{held:.1f}s, healed in {healed_in:.1f}s, {settled}")
             last_ready = time.monotonic()
 
-    def _restart(self, victim: int) -> None:
+    def _heal(self, fault: Fault) -> None:
         for attempt in range(1, self.RESTART_ATTEMPTS + 1):
             try:
-                self.brokers.restart(victim)
+                fault.heal()
                 return
             except RuntimeError as error:
-                self.log(f"chaos: restart {attempt} of {self.brokers.name(victim)} after kill {self.kills} "
+                self.log(f"chaos: healing fault {fault.number} ({fault.description}), attempt {attempt}, "
                          f"failed: {error}")
-        raise ChaosError(f"{self.brokers.name(victim)} did not restart after kill {self.kills}; its log: "
-                         f"{self.brokers.log_path(victim)}")
+        raise ChaosError(f"fault {fault.number} ({fault.description}) could not be healed; the log of "
+                         f"{self.brokers.name(fault.node)}: {self.brokers.log_path(fault.node)}")
 
 
 def _clock(wall: float) -> str:
@@ -801,10 +898,14 @@ class StandaloneBroker:
     """One broker process behind one proxy; the broker advertises the proxy's address."""
 
     MIN_UPTIME_S = 0.3  # between a restart and the next kill
-    REPORTS_KILLS = False  # about one kill every two seconds: counted, not logged one by one
+    REPORTS_FAULTS = False  # about one kill every two seconds: counted, not logged one by one
 
     def __init__(self, root: Path, settings: ChaosSettings) -> None:
         self.broker = BrokerProcess(root / "broker", BROKER_CONFIG)
+        if set(settings.faults) - {"kill"}:
+            raise ChaosError(f"a standalone broker is only killed; {', '.join(settings.faults)} faults need a cluster")
+        self.kinds = list(settings.faults)
+        self._count = 0
         self.policies = [_fault_policy(settings, settings.seed)]
         self.proxies = [FaultProxy(("127.0.0.1", self.broker.port), self.policies[0])]
 
@@ -822,16 +923,16 @@ class StandaloneBroker:
     def create_topics(self) -> None:
         _create_topics(self.bootstrap, replication_factor=1)
 
-    def kill(self, rng: random.Random) -> tuple[int, str, str]:
-        """(victim, what it was chosen as, a description)."""
+    def inject(self, kind: str, rng: random.Random) -> Fault:
+        if kind != "kill":
+            raise ChaosError(f"a standalone broker is only killed, not given a {kind} fault")
+        self._count += 1
         self.broker.kill()
-        return 0, "broker", "the broker"
+        return Fault(self._count, "kill", 0, "broker", "kill -9 of the broker", frozenset(), time.time(),
+                     cure=lambda: self.broker.start(timeout=60))
 
-    def down_time(self, rng: random.Random) -> float:
+    def hold_time(self, kind: str, rng: random.Random) -> float:
         return rng.uniform(0, 0.3)
-
-    def restart(self, victim: int) -> None:
-        self.broker.start(timeout=60)
 
     def settle(self, stop: threading.Event) -> str:
         return "up"
@@ -882,16 +983,40 @@ class ChaosCluster:
     bound listeners, so the proxies see client traffic only."""
 
     MIN_UPTIME_S = 1.0
-    REPORTS_KILLS = True
-    MAX_DOWN_S = 4.0  # sometimes past broker.session.timeout.ms (3 s): fenced by the controller
+    REPORTS_FAULTS = True
+    KILL_DOWN_S = (0.0, 4.0 / 3)  # times the session: sometimes past it, fenced by the controller
     SETTLE_TIMEOUT_S = 30.0
 
-    def __init__(self, root: Path, settings: ChaosSettings) -> None:
-        self.cluster = ClusterProcess(root / "cluster", settings.brokers, CLUSTER_CONFIG)
+    def __init__(self, root: Path, settings: ChaosSettings, log: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.kinds = []
+        nodes = range(1, settings.brokers + 1)
+        self.network: NetworkLab | None = None
+        self.disks: NodeDisks | None = None
+        for kind in settings.faults:
+            reason = {"partition": NetworkLab.unavailable, "disk": NodeDisks.unavailable}.get(kind, lambda: None)()
+            if reason is not None:
+                log(f"chaos: no {kind} faults: {reason}")
+                continue
+            self.kinds.append(kind)
+        try:
+            if "partition" in self.kinds:
+                self.network = NetworkLab(nodes, seed=settings.seed).create()
+            if "disk" in self.kinds:
+                self.disks = NodeDisks(root / "cluster", nodes).mount()
+        except (OSError, NetworkLabError) as error:
+            self._release()
+            raise ChaosError(f"cannot set up the faults: {error}") from None
+        config = {**CLUSTER_CONFIG, "broker.session.timeout.ms": str(settings.session_timeout_ms)}
+        self.cluster = ClusterProcess(root / "cluster", settings.brokers, config, network=self.network)
         self.policies = {node_id: _fault_policy(settings, settings.seed * 1000 + node_id)
                          for node_id in self.cluster.nodes}
-        self.proxies = {node_id: FaultProxy(("127.0.0.1", node.port), self.policies[node_id])
+        self.proxies = {node_id: FaultProxy((node.host, node.port), self.policies[node_id])
                         for node_id, node in self.cluster.nodes.items()}
+        self.nemesis = ClusterNemesis(
+            self.cluster, [(topic, p) for topic in TOPICS for p in range(PARTITIONS)],
+            coordinator_keys=[(tid, 1) for tid in (*WRITER_TRANSACTIONAL_IDS, CTP_TRANSACTIONAL_ID)] + [(CTP_GROUP, 0)],
+            network=self.network, disks=self.disks)
 
     @property
     def bootstrap(self) -> str:
@@ -906,8 +1031,11 @@ class ChaosCluster:
         except (RuntimeError, AssertionError) as error:
             raise ChaosError(f"the cluster did not start: {error}") from None
         for node_id, node in self.cluster.nodes.items():
-            log(f"chaos: node {node_id} pid {node.process.pid} on 127.0.0.1:{node.port}, clients through the proxy "
-                f"at {self.proxies[node_id].address}; log.dirs {node.data_dir}, broker log {node.log_path}")
+            log(f"chaos: node {node_id} pid {node.process.pid} on {node.host}:{node.port}"
+                + (f" (network namespace {self.network.namespace(node_id)})" if self.network else "")
+                + f", clients through the proxy at {self.proxies[node_id].address}; log.dirs {node.data_dir}"
+                + (" (a tmpfs of its own)" if self.disks else "") + f", broker log {node.log_path}")
+        log(f"chaos: faults {', '.join(self.kinds) or 'none'}; broker sessions {self.settings.session_timeout_ms} ms")
 
     def create_topics(self) -> None:
         _create_topics(self.bootstrap, replication_factor=len(self.cluster.nodes), config=CLUSTER_TOPIC_CONFIG)
@@ -920,37 +1048,15 @@ class ChaosCluster:
         if problem:
             raise ChaosError(f"after creating the topics: {problem}")
 
-    def kill(self, rng: random.Random) -> tuple[int, str, str]:
-        """kill -9 of one node (its etcd member dies with it): a third of the time the
-        leader of a random chaos partition, a third the coordinator of a transactional id
-        or of the transform loop's group, otherwise any node. Returns (victim, what it
-        was chosen as, a description)."""
-        alive = self.cluster.alive()
-        choice = rng.random()
-        victim, target, why = -1, "random", "a random node"
-        try:
-            if choice < 1 / 3:
-                topic, partition = rng.choice(TOPICS), rng.randrange(PARTITIONS)
-                victim = self.cluster.leader_of(topic, partition)
-                target, why = "leader", f"leader of {topic}-{partition}"
-            elif choice < 2 / 3:
-                key, key_type, target = rng.choice(
-                    [(tid, 1, "transaction_coordinator") for tid in (*WRITER_TRANSACTIONAL_IDS, CTP_TRANSACTIONAL_ID)]
-                    + [(CTP_GROUP, 0, "group_coordinator")])
-                victim = self.cluster.coordinator_of(key, key_type, timeout=5)
-                why = f"{target.replace('_', ' ')} of {key}"
-        except (OSError, LookupError, AssertionError):
-            victim = -1  # no answer in time: any node will do
-        if victim not in alive:
-            victim, target, why = rng.choice(alive), "random", "a random node"
-        self.cluster.kill(victim)
-        return victim, target, f"node {victim} ({why})"
+    def inject(self, kind: str, rng: random.Random) -> Fault:
+        """A fault of `kind` on a victim `ClusterNemesis` chooses."""
+        return self.nemesis.inject(kind, rng)
 
-    def down_time(self, rng: random.Random) -> float:
-        return rng.uniform(0, self.MAX_DOWN_S)
-
-    def restart(self, victim: int) -> None:
-        self.cluster.start_node(victim, timeout=60)
+    def hold_time(self, kind: str, rng: random.Random) -> float:
+        if kind == "kill":
+            session_s = self.settings.session_timeout_ms / 1000
+            return rng.uniform(self.KILL_DOWN_S[0] * session_s, self.KILL_DOWN_S[1] * session_s)
+        return rng.uniform(*self.settings.fault_seconds)
 
     def settle(self, stop: threading.Event) -> str:
         """Wait (bounded; not past `stop`) until every node is registered and every
@@ -968,6 +1074,7 @@ class ChaosCluster:
         return self.cluster.nodes[victim].log_path
 
     def ensure_running(self) -> None:
+        self.nemesis.undo_all()  # nothing is left paused, cut off or full
         for node_id, node in self.cluster.nodes.items():
             if node.process is None:
                 try:
@@ -1003,6 +1110,13 @@ class ChaosCluster:
         self.stop()
         for proxy in self.proxies.values():
             proxy.stop()
+        self._release()
+
+    def _release(self) -> None:
+        if self.disks is not None:
+            self.disks.unmount()
+        if self.network is not None:
+            self.network.destroy()
 
 
 def _wait_in_sync(cluster: ClusterProcess, timeout: float, stop: threading.Event) -> list[str]:
@@ -1166,10 +1280,10 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
     else:
         root = Path(settings.data_dir)
         root.mkdir(parents=True, exist_ok=True)
-    brokers = StandaloneBroker(root, settings) if settings.brokers == 1 else ChaosCluster(root, settings)
+    brokers = StandaloneBroker(root, settings) if settings.brokers == 1 else ChaosCluster(root, settings, log)
     history = History()
     run = RunState(history, "", settings.seed)  # bootstrap: the proxies' addresses, once they run
-    killer: BrokerKiller | None = None
+    nemesis: Nemesis | None = None
     workers: list[Worker] = []
     problems: list[str] = []
     clean = False  # a temporary directory is removed only after a clean run
@@ -1180,9 +1294,10 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         inputs = max(2000, int(settings.duration * 60))
         _seed_inputs(history, brokers.bootstrap, inputs)
         planned = 0
-        if settings.kills_per_minute > 0:
-            planned = max(1, round(settings.kills_per_minute * settings.duration / 60))
-        log(f"chaos: {settings.duration:.0f}s, seed {settings.seed}, {planned} broker kills planned, "
+        kinds = brokers.kinds
+        if settings.faults_per_minute > 0 and kinds:
+            planned = max(1, round(settings.faults_per_minute * settings.duration / 60))
+        log(f"chaos: {settings.duration:.0f}s, seed {settings.seed}, {planned} faults planned ({', '.join(kinds)}), "
             f"drop rate {settings.drop_rate}, {inputs} input records seeded")
 
         # -- the chaos phase --------------------------------------------------------------
@@ -1197,11 +1312,11 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         ]
         for worker in workers:
             worker.start()
-        killer = BrokerKiller(run, brokers, planned, settings.duration, log)
+        nemesis = Nemesis(run, brokers, kinds, planned, settings.duration, log)
         if planned:
-            killer.start()
+            nemesis.start()
         else:
-            killer.finished.set()
+            nemesis.finished.set()
         started = time.monotonic()
         deadline = started + settings.duration
         while not run.stop.is_set() and time.monotonic() < deadline:
@@ -1209,14 +1324,15 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
             faults = sum(brokers.proxy_stats()[kind] for kind in FAULT_KINDS)
             outcomes = " ".join(f"{name}={count}" for name, count in sorted(run.events.items())
                                 if name.endswith(("commit", "abort", "failed")))
-            log(f"chaos: t={time.monotonic() - started:.0f}s kills={killer.kills} faults={faults} "
+            log(f"chaos: t={time.monotonic() - started:.0f}s faults={len(nemesis.faults)} proxy_faults={faults} "
                 f"operations={len(history)} {outcomes}")
 
         # -- the end: no more kills or faults; workers finish; transactions end ---------------
         run.stop.set()
-        killer.finished.wait(120)
-        if not killer.finished.is_set():
-            raise ChaosError("the killer did not stop within 120s")
+        nemesis.finished.wait(120)
+        if not nemesis.finished.is_set():
+            raise ChaosError("the nemesis did not stop within 120s")
+        chaos_ended = time.time()
         if run.failures:
             raise ChaosError("the run failed:\n" + "\n".join(run.failures))
         brokers.ensure_running()
@@ -1233,7 +1349,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         problem = brokers.wait_in_sync(IN_SYNC_TIMEOUT_S)
         if problem:
             problems.append(problem)
-        log(f"chaos: writers stopped after {killer.kills} kills; waiting for every transaction to end")
+        log(f"chaos: writers stopped after {len(nemesis.faults)} faults; waiting for every transaction to end")
         problem = _wait_for_transactions_to_end(brokers.bootstrap, TRANSACTIONS_END_TIMEOUT_S)
         if problem:
             problems.append(problem)
@@ -1259,14 +1375,15 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         except (LogError, OSError) as error:  # a log dir that does not even load
             problems.append(f"the replicas could not be compared: {error!r}")
             replicas = None
-        result = ChaosResult(report=report, history=history, kills=killer.kills, proxy_stats=brokers.proxy_stats(),
-                             events=Counter(run.events), problems=problems, replicas=replicas)
+        result = ChaosResult(report=report, history=history, faults=list(nemesis.faults),
+                             proxy_stats=brokers.proxy_stats(), events=Counter(run.events), problems=problems,
+                             replicas=replicas, stalls=_stalls(history, nemesis.faults, chaos_ended))
         clean = result.ok
         return result
     finally:
         run.stop.set()
-        if killer is not None and killer.is_alive():
-            killer.finished.wait(60)
+        if nemesis is not None and nemesis.is_alive():
+            nemesis.finished.wait(60)
         for worker in workers:
             worker.join(5)
         brokers.close()
@@ -1279,6 +1396,14 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
                 log(f"chaos: kept the broker's log.dirs and log in {temporary} for inspection")
 
 
+def _stalls(history: History, faults: list[Fault], chaos_ended: float) -> list[Stalls]:
+    """Per fault, how long writes and commits stalled from its start until the next one."""
+    ends = [fault.began for fault in faults[1:]] + [chaos_ended]
+    return [fault_stalls(history, FaultWindow(fault.began, until, fault.led), topic=TOPIC,
+                         partitions=range(PARTITIONS), writers=("idem",), transactional_ids=WRITER_TRANSACTIONAL_IDS)
+            for fault, until in zip(faults, ends)]
+
+
 def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 20) -> None:
     """The verdict: the checker's summary, the counts, the replica comparison (cluster
     mode), and for a failed run every anomaly kind's first `examples` anomalies with their
@@ -1286,6 +1411,8 @@ def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 
     print(result.report.summary(), file=out)
     print(result.counts_line(), file=out)
     print(result.events_line(), file=out)
+    for line in result.stall_lines():
+        print(line, file=out)
     if result.replicas is not None:
         print(result.replicas.summary(), file=out)
         for mismatch in result.replicas.mismatches[:examples]:

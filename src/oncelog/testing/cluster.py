@@ -17,6 +17,7 @@ only find each other again on the same ports.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -25,7 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from oncelog.broker.config import ConfigError, read_properties
-from oncelog.testing.process import BrokerProcess, free_port
+from oncelog.testing.netns import NetworkLab
+from oncelog.testing.process import BrokerProcess, child_pids, free_port
 
 # Quick failure detection for tests; Kafka's defaults (9 s sessions) stay the broker's.
 FAST_FAILOVER = {
@@ -38,21 +40,28 @@ FAST_FAILOVER = {
 
 
 def node_configs(base_dir: Path, brokers: int, host: str = "127.0.0.1",
-                 overrides: Mapping[str, str] | None = None) -> dict[int, dict[str, str]]:
-    """The settings of `brokers` combined nodes with free ports, ids 1..n."""
+                 overrides: Mapping[str, str] | None = None,
+                 hosts: Mapping[int, str] | None = None) -> dict[int, dict[str, str]]:
+    """The settings of `brokers` combined nodes with free ports on `host`, ids 1..n; with
+    `hosts` (an address of its own per node, e.g. in a `NetworkLab`), Kafka's and etcd's
+    usual ports on each node's address."""
     ids = range(1, brokers + 1)
-    kafka = {i: free_port(host) for i in ids}
-    client = {i: free_port(host) for i in ids}
-    peer = {i: free_port(host) for i in ids}
-    voters = ",".join(f"{i}@{host}:{client[i]}" for i in ids)
-    peers = ",".join(f"{i}@{host}:{peer[i]}" for i in ids)
+    if hosts is None:
+        hosts = dict.fromkeys(ids, host)
+        kafka = {i: free_port(host) for i in ids}
+        client = {i: free_port(host) for i in ids}
+        peer = {i: free_port(host) for i in ids}
+    else:
+        kafka, client, peer = dict.fromkeys(ids, 9092), dict.fromkeys(ids, 2379), dict.fromkeys(ids, 2380)
+    voters = ",".join(f"{i}@{hosts[i]}:{client[i]}" for i in ids)
+    peers = ",".join(f"{i}@{hosts[i]}:{peer[i]}" for i in ids)
     return {
         i: {
             "node.id": str(i),
             "process.roles": "broker,controller",
             "controller.quorum.voters": voters,
             "controller.quorum.peers": peers,
-            "listeners": f"PLAINTEXT://{host}:{kafka[i]}",
+            "listeners": f"PLAINTEXT://{hosts[i]}:{kafka[i]}",
             "log.dirs": str(base_dir / f"node-{i}"),
             **dict(overrides or {}),
         }
@@ -106,20 +115,26 @@ def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]])
 
 class ClusterProcess:
     def __init__(self, base_dir: str | Path, brokers: int = 3, config: Mapping[str, str] | None = None, *,
-                 fast_failover: bool = True, node_settings: Mapping[int, Mapping[str, str]] | None = None) -> None:
+                 fast_failover: bool = True, node_settings: Mapping[int, Mapping[str, str]] | None = None,
+                 network: NetworkLab | None = None) -> None:
         """`brokers` new nodes with free ports and `config` on each, or, with
         `node_settings`, exactly those nodes (e.g. `read_node_configs` of a cluster that ran
-        before; `brokers` and `config` are then ignored)."""
+        before; `brokers` and `config` are then ignored). With `network` (created, with
+        nodes 1..brokers), each node runs in its own namespace on its own address."""
         self.base_dir = Path(base_dir)
+        self.network = network
         if node_settings is not None:
             self.configs = {node_id: dict(settings) for node_id, settings in node_settings.items()}
         else:
             overrides = {**(FAST_FAILOVER if fast_failover else {}), **dict(config or {})}
-            self.configs = node_configs(self.base_dir, brokers, overrides=overrides)
-        self.nodes = {
-            node_id: BrokerProcess(Path(config["log.dirs"]), config, port=int(config["listeners"].rsplit(":", 1)[1]))
-            for node_id, config in self.configs.items()
-        }
+            hosts = {i: network.address(i) for i in range(1, brokers + 1)} if network is not None else None
+            self.configs = node_configs(self.base_dir, brokers, overrides=overrides, hosts=hosts)
+        self.nodes = {}
+        for node_id, settings in self.configs.items():
+            host, port = settings["listeners"].split("://", 1)[1].rsplit(":", 1)
+            wrap = functools.partial(network.command, node_id) if network is not None else None
+            self.nodes[node_id] = BrokerProcess(Path(settings["log.dirs"]), settings, port=int(port), host=host,
+                                                wrap=wrap)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -167,6 +182,19 @@ class ClusterProcess:
 
     def resume(self, node_id: int) -> None:
         os.kill(self.nodes[node_id].process.pid, signal.SIGCONT)
+
+    def quorum_member_pid(self, node_id: int) -> int | None:
+        """The pid of the node's etcd member (a child of its broker process), if running."""
+        process = self.nodes[node_id].process
+        if process is None:
+            return None
+        for child in child_pids(process.pid):
+            try:
+                if Path(f"/proc/{child}/comm").read_text().strip() == "etcd":
+                    return child
+            except OSError:
+                continue
+        return None
 
     def kill_all(self) -> None:
         for node in self.nodes.values():

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 
@@ -38,6 +38,17 @@ class BrokerStartError(RuntimeError):
             self.reason = f"exited with status {exit_code}; last line of {log_path}: {last}"
 
 
+def child_pids(pid: int) -> list[int]:
+    """The children of process `pid` (of all its threads), from /proc."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -45,11 +56,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: str | Path, config: Mapping[str, str] | None = None, *, port: int | None = None) -> None:
+    def __init__(self, data_dir: str | Path, config: Mapping[str, str] | None = None, *, port: int | None = None,
+                 host: str = "127.0.0.1", wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+        """`wrap` turns the broker's command into the one to run (e.g. inside a network
+        namespace, `NetworkLab.command`); `host` is the address it listens on."""
         self.data_dir = Path(data_dir)
-        self.port = port or free_port()
+        self.host = host
+        self.port = port or free_port(host)
+        self.wrap = wrap
         self.config = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{host}:{self.port}",
             "log.dirs": str(self.data_dir),
             **dict(config or {}),
         }
@@ -58,12 +74,14 @@ class BrokerProcess:
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         command = [sys.executable, "-m", "oncelog", "broker", "start"]
         for key, value in self.config.items():
             command += ["--override", f"{key}={value}"]
+        if self.wrap is not None:
+            command = self.wrap(command)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(self.log_path, "ab")
         self.process = subprocess.Popen(

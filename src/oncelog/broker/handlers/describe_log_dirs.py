@@ -6,7 +6,8 @@
   of its segments; offset lag is max(0, high watermark - log end offset), 0 on a single
   node as on any leader; no future (AlterReplicaLogDirs) logs exist.
 - v4+: the volume's total and usable bytes (`shutil.disk_usage`); v5: no dir is
-  cordoned. A dir whose volume cannot be read answers KAFKA_STORAGE_ERROR.
+  cordoned. A dir that is offline (an I/O error took it offline: cluster mode) or whose
+  volume cannot be read answers KAFKA_STORAGE_ERROR, with no partitions, as in Kafka.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ async def handle(ctx: RequestContext, request) -> object:
         ))
     results = []
     for directory in logs.log_dirs:
+        if directory in logs.offline_dirs:
+            results.append(make("DescribeLogDirsResult", error_code=ErrorCode.kafka_storage_error,
+                                log_dir=str(directory.absolute()), topics=()))
+            continue
         try:
             usage = shutil.disk_usage(directory)
         except OSError:

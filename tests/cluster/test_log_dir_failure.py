@@ -1,0 +1,125 @@
+"""A full disk on one node of three: its log dir goes offline at the first failed write,
+the node leaves the cluster at once (its leaderships, ISR places and coordinators move),
+the other partitions keep taking acks=all writes, and once space returns the node comes
+back by itself and catches up. Node 1's log.dirs is a tmpfs made for the test (root only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Producer
+from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
+
+from oncelog.protocol.client import WireClient
+from oncelog.protocol.messages import ErrorCode
+from oncelog.testing.cluster import ClusterProcess
+from tests.cluster.test_failover import create, read_partition
+from tests.cluster.test_partition import metadata, wait_until
+
+FULL = 1  # the node whose disk fills
+TOPIC = "spill"
+PARTITIONS = 6
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for one node's log dir needs root")
+    node_dir = tmp_path / f"node-{FULL}"
+    node_dir.mkdir()
+    # Room for the node's etcd member (its write-ahead log preallocates 64 MB segments).
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(node_dir)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    running = ClusterProcess(tmp_path, 3, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "3",
+                                           "transaction.state.log.num.partitions": "3"})
+    try:
+        yield running.start()
+    finally:
+        running.kill_all()
+        subprocess.run(["umount", "-l", str(node_dir)], check=False)
+        for node in running.nodes.values():
+            shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
+
+
+def fill(directory) -> None:
+    """Take every free byte of the volume with one file."""
+    filler = directory / "filler"
+    with open(filler, "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * (1 << 20))
+                out.flush()
+        except OSError:
+            pass
+
+
+def log_dir_errors(cluster: ClusterProcess, node: int) -> list[int]:
+    with WireClient.connect(cluster.nodes[node].bootstrap_servers, timeout=5) as client:
+        response = client.request(DescribeLogDirsRequest(topics=None))
+    return [result.error_code for result in response.results]
+
+
+def leaders_and_isrs(cluster: ClusterProcess, via: int) -> dict[int, tuple[int, set[int]]]:
+    return metadata(cluster, via, TOPIC)
+
+
+def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(cluster):
+    create(cluster, TOPIC, PARTITIONS)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "message.timeout.ms": 60_000})
+    sent = dict.fromkeys(range(PARTITIONS), 0)
+    failures: list = []
+
+    def send_round() -> None:
+        for partition in range(PARTITIONS):
+            producer.produce(TOPIC, str(sent[partition]).encode(), partition=partition,
+                             on_delivery=lambda error, _m: error is not None and failures.append(error))
+            sent[partition] += 1
+        producer.poll(0)
+
+    for _ in range(50):
+        send_round()
+    assert producer.flush(30) == 0
+
+    fill(cluster.nodes[FULL].data_dir)
+    filled_at = time.monotonic()
+    # The next writes it must take (as leader or follower) fail: the dir goes offline and
+    # the node leaves at once, long before replica.lag.time.max.ms would drop it.
+    while time.monotonic() - filled_at < 10:
+        send_round()
+        producer.flush(0.2)
+        try:
+            if all(leader != FULL and FULL not in isr for leader, isr in leaders_and_isrs(cluster, 2).values()):
+                break
+        except OSError:
+            pass
+    moved = time.monotonic() - filled_at
+    assert all(leader != FULL and FULL not in isr for leader, isr in leaders_and_isrs(cluster, 2).values())
+    assert moved < 5, f"the node left the ISRs only after {moved:.1f}s"
+    assert ErrorCode.kafka_storage_error in log_dir_errors(cluster, FULL)
+    # acks=all keeps working on the two healthy nodes.
+    for _ in range(20):
+        send_round()
+    assert producer.flush(30) == 0
+    log = cluster.nodes[FULL].log_path.read_text()
+    assert "is offline" in log
+
+    # Space returns: the node registers again, catches up, and is in every ISR again.
+    (cluster.nodes[FULL].data_dir / "filler").unlink()
+    back = wait_until(lambda: all(isr == {1, 2, 3} for _, isr in leaders_and_isrs(cluster, 2).values()), 60,
+                      "every ISR whole again after space returned")
+    assert log_dir_errors(cluster, FULL) == [ErrorCode.none]
+    print(f"node {FULL} left the ISRs {moved:.1f}s after its disk filled, and was back in all of them "
+          f"{back:.1f}s after space returned")
+    for _ in range(20):
+        send_round()
+    assert producer.flush(30) == 0
+    assert failures == []
+    for partition in range(PARTITIONS):
+        assert read_partition(cluster, TOPIC, partition, sent[partition]) == list(range(sent[partition]))

@@ -1,0 +1,94 @@
+"""Requests to another broker: one that leaves the cluster while a request to it is in
+flight fails that request at once, rather than after the request timeout. A broker
+across a network partition answers nothing, so the timeout is all a caller would get."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from oncelog.cluster.image import MetadataDelta
+from oncelog.cluster.peer import PeerPool
+
+
+class Registry:
+    """The part of ClusterRuntime a PeerPool uses: addresses and metadata listeners."""
+
+    def __init__(self, addresses: dict[int, tuple[str, int]]) -> None:
+        self.addresses = addresses
+        self.listeners: list = []
+
+    def inter_broker_address(self, node_id: int):
+        return self.addresses.get(node_id)
+
+    def add_listener(self, listener) -> None:
+        self.listeners.append(listener)
+
+    def unregister(self, node_id: int) -> None:
+        del self.addresses[node_id]
+        delta = MetadataDelta(old_revision=1, new_revision=2, unregistered_brokers={node_id})
+        for listener in self.listeners:
+            listener(None, delta)
+
+
+class Broker:
+    def __init__(self, node_id: int, cluster: Registry) -> None:
+        self.node_id = node_id
+        self.cluster = cluster
+
+
+REQUEST = ApiVersionsRequest(client_software_name="oncelog", client_software_version="test")
+
+
+async def silent_server() -> tuple[asyncio.Server, int]:
+    """Accepts connections and reads, but never answers: a broker cut off after the accept."""
+    async def swallow(reader, _writer) -> None:
+        while await reader.read(65536):
+            pass
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_a_request_to_a_broker_that_leaves_the_cluster_fails_at_once():
+    async def scenario() -> None:
+        server, port = await silent_server()
+        registry = Registry({2: ("127.0.0.1", port)})
+        pool = PeerPool(Broker(1, registry), "test")
+        request = asyncio.ensure_future(pool.get(2).request(REQUEST, 30.0))
+        await asyncio.sleep(0.2)  # sent, waiting for an answer that does not come
+        started = time.monotonic()
+        registry.unregister(2)
+        try:
+            await asyncio.wait_for(request, 2)
+        except ConnectionError as error:
+            assert "left the cluster" in str(error)
+        else:
+            raise AssertionError("the request to a broker that left the cluster succeeded")
+        assert time.monotonic() - started < 1
+        assert pool.get(2) is None  # and nothing goes there while it is unregistered
+        server.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_that_finds_itself_unregistered_fails_every_request_it_has_in_flight():
+    async def scenario() -> None:
+        server, port = await silent_server()
+        registry = Registry({1: ("127.0.0.1", 1), 2: ("127.0.0.1", port), 3: ("127.0.0.1", port)})
+        pool = PeerPool(Broker(1, registry), "test")
+        requests = [asyncio.ensure_future(pool.get(node).request(REQUEST, 30.0)) for node in (2, 3)]
+        await asyncio.sleep(0.2)
+        registry.unregister(1)  # this broker's own fenced view: it stops acting
+        results = await asyncio.wait_for(asyncio.gather(*requests, return_exceptions=True), 2)
+        assert all(isinstance(result, ConnectionError) for result in results), results
+        # A later request to a broker still registered goes out again (and here times out).
+        try:
+            await pool.get(2).request(REQUEST, 0.3)
+        except TimeoutError:
+            pass
+        server.close()
+
+    asyncio.run(scenario())
