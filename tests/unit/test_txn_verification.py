@@ -64,7 +64,8 @@ def fake_broker(leader_of_state: int = COORDINATOR):
         topics={TRANSACTION_STATE: SimpleNamespace(partitions=3)},
         partition=lambda topic, partition: SimpleNamespace(leader=leader_of_state),
     )
-    cluster = SimpleNamespace(image=image, inter_broker_address=lambda node_id: ("127.0.0.1", 1))
+    cluster = SimpleNamespace(image=image, inter_broker_address=lambda node_id: ("127.0.0.1", 1),
+                              add_listener=lambda listener: None)
     broker = SimpleNamespace(node_id=THIS_BROKER, cluster=cluster,
                              logs=SimpleNamespace(partition=lambda topic, partition: partition_log))
     return broker, producers
