@@ -200,3 +200,14 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
     assert clock.errors == []
     for partition in range(PARTITIONS):
         assert read_partition(cluster, TOPIC, partition, clock.sent[partition]) == list(range(clock.sent[partition]))
+
+
+def test_a_lab_is_made_beside_one_with_its_seed_left_standing_by_a_killed_run():
+    """`make soak-faults` failed with "RTNETLINK answers: File exists" after a killed run
+    of the same seed had left its bridge: names come from the process, not the seed."""
+    reason = NetworkLab.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with NetworkLab([1, 2], seed=11) as left_standing, NetworkLab([1, 2], seed=11) as made:
+        assert made.bridge != left_standing.bridge
+        assert made.namespace(1) != left_standing.namespace(1)

@@ -25,12 +25,13 @@ no CAP_NET_ADMIN), or None; tests skip with that reason.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import random
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
-
+from typing import Self
 
 _NOWHERE = "02:00:00:00:00:01"  # a locally administered unicast address no interface has
 
@@ -40,10 +41,13 @@ class NetworkLabError(RuntimeError):
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+    result = subprocess.run(["ip", *args], check=False, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise NetworkLabError(f"ip {' '.join(args)}: {result.stderr.strip() or f'status {result.returncode}'}")
     return result
+
+
+_LAB_NUMBERS = itertools.count()
 
 
 class NetworkLab:
@@ -52,7 +56,9 @@ class NetworkLab:
         if not self.nodes or self.nodes[0] < 0 or self.nodes[-1] > 200:
             raise ValueError(f"node ids must be 0..200, not {self.nodes}")
         rng = random.Random(seed if seed is not None else os.getpid())
-        tag = f"{rng.getrandbits(24):06x}"
+        # Named after the process, not the seed: a run killed before its teardown leaves
+        # its bridge behind, and the next run with the same seed must not trip on it.
+        tag = f"{os.getpid() & 0xFFFFF:05x}{next(_LAB_NUMBERS) & 0xFF:02x}"
         self.bridge = f"olb{tag}"
         self._namespaces = {node: f"oncelog-{tag}-{node}" for node in self.nodes}
         self._veths = {node: (f"olv{tag}{node}", f"olp{tag}{node}") for node in self.nodes}
@@ -163,7 +169,7 @@ class NetworkLab:
         _ip("link", "del", self.bridge, check=False)
         self._created = False
 
-    def __enter__(self) -> NetworkLab:
+    def __enter__(self) -> Self:
         return self.create()
 
     def __exit__(self, *exc_info) -> None:
