@@ -104,12 +104,6 @@ def test_transaction_over_partitions_led_by_three_brokers_commits_at_the_leader_
     assert {n: listed(cluster, n) for n in (1, 2, 3)} == {n: {"spread"} if n == coordinator else set() for n in (1, 2, 3)}
 
 
-def listed(cluster: ClusterProcess, node_id: int) -> set[str]:
-    with WireClient.connect(cluster.nodes[node_id].bootstrap_servers, timeout=10) as client:
-        response = client.request(ListTransactionsRequest(state_filters=(), producer_id_filters=()))
-    return {state.transactional_id for state in response.transaction_states}
-
-
 def test_transaction_over_partitions_led_by_three_brokers_commits_atomically_when_the_coordinator_is_killed_mid_commit(cluster):
     """The commit is decided (PrepareCommit on the ISR, the client answered) but no
     partition can take its marker: `orders` needs all 3 replicas in sync, and one broker

@@ -31,9 +31,6 @@ class FakePeer:
         self.answer = answer
         self.fail = False
 
-    def retarget(self, host, port) -> None:
-        pass
-
     async def request(self, entity, timeout_s):
         self.requests.append(entity)
         await self.release.wait()
