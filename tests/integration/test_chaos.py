@@ -7,16 +7,20 @@ the replicas compared afterwards and each fault's stalls reported."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from oncelog.testing.checker import ANOMALY_KINDS
 from oncelog.testing.history import History, TxnOutcome
 from oncelog.testing.netns import NetworkLab
+from oncelog.testing.process import child_pids
 
 SECONDS = 60
 KILLS_PER_MINUTE = 30  # 30 planned: slow restarts on a loaded machine still leave >= 20
@@ -118,3 +122,26 @@ def test_chaos_refuses_settings_that_make_no_run(tmp_path, arguments, message):
     finished = run_chaos(tmp_path, *arguments, timeout=60)
     assert finished.returncode == 1
     assert message in finished.stderr
+
+
+def test_a_hangup_ends_a_chaos_run_through_its_clean_up(tmp_path):
+    """A soak started from a terminal that then closed got SIGHUP and died at once, leaving
+    its broker processes, namespaces and tmpfs mounts behind. SIGHUP and SIGTERM end a run
+    as Ctrl-C does: through the clean-up, which stops what the run started."""
+    command = [sys.executable, "-m", "oncelog", "chaos", "--data-dir", str(tmp_path / "chaos"), "--seconds", "120",
+               "--faults-per-minute", "0", "--seed", "3"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                          text=True) as chaos:
+        assert chaos.stdout is not None
+        for line in chaos.stdout:  # the planned-faults line comes once the broker runs and the inputs are in
+            if "faults planned" in line:
+                break
+        started = child_pids(chaos.pid)
+        assert started, "the run has started no broker"
+        chaos.send_signal(signal.SIGHUP)
+        assert chaos.wait(60) == 130
+    left = [pid for pid in started if Path(f"/proc/{pid}").exists()
+            and Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"processes the run started still ran: {left}"

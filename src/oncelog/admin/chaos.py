@@ -14,6 +14,9 @@ printed. The run itself is `oncelog.testing.chaos`, the faults `oncelog.testing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 from oncelog.cli import CommandError
@@ -88,11 +91,29 @@ def run(args: argparse.Namespace) -> int:
                              brokers=args.brokers, faults=faults, fault_seconds=fault_seconds,
                              session_timeout_ms=args.session_timeout_ms)
     try:
-        result = run_chaos(settings)
+        with _signals_interrupt(signal.SIGTERM, signal.SIGHUP):
+            result = run_chaos(settings)
     except ChaosError as error:
         raise CommandError(f"chaos: {error}") from None
     print_result(result)
     return 0 if result.ok else 1
+
+
+@contextlib.contextmanager
+def _signals_interrupt(*signums: signal.Signals) -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal) end the run as Ctrl-C does: through its
+    clean-up, which heals every fault (namespaces, bridge, tmpfs mounts) and stops the
+    cluster. Their default action would leave all of that behind."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _fault_kinds(text: str | None, brokers: int) -> tuple[str, ...]:

@@ -1385,7 +1385,8 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         if nemesis is not None and nemesis.is_alive():
             nemesis.finished.wait(60)
         for worker in workers:
-            worker.join(5)
+            if worker.ident is not None:  # Ctrl-C may come while they are being started
+                worker.join(5)
         brokers.close()
         if settings.history_path is not None and not Path(settings.history_path).exists():
             history.dump(settings.history_path)
