@@ -14,10 +14,7 @@ import sys
 from typing import NoReturn
 
 from oncelog import __version__
-
-
-class CommandError(Exception):
-    """A user-facing failure: printed as one line, exit status 1."""
+from oncelog.errors import CommandError
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -8,7 +8,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Me
 
 from oncelog.admin.clients import read_properties_file
 from oncelog.admin.console import LineReader, MessageFormatter, ProducerRecord
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 
 def message(**fields) -> Message:

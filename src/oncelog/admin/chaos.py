@@ -19,7 +19,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 
 def register(commands: argparse._SubParsersAction) -> None:

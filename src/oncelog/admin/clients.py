@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 

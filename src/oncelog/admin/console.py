@@ -53,7 +53,7 @@ from oncelog.admin.clients import (
     parse_key_value,
     topic_partitions,
 )
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 # The consumer wakes up this often to check --timeout-ms and signals.
 POLL_INTERVAL_S = 0.2

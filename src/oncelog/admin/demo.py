@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 
 def register(commands: argparse._SubParsersAction) -> None:

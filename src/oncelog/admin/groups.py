@@ -30,7 +30,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from oncelog.admin.clients import add_connection_arguments, client_config, command_error, fetch_metadata, make_client
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 REQUEST_TIMEOUT_S = 30.0
 MISSING = "-"

@@ -11,7 +11,7 @@ import argparse
 import os
 
 from oncelog.admin.clients import DEFAULT_BOOTSTRAP, add_connection_arguments, user_properties
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 
 def register(commands: argparse._SubParsersAction) -> None:

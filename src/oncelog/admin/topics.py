@@ -30,7 +30,7 @@ from oncelog.admin.clients import (
     make_client,
     parse_key_value,
 )
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 # Admin requests are answered by the controller; this bounds each one.
 REQUEST_TIMEOUT_S = 30.0

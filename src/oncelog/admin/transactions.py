@@ -40,7 +40,7 @@ from kio.schema.write_txn_markers.v1.request import (
 
 from oncelog.admin.clients import INTERNAL_TOPICS, add_connection_arguments
 from oncelog.admin.wire import Cluster, PartitionInfo, describe_error
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # kafka-transactions.sh's default
 

@@ -32,7 +32,7 @@ from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader
 from kio.static.primitive import i16, i64
 
-from oncelog.cli import CommandError
+from oncelog.errors import CommandError
 from oncelog.protocol import framing
 from oncelog.protocol.client import WireClient, encode_request
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError, parse_overrides
+from oncelog.errors import CommandError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -33,7 +34,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_start(args: argparse.Namespace) -> int:
     from oncelog.broker.broker import Broker
     from oncelog.broker.embedded import _new_event_loop
-    from oncelog.cli import CommandError
     from oncelog.storage.errors import LogError
 
     logging.basicConfig(

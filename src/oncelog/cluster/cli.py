@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 
 from oncelog.broker.config import ConfigError, parse_overrides
+from oncelog.errors import CommandError
 
 # How often the command looks for nodes that died.
 WATCH_INTERVAL_S = 0.5
@@ -56,8 +57,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_start(args: argparse.Namespace) -> int:
-    from oncelog.cli import CommandError
-    from oncelog.testing.cluster import ClusterProcess, node_configs, read_node_configs, write_node_configs
+    from oncelog.testing.cluster import (
+        ClusterProcess,
+        node_configs,
+        read_node_configs,
+        write_node_configs,
+    )
     from oncelog.testing.process import BrokerStartError
 
     if args.brokers is not None and args.brokers < 1:

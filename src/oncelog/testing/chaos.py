@@ -103,6 +103,8 @@ from typing import Any, TextIO
 
 from confluent_kafka import KafkaError, KafkaException
 
+from oncelog.admin.wire import Cluster as AdminCluster
+from oncelog.errors import CommandError
 from oncelog.storage.errors import LogError
 from oncelog.testing.checker import Report, check
 from oncelog.testing.cluster import ClusterProcess
@@ -1209,11 +1211,8 @@ def _seed_inputs(history: History, bootstrap: str, count: int) -> None:
 def _open_transactions(bootstrap: str) -> list[str] | None:
     """Transactions the coordinators still have open (None: could not ask). Every broker
     is asked: in a cluster each lists the transactional ids it coordinates."""
-    from oncelog.admin.wire import Cluster
-    from oncelog.cli import CommandError
-
     try:
-        with Cluster(bootstrap, request_timeout_s=10) as cluster:
+        with AdminCluster(bootstrap, request_timeout_s=10) as cluster:
             listings = cluster.list_transactions()
     except (CommandError, OSError, ValueError):
         return None
