@@ -334,8 +334,8 @@ def test_a_crash_anywhere_in_a_swap_loses_and_duplicates_nothing(tmp_path, monke
     before = contents(log)
     log.flush()
     calls = {"unlink": 0}
-    real_unlink = cleaner_module._unlink_segment_files
-    real_rename = cleaner_module._rename
+    real_unlink = cleaner_module.unlink_segment_files
+    real_rename = cleaner_module.rename
 
     def crashing_unlink(directory, base):
         calls["unlink"] += 1
@@ -354,8 +354,8 @@ def test_a_crash_anywhere_in_a_swap_loses_and_duplicates_nothing(tmp_path, monke
         os.write(fd, data[: len(data) // 2])
         raise _Crash
 
-    monkeypatch.setattr(cleaner_module, "_unlink_segment_files", crashing_unlink)
-    monkeypatch.setattr(cleaner_module, "_rename", crashing_rename)
+    monkeypatch.setattr(cleaner_module, "unlink_segment_files", crashing_unlink)
+    monkeypatch.setattr(cleaner_module, "rename", crashing_rename)
     if crash_point == "writing":
         monkeypatch.setattr(cleaner_module, "_write_all", crashing_write)
     with pytest.raises(_Crash):
@@ -442,7 +442,7 @@ def test_after_a_completed_swap_aborts_whose_marker_is_gone_are_forgotten(tmp_pa
     # As if a crash came between the swap that dropped a marker at offset 2 and the
     # index update: the entry outlived its marker.
     log.txn_index.append(AbortedTxn(8, 2, 2, 2))
-    cleaner_module.drop_orphan_aborted_txns(log)
+    log.drop_orphan_aborted_txns()
     assert [entry.last_offset for entry in log.txn_index.entries] == [kept_marker]
 
 

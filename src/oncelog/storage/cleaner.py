@@ -32,7 +32,7 @@ What a cleaning round does to one partition (Kafka's Cleaner.doClean):
    the aborted-transaction entries of dropped markers are removed, the old segments'
    files are deleted, the indexes and then the swap file get the segment names. On
    open, `complete_interrupted_swaps` finishes a swap a crash interrupted and `.cleaned`
-   leftovers are discarded.
+   leftovers are discarded (the files' names and their recovery are swap.py's).
 
 Who runs what (Kafka's cleaner thread and LogCleanerManager): a round is a sequence of
 steps (`LogCleaner._round`). On the event loop: choosing the partition, taking an
@@ -73,9 +73,7 @@ from oncelog.protocol.record_batch import (
     HEADER_SIZE,
     BatchHeader,
     ControlType,
-    CorruptRecordError,
     read_control_record,
-    read_header,
 )
 from oncelog.storage import batch_records
 from oncelog.storage.errors import CorruptLogError, LogError, StorageError
@@ -88,8 +86,14 @@ from oncelog.storage.segment import (
     TIME_INDEX_ENTRY_SIZE,
     TIME_INDEX_SUFFIX,
     LogSegment,
-    parse_segment_base_offset,
     segment_file_name,
+)
+from oncelog.storage.swap import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    rename,
+    unlink_cleaned_files,
+    unlink_segment_files,
 )
 from oncelog.storage.txn_index import AbortedTxn
 
@@ -100,12 +104,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("oncelog.storage.cleaner")
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 _CHECKPOINT_MAGIC = b"OLCC"
 _CHECKPOINT_VERSION = 1
 _BYTES_PER_MAP_ENTRY = 24  # Kafka's SkimpyOffsetMap: a 16-byte MD5 and an 8-byte offset
-_HEADER_PREFIX = 27  # baseOffset .. lastOffsetDelta: enough to walk a swap file
 
 # A step of a round to run on the cleaner thread, and how a caller runs one there.
 ThreadStep = Callable[[], Any]
@@ -488,7 +489,7 @@ class LogCleaner:
                     except Exception:
                         # Removed here, on the loop, never by the thread: a deleted
                         # partition's directory may be in the middle of its rmtree.
-                        _unlink_cleaned_files(log.directory, group[0].base_offset)
+                        unlink_cleaned_files(log.directory, group[0].base_offset)
                         raise
                     old = in_progress.live_segments([segment.base_offset for segment in group])
                     if old is None:
@@ -678,12 +679,7 @@ class CleanedSegment:
     def discard(self) -> None:
         """Close and remove the cleaned files (on the loop)."""
         self.segment.close_without_flush()
-        _unlink_cleaned_files(self.segment.directory, self.segment.base_offset)
-
-
-def _unlink_cleaned_files(directory: Path, base: int) -> None:
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-        (directory / (segment_file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
+        unlink_cleaned_files(self.segment.directory, self.segment.base_offset)
 
 
 class _CleaningWork:
@@ -883,18 +879,6 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
         raise StorageError(str(path), f"cannot write cleaned segment: {exc.strerror}", exc.errno) from exc
 
 
-def _rename(source: Path, target: Path) -> None:
-    try:
-        os.replace(source, target)
-    except OSError as exc:
-        raise StorageError(str(source), f"cannot rename to {target.name}: {exc.strerror}", exc.errno) from exc
-
-
-def _unlink_segment_files(directory: Path, base: int) -> None:
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-        (directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
-
-
 def swap_segments(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegment) -> LogSegment:
     """Replace the segments `old` by the fsynced cleaned segment, crash-safely (on the
     loop: renames, unlinks and directory fsyncs only).
@@ -909,18 +893,17 @@ def swap_segments(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegm
     base = old[0].base_offset
     swap_path = directory / (segment_file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
     try:
-        _rename(new.log_path, swap_path)
+        rename(new.log_path, swap_path)
         fsync_directory(directory)
         if cleaned.dropped_abort_markers:
-            log.txn_index.remove(set(cleaned.dropped_abort_markers))
-            log.txn_index.flush()
+            log.forget_aborted_txns(cleaned.dropped_abort_markers)
             fsync_directory(directory)
         for segment in old:
-            _unlink_segment_files(directory, segment.base_offset)
+            unlink_segment_files(directory, segment.base_offset)
         # The old files at `base` are gone: the new indexes cannot be taken for theirs.
-        _rename(new.index_path, directory / segment_file_name(base, INDEX_SUFFIX))
-        _rename(new.time_index_path, directory / segment_file_name(base, TIME_INDEX_SUFFIX))
-        _rename(swap_path, directory / segment_file_name(base, LOG_SUFFIX))
+        rename(new.index_path, directory / segment_file_name(base, INDEX_SUFFIX))
+        rename(new.time_index_path, directory / segment_file_name(base, TIME_INDEX_SUFFIX))
+        rename(swap_path, directory / segment_file_name(base, LOG_SUFFIX))
         fsync_directory(directory)
     except BaseException:
         new.close_without_flush()
@@ -928,96 +911,3 @@ def swap_segments(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegm
     new.use_file_suffix("")
     log.replace_segments(old, new)
     return new
-
-
-
-def _swap_file_next_offset(path: Path) -> int | None:
-    """The offset after the last batch of a swap file (None when it holds none), read
-    from batch headers only: the file was fsynced before it got its swap name."""
-    next_offset = None
-    try:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            position = 0
-            while position + _HEADER_PREFIX <= size:
-                file.seek(position)
-                prefix = file.read(_HEADER_PREFIX)
-                base = int.from_bytes(prefix[0:8], "big", signed=True)
-                length = int.from_bytes(prefix[8:12], "big", signed=True)
-                last_delta = int.from_bytes(prefix[23:27], "big", signed=True)
-                if length < HEADER_SIZE - 12 or position + length + 12 > size:
-                    break
-                next_offset = base + last_delta + 1
-                position += length + 12
-    except OSError as exc:
-        raise StorageError(str(path), f"cannot read swap file: {exc.strerror}", exc.errno) from exc
-    return next_offset
-
-
-def complete_interrupted_swaps(directory: Path, name: str) -> bool:
-    """Discard `.cleaned` files and complete `.swap` files a crash left in `directory`
-    (Kafka's LogLoader): the segments a swap file covers are deleted and it takes their
-    place. Returns whether a swap was completed."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise StorageError(str(directory), f"cannot list: {exc.strerror}", exc.errno) from exc
-    completed = False
-    for file_name in sorted(names):
-        if file_name.endswith(CLEANED_SUFFIX):
-            logger.info("%s: discarding unfinished cleaned segment %s", name, file_name)
-            (directory / file_name).unlink(missing_ok=True)
-    for file_name in sorted(names):
-        if not file_name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            continue
-        base = parse_segment_base_offset(file_name[: -len(SWAP_SUFFIX)], LOG_SUFFIX)
-        if base is None:
-            continue
-        swap_path = directory / file_name
-        next_offset = _swap_file_next_offset(swap_path)
-        end = base if next_offset is None else next_offset
-        replaced = []
-        for other in os.listdir(directory):
-            other_base = parse_segment_base_offset(other, LOG_SUFFIX)
-            if other_base is not None and base <= other_base < end:
-                replaced.append(other_base)
-        logger.warning("%s: completing the interrupted swap of cleaned segment %d (replacing segments %s)",
-                       name, base, sorted(replaced))
-        for other_base in replaced:
-            _unlink_segment_files(directory, other_base)
-        _unlink_segment_files(directory, base)
-        _rename(swap_path, directory / segment_file_name(base, LOG_SUFFIX))
-        completed = True
-    if completed:
-        fsync_directory(directory)
-    return completed
-
-
-def drop_orphan_aborted_txns(log: PartitionLog) -> None:
-    """After a completed swap: forget aborted-transaction entries whose marker is no
-    longer in the log, so read_committed consumers never get an abort without its marker."""
-    orphans = set()
-    for entry in log.txn_index.entries:
-        if entry.last_offset < log.log_start_offset or entry.last_offset >= log.log_end_offset:
-            continue
-        records = log.read(entry.last_offset, 1, upper_bound=log.log_end_offset).records
-        if not records:
-            orphans.add(entry.last_offset)
-            continue
-        first = _read_prefix_header(records)
-        if first is None or first.base_offset != entry.last_offset or not first.is_control:
-            orphans.add(entry.last_offset)
-    if orphans:
-        logger.info("%s: dropping %d aborted-transaction entries whose markers were cleaned",
-                    log.name, len(orphans))
-        log.txn_index.remove(orphans)
-        log.txn_index.flush()
-
-
-def _read_prefix_header(records: bytes) -> BatchHeader | None:
-    try:
-        return read_header(records, 0)
-    except CorruptRecordError:
-        return None

@@ -48,10 +48,11 @@ import shutil
 import struct
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
 from crc32c import crc32c
 
@@ -62,10 +63,11 @@ from oncelog.protocol.record_batch import (
     CorruptRecordError,
     parse_batches,
     read_control_record,
+    read_header,
     set_base_offset,
     set_partition_leader_epoch,
 )
-from oncelog.storage import cleaner, producer_snapshot
+from oncelog.storage import producer_snapshot, swap
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import (
     CorruptBatchError,
@@ -112,11 +114,18 @@ _CRC_POSITION = 17
 _MAX_TIMESTAMP_POSITION = 35
 
 # Leftovers of interrupted writes or of Kafka-style renames; removed when a log opens.
-_STALE_SUFFIXES = (TEMP_SUFFIX, ".deleted", ".cleaned", ".swap")
+_STALE_SUFFIXES = (TEMP_SUFFIX, ".deleted", swap.CLEANED_SUFFIX, swap.SWAP_SUFFIX)
 
 NO_TIMESTAMP = -1
 SNAPSHOTS_RETAINED = 3
 DELETE_RECORDS_HIGH_WATERMARK = -1  # DeleteRecords' "up to the high watermark"
+
+
+class CleaningRound(Protocol):
+    """What the log knows of a running cleaning round (cleaner.CleaningInProgress)."""
+
+    def abort(self, reason: str) -> None:
+        """The round must not swap anything in: its segments are changing or going."""
 
 
 def wall_clock_ms() -> int:
@@ -194,7 +203,7 @@ class PartitionLog:
         self.producer_state = ProducerStateManager(self.name, producer_state_config)
         self.txn_index = TransactionIndex(directory)
         self.leader_epoch_cache = leader_epoch_cache or LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
-        self.cleaning: cleaner.CleaningInProgress | None = None  # the running cleaning round
+        self.cleaning: CleaningRound | None = None  # the running cleaning round (cleaner.py)
         # Called with (this log, the error) when a write, flush or delete fails (set by the LogManager).
         self.storage_failed: Callable[[PartitionLog, StorageError], None] | None = None
 
@@ -226,7 +235,7 @@ class PartitionLog:
                 raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}", exc.errno) from exc
             fsync_directory(directory.parent)
         # Compaction: finish a segment swap a crash interrupted, before listing segments.
-        swapped = cleaner.complete_interrupted_swaps(directory, name)
+        swapped = swap.complete_interrupted_swaps(directory, name)
         bases = _clean_directory(directory)
         # A corrupt epoch checkpoint fails the open here, before any segment is opened.
         epoch_checkpoint = directory / LEADER_EPOCH_CHECKPOINT_FILE
@@ -291,7 +300,7 @@ class PartitionLog:
             log.high_watermark = log.log_start_offset
             log.update_high_watermark(log.log_start_offset if high_watermark is None else high_watermark)
         if swapped:
-            cleaner.drop_orphan_aborted_txns(log)
+            log.drop_orphan_aborted_txns()
         if recovered:
             # Make the recovered state (truncations, rebuilt indexes) durable now.
             for segment in recovered:
@@ -391,6 +400,31 @@ class PartitionLog:
         read are changing or going (Kafka's abortCleaning before deletion or truncation)."""
         if self.cleaning is not None:
             self.cleaning.abort(reason)
+
+    def forget_aborted_txns(self, marker_offsets: Iterable[int]) -> None:
+        """Durably remove the aborted-transaction entries of these markers: a swap drops
+        the markers, and read_committed consumers must never get an abort without one."""
+        self.txn_index.remove(set(marker_offsets))
+        self.txn_index.flush()
+
+    def drop_orphan_aborted_txns(self) -> None:
+        """After a swap completed on open: forget the aborted-transaction entries whose
+        marker is no longer in the log."""
+        orphans = set()
+        for entry in self.txn_index.entries:
+            if entry.last_offset < self.log_start_offset or entry.last_offset >= self.log_end_offset:
+                continue
+            records = self.read(entry.last_offset, 1, upper_bound=self.log_end_offset).records
+            try:
+                first = read_header(records, 0) if records else None
+            except CorruptRecordError:
+                first = None
+            if first is None or first.base_offset != entry.last_offset or not first.is_control:
+                orphans.add(entry.last_offset)
+        if orphans:
+            logger.info("%s: dropping %d aborted-transaction entries whose markers were cleaned",
+                        self.name, len(orphans))
+            self.forget_aborted_txns(orphans)
 
     @property
     def segments(self) -> list[LogSegment]:
