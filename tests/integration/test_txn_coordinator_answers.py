@@ -112,9 +112,11 @@ def bring_to(broker, transactional_id, state):
 ANSWERS = {
     S.EMPTY: (Code.invalid_txn_state, Code.invalid_txn_state, Code.none, Code.none),
     S.ONGOING: (Code.none, Code.none, Code.none, Code.concurrent_transactions),
-    S.PREPARE_COMMIT: (Code.concurrent_transactions, Code.invalid_txn_state, Code.concurrent_transactions,
+    # Kafka holds a pending CompleteCommit/CompleteAbort while in a Prepare state: every
+    # EndTxn there is told to retry, whichever end it asks for.
+    S.PREPARE_COMMIT: (Code.concurrent_transactions, Code.concurrent_transactions, Code.concurrent_transactions,
                        Code.concurrent_transactions),
-    S.PREPARE_ABORT: (Code.invalid_txn_state, Code.concurrent_transactions, Code.concurrent_transactions,
+    S.PREPARE_ABORT: (Code.concurrent_transactions, Code.concurrent_transactions, Code.concurrent_transactions,
                       Code.concurrent_transactions),
     S.COMPLETE_COMMIT: (Code.none, Code.invalid_txn_state, Code.none, Code.none),
     S.COMPLETE_ABORT: (Code.invalid_txn_state, Code.none, Code.none, Code.none),

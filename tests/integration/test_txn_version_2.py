@@ -179,6 +179,48 @@ def test_a_retried_end_txn_v5_gets_the_same_answer(tv2_broker, client):
     assert metadata_of(tv2_broker, "retry").producer_epoch == epoch + 1
 
 
+def test_an_empty_abort_right_after_a_commit_waits_for_its_markers_instead_of_fencing_the_producer(tv2_broker, client):
+    """The Java client 4.3 on a 3-broker cluster: EndTxn(commit) answered with the bumped
+    epoch, then at once EndTxn(abort) of an empty transaction at that epoch, while the
+    commit's markers were still being written. The broker answered PRODUCER_FENCED and
+    the producer's next transaction was lost. Kafka (KAFKA-18464) answers
+    CONCURRENT_TRANSACTIONS until the commit is complete; the retry then goes through."""
+    coordinator = tv2_broker.broker.txn_coordinator
+    pid, epoch = init(client, "commit-then-abort")
+    assert produce(client, "commit-then-abort", pid, epoch) == ACKED
+    tv2_broker.call(lambda: setattr(coordinator, "_schedule_markers", lambda *args, **kwargs: None))
+    try:
+        assert end(client, "commit-then-abort", pid, epoch, commit=True) == (ACKED, pid, epoch + 1)
+        assert metadata_of(tv2_broker, "commit-then-abort").state is S.PREPARE_COMMIT
+        assert end(client, "commit-then-abort", pid, epoch + 1, commit=False) == (
+            ErrorCode.concurrent_transactions, -1, -1)
+        assert end(client, "commit-then-abort", pid, epoch, commit=True)[0] == ErrorCode.concurrent_transactions
+    finally:
+        tv2_broker.call(lambda: coordinator.__dict__.pop("_schedule_markers", None))
+    tv2_broker.call(lambda: coordinator._schedule_markers("commit-then-abort"))
+    wait_for_state(tv2_broker, "commit-then-abort", S.COMPLETE_COMMIT)
+    assert end(client, "commit-then-abort", pid, epoch + 1, commit=False) == (ACKED, pid, epoch + 2)
+    assert batches_of(tv2_broker, pid) == [("data", epoch), ("COMMIT", epoch + 1)]
+
+
+def test_a_commit_that_races_the_coordinators_timeout_abort_is_fenced_not_an_invalid_state(tv2_broker, client):
+    """KAFKA-20785: the coordinator aborts a timed-out transaction while the producer's
+    EndTxn(commit) is on its way. The commit must get PRODUCER_FENCED, which clients
+    recover from, not INVALID_TXN_STATE, which they treat as fatal."""
+    coordinator = tv2_broker.broker.txn_coordinator
+    pid, epoch = init(client, "commit-races-timeout")
+    assert produce(client, "commit-races-timeout", pid, epoch) == ACKED
+
+    def time_out():
+        metadata = coordinator.describe("commit-races-timeout")
+        coordinator.abort_timed_out(metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1)
+
+    tv2_broker.call(time_out)
+    wait_for_state(tv2_broker, "commit-races-timeout", S.COMPLETE_ABORT)
+    assert end(client, "commit-races-timeout", pid, epoch, commit=True) == (ErrorCode.producer_fenced, -1, -1)
+    assert batches_of(tv2_broker, pid)[0] == ("data", epoch) and batches_of(tv2_broker, pid)[-1][0] == "ABORT"
+
+
 def test_a_late_end_txn_of_the_previous_transaction_is_fenced_and_leaves_the_newer_one_open(tv2_broker, client):
     """The hole of docs/reliability.md: with one epoch per producer session, a late
     EndTxn(commit) of an aborted transaction would commit the next one."""

@@ -107,6 +107,17 @@ class InitResult:
     ongoing_txn_producer_epoch: int = -1
 
 
+def _completing(metadata: TransactionMetadata) -> bool:
+    """Whether EndTxn must wait (CONCURRENT_TRANSACTIONS): a transition is being written
+    (other than the coordinator's own epoch fence, which its abort goes on with), or the
+    transaction is decided and its markers are on their way. Kafka holds a pending
+    CompleteCommit/CompleteAbort from the moment PrepareCommit/PrepareAbort is written
+    until the markers are, so every EndTxn in a Prepare state meets a pending transition."""
+    if metadata.pending and metadata.pending_state is not S.PREPARE_EPOCH_FENCE:
+        return True
+    return metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+
+
 class TransactionCoordinator:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -387,7 +398,7 @@ class TransactionCoordinator:
         # Clients must send their exact epoch; the coordinator's own aborts use the bumped one.
         if (from_client and epoch != metadata.producer_epoch) or epoch < metadata.producer_epoch:
             return ErrorCode.producer_fenced
-        if metadata.pending and metadata.pending_state is not S.PREPARE_EPOCH_FENCE:
+        if _completing(metadata):
             return ErrorCode.concurrent_transactions
         state = metadata.state
         if state is S.ONGOING:
@@ -406,10 +417,6 @@ class TransactionCoordinator:
             return ErrorCode.none if commit else ErrorCode.invalid_txn_state
         if state is S.COMPLETE_ABORT:
             return ErrorCode.invalid_txn_state if commit else ErrorCode.none
-        if state is S.PREPARE_COMMIT:
-            return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
-        if state is S.PREPARE_ABORT:
-            return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
         return ErrorCode.invalid_txn_state  # Empty: nothing to end
 
     def _end_transaction_v2(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
@@ -432,8 +439,6 @@ class TransactionCoordinator:
         if epoch_fence:
             # The coordinator's own abort, with the epoch its fence bumped (classic rule).
             valid_epoch = (not from_client or epoch == metadata.producer_epoch) and epoch >= metadata.producer_epoch
-        elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            valid_epoch = retry_after_bump
         elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             valid_epoch = retry_after_bump or retry_after_overflow or epoch == metadata.producer_epoch
         else:
@@ -441,10 +446,13 @@ class TransactionCoordinator:
         retry = retry_after_bump or retry_after_overflow
         if metadata.producer_id != producer_id and not retry_after_overflow:
             return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        # Before the epoch (KAFKA-18464): the client answered for its commit already has
+        # the bumped epoch, and the empty abort it may send next, while the markers are
+        # still on their way, must wait for them rather than fence the producer.
+        if _completing(metadata):
+            return EndTxnResult(ErrorCode.concurrent_transactions)
         if not valid_epoch:
             return EndTxnResult(ErrorCode.producer_fenced)
-        if metadata.pending and not epoch_fence:
-            return EndTxnResult(ErrorCode.concurrent_transactions)
         current = EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
         invalid = EndTxnResult(ErrorCode.invalid_txn_state)
         if state is S.ONGOING:
@@ -457,10 +465,6 @@ class TransactionCoordinator:
             if commit:
                 return invalid
             return current if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
-        if state is S.PREPARE_COMMIT:
-            return EndTxnResult(ErrorCode.concurrent_transactions) if commit else invalid
-        if state is S.PREPARE_ABORT:
-            return invalid if commit else EndTxnResult(ErrorCode.concurrent_transactions)
         if state is S.EMPTY:
             return invalid if commit else self._prepare_end_v2(metadata, False, now, nothing_added=True)
         raise RuntimeError(f"{transactional_id!r} is in state {state} during EndTxn")
