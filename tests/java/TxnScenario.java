@@ -12,6 +12,11 @@
 //   fence_send    as fence_commit, but the first's next send fails
 //   offsets       sendOffsetsToTransaction: offsets committed with one transaction,
 //                 dropped with an aborted one (consume-transform-produce's commit)
+//   commit_then_empty_abort
+//                 20 rounds of: a transaction over commit-abort (3 partitions) committed,
+//                 then one record sent and its transaction aborted at once (under
+//                 transaction version 2 while the commit's markers may still be on
+//                 their way), then read_committed
 //
 // One JVM runs every scenario named. Results are lines "RESULT <scenario> <key> <value>"
 // on stdout (values without spaces); a scenario that throws prints
@@ -84,6 +89,7 @@ public final class TxnScenario {
             case "fence_commit" -> secondInstanceFencesFirst(false);
             case "fence_send" -> secondInstanceFencesFirst(true);
             case "offsets" -> offsetsCommitWithTheTransaction();
+            case "commit_then_empty_abort" -> commitThenEmptyAbort();
             default -> throw new IllegalArgumentException("unknown scenario " + scenario);
         }
     }
@@ -247,6 +253,28 @@ public final class TxnScenario {
             result("offsets", "committed_offset", committed == null ? "-" : Long.toString(committed.offset()));
         }
         readToEnd("offsets", "read_committed", List.of(new TopicPartition("offsets-out", 0)));
+    }
+
+    private void commitThenEmptyAbort() {
+        List<TopicPartition> partitions = partitions(3, "commit-abort");
+        int rounds = 20;
+        try (KafkaProducer<String, String> producer = transactional("java-commit-then-abort")) {
+            producer.initTransactions();
+            for (int round = 0; round < rounds; round++) {
+                producer.beginTransaction();
+                for (TopicPartition tp : partitions) {
+                    producer.send(new ProducerRecord<>(tp.topic(), tp.partition(), null, "r" + round));
+                }
+                producer.commitTransaction();
+                producer.beginTransaction();
+                // Sent and aborted at once: the client counts the transaction as started
+                // and ends it with EndTxn, which meets the commit still completing.
+                producer.send(new ProducerRecord<>(partitions.get(round % 3).topic(), round % 3, null, "aborted"));
+                producer.abortTransaction();
+            }
+        }
+        result("commit_then_empty_abort", "rounds", rounds);
+        readToEnd("commit_then_empty_abort", "read_committed", partitions);
     }
 
     // -- clients ------------------------------------------------------------------------
