@@ -353,6 +353,32 @@ def test_an_exhausted_epoch_moves_the_producer_to_a_new_producer_id(tv2_broker, 
     assert batches_of(tv2_broker, new_pid) == [("data", 0), ("COMMIT", 1)]
 
 
+def test_a_timeout_abort_at_the_last_epoch_moves_the_producer_to_a_new_producer_id(tv2_broker, client):
+    """KAFKA-20090: the coordinator's own abort of a transaction at the last epoch a client
+    is given rotates the producer id as an end by the client does, so the client's late
+    EndTxn(abort) is a retry answered with the new id, and its late commit is fenced
+    (KAFKA-20785), not a fatal INVALID_TXN_STATE."""
+    coordinator = tv2_broker.broker.txn_coordinator
+    pid, _ = init(client, "timeout-overflow")
+    last_epoch = 32766
+    tv2_broker.call(lambda: setattr(coordinator.describe("timeout-overflow"), "producer_epoch", last_epoch))
+    assert produce(client, "timeout-overflow", pid, last_epoch) == ACKED
+
+    def time_out():
+        metadata = coordinator.describe("timeout-overflow")
+        coordinator.abort_timed_out(metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1)
+
+    tv2_broker.call(time_out)
+    wait_for_state(tv2_broker, "timeout-overflow", S.COMPLETE_ABORT)
+    after = metadata_of(tv2_broker, "timeout-overflow")
+    assert after.producer_id != pid and after.producer_epoch == 0 and after.previous_producer_id == pid
+    assert batches_of(tv2_broker, pid) == [("data", last_epoch), ("ABORT", 32767)]
+    assert end(client, "timeout-overflow", pid, last_epoch, commit=True) == (ErrorCode.producer_fenced, -1, -1)
+    assert end(client, "timeout-overflow", pid, last_epoch, commit=False) == (ACKED, after.producer_id, 0)
+    assert produce(client, "timeout-overflow", after.producer_id, 0) == ACKED
+    assert end(client, "timeout-overflow", after.producer_id, 0, commit=True) == (ACKED, after.producer_id, 1)
+
+
 def test_a_transaction_version_2_commit_survives_a_restart_mid_overflow(tmp_path):
     """PrepareCommit is in the log (TransactionLogValue v1, with the next producer id) but
     its markers are not: the restarted coordinator finishes it under the new producer id."""

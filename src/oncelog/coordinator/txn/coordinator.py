@@ -463,7 +463,9 @@ class TransactionCoordinator:
             return invalid if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
         if state is S.COMPLETE_ABORT:
             if commit:
-                return invalid
+                # At a retry's epoch only the coordinator's own abort can come first: the
+                # client's commit raced it and is fenced, which it recovers from (KAFKA-20785).
+                return EndTxnResult(ErrorCode.producer_fenced) if retry else invalid
             return current if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
         if state is S.EMPTY:
             return invalid if commit else self._prepare_end_v2(metadata, False, now, nothing_added=True)
@@ -474,7 +476,9 @@ class TransactionCoordinator:
         """Persist PrepareCommit/PrepareAbort with the bumped epoch (and, on an exhausted
         epoch, the next producer id); answer what the client continues with."""
         next_producer_id = NO_PRODUCER_ID
-        if not epoch_fence and metadata.epoch_exhausted:
+        # The coordinator's own abort rotates an exhausted epoch too (KAFKA-20090): its
+        # client's late EndTxn is then a retry answered with the new producer id.
+        if metadata.epoch_exhausted:
             next_producer_id = self._new_producer_id()
             if next_producer_id is None:
                 return EndTxnResult(ErrorCode.coordinator_load_in_progress)
