@@ -24,7 +24,6 @@ DEFAULT_BOOTSTRAP = "localhost:9092"
 
 # Kafka's `Topic.INTERNAL_TOPICS`: librdkafka's metadata does not expose the
 # is_internal flag, and these are the only topics Kafka itself marks internal.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # How long a command waits for the cluster before giving up with a one-line error,
 # and how long it keeps retrying a bootstrap server that refuses connections.

@@ -22,7 +22,6 @@ from confluent_kafka.admin import (
 )
 
 from oncelog.admin.clients import (
-    INTERNAL_TOPICS,
     add_connection_arguments,
     client_config,
     command_error,
@@ -31,6 +30,7 @@ from oncelog.admin.clients import (
     parse_key_value,
 )
 from oncelog.errors import CommandError
+from oncelog.names import INTERNAL_TOPICS
 
 # Admin requests are answered by the controller; this bounds each one.
 REQUEST_TIMEOUT_S = 30.0

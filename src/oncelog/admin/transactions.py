@@ -38,13 +38,13 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
-from oncelog.admin.clients import INTERNAL_TOPICS, add_connection_arguments
+from oncelog.admin.clients import add_connection_arguments
 from oncelog.admin.wire import Cluster, PartitionInfo, describe_error
 from oncelog.errors import CommandError
+from oncelog.names import INTERNAL_TOPICS, TopicPartition
 
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # kafka-transactions.sh's default
 
-TopicPartition = tuple[str, int]
 
 
 def register(commands: argparse._SubParsersAction) -> None:

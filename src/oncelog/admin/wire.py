@@ -33,6 +33,7 @@ from kio.serial import entity_reader
 from kio.static.primitive import i16, i64
 
 from oncelog.errors import CommandError
+from oncelog.names import TopicPartition
 from oncelog.protocol import framing
 from oncelog.protocol.client import WireClient, encode_request
 
@@ -49,7 +50,6 @@ RETRIABLE_COORDINATOR_ERRORS = frozenset({
 })
 
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,13 @@ from pathlib import Path
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.server import KafkaServer
+from oncelog.clock import now_ms
 from oncelog.cluster.settings import cluster_settings
 from oncelog.coordinator.group import GroupCoordinator
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+from oncelog.names import TopicPartition
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
@@ -34,11 +36,6 @@ from oncelog.storage.producer_state import ProducerStateConfig
 
 log = logging.getLogger("oncelog.broker")
 
-TopicPartition = tuple[str, int]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Broker:

@@ -11,13 +11,15 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.broker.topics import INTERNAL_TOPICS, error_code_for
+from oncelog import clock
+from oncelog.broker.topics import error_code_for
+from oncelog.names import INTERNAL_TOPICS, TopicPartition
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import Compression, CorruptRecordError
 from oncelog.storage import batch_records
 from oncelog.storage.errors import LogError, StorageError
-from oncelog.storage.log import AppendOrigin, wall_clock_ms
+from oncelog.storage.log import AppendOrigin
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -28,7 +30,6 @@ log = logging.getLogger("oncelog.partitions")
 ZSTD_MIN_PRODUCE_VERSION = 7
 FIRST_IMPLICIT_ADD_PRODUCE_VERSION = 12  # KIP-890 part 2
 TRANSACTION_KEY_TYPE = 1
-TopicPartition = tuple[str, int]
 # Message-set framing shared by every magic: offset int64, size int32, then (magic 0/1)
 # crc int32 and magic int8, or (magic 2) leader epoch int32 and magic int8.
 SIZE_OFFSET = 8
@@ -398,9 +399,9 @@ def append_marker(broker: Broker, topic: str, partition: int, producer_id: int, 
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         coordinator_epoch=coordinator_epoch,
-        timestamp_ms=wall_clock_ms(),
+        timestamp_ms=clock.now_ms(),
     )
-    result = append_internal(broker, topic, partition, marker, now_ms=wall_clock_ms(),
+    result = append_internal(broker, topic, partition, marker, now_ms=clock.now_ms(),
                              marker_transaction_version=transaction_version)
     _release_verification(broker, topic, partition, producer_id)
     return result

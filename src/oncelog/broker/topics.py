@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.topics")
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # Kafka's controller refuses to create more partitions than this in one request.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 

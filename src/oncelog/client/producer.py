@@ -45,6 +45,7 @@ from oncelog.client.errors import (
     raise_for,
 )
 from oncelog.client.records import RecordSet
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import RequestBuilder
 from oncelog.protocol.record_batch import Compression
 
@@ -60,7 +61,6 @@ REQUEST_BYTES = 4 << 20  # batches gathered into one Produce request up to about
 FIRST_RETRY_PAUSE_S = 0.01
 LONGEST_RETRY_PAUSE_S = 0.5
 
-TopicPartition = tuple[str, int]
 
 _CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
            "lz4": Compression.LZ4, "zstd": Compression.ZSTD}

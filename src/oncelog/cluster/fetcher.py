@@ -21,10 +21,10 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oncelog import clock
 from oncelog.cluster.peer import PeerConnection
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import UnexpectedAppendOffsetError
-from oncelog.storage.log import wall_clock_ms
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -221,7 +221,7 @@ class ReplicaFetcher:
 
     def _append(self, tp, partition_log: PartitionLog, records) -> None:
         try:
-            partition_log.append_as_follower(bytearray(records), now_ms=wall_clock_ms())
+            partition_log.append_as_follower(bytearray(records), now_ms=clock.now_ms())
         except UnexpectedAppendOffsetError as error:
             # Kafka's Partition: an empty log whose start fell inside the leader's first
             # batch (the leader's log start moved into it) starts over at that batch.
@@ -229,7 +229,7 @@ class ReplicaFetcher:
                 raise
             log.info("%s-%d: empty log restarts at offset %d to take the leader's batch", *tp, error.first_offset)
             partition_log.truncate_fully_and_start_at(error.first_offset)
-            partition_log.append_as_follower(bytearray(records), now_ms=wall_clock_ms())
+            partition_log.append_as_follower(bytearray(records), now_ms=clock.now_ms())
 
     def _truncate_to_divergence(self, tp, partition_log: PartitionLog, epoch: int, end_offset: int) -> None:
         """KIP-279/595: keep what both logs hold. The leader's epoch at or below our last

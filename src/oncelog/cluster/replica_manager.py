@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncelog.broker.leadership import BrokerView, PartitionView, check_epoch
+from oncelog.clock import now_ms
 from oncelog.cluster.image import MetadataDelta, MetadataImage, PartitionRecord
 from oncelog.cluster.purgatory import HighWatermarkWaiters
 from oncelog.cluster.replica_state import LeaderReplicaState
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import StorageError
-from oncelog.storage.log import wall_clock_ms as now_ms
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.cluster.replicas")
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass

@@ -20,6 +20,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from oncelog.broker.topics import TopicRequestError
+from oncelog.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import TopicExistsError
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.coordinator")
 
-CONSUMER_OFFSETS = "__consumer_offsets"
-TRANSACTION_STATE = "__transaction_state"
 REPLICATION_FACTOR_KEY = {
     CONSUMER_OFFSETS: "offsets.topic.replication.factor",
     TRANSACTION_STATE: "transaction.state.log.replication.factor",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
+from oncelog.names import INTERNAL_TOPICS
 from oncelog.spark.errors import BrokerUnreachable, SourceOptionError, TopicNotFound
 from oncelog.spark.options import (
     Assign,
@@ -32,7 +33,6 @@ PartitionOffsets = dict[TopicPartitionKey, int]
 
 # Kafka's own internal topics: never matched by subscribePattern (like the Java client's
 # exclude.internal.topics=true).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # librdkafka settings that only a consumer understands; the driver's AdminClient leaves
 # them out instead of logging a warning for each.

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
+from oncelog import clock
 from oncelog.client.cluster import Cluster, UnknownTopic
 from oncelog.client.partitioner import partition_by_crc32, partition_by_murmur2
 from oncelog.client.producer import TransactionalProducer
@@ -160,7 +161,7 @@ class RowWriter:
                 raise SinkWriteError(
                     f"a row's partition {int(bad[0])} does not exist: topic {topic!r} has {partitions} partitions")
             chosen = np.where(given >= 0, given, chosen)
-        timestamp_ms = _now_ms()
+        timestamp_ms = clock.now_ms()
         settings = self.options.producer_settings
         if (chosen == chosen[0]).all():
             groups = [(int(chosen[0]), None)]
@@ -209,7 +210,3 @@ class RowWriter:
             raise SinkWriteError(
                 f"topic {topic!r} does not exist on kafka.bootstrap.servers={self.options.bootstrap_servers}"
             ) from None
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

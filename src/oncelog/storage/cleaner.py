@@ -69,6 +69,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from oncelog import clock
 from oncelog.protocol.record_batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -412,7 +413,7 @@ class LogCleaner:
         calling thread. Returns the round's stats, or None when nothing was cleaned."""
         if not self.config.enabled:
             return None
-        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+        now_ms = clock.now_ms() if now_ms is None else now_ms
         chosen = self._filthiest(now_ms)
         if chosen is None:
             return None
@@ -630,10 +631,6 @@ def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         return {}
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 
 def _group_segments(plan: CleaningPlan, end_offset: int) -> list[tuple[SegmentToClean, ...]]:
     """The planned segments below `end_offset`, in runs that fit one segment: total size
@@ -791,7 +788,7 @@ class _CleaningWork:
                 os.utime(fd, ns=(modified_ns, modified_ns))
             except OSError as exc:
                 raise StorageError(str(cleaned_path), f"cannot set its time: {exc.strerror}", exc.errno) from exc
-            cleaned.recover(plan.index_interval_bytes, _wall_clock_ms())
+            cleaned.recover(plan.index_interval_bytes, clock.now_ms())
             cleaned.on_become_inactive()
             cleaned.write_indexes(sync=True, open_file=in_progress.create_file)
         except BaseException:

@@ -46,7 +46,6 @@ import logging
 import os
 import shutil
 import struct
-import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from typing import Protocol
 
 from crc32c import crc32c
 
+from oncelog import clock
 from oncelog.protocol.record_batch import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
@@ -126,10 +126,6 @@ class CleaningRound(Protocol):
 
     def abort(self, reason: str) -> None:
         """The round must not swap anything in: its segments are changing or going."""
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class AppendOrigin(Enum):
@@ -226,7 +222,7 @@ class PartitionLog:
         checkpoint; the log start offset when None) kept within [log start, log end]; a
         standalone log's high watermark is its log end offset.
         """
-        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        now_ms = clock.now_ms() if now_ms is None else now_ms
         name = topic_partition_name(topic, partition)
         if not directory.is_dir():
             try:
@@ -631,7 +627,7 @@ class PartitionLog:
         batch headers after it. Snapshots above the log end (after a truncation) go.
         Producers expired by `now_ms` are left out of both, as Kafka's loadFromSnapshot
         does, so a producer that expired before a restart stays expired after it."""
-        now_ms = wall_clock_ms() if now_ms is None else now_ms
+        now_ms = clock.now_ms() if now_ms is None else now_ms
         producer_snapshot.delete_snapshots(self.directory, above=self.log_end_offset)
         self.txn_index.truncate_to(self.log_end_offset)
         entries, start = {}, self.log_start_offset
@@ -708,7 +704,7 @@ class PartitionLog:
             self._directory_dirty = False
         self.recovery_point = self.log_end_offset
         self._roll_flush_pending = False
-        self._last_flush_ms = wall_clock_ms() if now_ms is None else now_ms
+        self._last_flush_ms = clock.now_ms() if now_ms is None else now_ms
 
     def flush_if_due(self, now_ms: int) -> bool:
         """Flush when flush.ms has passed with unflushed data, or a rolled segment waits."""

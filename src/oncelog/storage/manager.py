@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncelog import clock
 from oncelog.storage.checkpoint_file import read_checkpoint, write_checkpoint
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import (
@@ -59,7 +60,7 @@ from oncelog.storage.framed_file import (
     read_partition_offsets,
     write_json_file,
 )
-from oncelog.storage.log import PartitionLog, wall_clock_ms
+from oncelog.storage.log import PartitionLog
 from oncelog.storage.producer_state import ProducerStateConfig
 
 logger = logging.getLogger("oncelog.storage")
@@ -206,7 +207,7 @@ class LogManager:
         }
         existing = self._partition_directories()
 
-        now_ms = wall_clock_ms()
+        now_ms = clock.now_ms()
         for record in self._topics.values():
             config = self._effective_config(record, on_load=True)
             for partition in range(record.num_partitions):

@@ -66,6 +66,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from oncelog.names import TopicPartition
 from oncelog.testing.history import (
     GroupOffsetCommit,
     GroupOffsetObservation,
@@ -80,7 +81,6 @@ from oncelog.testing.history import (
 )
 
 TxnKey = tuple[str, int]
-TopicPartition = tuple[str, int]
 
 ANOMALY_KINDS: tuple[str, ...] = (
     "lost_write",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.record_batch import CorruptRecordError, parse_batches
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import LogError
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from oncelog.testing.cluster import ClusterProcess
 
 READ_BYTES = 4 * 1024 * 1024
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import asyncio
 
-from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
+from oncelog.clock import now_ms
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 FIRST_BATCHED_VERSION = 4
 IMPLICIT_ADD_TRANSACTION_VERSION = 2  # Kafka: a request above v3 comes from a transaction version 2 path
 
-TopicPartition = tuple[str, int]
 
 
 @api(24, "AddPartitionsToTxn", range(0, 6))

@@ -15,7 +15,8 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS, MAX_PARTITIONS_PER_REQUEST, TopicRequestError, error_code_for
+from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError, error_code_for
+from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, error_code_for
+from oncelog.broker.topics import TopicRequestError, error_code_for
+from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 log = logging.getLogger("oncelog.topics")

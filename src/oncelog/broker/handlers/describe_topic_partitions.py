@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS
+from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000

@@ -20,10 +20,10 @@
 
 from __future__ import annotations
 
-from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.coordinator.txn.coordinator import EndTxnResult
 from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
+from oncelog.clock import now_ms
+from oncelog.coordinator.txn.coordinator import EndTxnResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 FIRST_TRANSACTION_V2_VERSION = 5

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from oncelog.broker.broker import now_ms
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.clock import now_ms
 from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 

@@ -18,7 +18,8 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import INTERNAL_TOPICS, TopicRequestError, create_topic_for_request
+from oncelog.broker.topics import TopicRequestError, create_topic_for_request
+from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.errors import InvalidTopicError
 from oncelog.storage.manager import validate_topic_name

@@ -12,14 +12,11 @@ import asyncio
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import Callable
 
+from oncelog import clock
+
 log = logging.getLogger("oncelog.group")
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _run_safely(callback: Callable[[], None]) -> None:
@@ -34,7 +31,7 @@ class LoopScheduler:
         self._loop = loop or asyncio.get_running_loop()
 
     def now_ms(self) -> int:
-        return wall_clock_ms()
+        return clock.now_ms()
 
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
         return self._loop.call_later(max(delay_ms, 0) / 1000, _run_safely, callback)

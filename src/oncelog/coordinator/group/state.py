@@ -27,8 +27,7 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from oncelog.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
-
-TopicPartition = tuple[str, int]
+from oncelog.names import TopicPartition
 
 
 class GroupState(Enum):

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import AppendRefused, read_all_batches
+from oncelog.clock import now_ms
 from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.coordinator.coordinator_log import CoordinatorLog, append_failure
 from oncelog.coordinator.internal_topics import (
@@ -71,6 +72,7 @@ from oncelog.coordinator.txn.metadata import (
 )
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.coordinator.txn.verification import TransactionVerifier
+from oncelog.names import TopicPartition
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 
@@ -80,7 +82,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.txn")
 
 S = TransactionState
-TopicPartition = tuple[str, int]
 GROUP_KEY_TYPE = 0
 MARKER_RETRY_S = 1.0
 
@@ -508,8 +509,6 @@ class TransactionCoordinator:
                                if self._completions.get(transactional_id) is done else None)
 
     async def _complete(self, transactional_id: str, delay_s: float) -> None:
-        from oncelog.broker.broker import now_ms
-
         if delay_s:
             await asyncio.sleep(delay_s)
         metadata = self.txns.get(transactional_id)
@@ -592,8 +591,6 @@ class TransactionCoordinator:
         return error
 
     def _append(self, transit: TxnTransit, *, tombstone: bool = False) -> ErrorCode:
-        from oncelog.broker.broker import now_ms
-
         now = now_ms()
         value_version = txn_log.FLEXIBLE_VALUE_VERSION if self.transaction_version >= 2 else txn_log.VERSION
         record = record_batch.Record(

@@ -31,6 +31,7 @@ from oncelog.broker.partitions import AppendRefused, append_marker
 from oncelog.broker.topics import error_code_for
 from oncelog.cluster.peer import PeerPool
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import LogError
 
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.txn.markers")
 
-TopicPartition = tuple[str, int]
 GROUP_KEY_TYPE = 0
 WRITE_TXN_MARKERS_VERSION = 2  # carries the transaction version (KIP-890 part 2)
 FIRST_BACKOFF_S = 0.05

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState, check_transition
+from oncelog.names import TopicPartition
 
 log = logging.getLogger("oncelog.txn")
 
@@ -26,7 +27,6 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767  # Short.MAX_VALUE
 
-TopicPartition = tuple[str, int]
 
 
 def is_epoch_exhausted(producer_epoch: int) -> bool:

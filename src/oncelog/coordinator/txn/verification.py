@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.cluster.peer import PeerPool
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode, request_class
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.txn.verification")
 
-TopicPartition = tuple[str, int]
 ADD_PARTITIONS_TO_TXN_KEY = 24
 ADD_PARTITIONS_TO_TXN_VERSION = 5  # the broker-to-coordinator form, with TRANSACTION_ABORTABLE
 
