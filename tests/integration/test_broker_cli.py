@@ -79,6 +79,20 @@ def test_an_advertised_address_other_than_the_bound_one_is_printed_beside_it(tmp
         process.wait(30)
 
 
+def test_a_sigterm_sent_the_moment_the_address_line_appears_stops_the_broker(tmp_path):
+    """The line was printed between two runs of uvloop's loop, which drops a signal that
+    comes while it is not running: on a busy machine the broker then never stopped."""
+    for attempt in range(5):
+        process, _line = start_broker("--override", "listeners=PLAINTEXT://127.0.0.1:0",
+                                      "--override", f"log.dirs={tmp_path / str(attempt)}")
+        process.terminate()
+        try:
+            assert process.wait(20) == 0
+        finally:
+            process.kill()
+            process.communicate()
+
+
 def test_a_server_properties_that_is_not_utf8_is_a_one_line_error(tmp_path):
     config = tmp_path / "server.properties"
     config.write_bytes(b"node.id=1\n# r\xe9pertoire des journaux (Latin-1)\nlog.dirs=/tmp/x\n")

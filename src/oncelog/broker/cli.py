@@ -55,7 +55,18 @@ def run_start(args: argparse.Namespace) -> int:
     except (ConfigError, OSError, LogError) as error:
         # e.g. "/data/oncelog: log directory is in use by another process"
         raise CommandError(f"cannot start broker: {error}") from None
+    loop.run_until_complete(_serve_until_signalled(broker))
+    loop.close()
+    return 0
+
+
+async def _serve_until_signalled(broker) -> None:
+    """Print the address line, serve until SIGTERM or SIGINT, stop cleanly. All in one
+    run of the loop: uvloop drops a signal that comes while its loop is not running, so
+    a SIGTERM sent the moment the line appeared, before a second run began, was lost and
+    the broker never stopped."""
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     # The address line is the broker's handshake with scripts and test harnesses: a
@@ -64,7 +75,5 @@ def run_start(args: argparse.Namespace) -> int:
     advertised = f"{broker.host}:{broker.port}"
     print(f"oncelog broker {broker.node_id} listening on {bound}"
           + ("" if advertised == bound else f" (advertised to clients as {advertised})"), flush=True)
-    loop.run_until_complete(stop.wait())
-    loop.run_until_complete(broker.stop())
-    loop.close()
-    return 0
+    await stop.wait()
+    await broker.stop()
