@@ -52,7 +52,12 @@ def test_pipeline_on_a_three_broker_cluster_writes_each_record_once_through_a_le
 
     def kill_a_leader_once_output_is_committed() -> None:
         # The pipeline runs on this test's thread (Spark keeps the session per thread).
-        cluster.wait_for(lambda: read_committed(bootstrap, sink), 120, "the first committed output")
+        # Spark's commit log names the first micro-batch once its output is committed:
+        # a file to look for, quick enough to poll that the kill comes long before the
+        # last of the 60 micro-batches (a read_committed consumer per poll was not).
+        commits = tmp_path / "checkpoint" / "commits"
+        cluster.wait_for(lambda: commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()), 120,
+                         "the first committed micro-batch")
         victim = cluster.leader_of(sink, 0)
         cluster.kill(victim)
         killed.append(time.monotonic())
