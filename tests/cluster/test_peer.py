@@ -92,3 +92,31 @@ def test_a_broker_that_finds_itself_unregistered_fails_every_request_it_has_in_f
         server.close()
 
     asyncio.run(scenario())
+
+
+def test_requests_queued_behind_the_one_in_flight_fail_at_once_too_when_the_broker_leaves():
+    """Two transactions' markers for one broker: the second waited behind the first, and
+    when the broker left the cluster only the first failed; the second then went out
+    over a new connection to the partitioned broker and waited 30 s, and its transaction
+    with it (a 34 s commit stall in the 15-minute soak)."""
+    async def scenario() -> None:
+        server, port = await silent_server()
+        registry = Registry({2: ("127.0.0.1", port)})
+        pool = PeerPool(Broker(1, registry), "test")
+        peer = pool.get(2)
+        in_flight = asyncio.ensure_future(peer.request(REQUEST, 30.0))
+        queued = asyncio.ensure_future(peer.request(REQUEST, 30.0))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        registry.unregister(2)
+        for request in (in_flight, queued):
+            try:
+                await asyncio.wait_for(request, 2)
+            except ConnectionError as error:
+                assert "left the cluster" in str(error)
+            else:
+                raise AssertionError("a request to a broker that left the cluster succeeded")
+        assert time.monotonic() - started < 1
+        server.close()
+
+    asyncio.run(scenario())

@@ -33,6 +33,9 @@ class PeerConnection:
         self._lock = asyncio.Lock()
         self._in_flight: asyncio.Future | None = None
         self._abandoned = False
+        # abandon() calls so far: a request that was waiting for the lock when one came
+        # was meant for the broker that left, and fails with the one in flight.
+        self._departures = 0
 
     def retarget(self, host: str, port: int) -> None:
         """The broker re-registered elsewhere: reconnect there on the next request."""
@@ -43,7 +46,10 @@ class PeerConnection:
     async def request(self, entity, timeout_s: float):
         """Send `entity`, return the response entity; ConnectionError or TimeoutError
         (the connection is then closed) when the broker does not answer."""
+        departures = self._departures
         async with self._lock:
+            if self._departures != departures:
+                raise ConnectionError(f"broker {self.node_id} left the cluster")
             exchange = self._in_flight = asyncio.ensure_future(self._exchange(entity))
             try:
                 return await asyncio.wait_for(exchange, timeout_s)
@@ -61,7 +67,9 @@ class PeerConnection:
                 self._in_flight, self._abandoned = None, False
 
     def abandon(self) -> None:
-        """Fail the request in flight now (ConnectionError), and drop the connection."""
+        """Fail the request in flight and those queued behind it now (ConnectionError),
+        and drop the connection. Requests made afterwards connect again."""
+        self._departures += 1
         if self._in_flight is not None and not self._in_flight.done():
             self._abandoned = True
             self._in_flight.cancel()
