@@ -112,6 +112,19 @@ def wait_for_state(broker, transactional_id, state, timeout=10.0):
         time.sleep(0.02)
 
 
+def time_out(broker, transactional_id):
+    """The coordinator aborts the id's open transaction as timed out, now; returns once
+    the abort is complete."""
+    coordinator = broker.broker.txn_coordinator
+
+    def abort_it():
+        metadata = coordinator.describe(transactional_id)
+        coordinator.abort_timed_out(metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1)
+
+    broker.call(abort_it)
+    wait_for_state(broker, transactional_id, S.COMPLETE_ABORT)
+
+
 def batches_of(broker, producer_id, topic=TOPIC, partition=0):
     """(kind, epoch) of the producer's batches in the partition: kind is "data", "COMMIT"
     or "ABORT"."""
@@ -207,16 +220,10 @@ def test_a_commit_that_races_the_coordinators_timeout_abort_is_fenced_not_an_inv
     """KAFKA-20785: the coordinator aborts a timed-out transaction while the producer's
     EndTxn(commit) is on its way. The commit must get PRODUCER_FENCED, which clients
     recover from, not INVALID_TXN_STATE, which they treat as fatal."""
-    coordinator = tv2_broker.broker.txn_coordinator
     pid, epoch = init(client, "commit-races-timeout")
     assert produce(client, "commit-races-timeout", pid, epoch) == ACKED
 
-    def time_out():
-        metadata = coordinator.describe("commit-races-timeout")
-        coordinator.abort_timed_out(metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1)
-
-    tv2_broker.call(time_out)
-    wait_for_state(tv2_broker, "commit-races-timeout", S.COMPLETE_ABORT)
+    time_out(tv2_broker, "commit-races-timeout")
     assert end(client, "commit-races-timeout", pid, epoch, commit=True) == (ErrorCode.producer_fenced, -1, -1)
     assert batches_of(tv2_broker, pid)[0] == ("data", epoch) and batches_of(tv2_broker, pid)[-1][0] == "ABORT"
 
@@ -364,12 +371,7 @@ def test_a_timeout_abort_at_the_last_epoch_moves_the_producer_to_a_new_producer_
     tv2_broker.call(lambda: setattr(coordinator.describe("timeout-overflow"), "producer_epoch", last_epoch))
     assert produce(client, "timeout-overflow", pid, last_epoch) == ACKED
 
-    def time_out():
-        metadata = coordinator.describe("timeout-overflow")
-        coordinator.abort_timed_out(metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1)
-
-    tv2_broker.call(time_out)
-    wait_for_state(tv2_broker, "timeout-overflow", S.COMPLETE_ABORT)
+    time_out(tv2_broker, "timeout-overflow")
     after = metadata_of(tv2_broker, "timeout-overflow")
     assert after.producer_id != pid and after.producer_epoch == 0 and after.previous_producer_id == pid
     assert batches_of(tv2_broker, pid) == [("data", last_epoch), ("ABORT", 32767)]
