@@ -16,7 +16,12 @@ from oncelog.broker.topics import error_code_for
 from oncelog.names import INTERNAL_TOPICS, TopicPartition
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
-from oncelog.protocol.record_batch import Compression, CorruptRecordError
+from oncelog.protocol.record_batch import (
+    BATCH_LENGTH_POSITION,
+    MAGIC_POSITION,
+    Compression,
+    CorruptRecordError,
+)
 from oncelog.storage import batch_records
 from oncelog.storage.errors import LogError, StorageError
 from oncelog.storage.log import AppendOrigin
@@ -32,8 +37,6 @@ FIRST_IMPLICIT_ADD_PRODUCE_VERSION = 12  # KIP-890 part 2
 TRANSACTION_KEY_TYPE = 1
 # Message-set framing shared by every magic: offset int64, size int32, then (magic 0/1)
 # crc int32 and magic int8, or (magic 2) leader epoch int32 and magic int8.
-SIZE_OFFSET = 8
-MAGIC_OFFSET = 16
 LEGACY_RECORD_OVERHEAD_V0 = 14
 _SIZE = struct.Struct(">i")
 
@@ -159,11 +162,11 @@ def _is_legacy_message(records: bytes | memoryview) -> bool:
     """Whether `records` starts with a whole magic 0 or 1 message set entry: Kafka's
     ProduceRequest.validateRecords answers INVALID_RECORD for those, while framing that
     is broken or a magic above 2 stays CORRUPT_MESSAGE (its ByteBufferLogInputStream)."""
-    if len(records) < MAGIC_OFFSET + 1:
+    if len(records) < MAGIC_POSITION + 1:
         return False
-    (size,) = _SIZE.unpack_from(records, SIZE_OFFSET)
-    return size >= LEGACY_RECORD_OVERHEAD_V0 and SIZE_OFFSET + 4 + size <= len(records) \
-        and records[MAGIC_OFFSET] in (0, 1)
+    (size,) = _SIZE.unpack_from(records, BATCH_LENGTH_POSITION)
+    return size >= LEGACY_RECORD_OVERHEAD_V0 and BATCH_LENGTH_POSITION + 4 + size <= len(records) \
+        and records[MAGIC_POSITION] in (0, 1)
 
 
 _PRODUCE_ERROR_FOR_VERIFICATION = {

@@ -41,8 +41,10 @@ from crc32c import crc32c
 
 from oncelog.protocol import compression
 from oncelog.protocol.record_batch import (
+    ATTRIBUTES_POSITION,
     COMPRESSION_MASK,
     CONTROL_BIT,
+    CRC_POSITION,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -145,8 +147,8 @@ def _kept_batches(view: memoryview, start: int, end: int, read_committed: bool,
             raise CorruptRecordError(
                 f"batch at offset {base_offset} has message format v{magic}; only v2 (Kafka 0.11+) is read")
         crc, attributes, last_delta, base_ts, max_ts, producer_id, _epoch, _sequence, count = \
-            _AFTER_MAGIC.unpack_from(view, cursor + 17)
-        if verify_crc and crc32c(view[cursor + 21:batch_end]) != crc:
+            _AFTER_MAGIC.unpack_from(view, cursor + CRC_POSITION)
+        if verify_crc and crc32c(view[cursor + ATTRIBUTES_POSITION:batch_end]) != crc:
             raise CorruptRecordError(f"batch at offset {base_offset} fails its CRC32C check")
         last_offset = base_offset + last_delta
         next_offset = max(next_offset, last_offset + 1)

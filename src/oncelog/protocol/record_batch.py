@@ -46,6 +46,16 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
 MAGIC = 2
 
+# Where the header's fields start (the table above): the one place the layout is given.
+BATCH_LENGTH_POSITION = 8
+PARTITION_LEADER_EPOCH_POSITION = 12
+MAGIC_POSITION = 16
+CRC_POSITION = 17
+ATTRIBUTES_POSITION = 21
+LAST_OFFSET_DELTA_POSITION = 23
+BASE_TIMESTAMP_POSITION = 27
+MAX_TIMESTAMP_POSITION = 35
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -227,7 +237,7 @@ def set_base_offset(buffer: bytearray | memoryview, header: BatchHeader, base_of
 
 
 def set_partition_leader_epoch(buffer: bytearray | memoryview, header: BatchHeader, epoch: int) -> None:
-    _LEADER_EPOCH.pack_into(buffer, header.position + 12, epoch)
+    _LEADER_EPOCH.pack_into(buffer, header.position + PARTITION_LEADER_EPOCH_POSITION, epoch)
 
 
 # ---------------------------------------------------------------------------------------

@@ -57,7 +57,10 @@ from crc32c import crc32c
 
 from oncelog import clock
 from oncelog.protocol.record_batch import (
+    ATTRIBUTES_POSITION,
+    CRC_POSITION,
     HEADER_SIZE,
+    MAX_TIMESTAMP_POSITION,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     CorruptRecordError,
@@ -109,9 +112,6 @@ logger = logging.getLogger("oncelog.storage")
 _ATTRIBUTES = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
 _CRC = struct.Struct(">I")
-_ATTRIBUTES_POSITION = 21
-_CRC_POSITION = 17
-_MAX_TIMESTAMP_POSITION = 35
 
 # Leftovers of interrupted writes or of Kafka-style renames; removed when a log opens.
 _STALE_SUFFIXES = (TEMP_SUFFIX, ".deleted", swap.CLEANED_SUFFIX, swap.SWAP_SUFFIX)
@@ -598,7 +598,7 @@ class PartitionLog:
                 control = _control_record(records, header) if header.is_control else None
                 # The max timestamp as written (the append time with LogAppendTime), which
                 # is also what a replay of the log after a restart reads.
-                (written_max_timestamp,) = _INT64.unpack_from(records, header.position + _MAX_TIMESTAMP_POSITION)
+                (written_max_timestamp,) = _INT64.unpack_from(records, header.position + MAX_TIMESTAMP_POSITION)
                 self._record_producer_batch(_producer_batch(header, offset, control, written_max_timestamp))
             offset += header.last_offset_delta + 1
         self.log_end_offset = last_offset + 1
@@ -1018,11 +1018,11 @@ def _check_client_batch(name: str, header: BatchHeader) -> None:
 def _set_log_append_time(records: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
     """Stamp a batch with LogAppendTime: attribute bit, max timestamp and a new CRC32C."""
     position = header.position
-    (attributes,) = _ATTRIBUTES.unpack_from(records, position + _ATTRIBUTES_POSITION)
-    _ATTRIBUTES.pack_into(records, position + _ATTRIBUTES_POSITION, attributes | TIMESTAMP_TYPE_BIT)
-    _INT64.pack_into(records, position + _MAX_TIMESTAMP_POSITION, now_ms)
-    checksum = crc32c(memoryview(records)[position + _ATTRIBUTES_POSITION : position + header.size])
-    _CRC.pack_into(records, position + _CRC_POSITION, checksum)
+    (attributes,) = _ATTRIBUTES.unpack_from(records, position + ATTRIBUTES_POSITION)
+    _ATTRIBUTES.pack_into(records, position + ATTRIBUTES_POSITION, attributes | TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(records, position + MAX_TIMESTAMP_POSITION, now_ms)
+    checksum = crc32c(memoryview(records)[position + ATTRIBUTES_POSITION : position + header.size])
+    _CRC.pack_into(records, position + CRC_POSITION, checksum)
 
 
 def _clean_directory(directory: Path) -> list[int]:

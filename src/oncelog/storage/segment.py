@@ -43,6 +43,7 @@ from oncelog.protocol.record_batch import (
     CONTROL_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAX_TIMESTAMP_POSITION,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
@@ -73,7 +74,6 @@ _SCAN = struct.Struct(">qi9xhiqqqhi")
 _EPOCH_SCAN = struct.Struct(">qii")
 _BASE_OFFSET = struct.Struct(">q")
 _MAX_TIMESTAMP = struct.Struct(">q")
-_MAX_TIMESTAMP_POSITION = 35
 _LENGTH = struct.Struct(">qi")
 
 # Header scans read this much at a time: an index interval of batches plus slack.
@@ -391,7 +391,7 @@ class LogSegment:
         last_base = self.next_offset
         for header in batches:
             last_base = _BASE_OFFSET.unpack_from(records, header.position)[0]
-            max_timestamp = _MAX_TIMESTAMP.unpack_from(records, header.position + _MAX_TIMESTAMP_POSITION)[0]
+            max_timestamp = _MAX_TIMESTAMP.unpack_from(records, header.position + MAX_TIMESTAMP_POSITION)[0]
             self._index_batch(start + header.position, last_base, header.size, max_timestamp,
                               index_interval_bytes)
         if batches:

@@ -14,7 +14,12 @@ import logging
 import os
 from pathlib import Path
 
-from oncelog.protocol.record_batch import HEADER_SIZE
+from oncelog.protocol.record_batch import (
+    BATCH_LENGTH_POSITION,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_POSITION,
+    LOG_OVERHEAD,
+)
 from oncelog.storage.errors import StorageError
 from oncelog.storage.framed_file import fsync_directory
 from oncelog.storage.segment import (
@@ -29,7 +34,7 @@ logger = logging.getLogger("oncelog.storage.cleaner")
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_HEADER_PREFIX = 27  # baseOffset .. lastOffsetDelta: enough to walk a swap file
+_HEADER_PREFIX = LAST_OFFSET_DELTA_POSITION + 4  # up to lastOffsetDelta: enough to walk a swap file
 
 
 def unlink_cleaned_files(directory: Path, base: int) -> None:
@@ -60,13 +65,13 @@ def _swap_file_next_offset(path: Path) -> int | None:
             while position + _HEADER_PREFIX <= size:
                 file.seek(position)
                 prefix = file.read(_HEADER_PREFIX)
-                base = int.from_bytes(prefix[0:8], "big", signed=True)
-                length = int.from_bytes(prefix[8:12], "big", signed=True)
-                last_delta = int.from_bytes(prefix[23:27], "big", signed=True)
-                if length < HEADER_SIZE - 12 or position + length + 12 > size:
+                base = int.from_bytes(prefix[:BATCH_LENGTH_POSITION], "big", signed=True)
+                length = int.from_bytes(prefix[BATCH_LENGTH_POSITION:BATCH_LENGTH_POSITION + 4], "big", signed=True)
+                last_delta = int.from_bytes(prefix[LAST_OFFSET_DELTA_POSITION:_HEADER_PREFIX], "big", signed=True)
+                if length < HEADER_SIZE - LOG_OVERHEAD or position + length + LOG_OVERHEAD > size:
                     break
                 next_offset = base + last_delta + 1
-                position += length + 12
+                position += length + LOG_OVERHEAD
     except OSError as exc:
         raise StorageError(str(path), f"cannot read swap file: {exc.strerror}", exc.errno) from exc
     return next_offset
