@@ -1,24 +1,27 @@
 """A full disk on one node of three: its log dir goes offline at the first failed write,
 the node leaves the cluster at once (its leaderships, ISR places and coordinators move),
 the other partitions keep taking acks=all writes, and once space returns the node comes
-back by itself and catches up. Node 1's log.dirs is a tmpfs made for the test (root only)."""
+back by itself and catches up; DescribeLogDirs and the Prometheus endpoint report the dir
+offline meanwhile. Node 1's log.dirs is a tmpfs made for the test (root only)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Producer
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
+from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
 from oncelog.testing.cluster import ClusterProcess
-from tests.cluster.test_failover import create, read_partition
-from tests.cluster.test_partition import metadata, wait_until
+from tests.support.cluster import create, metadata, read_partition, wait_until
 
 FULL = 1  # the node whose disk fills
 TOPIC = "spill"
@@ -37,7 +40,8 @@ def cluster(tmp_path):
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     running = ClusterProcess(tmp_path, 3, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "3",
-                                           "transaction.state.log.num.partitions": "3"})
+                                           "transaction.state.log.num.partitions": "3",
+                                           "http.listener": "127.0.0.1:0"})
     try:
         yield running.start()
     finally:
@@ -63,6 +67,15 @@ def log_dir_errors(cluster: ClusterProcess, node: int) -> list[int]:
     with WireClient.connect(cluster.nodes[node].bootstrap_servers, timeout=5) as client:
         response = client.request(DescribeLogDirsRequest(topics=None))
     return [result.error_code for result in response.results]
+
+
+def offline_log_dirs(cluster: ClusterProcess, node: int) -> tuple[float, dict[str, float]]:
+    """The node's Prometheus figures: the offline log dir count, and each dir's flag."""
+    url = re.search(r"metrics at (http://\S+/metrics)", cluster.nodes[node].log_path.read_text()).group(1)
+    with urllib.request.urlopen(url, timeout=10) as response:
+        families = {f.name: f.samples for f in text_string_to_metric_families(response.read().decode())}
+    (count,) = families["kafka_log_offline_log_directory_count"]
+    return count.value, {s.labels["log_directory"]: s.value for s in families["kafka_log_log_directory_offline"]}
 
 
 def leaders_and_isrs(cluster: ClusterProcess, via: int) -> dict[int, tuple[int, set[int]]]:
@@ -103,6 +116,7 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
     assert all(leader != FULL and FULL not in isr for leader, isr in leaders_and_isrs(cluster, 2).values())
     assert moved < 5, f"the node left the ISRs only after {moved:.1f}s"
     assert ErrorCode.kafka_storage_error in log_dir_errors(cluster, FULL)
+    assert offline_log_dirs(cluster, FULL) == (1, {str(cluster.nodes[FULL].data_dir): 1})
     # acks=all keeps working on the two healthy nodes.
     for _ in range(20):
         send_round()
@@ -115,6 +129,7 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
     back = wait_until(lambda: all(isr == {1, 2, 3} for _, isr in leaders_and_isrs(cluster, 2).values()), 60,
                       "every ISR whole again after space returned")
     assert log_dir_errors(cluster, FULL) == [ErrorCode.none]
+    assert offline_log_dirs(cluster, FULL) == (0, {str(cluster.nodes[FULL].data_dir): 0})
     print(f"node {FULL} left the ISRs {moved:.1f}s after its disk filled, and was back in all of them "
           f"{back:.1f}s after space returned")
     for _ in range(20):

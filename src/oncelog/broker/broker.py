@@ -21,6 +21,7 @@ from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.leadership import StandaloneLeadership
+from oncelog.broker.metrics import LogDirsSnapshot, MetricsServer
 from oncelog.broker.server import KafkaServer
 from oncelog.clock import now_ms
 from oncelog.cluster.settings import cluster_settings
@@ -64,6 +65,7 @@ class Broker:
         self.coordinators: dict[int, object] = {}
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
+        self.metrics: MetricsServer | None = None  # http.listener: /metrics
         self._stopped = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -160,14 +162,24 @@ class Broker:
                     lambda: self.txn_coordinator.expire_ids(now_ms()),
                 )),
             ]
+        if self.config.http_listener is not None:
+            host, port = self.config.http_listener
+            self.metrics = MetricsServer(host, port, asyncio.get_running_loop(), self._log_dirs_snapshot)
+            self.metrics.start()
         log.info(
             "broker %d of cluster %s listening on %s:%d, advertised as %s:%d (started in %.0f ms)",
             self.node_id, self.cluster_id, self.inter_broker_host, self.bound_port, self.host, self.port,
             (time.perf_counter() - started) * 1000,
         )
 
+    def _log_dirs_snapshot(self) -> LogDirsSnapshot:
+        offline = self.logs.offline_dirs
+        return LogDirsSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs})
+
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""
+        if self.metrics is not None:
+            self.metrics.stop()
         for task in self._timers:
             task.cancel()
         # A cancelled cleaning round aborts, waits for the cleaner thread and discards

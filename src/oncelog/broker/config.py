@@ -148,6 +148,9 @@ SETTINGS: Mapping[str, Setting] = {
                 "client URL). Setting it (or controller.quorum.bootstrap.servers) turns on cluster mode."),
         Setting("controller.quorum.bootstrap.servers", _str, "",
                 "host:port,... of the controllers' metadata client endpoints, for broker-only nodes (KIP-853)."),
+        Setting("http.listener", _str, "",
+                "oncelog only: HOST:PORT where the broker serves /metrics in Prometheus text format "
+                "(docs/metrics.md); port 0 picks a free one. Empty: no metrics endpoint."),
         Setting("controller.quorum.peers", _str, "",
                 "oncelog only: id@host:port,... where the controllers' quorum members talk to each other (etcd's "
                 "peer URLs); read by controllers only. Default: each voter's port + 100."),
@@ -233,6 +236,17 @@ def parse_listener(value: str, key: str) -> Listener:
     return Listener(name.upper(), parts.hostname or "", parts.port)
 
 
+def parse_http_listener(value: str) -> tuple[str, int] | None:
+    """`http.listener`: (host, port) from HOST:PORT (port 0 picks a free one), None when
+    empty (off)."""
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"http.listener: expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def read_properties(path: Path) -> dict[str, str]:
     """Java .properties, the subset Kafka's server.properties files use."""
     values: dict[str, str] = {}
@@ -285,6 +299,7 @@ class BrokerConfig:
             except ValueError as error:
                 raise ConfigError(f"{key}: invalid value {raw!r} ({error})") from None
         self.listener = parse_listener(self["listeners"], "listeners")
+        self.http_listener = parse_http_listener(self["http.listener"])
         advertised = self["advertised.listeners"]
         self.advertised = parse_listener(advertised, "advertised.listeners") if advertised else None
         for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",

@@ -1,0 +1,44 @@
+"""The broker's Prometheus endpoint (`http.listener`): scraped over HTTP as Prometheus
+does and parsed with prometheus_client's own parser. The log-dir families while a dir is
+offline are in tests/cluster/test_log_dir_failure.py (a full disk, as root)."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from oncelog import EmbeddedBroker
+from oncelog.broker.config import BrokerConfig, ConfigError
+
+
+def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """{family: [(labels, value)]} of the text at `url`."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {family.name: [(sample.labels, sample.value) for sample in family.samples]
+            for family in text_string_to_metric_families(text)}
+
+
+def test_metrics_are_served_at_the_http_listener_with_every_log_dir_online(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    config = {"http.listener": "127.0.0.1:0", "log.dirs": ",".join(str(d) for d in dirs)}
+    with EmbeddedBroker(tmp_path / "unused", config) as running:
+        host, port = running.broker.metrics.address
+        families = scrape(f"http://{host}:{port}/metrics")
+    assert families["kafka_log_offline_log_directory_count"] == [({}, 0.0)]
+    per_dir = {labels["log_directory"]: value for labels, value in families["kafka_log_log_directory_offline"]}
+    assert per_dir == {str(d): 0.0 for d in dirs}
+
+
+def test_without_http_listener_there_is_no_endpoint(tmp_path):
+    with EmbeddedBroker(tmp_path / "b") as running:
+        assert running.broker.metrics is None
+
+
+@pytest.mark.parametrize("value", ["9100", "host:port", "127.0.0.1:70000"])
+def test_an_http_listener_that_is_not_host_port_is_a_config_error(value):
+    with pytest.raises(ConfigError, match="http.listener: expected HOST:PORT"):
+        BrokerConfig({"http.listener": value})
