@@ -18,3 +18,17 @@ def shared_broker(tmp_path_factory):
     config = {"transaction.two.phase.commit.enable": "true"}
     with EmbeddedBroker(tmp_path_factory.mktemp("shared-broker"), config) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def java_tools():
+    """(javac, java, kafka-clients classpath) for the Java client tests (tests/support/java.py);
+    skips, naming what is missing, without a JDK 17+ or the kafka-clients jar."""
+    from oncelog.testing import java
+
+    try:
+        javac = java.javac_executable()
+        classpath = java.kafka_clients_classpath(with_logging=True)
+    except (java.JavaNotFound, java.KafkaClientsNotFound) as missing:
+        pytest.skip(f"Java interop tests need a JDK 17+ and the kafka-clients jar: {missing}")
+    return javac, javac.parent / "java", classpath

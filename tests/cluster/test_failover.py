@@ -10,8 +10,7 @@ import shutil
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
@@ -19,6 +18,7 @@ from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
 from oncelog.testing.cluster import ClusterProcess
+from tests.support.cluster import create, read_partition
 
 
 @pytest.fixture
@@ -29,30 +29,10 @@ def cluster(tmp_path):
         shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
 
 
-def create(cluster: ClusterProcess, name: str, partitions: int, replication_factor: int = 3, **configs) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs)])[name].result(timeout=30)
-    cluster.wait_for_topic(name)
-    for partition in range(partitions):
-        cluster.wait_for_isr(name, partition, replication_factor)
 
 
-def read_partition(cluster: ClusterProcess, topic: str, partition: int, expected: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, partition, 0)])
-    values: list[int] = []
-    deadline = time.monotonic() + 60
-    while len(values) < expected and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and not message.error():
-            values.append(int(message.value()))
-    time.sleep(0.5)  # anything beyond `expected` would be a duplicate
-    while (message := consumer.poll(0.2)) is not None:
-        if not message.error():
-            values.append(int(message.value()))
-    consumer.close()
-    return values
+
+
 
 
 def produce_raw(bootstrap: str, topic: str, batch: bytes):

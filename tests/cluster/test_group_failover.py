@@ -17,7 +17,7 @@ from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
 from oncelog.testing.cluster import ClusterProcess
-from tests.cluster.test_failover import create
+from tests.support.cluster import create
 
 OFFSETS_PARTITIONS = 3
 

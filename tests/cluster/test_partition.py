@@ -19,7 +19,6 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from oncelog.protocol import record_batch
@@ -27,7 +26,7 @@ from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
 from oncelog.testing.cluster import FAST_FAILOVER, ClusterProcess
 from oncelog.testing.netns import NetworkLab
-from tests.cluster.test_failover import create, read_partition
+from tests.support.cluster import create, metadata, read_partition, wait_until
 
 SESSION_S = int(FAST_FAILOVER["broker.session.timeout.ms"]) / 1000
 TOPIC = "cut"
@@ -54,27 +53,10 @@ def cluster(tmp_path, lab):
         shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
 
 
-def metadata(cluster: ClusterProcess, node: int, topic: str = TOPIC) -> dict[int, tuple[int, set[int]]]:
-    """{partition: (leader, ISR)} of the topic, as `node` answers it."""
-    with WireClient.connect(cluster.nodes[node].bootstrap_servers, timeout=3) as client:
-        response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
-                                                  allow_auto_topic_creation=False,
-                                                  include_topic_authorized_operations=False))
-    return {p.partition_index: (p.leader_id, set(p.isr_nodes)) for p in response.topics[0].partitions}
 
 
-def wait_until(predicate, timeout: float, what: str, since: float | None = None) -> float:
-    """Seconds from `since` (default: now) until `predicate()` holds, which must happen
-    within `timeout` of `since` (errors count as not yet)."""
-    since = time.monotonic() if since is None else since
-    while time.monotonic() - since < timeout:
-        try:
-            if predicate():
-                return time.monotonic() - since
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout}s: {what}")
+
+
 
 
 class AckClock(threading.Thread):
@@ -145,7 +127,7 @@ class CommitClock(threading.Thread):
 def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_own(cluster, lab):
     create(cluster, TOPIC, PARTITIONS)
     create(cluster, TX_TOPIC, PARTITIONS)
-    led_by_cut = {p for p, (leader, _) in metadata(cluster, 2).items() if leader == CUT}
+    led_by_cut = {p for p, (leader, _) in metadata(cluster, 2, TOPIC).items() if leader == CUT}
     assert led_by_cut, "node 1 leads none of the partitions: the test would prove nothing"
     clock = AckClock(cluster.bootstrap_servers)
     clock.start()
@@ -157,7 +139,7 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
     cut_at = time.monotonic()
     try:
         # The cut-off node stops acting as leader once its session may have lapsed.
-        resigned = wait_until(lambda: all(leader != CUT for leader, _ in metadata(cluster, CUT).values()),
+        resigned = wait_until(lambda: all(leader != CUT for leader, _ in metadata(cluster, CUT, TOPIC).values()),
                               SESSION_S + 3, "node 1 naming itself leader of nothing", since=cut_at)
         record = record_batch.build_batch([record_batch.Record(None, b"late")], timestamp_ms=int(time.time() * 1000))
         with WireClient.connect(cluster.nodes[CUT].bootstrap_servers, timeout=5) as client:
@@ -171,7 +153,7 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
             assert coordinator.coordinators[0].node_id != CUT
         # The majority fences it and elects new leaders: within the session plus a few seconds.
         elected = wait_until(lambda: all(leader not in (CUT, -1) and CUT not in isr
-                                         for leader, isr in metadata(cluster, 2).values()),
+                                         for leader, isr in metadata(cluster, 2, TOPIC).values()),
                              SESSION_S + 5, "new leaders without node 1 in the majority's metadata", since=cut_at)
         # Clients reach them: every partition is acknowledged again during the cut.
         resumed = wait_until(lambda: all(acks[-1] > cut_at + elected for acks in clock.acks.values()),
@@ -192,9 +174,9 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
     commits.join(90)
 
     # Back in touch: node 1 registers again and every replica catches up.
-    wait_until(lambda: all(isr == {1, 2, 3} for _, isr in metadata(cluster, 2).values()), 30,
+    wait_until(lambda: all(isr == {1, 2, 3} for _, isr in metadata(cluster, 2, TOPIC).values()), 30,
                "every ISR whole again after the cut")
-    wait_until(lambda: metadata(cluster, CUT) == metadata(cluster, 2), 10, "node 1 seeing the cluster's metadata")
+    wait_until(lambda: metadata(cluster, CUT, TOPIC) == metadata(cluster, 2, TOPIC), 10, "node 1 seeing the cluster's metadata")
     clock.stop.set()
     clock.join(150)
     assert clock.errors == []

@@ -7,21 +7,13 @@ answered PRODUCER_FENCED and the producer's next transaction was lost."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.cluster import ClusterProcess
-from tests.integration.test_txn_java import (  # noqa: F401  (java_tools is a fixture)
-    JVM_OPTIONS,
-    SOURCE,
-    JavaRun,
-    java_tools,
-    partition_names,
-)
+from tests.support.java import TxnScenario, partition_names
 
 TOPIC = "commit-abort"
 ROUNDS = 20  # as tests/java/TxnScenario.java runs them
@@ -38,13 +30,8 @@ def cluster(tmp_path):
 
 
 def test_java_client_commits_then_at_once_aborts_the_next_transaction_on_a_cluster_under_tv2(
-        cluster, java_tools, tmp_path):  # noqa: F811  (the imported fixture)
-    javac, java_bin, classpath = java_tools
-    jars = os.pathsep.join(str(jar) for jar in classpath)
-    classes = tmp_path / "classes"
-    compiled = subprocess.run([str(javac), "-d", str(classes), "-cp", jars, str(SOURCE)], capture_output=True,
-                              text=True, timeout=180, check=False)
-    assert compiled.returncode == 0, f"javac failed:\n{compiled.stderr}"
+        cluster, java_tools, tmp_path):
+    scenarios = TxnScenario(java_tools, tmp_path / "classes")
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_topics([NewTopic(TOPIC, 3, 3)])[TOPIC].result(timeout=30)
     cluster.wait_for_topic(TOPIC)
@@ -52,10 +39,7 @@ def test_java_client_commits_then_at_once_aborts_the_next_transaction_on_a_clust
         cluster.wait_for_isr(TOPIC, partition, 3)
     assert {cluster.leader_of(TOPIC, p) for p in range(3)} == {1, 2, 3}, "markers go to every broker"
 
-    run = JavaRun(subprocess.run(
-        [str(java_bin), *JVM_OPTIONS, "-cp", os.pathsep.join([jars, str(classes)]), "TxnScenario",
-         cluster.bootstrap_servers, "commit_then_empty_abort"],
-        capture_output=True, text=True, timeout=240, check=False))
+    run = scenarios.run(cluster.bootstrap_servers, ["commit_then_empty_abort"])
 
     results = run.scenario("commit_then_empty_abort")
     assert results["rounds"] == str(ROUNDS)

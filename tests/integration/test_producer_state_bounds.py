@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from oncelog.broker.embedded import EmbeddedBroker
 from oncelog.protocol.client import WireClient
 from oncelog.testing.process import BrokerProcess, wait_until
-from tests.integration.test_idempotent_restart import (
+from tests.support.idempotent import (
     create_topic,
     idempotent_batch,
     init_producer_id,

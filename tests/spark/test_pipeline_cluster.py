@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
 from oncelog.testing.cluster import ClusterProcess
-from tests.spark.test_pipeline_run import produce_in_transactions, read_committed
+from tests.support.pipeline import produce_in_transactions, read_committed
 
 SETTINGS = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"}
 

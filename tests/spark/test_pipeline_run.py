@@ -17,10 +17,10 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
+from tests.support.pipeline import produce_in_transactions, read_committed
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
 
@@ -29,43 +29,6 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
         future.result(30)
-
-
-def produce_in_transactions(bootstrap: str, topic: str, transactions: list[tuple[list[bytes], bool]]) -> None:
-    """Each (values, commit): one transaction, committed or aborted after its records are in the log."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"test-input-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(30)
-    for values, commit in transactions:
-        producer.begin_transaction()
-        for number, value in enumerate(values):
-            producer.produce(topic, value, key=str(number).encode())
-        producer.flush(30)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
-
-
-def read_committed(bootstrap: str, topic: str, partitions: int = 2) -> list[bytes]:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-        "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False,
-    })
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    values: list[bytes] = []
-    at_end: set[int] = set()
-    for _ in range(200):
-        for message in consumer.consume(500, 0.1):
-            if message.error() is None:
-                values.append(message.value())
-                at_end.discard(message.partition())
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-        if len(at_end) == partitions:
-            break
-    consumer.close()
-    assert len(at_end) == partitions, f"did not reach the end of {topic}"
-    return values
 
 
 def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_committed_record_exactly_once(shared_broker, tmp_path):

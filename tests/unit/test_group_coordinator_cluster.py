@@ -26,7 +26,7 @@ from oncelog.coordinator.group.state import COMPLETING_REBALANCE, DEAD, PREPARIN
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
-from tests.unit.test_group_state_machine import INITIAL_DELAY_MS, Harness, on_loop
+from tests.support.group_harness import INITIAL_DELAY_MS, Harness, on_loop
 
 PARTITIONS = 3
 T0 = ("t", 0)

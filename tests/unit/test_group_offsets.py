@@ -11,7 +11,7 @@ from oncelog.coordinator.group.coordinator import CommitOffset, FetchedOffset
 from oncelog.coordinator.group.state import EMPTY
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.record_batch import ControlType, build_control_batch
-from tests.unit.test_group_state_machine import INITIAL_DELAY_MS, Harness, on_loop
+from tests.support.group_harness import INITIAL_DELAY_MS, Harness, on_loop
 
 T0, T1 = ("t", 0), ("t", 1)
 PRODUCER_ID, EPOCH = 4000, 0

@@ -1,0 +1,1 @@
+"""Helpers the test modules share (test modules never import each other)."""
