@@ -7,7 +7,7 @@ beside the state it describes. Names follow Prometheus conventions and mirror Ka
 JMX metrics; docs/metrics.md maps each to Kafka's.
 
 What is exported so far: the log directories (Kafka's LogManager OfflineLogDirectoryCount
-and LogDirectoryOffline), the first of issue 20's families.
+and LogDirectoryOffline); the other families are added here, one collector each.
 """
 
 from __future__ import annotations
