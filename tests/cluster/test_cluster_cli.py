@@ -19,6 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.testing.process import child_pids
+
 ONCELOG = Path(sys.executable).with_name("oncelog")
 START_TIMEOUT_S = 90
 
@@ -54,17 +56,6 @@ def start_cluster(data_dir: Path, *args: str) -> RunningCluster:
                 return RunningCluster(process, bootstrap, node_pids, lines)
     process.kill()
     raise AssertionError(f"the cluster did not start: {''.join(lines)}{process.stderr.read()}")
-
-
-def children(pid: int) -> list[int]:
-    """The child processes of `pid` (a broker's etcd member)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return found
 
 
 def kill_everything(cluster: RunningCluster) -> None:
@@ -154,7 +145,7 @@ def test_cluster_restarted_after_kill_9_of_every_process_has_every_acknowledged_
         # Everything at once, the `cluster start` command first so that it sees nothing.
         first.process.kill()
         first.process.wait()
-        members = [child for pid in first.node_pids.values() for child in children(pid)]
+        members = [child for pid in first.node_pids.values() for child in child_pids(pid)]
         assert len(members) == 3, "each broker runs an etcd member"
         for pid in [*first.node_pids.values(), *members]:
             os.kill(pid, signal.SIGKILL)
