@@ -227,6 +227,21 @@ def test_bad_sql_is_one_line(spark, shared_broker, topics, tmp_path, sql, messag
     assert message in str(raised.value)
 
 
+# A transform whose UDF raises on the record b"poison" (the producers put one at offset 7).
+POISONED_ENRICH = """
+    from pyspark.sql import functions as F
+
+    @F.udf("binary")
+    def enrich(value):
+        if value == b"poison":
+            raise ValueError(f"cannot enrich {value!r}")
+        return value + b"+"
+
+    def transform(source):
+        return source.select(enrich("value").alias("value"))
+"""
+
+
 def test_transform_raising_on_a_record_names_batch_offsets_and_partition_and_writes_nothing(
     spark, shared_broker, topics, tmp_path
 ):
@@ -238,18 +253,7 @@ def test_transform_raising_on_a_record_names_batch_offsets_and_partition_and_wri
         producer.produce(source, f"order-{number}".encode(), partition=0)
         producer.produce(source, b"poison" if number == 7 else f"order-{number}".encode(), partition=1)
     assert producer.flush(30) == 0
-    reference = write_transform(tmp_path, """
-        from pyspark.sql import functions as F
-
-        @F.udf("binary")
-        def enrich(value):
-            if value == b"poison":
-                raise ValueError(f"cannot enrich {value!r}")
-            return value + b"+"
-
-        def transform(source):
-            return source.select(enrich("value").alias("value"))
-    """)
+    reference = write_transform(tmp_path, POISONED_ENRICH)
 
     with pytest.raises(PipelineError) as raised:
         run_pipeline(spec_for(shared_broker, topics, tmp_path, transforms=(reference,), mode="batch"), spark)
@@ -311,18 +315,7 @@ def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks
     for number in range(20):
         producer.produce(source, b"poison" if number == 7 else f"order-{number}".encode(), partition=0)
     assert producer.flush(30) == 0
-    reference = write_transform(tmp_path, """
-        from pyspark.sql import functions as F
-
-        @F.udf("binary")
-        def enrich(value):
-            if value == b"poison":
-                raise ValueError(f"cannot enrich {value!r}")
-            return value
-
-        def transform(source):
-            return source.select(enrich("value").alias("value"))
-    """)
+    reference = write_transform(tmp_path, POISONED_ENRICH)
     command = start_command("--source", source, "--sink", sink, "--transform", reference,
                             "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2,2]",
                             "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
