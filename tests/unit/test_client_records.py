@@ -5,12 +5,15 @@ broker's own tests pin to what real clients send."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from unittest import mock
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.client import records as records_module
 from oncelog.client.records import RecordSet, decode_fetched, encode_records, next_fetch_offset
 from oncelog.protocol.record_batch import (
     Compression,
@@ -23,6 +26,20 @@ from oncelog.protocol.record_batch import (
     parse_batches,
     set_base_offset,
 )
+
+# The record-start loop runs in C where the extension was built, else in Python; where it
+# was built, the tests run both.
+LOOPS = ["python"] + (["c"] if records_module._native_record_starts is not None else [])
+
+
+@contextmanager
+def record_loop(name: str):
+    if name == "python":
+        with mock.patch.object(records_module, "_native_record_starts", None):
+            yield
+    else:
+        yield
+
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 NOW = 1_700_000_000_000
@@ -194,14 +211,16 @@ rows = st.lists(
 )
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @settings(max_examples=150, deadline=None)
 @given(rows, st.integers(min_value=200, max_value=5000), st.sampled_from([0, 1, 3, 4]))
-def test_any_rows_round_trip_through_both_decoders(generated, limit, codec):
+def test_any_rows_round_trip_through_both_decoders(loop, generated, limit, codec):
     keys = [k for k, _, _ in generated]
     values = [v for _, v, _ in generated]
     headers = [None if h is None else [{"key": k, "value": v} for k, v in h] for _, _, h in generated]
     data = batches_at(encode(keys, values, headers, max_batch_bytes=limit, codec=codec), base_offset=3)
-    decoded = decode_fetched(data, start=3, end=3 + len(values), read_committed=False, with_headers=True)
+    with record_loop(loop):
+        decoded = decode_fetched(data, start=3, end=3 + len(values), read_committed=False, with_headers=True)
     assert decoded.keys.to_pylist() == keys
     assert decoded.values.to_pylist() == values
     assert decoded.offsets.tolist() == list(range(3, 3 + len(values)))
@@ -210,3 +229,51 @@ def test_any_rows_round_trip_through_both_decoders(generated, limit, codec):
     if codec == 0:
         reference = reference_records(data)
         assert [(r.key, r.value) for r in reference] == list(zip(keys, values, strict=True))
+
+
+def test_values_short_long_null_and_in_the_last_bytes_of_the_buffer_become_one_binary_column():
+    import numpy as np
+
+    from oncelog.client.records import binary_column
+
+    arena = bytes(range(40))
+    cases = [(0, 0), (0, 12), (1, 13), (5, -1), (30, 10), (39, 1), (20, 20), (27, 13)]
+    starts = np.array([s for s, _ in cases], np.int64)
+    lengths = np.array([n for _, n in cases], np.int64)
+    column = binary_column(arena, starts, lengths)
+    assert column.type == pa.binary()
+    assert column.to_pylist() == [None if n < 0 else arena[s:s + n] for s, n in cases]
+    around_the_limit = binary_column(arena, starts[[1, 2, 6]], lengths[[1, 2, 6]])
+    assert around_the_limit.to_pylist() == [arena[0:12], arena[1:14], arena[20:40]]
+    assert binary_column(arena, starts[[3]], lengths[[3]]).null_count == 1
+
+
+def _decoded_or_corrupt(data: bytes, end: int):
+    try:
+        decoded = decode_fetched(data, start=0, end=end, read_committed=False, with_headers=True, verify_crc=False)
+    except CorruptRecordError:
+        return "corrupt"
+    return decoded.keys.to_pylist(), decoded.values.to_pylist(), decoded.offsets.tolist(), decoded.headers
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows, st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=4))
+def test_records_with_bytes_changed_behind_their_crc_decode_alike_in_c_and_python_or_are_corrupt(generated, changes):
+    keys = [k for k, _, _ in generated]
+    values = [v for _, v, _ in generated]
+    headers = [None if h is None else [{"key": k, "value": v} for k, v in h] for _, _, h in generated]
+    data = bytearray(batches_at(encode(keys, values, headers, max_batch_bytes=3000)))
+    for where, byte in changes:  # inside the records, past the 61-byte batch header
+        data[61 + where % (len(data) - 61)] = byte
+    with record_loop("python"):
+        in_python = _decoded_or_corrupt(bytes(data), len(values))
+    in_c = _decoded_or_corrupt(bytes(data), len(values))
+    assert in_c == in_python
+
+
+def test_a_header_count_reaching_past_the_last_record_is_corrupt_not_an_index_error():
+    data = bytearray(batches_at(encode([b"k"], [b"v"])))
+    assert data[-1] == 0  # the last record's header count
+    data[-1] = 0x7E  # 63 headers, in no bytes
+    with pytest.raises(CorruptRecordError, match="headers"):
+        decode_fetched(bytes(data), start=0, end=1, read_committed=False, with_headers=True, verify_crc=False)

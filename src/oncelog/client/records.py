@@ -5,7 +5,8 @@ columns of the records a reader keeps: keys and values (Arrow binary arrays), of
 timestamps and timestamp types (numpy), headers (Python lists, only for records that
 have them). Batch headers are looked at one by one (there are few); the only loop over
 records is the one that finds where each record starts, because a record's position
-depends on the lengths of those before it. Every field after that is read for all
+depends on the lengths of those before it (in C, `_record_starts.c`, where it was built;
+else in Python). Every field after that is read for all
 records at once with numpy, and keys and values are gathered into Arrow arrays by Arrow
 itself (a binary_view array over the fetched bytes, cast to binary).
 
@@ -38,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
+from numpy.lib.stride_tricks import as_strided
 
 from oncelog.protocol import compression
 from oncelog.protocol.record_batch import (
@@ -62,6 +64,11 @@ _BATCH_START = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeade
 _AFTER_MAGIC = struct.Struct(">Ihiqqqhii")  # crc, attributes, lastOffsetDelta, timestamps, producer, count
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 _VARINT_SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
+
+try:  # the record-start loop in C (setup.py builds it where a compiler is); else Python's
+    from oncelog.client._record_starts import record_starts as _native_record_starts
+except ImportError:  # pragma: no cover (depends on the machine that installed oncelog)
+    _native_record_starts = None
 
 
 @dataclass
@@ -209,6 +216,24 @@ def _record_starts(arena, batches: Sequence[_Batch]) -> tuple[np.ndarray, np.nda
     """Where each record's attributes byte is, and where the record ends. The loop over
     records notes only where each record's length field is (where a record starts
     depends on the lengths of all before it); the fields are then read for all at once."""
+    if _native_record_starts is None:
+        positions = np.array(_length_positions(arena, batches), dtype=np.int64)
+    else:
+        pieces = []
+        for batch in batches:
+            try:
+                pieces.append(_native_record_starts(arena, batch.payload_start, batch.payload_end, batch.count))
+            except ValueError as error:
+                raise CorruptRecordError(f"records of the batch at offset {batch.base_offset} {error}") from None
+        positions = np.frombuffer(b"".join(pieces), dtype=np.int64)
+    lengths, starts = _read_varints(np.frombuffer(arena, dtype=np.uint8), positions, 10)
+    if (lengths < 0).any():
+        raise CorruptRecordError("a record has a negative length")
+    return starts, starts + lengths
+
+
+def _length_positions(arena, batches: Sequence[_Batch]) -> list[int]:
+    """The loop of `_record_starts` in Python, where the C module was not built."""
     fields: list[int] = []
     note = fields.append
     for batch in batches:
@@ -231,11 +256,7 @@ def _record_starts(arena, batches: Sequence[_Batch]) -> tuple[np.ndarray, np.nda
             raise CorruptRecordError(f"records of the batch at offset {batch.base_offset} run past its end") from None
         if position != stop:
             raise CorruptRecordError(f"records of the batch at offset {batch.base_offset} do not fill it")
-    data = np.frombuffer(arena, dtype=np.uint8)
-    lengths, starts = _read_varints(data, np.array(fields, dtype=np.int64), 10)
-    if (lengths < 0).any():
-        raise CorruptRecordError("a record has a negative length")
-    return starts, starts + lengths
+    return fields
 
 
 def _slow_varint(arena, position: int) -> tuple[int, int]:
@@ -320,23 +341,34 @@ def _headers(arena, header_at: np.ndarray, ends: np.ndarray, none: np.ndarray) -
     """Per record: None when it has no headers, else its (key, value) list."""
     result: list = [None] * len(header_at)
     for index in np.flatnonzero(~none).tolist():
-        position = int(header_at[index])
-        count, position = _zigzag(arena, position)
-        pairs = []
-        for _ in range(count):
-            key_length, position = _zigzag(arena, position)
-            if key_length < 0:
-                raise CorruptRecordError("a record header has a null key")
-            key = bytes(arena[position:position + key_length]).decode("utf-8", "replace")
-            position += key_length
-            value_length, position = _zigzag(arena, position)
-            value = None if value_length < 0 else bytes(arena[position:position + value_length])
-            position += max(value_length, 0)
-            pairs.append((key, value))
-        if position != int(ends[index]):
-            raise CorruptRecordError("a record's headers do not end where the record does")
-        result[index] = pairs or None
+        end = int(ends[index])
+        try:
+            result[index] = _record_headers(arena, int(header_at[index]), end) or None
+        except IndexError:
+            raise CorruptRecordError("a record's headers run past the records") from None
     return result
+
+
+def _record_headers(arena, position: int, end: int) -> list:
+    count, position = _zigzag(arena, position)
+    if count < 0:
+        raise CorruptRecordError("a record has a negative header count")
+    pairs = []
+    for _ in range(count):
+        key_length, position = _zigzag(arena, position)
+        if key_length < 0:
+            raise CorruptRecordError("a record header has a null key")
+        key = bytes(arena[position:position + key_length]).decode("utf-8", "replace")
+        position += key_length
+        value_length, position = _zigzag(arena, position)
+        value = None if value_length < 0 else bytes(arena[position:position + value_length])
+        position += max(value_length, 0)
+        if position > end:
+            break
+        pairs.append((key, value))
+    if position != end:
+        raise CorruptRecordError("a record's headers do not end where the record does")
+    return pairs
 
 
 def _zigzag(arena, position: int) -> tuple[int, int]:
@@ -347,34 +379,50 @@ def _zigzag(arena, position: int) -> tuple[int, int]:
 def binary_column(arena, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """An Arrow binary array of the byte ranges [start, start + length) of `arena`; a
     negative length is a null. Built as a binary_view array over `arena` (16 bytes per
-    value: the value itself when it has up to 12 bytes, else its length, first 4 bytes
-    and offset) and cast to binary, which copies the values once, in C++."""
+    value: its length, then the value itself when it has up to 12 bytes, else its first 4
+    bytes, buffer 0 and its offset) and cast to binary, which copies the values once, in
+    C++. The views are filled a field at a time, from strided views of `arena` (numpy
+    copies a row of 4 or 12 bytes per value, with no index matrix)."""
     count = len(starts)
     if count == 0:
         return pa.array([], pa.binary())
-    if (lengths < 0).all():
+    valid = lengths >= 0
+    all_valid = bool(valid.all())
+    if not all_valid and not valid.any():
         return pa.nulls(count, pa.binary())
     data = np.frombuffer(arena, dtype=np.uint8)
-    valid = lengths >= 0
-    sizes = np.where(valid, lengths, 0).astype("<i4")
-    views = np.zeros((count, 16), dtype=np.uint8)
-    views[:, 0:4] = sizes.view(np.uint8).reshape(count, 4)
-    window = data[np.minimum(starts[:, None] + np.arange(12), max(len(data) - 1, 0))] if len(data) else \
-        np.zeros((count, 12), np.uint8)
+    sizes = (lengths if all_valid else np.where(valid, lengths, 0)).astype("<i4")
+    views = np.zeros((count, 4), dtype="<i4")  # length, prefix, buffer index, offset
+    views[:, 0] = sizes
     inline = sizes <= 12
-    window[inline] *= (np.arange(12) < sizes[inline, None]).astype(np.uint8)
-    views[inline, 4:16] = window[inline]
-    outside = ~inline
-    views[outside, 4:8] = window[outside, 0:4]
-    views[outside, 12:16] = starts[outside].astype("<i4").view(np.uint8).reshape(-1, 4)
+    if not inline.all():
+        outside = slice(None) if not inline.any() else np.flatnonzero(~inline)
+        # A value longer than 12 bytes starts at least 12 bytes before the end of `arena`.
+        quads = as_strided(data, shape=(len(data) - 3, 4), strides=(1, 1))
+        views[outside, 1] = quads[starts[outside]].view("<i4")[:, 0]
+        views[outside, 3] = starts[outside]
+    if inline.any():
+        inside = slice(None) if inline.all() else np.flatnonzero(inline)
+        views.view(np.uint8)[inside, 4:16] = _inline_bytes(data, starts[inside], sizes[inside])
     validity = None
     null_count = 0
-    if not valid.all():
+    if not all_valid:
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
         null_count = int(count - valid.sum())
     array = pa.Array.from_buffers(pa.binary_view(), count, [validity, pa.py_buffer(views), pa.py_buffer(arena)],
                                   null_count=null_count)
     return array.cast(pa.binary())
+
+
+def _inline_bytes(data: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The up to 12 bytes of each short value, zero-padded to 12 (Arrow's inline view)."""
+    if len(data) >= 12 and starts.max() <= len(data) - 12:
+        window = as_strided(data, shape=(len(data) - 11, 12), strides=(1, 1))[starts]
+    else:  # a value in the last 12 bytes: read byte by byte, clamped to the buffer
+        window = data[np.minimum(starts[:, None] + np.arange(12), max(len(data) - 1, 0))] if len(data) else \
+            np.zeros((len(starts), 12), np.uint8)
+    window *= np.arange(12) < sizes[:, None]
+    return window
 
 
 # -- writing ---------------------------------------------------------------------------------
