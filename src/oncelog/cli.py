@@ -1,8 +1,9 @@
 """The `oncelog` command: one argparse tree, each command group registered by its module.
 
 Command groups mirror Kafka's tools: `broker start` (kafka-server-start.sh),
-`topics` (kafka-topics.sh), `produce` / `consume` (the console producer and consumer),
-`transactions` (kafka-transactions.sh), `groups` (kafka-consumer-groups.sh).
+`topics` (kafka-topics.sh), `configs` (kafka-configs.sh), `produce` / `consume` (the
+console producer and consumer), `transactions` (kafka-transactions.sh), `groups`
+(kafka-consumer-groups.sh).
 Errors a user can fix end the command with a one-line message and exit status 1, usage
 mistakes (an unknown option, a missing argument) included.
 """
@@ -32,6 +33,7 @@ class ArgumentParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from oncelog.admin import (
         chaos,
+        configs,
         console,
         demo,
         groups,
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker_cli.register(commands)
     cluster_cli.register(commands)
     topics.register(commands)
+    configs.register(commands)
     console.register(commands)
     groups.register(commands)
     producers.register(commands)

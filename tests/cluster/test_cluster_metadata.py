@@ -271,3 +271,33 @@ def test_producer_ids_are_unique_across_brokers_and_restarts(cluster):
     cluster.start_node(2)
     after = ids_from(2, 50)
     assert len(set(before + after)) == len(before) + len(after)
+
+
+def test_a_topic_config_altered_through_one_broker_reaches_every_brokers_logs(cluster):
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        ResourceType,
+    )
+
+    create(cluster, "altered", 1, 3, **{"retention.ms": "60000"})
+    resource = ConfigResource(ResourceType.TOPIC, "altered", incremental_configs=[
+        ConfigEntry("retention.ms", "120000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    admin = AdminClient({"bootstrap.servers": cluster.nodes[2].bootstrap_servers})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    wanted = {"retention.ms": "120000", "cleanup.policy": "delete,compact"}
+    for node_id, node in cluster.nodes.items():  # each broker describes the topic from its own logs
+        node_admin = AdminClient({"bootstrap.servers": node.bootstrap_servers})
+        deadline = time.monotonic() + 15
+        while True:
+            described = ConfigResource(ResourceType.TOPIC, "altered")
+            configs = node_admin.describe_configs([described])[described].result(10)
+            seen = {name: entry.value for name, entry in configs.items()
+                    if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+            if seen == wanted or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert seen == wanted, node_id

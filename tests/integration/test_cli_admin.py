@@ -195,6 +195,45 @@ def test_topics_delete_of_a_missing_topic_fails_unless_if_exists(cli, topic):
     assert cli.ok("topics", "delete", "--topic", topic, "--if-exists") == ""
 
 
+# ----------------------------------------------------------------------------- configs
+
+
+def test_configs_alter_and_describe_like_kafka_configs(cli, topic):
+    cli.ok("topics", "create", "--topic", topic, "--config", "segment.bytes=1048576")
+    done = cli.ok("configs", "--alter", "--entity-type", "topics", "--entity-name", topic,
+                  "--add-config", "retention.ms=86400000,cleanup.policy=[delete,compact]")
+    assert done == f"Completed updating config for topic {topic}.\n"
+    lines = cli.ok("configs", "--describe", "--topic", topic).splitlines()
+    assert lines[0] == f"Dynamic configs for topic {topic} are:"
+    segment_bytes = ("  segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576, "
+                     "DEFAULT_CONFIG:log.segment.bytes=1073741824}")
+    assert lines[1:] == [
+        ("  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=delete,"
+         "compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"),
+        "  retention.ms=86400000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=86400000}",
+        segment_bytes,
+    ]
+    cli.ok("configs", "--alter", "--topic", topic, "--delete-config", "retention.ms,cleanup.policy")
+    everything = cli.ok("configs", "--describe", "--topic", topic, "--all").splitlines()
+    assert everything[0] == f"All configs for topic {topic} are:"
+    assert "  retention.ms=604800000 sensitive=false synonyms={}" in everything  # as Kafka: see DescribeConfigs
+    assert cli.ok("configs", "--describe", "--topic", topic).splitlines()[1:] == [segment_bytes]
+
+
+def test_configs_refusals_are_one_line_naming_what_is_wrong(cli, topic):
+    cli.ok("topics", "create", "--topic", topic)
+    assert cli.fails("configs", "--alter", "--topic", topic, "--add-config", "retention.ms=soon") == (
+        "oncelog: error: INVALID_CONFIG: config 'retention.ms': invalid value 'soon': 'soon' is not an integer")
+    assert cli.fails("configs", "--alter", "--topic", topic + "-missing", "--add-config", "retention.ms=1") == (
+        f"oncelog: error: topic '{topic}-missing' does not exist")
+    assert "INVALID_REQUEST: Dynamic broker configs are not supported" in cli.fails(
+        "configs", "--alter", "--broker", "1", "--add-config", "log.retention.ms=1")
+    assert cli.fails("configs", "--alter", "--topic", topic) == (
+        "oncelog: error: --alter needs --add-config, --add-config-file or --delete-config")
+    assert cli.fails("configs", "--describe") == (
+        "oncelog: error: --entity-type is required (or --topic, --broker, --broker-defaults, --group)")
+
+
 # ---------------------------------------------------------------------------- produce
 
 

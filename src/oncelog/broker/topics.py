@@ -1,10 +1,12 @@
-"""Topic administration shared by Metadata (auto-create), CreateTopics, DeleteTopics and
-CreatePartitions: request-level checks and the mapping of storage errors to Kafka codes.
+"""Topic administration shared by Metadata (auto-create), CreateTopics, DeleteTopics,
+CreatePartitions and the config APIs: request-level checks and the mapping of storage
+errors to Kafka codes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages import ErrorCode
@@ -80,6 +82,32 @@ async def create_topic_for_request(
         num_partitions, replication_factor = _checked_counts(broker, num_partitions, replication_factor)
     return await cluster_topics.create_topic(broker, name, num_partitions, replication_factor, configs,
                                              validate_only=validate_only, assignment=assignment)
+
+
+# A topic's new override set, from its overrides now and every key's value in effect.
+OverridesChange = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
+
+
+async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange, *,
+                              validate_only: bool = False) -> None:
+    """Give a topic the override set `change` computes (checked as CreateTopics checks
+    configs), through the cluster metadata (cluster mode) or locally; raises
+    TopicRequestError with Kafka's code for what is wrong."""
+    if broker.cluster is not None:
+        from oncelog.cluster import topics as cluster_topics
+
+        await cluster_topics.alter_topic_configs(broker, name, change, validate_only=validate_only)
+        return
+    info = broker.logs.topic(name)
+    if info is None:
+        raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
+    overrides = change(info.config_overrides, info.config.to_kafka_dict())
+    try:
+        broker.logs.alter_topic_config(name, overrides, replace=True, validate_only=validate_only)
+    except storage_errors.LogError as error:
+        raise TopicRequestError(error_code_for(error), str(error)) from None
+    if not validate_only:
+        log.info("topic %s configs are now %s", name, overrides or "the defaults")
 
 
 def _checked_counts(broker: Broker, num_partitions: int, replication_factor: int) -> tuple[int, int]:

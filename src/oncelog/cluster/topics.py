@@ -1,6 +1,6 @@
 """Topic administration in cluster mode: CreateTopics, Metadata's auto-creation,
-DeleteTopics and CreatePartitions write the metadata store, and every broker creates or
-deletes its local logs when the change reaches its image.
+DeleteTopics, CreatePartitions and the config APIs write the metadata store, and every
+broker creates, deletes or reconfigures its local logs when the change reaches its image.
 
 The checks are the standalone ones (names, partition counts, topic configs), plus
 Kafka's placement: replicas spread over the registered brokers, and a replication
@@ -14,7 +14,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from oncelog.broker.topics import TopicRequestError
+from oncelog.broker.topics import OverridesChange, TopicRequestError
 from oncelog.cluster.etcd import EtcdUnavailable
 from oncelog.cluster.image import TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
@@ -127,3 +127,41 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
     except MetadataConflict as error:
         raise TopicRequestError(ErrorCode.reassignment_in_progress, str(error)) from None
     await runtime.wait_for_revision(revision)
+
+
+CONFIG_WRITE_ATTEMPTS = 5
+
+
+async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange, *,
+                              validate_only: bool = False) -> None:
+    """Write the topic's new override set, computed from the stored one; a concurrent
+    change of the topic (another alteration, CreatePartitions) is read again and the
+    change computed anew, as a read-modify-write under etcd's compare."""
+    runtime = broker.cluster
+    for _ in range(CONFIG_WRITE_ATTEMPTS):
+        try:
+            stored = await runtime.client.get(runtime.keys.topic(name))
+        except EtcdUnavailable as error:
+            raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
+        if stored is None:
+            raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
+        topic = TopicRecord.decode(stored)
+        defaults = broker.logs.default_config
+        overrides = change(dict(topic.configs), defaults.with_overrides(topic.configs).to_kafka_dict())
+        try:
+            defaults.with_overrides(overrides)
+        except InvalidConfigError as error:
+            raise TopicRequestError(ErrorCode.invalid_config, str(error)) from None
+        if validate_only:
+            return
+        try:
+            revision = await runtime.store.alter_topic_configs(topic, stored.mod_revision, overrides)
+        except MetadataConflict:
+            continue
+        except EtcdUnavailable as error:
+            raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
+        await runtime.wait_for_revision(revision)
+        log.info("topic %s configs are now %s", name, overrides or "the defaults")
+        return
+    raise TopicRequestError(ErrorCode.request_timed_out,
+                            f"the topic {name} kept changing during {CONFIG_WRITE_ATTEMPTS} attempts to alter its configs")

@@ -182,6 +182,11 @@ TOPIC_CONFIGS: Mapping[str, ConfigKey] = {
 }
 
 
+# Topic keys whose value is a comma-separated list (IncrementalAlterConfigs' APPEND and
+# SUBTRACT work on these only).
+TOPIC_LIST_KEYS = frozenset({"cleanup.policy"})
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """The effective settings of one partition log, with Kafka's defaults."""

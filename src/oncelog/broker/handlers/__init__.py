@@ -7,6 +7,7 @@ deliberately differs from Apache Kafka.
 from oncelog.broker.handlers import (  # noqa: F401
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     alter_partition_reassignments,
     alter_replica_log_dirs,
     api_versions,
@@ -27,6 +28,7 @@ from oncelog.broker.handlers import (  # noqa: F401
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,

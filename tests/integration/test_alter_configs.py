@@ -1,0 +1,196 @@
+"""AlterConfigs and IncrementalAlterConfigs for topics, through real admin clients
+(confluent-kafka's incremental_alter_configs, kafka-python's legacy alter_configs) and the
+wire: each operation, validate_only, Kafka's error codes, the change acting on the live
+log, and the overrides surviving a restart."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+from kio.schema.alter_configs.v2 import request as legacy_v2
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
+from kio.static.primitive import i8
+
+from oncelog import EmbeddedBroker
+from oncelog.protocol.client import WireClient
+
+SET, DELETE, APPEND, SUBTRACT = (AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConfigOpType.APPEND,
+                                 AlterConfigOpType.SUBTRACT)
+
+
+def admin_for(broker) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+
+
+def create(broker, name: str, **configs: str) -> None:
+    admin = admin_for(broker)  # kept until the answer: a collected client fails its futures
+    admin.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(10)
+
+
+def alter(broker, topic: str, *changes: tuple[str, str | None, AlterConfigOpType], validate_only=False) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=operation) for name, value, operation in changes])
+    admin = admin_for(broker)
+    admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(10)
+
+
+def described(broker, topic: str) -> dict[str, tuple[str, int]]:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = admin_for(broker)
+    configs = admin.describe_configs([resource])[resource].result(10)
+    return {name: (entry.value, entry.source) for name, entry in configs.items()}
+
+
+def overrides(broker, topic: str) -> dict[str, str]:
+    return {name: value for name, (value, source) in described(broker, topic).items()
+            if source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def refused(broker, topic: str, *changes) -> KafkaException:
+    with pytest.raises(KafkaException) as caught:
+        alter(broker, topic, *changes)
+    return caught.value
+
+
+def test_set_delete_append_and_subtract_change_a_topics_overrides(shared_broker):
+    create(shared_broker, "alter-ops", **{"retention.ms": "1000"})
+    alter(shared_broker, "alter-ops", ("retention.ms", "86400000", SET), ("cleanup.policy", "compact", APPEND))
+    assert overrides(shared_broker, "alter-ops") == {"retention.ms": "86400000", "cleanup.policy": "delete,compact"}
+    alter(shared_broker, "alter-ops", ("cleanup.policy", "compact", APPEND))  # already there: unchanged
+    assert overrides(shared_broker, "alter-ops")["cleanup.policy"] == "delete,compact"
+    alter(shared_broker, "alter-ops", ("retention.ms", None, DELETE), ("cleanup.policy", "delete", SUBTRACT))
+    assert overrides(shared_broker, "alter-ops") == {"cleanup.policy": "compact"}
+    assert described(shared_broker, "alter-ops")["retention.ms"] == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
+    alter(shared_broker, "alter-ops", ("segment.ms", None, DELETE))  # deleting what is not set: fine
+    assert overrides(shared_broker, "alter-ops") == {"cleanup.policy": "compact"}
+
+
+def test_validate_only_checks_and_changes_nothing(shared_broker):
+    create(shared_broker, "alter-validate")
+    alter(shared_broker, "alter-validate", ("retention.ms", "5000", SET), validate_only=True)
+    assert overrides(shared_broker, "alter-validate") == {}
+    with pytest.raises(KafkaException, match="retention.ms"):
+        alter(shared_broker, "alter-validate", ("retention.ms", "soon", SET), validate_only=True)
+
+
+def test_bad_changes_get_kafkas_codes_with_the_key_named_and_change_nothing(shared_broker):
+    create(shared_broker, "alter-bad", **{"retention.ms": "1000"})
+    cases = [
+        (("retention.ms", "abc", SET), "INVALID_CONFIG", "retention.ms"),
+        (("retention.mss", "1", SET), "INVALID_CONFIG", "retention.mss"),
+        (("retention.ms", "1", APPEND), "INVALID_CONFIG", "Config value append is not allowed for config key: retention.ms"),
+        (("cleanup.policy", "delete", SUBTRACT), "INVALID_CONFIG", "cleanup.policy"),  # nothing left
+        (("cleanup.policy", "archive", APPEND), "INVALID_CONFIG", "archive"),
+    ]
+    for change, code, text in cases:
+        error = refused(shared_broker, "alter-bad", ("segment.bytes", "1048576", SET), change).args[0]
+        assert (error.name(), text in error.str()) == (code, True), change
+    assert overrides(shared_broker, "alter-bad") == {"retention.ms": "1000"}
+
+
+def test_missing_topics_illegal_names_and_unsupported_resources_are_refused(shared_broker):
+    assert refused(shared_broker, "alter-missing", ("retention.ms", "1", SET)).args[0].name() == \
+        "UNKNOWN_TOPIC_OR_PART"
+    assert refused(shared_broker, "bad name!", ("retention.ms", "1", SET)).args[0].name() == "TOPIC_EXCEPTION"
+    broker_resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "1", incremental_operation=SET)])
+    admin = admin_for(shared_broker)
+    with pytest.raises(KafkaException, match="INVALID_REQUEST"):
+        admin.incremental_alter_configs([broker_resource])[broker_resource].result(10)
+
+
+def wire_alter(broker, resources) -> list[tuple[str, ErrorCode, str | None]]:
+    request = incremental_v1.IncrementalAlterConfigsRequest(resources=tuple(
+        incremental_v1.AlterConfigsResource(resource_type=i8(2), resource_name=name, configs=tuple(
+            incremental_v1.AlterableConfig(name=key, config_operation=i8(operation), value=value)
+            for key, operation, value in configs))
+        for name, configs in resources), validate_only=False)
+    with WireClient.connect(broker.bootstrap_servers) as client:
+        response = client.request(request)
+    return [(r.resource_name, r.error_code, r.error_message) for r in response.responses]
+
+
+def test_a_key_or_a_resource_named_twice_and_a_null_value_are_invalid_requests(shared_broker):
+    create(shared_broker, "alter-twice")
+    create(shared_broker, "alter-once")
+    results = wire_alter(shared_broker, [
+        ("alter-twice", [("retention.ms", 0, "1000")]),
+        ("alter-once", [("retention.ms", 0, "1000"), ("retention.ms", 1, None)]),
+        ("alter-twice", [("retention.ms", 0, "2000")]),
+    ])
+    assert [(name, code) for name, code, _ in results] == [
+        ("alter-twice", ErrorCode.invalid_request), ("alter-once", ErrorCode.invalid_request),
+        ("alter-twice", ErrorCode.invalid_request)]
+    assert "duplicate config keys" in results[1][2]
+    [(_, code, message)] = wire_alter(shared_broker, [("alter-once", [("retention.ms", 0, None)])])
+    assert (code, message) == (ErrorCode.invalid_request, "Null value not supported for : retention.ms")
+    assert overrides(shared_broker, "alter-twice") == overrides(shared_broker, "alter-once") == {}
+
+
+def test_legacy_alter_configs_replaces_the_whole_override_set(shared_broker):
+    create(shared_broker, "alter-legacy", **{"retention.ms": "1000", "cleanup.policy": "compact"})
+    request = legacy_v2.AlterConfigsRequest(resources=(legacy_v2.AlterConfigsResource(
+        resource_type=i8(2), resource_name="alter-legacy",
+        configs=(legacy_v2.AlterableConfig(name="segment.bytes", value="1048576"),)),), validate_only=False)
+    with WireClient.connect(shared_broker.bootstrap_servers) as client:
+        [result] = client.request(request).responses
+    assert (result.resource_name, result.error_code) == ("alter-legacy", ErrorCode.none)
+    assert overrides(shared_broker, "alter-legacy") == {"segment.bytes": "1048576"}
+
+
+def test_kafka_pythons_legacy_alter_configs_keeps_the_keys_it_does_not_name(shared_broker):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as PyConfigResource
+    from kafka.admin import ConfigResourceType
+
+    create(shared_broker, "alter-kafka-python", **{"retention.ms": "1000"})
+    admin = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap_servers)
+    try:
+        # AlterConfigs, not the incremental API: kafka-python describes first and sends every override
+        result = admin.alter_configs([PyConfigResource(ConfigResourceType.TOPIC, "alter-kafka-python",
+                                                       configs={"segment.bytes": "1048576"})], incremental=False)
+    finally:
+        admin.close()
+    assert result == {"topic": {"alter-kafka-python": "OK"}}
+    assert overrides(shared_broker, "alter-kafka-python") == {"retention.ms": "1000", "segment.bytes": "1048576"}
+
+
+def test_a_retention_change_acts_on_the_live_log_and_survives_a_restart(tmp_path):
+    settings = {"log.retention.check.interval.ms": "100"}
+    with EmbeddedBroker(tmp_path / "broker", settings) as broker:
+        create(broker, "alter-live", **{"segment.bytes": "1024"})
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+        for i in range(20):
+            producer.produce("alter-live", b"x" * 200, key=str(i).encode())
+            producer.flush(10)  # one batch per record: segments of a few batches
+        assert _log_start(broker) == 0
+        alter(broker, "alter-live", ("retention.ms", "1", SET))
+        deadline = time.monotonic() + 10
+        while _log_start(broker) == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _log_start(broker) > 0  # closed segments deleted by the next retention pass
+    with EmbeddedBroker(tmp_path / "broker", settings) as broker:
+        assert overrides(broker, "alter-live") == {"segment.bytes": "1024", "retention.ms": "1"}
+
+
+def _log_start(broker) -> int:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "alter-live-probe"})
+    try:
+        low, _high = consumer.get_watermark_offsets(TopicPartition("alter-live", 0), timeout=10)
+    finally:
+        consumer.close()
+    return low
