@@ -301,3 +301,43 @@ def test_a_topic_config_altered_through_one_broker_reaches_every_brokers_logs(cl
                 break
             time.sleep(0.2)
         assert seen == wanted, node_id
+
+
+def test_a_dynamic_broker_default_reaches_every_broker_and_a_brokers_own_stays_its_own(cluster):
+    from kio.schema.describe_configs.v4 import request as describe_v4
+    from kio.schema.incremental_alter_configs.v1 import request as alter_v1
+    from kio.static.primitive import i8
+
+    def alter(node_id: int, name: str, key: str, value: str | None) -> None:
+        request = alter_v1.IncrementalAlterConfigsRequest(resources=(alter_v1.AlterConfigsResource(
+            resource_type=i8(4), resource_name=name, configs=(alter_v1.AlterableConfig(
+                name=key, config_operation=i8(0 if value is not None else 1), value=value),)),), validate_only=False)
+        with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
+            [result] = client.request(request).responses
+        assert result.error_code == ErrorCode.none, result.error_message
+
+    def segment_bytes(node_id: int) -> tuple[str, int]:
+        request = describe_v4.DescribeConfigsRequest(resources=(describe_v4.DescribeConfigsResource(
+            resource_type=i8(2), resource_name="dynamic-defaults", configuration_keys=("segment.bytes",)),),
+            include_synonyms=False, include_documentation=False)
+        with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
+            [entry] = client.request(request).results[0].configs
+        return entry.value, entry.config_source
+
+    def eventually(node_id: int, wanted: tuple[str, int]) -> tuple[str, int]:
+        deadline = time.monotonic() + 15
+        while (seen := segment_bytes(node_id)) != wanted and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return seen
+
+    create(cluster, "dynamic-defaults", 1, 3)
+    alter(1, "", "log.segment.bytes", "2097152")  # the cluster default, through broker 1
+    alter(3, "3", "log.segment.bytes", "4194304")  # broker 3's own
+    try:
+        assert eventually(1, ("2097152", 3)) == ("2097152", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+        assert eventually(2, ("2097152", 3)) == ("2097152", 3)
+        assert eventually(3, ("4194304", 2)) == ("4194304", 2)  # DYNAMIC_BROKER_CONFIG
+    finally:  # other tests of the module share the cluster
+        alter(1, "", "log.segment.bytes", None)
+        alter(3, "3", "log.segment.bytes", None)
+    assert eventually(2, ("1073741824", 5)) == ("1073741824", 5)

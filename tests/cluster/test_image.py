@@ -15,6 +15,7 @@ from oncelog.cluster.image import (
     MetadataImage,
     PartitionRecord,
     TopicRecord,
+    encode_broker_configs,
     encode_controller,
 )
 from oncelog.cluster.kv import Event, EventType, KeyValue
@@ -343,6 +344,20 @@ def test_controller_change_and_loss_are_flagged():
     assert newer.controller_id == 3 and delta.controller_changed
     _, delta = newer.apply(32, [put(KEYS.producer_id_block, b"{}", 32)])
     assert not delta.controller_changed
+
+
+def test_dynamic_broker_configs_are_image_state_and_a_change_is_flagged():
+    assert KEYS.parse(KEYS.broker_configs) == (KeyKind.BROKER_CONFIGS,)
+    assert KEYS.broker_configs == "/oncelog/c1/configs/brokers"
+    document = {"default": {"log.retention.ms": "60000"}, "brokers": {"2": {"log.segment.bytes": "1048576"}}}
+    image, delta = base_image().apply(30, [put(KEYS.broker_configs, encode_broker_configs(document), 30)])
+    assert dict(image.broker_configs) == document and delta.broker_configs_changed
+    assert image.fenced_view(2).broker_configs == image.broker_configs
+    same, delta = image.apply(31, [put(KEYS.broker_configs, encode_broker_configs(document), 31)])
+    assert not delta.broker_configs_changed and delta.is_empty
+    gone, delta = same.apply(32, [delete(KEYS.broker_configs)])
+    assert gone.broker_configs == {} and delta.broker_configs_changed
+    assert MetadataDelta.diff(base_image(), image).broker_configs_changed
 
 
 def test_diff_after_a_re_range_equals_the_changes_the_lost_events_made():

@@ -19,6 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from kio.schema.alter_configs.v2 import request as legacy_v2
+from kio.schema.describe_configs.v4 import request as describe_v4
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
 from kio.static.primitive import i8
@@ -100,20 +101,21 @@ def test_bad_changes_get_kafkas_codes_with_the_key_named_and_change_nothing(shar
     assert overrides(shared_broker, "alter-bad") == {"retention.ms": "1000"}
 
 
-def test_missing_topics_illegal_names_and_unsupported_resources_are_refused(shared_broker):
+def test_missing_topics_illegal_names_and_other_resources_are_refused(shared_broker):
     assert refused(shared_broker, "alter-missing", ("retention.ms", "1", SET)).args[0].name() == \
         "UNKNOWN_TOPIC_OR_PART"
     assert refused(shared_broker, "bad name!", ("retention.ms", "1", SET)).args[0].name() == "TOPIC_EXCEPTION"
-    broker_resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
-        ConfigEntry("log.retention.ms", "1", incremental_operation=SET)])
-    admin = admin_for(shared_broker)
-    with pytest.raises(KafkaException, match="INVALID_REQUEST"):
-        admin.incremental_alter_configs([broker_resource])[broker_resource].result(10)
+    [(_, code, message)] = wire_alter(shared_broker, [("99", [("log.retention.ms", 0, "1")])], resource_type=4)
+    assert (code, message) == (ErrorCode.invalid_request,
+                               "Unexpected broker id, expected 1 or empty string, but received 99")
+    [(_, code, message)] = wire_alter(shared_broker, [("some-group", [("consumer.session.timeout.ms", 0, "45000")])],
+                                      resource_type=32)
+    assert (code, message) == (ErrorCode.invalid_request, "Group configs (KIP-848) are not supported by oncelog.")
 
 
-def wire_alter(broker, resources) -> list[tuple[str, ErrorCode, str | None]]:
+def wire_alter(broker, resources, resource_type: int = 2) -> list[tuple[str, ErrorCode, str | None]]:
     request = incremental_v1.IncrementalAlterConfigsRequest(resources=tuple(
-        incremental_v1.AlterConfigsResource(resource_type=i8(2), resource_name=name, configs=tuple(
+        incremental_v1.AlterConfigsResource(resource_type=i8(resource_type), resource_name=name, configs=tuple(
             incremental_v1.AlterableConfig(name=key, config_operation=i8(operation), value=value)
             for key, operation, value in configs))
         for name, configs in resources), validate_only=False)
@@ -194,3 +196,69 @@ def _log_start(broker) -> int:
     finally:
         consumer.close()
     return low
+
+
+# -- dynamic broker configs (a broker of their own: they change every topic's defaults) ------
+
+
+def describe_wire(broker, resource_type: int, name: str) -> dict[str, tuple]:
+    request = describe_v4.DescribeConfigsRequest(resources=(describe_v4.DescribeConfigsResource(
+        resource_type=i8(resource_type), resource_name=name, configuration_keys=None),),
+        include_synonyms=True, include_documentation=False)
+    with WireClient.connect(broker.bootstrap_servers) as client:
+        [result] = client.request(request).results
+    assert result.error_code == ErrorCode.none, result.error_message
+    return {c.name: (c.value, c.config_source, c.read_only, [(s.name, s.value, s.source) for s in c.synonyms])
+            for c in result.configs}
+
+
+DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 2, 3, 4, 5
+
+
+def test_dynamic_broker_configs_give_topics_their_defaults_by_precedence_and_survive_a_restart(tmp_path):
+    settings = {"log.retention.ms": "3600000"}
+    with EmbeddedBroker(tmp_path / "broker", settings) as broker:
+        create(broker, "plain")
+        create(broker, "own", **{"retention.ms": "1000"})
+        # the cluster-wide default, then this broker's own value over it
+        assert wire_alter(broker, [("", [("log.retention.ms", 0, "7200000"), ("log.cleanup.policy", 2, "compact")])],
+                          resource_type=4) == [("", ErrorCode.none, None)]
+        topic = describe_wire(broker, 2, "plain")
+        assert topic["retention.ms"][:2] == ("7200000", DYNAMIC_DEFAULT)
+        assert topic["cleanup.policy"][:2] == ("delete,compact", DYNAMIC_DEFAULT)
+        resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+            ConfigEntry("log.retention.ms", "10800000", incremental_operation=SET)])
+        admin = admin_for(broker)
+        admin.incremental_alter_configs([resource])[resource].result(10)
+        topic = describe_wire(broker, 2, "plain")
+        assert topic["retention.ms"] == ("10800000", DYNAMIC_BROKER, False, [
+            ("log.retention.ms", "10800000", DYNAMIC_BROKER), ("log.retention.ms", "7200000", DYNAMIC_DEFAULT),
+            ("log.retention.ms", "3600000", STATIC), ("log.retention.hours", "168", DEFAULT)])
+        assert describe_wire(broker, 2, "own")["retention.ms"][:2] == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        own_broker = describe_wire(broker, 4, "1")
+        assert own_broker["log.retention.ms"][:3] == ("10800000", DYNAMIC_BROKER, False)
+        assert own_broker["log.dirs"][2] is True  # read-only: static only
+        assert describe_wire(broker, 4, "") == {
+            "log.cleanup.policy": ("delete,compact", DYNAMIC_DEFAULT, False,
+                                   [("log.cleanup.policy", "delete,compact", DYNAMIC_DEFAULT)]),
+            "log.retention.ms": ("7200000", DYNAMIC_DEFAULT, False, [("log.retention.ms", "7200000", DYNAMIC_DEFAULT)]),
+        }
+    with EmbeddedBroker(tmp_path / "broker", settings) as broker:
+        assert describe_wire(broker, 2, "plain")["retention.ms"][:2] == ("10800000", DYNAMIC_BROKER)
+        # deleting this broker's value uncovers the cluster default
+        assert wire_alter(broker, [("1", [("log.retention.ms", 1, None)])], resource_type=4) == \
+            [("1", ErrorCode.none, None)]
+        assert describe_wire(broker, 2, "plain")["retention.ms"][:2] == ("7200000", DYNAMIC_DEFAULT)
+
+
+def test_static_only_broker_keys_and_bad_values_are_refused_as_kafka_does(tmp_path):
+    with EmbeddedBroker(tmp_path / "broker") as broker:
+        [(_, code, message)] = wire_alter(broker, [("1", [("log.dirs", 0, "/elsewhere"),
+                                                          ("log.retention.ms", 0, "1")])], resource_type=4)
+        assert (code, message) == (ErrorCode.invalid_request, "Cannot update these configs dynamically: Set(log.dirs)")
+        [(_, code, message)] = wire_alter(broker, [("", [("log.segment.bytes", 0, "big")])], resource_type=4)
+        assert code == ErrorCode.invalid_request
+        assert message.startswith("Invalid config value for resource ConfigResource(type=BROKER, name=''): ")
+        assert "log.segment.bytes" in message
+        assert describe_wire(broker, 4, "") == {}
+        assert describe_wire(broker, 4, "1")["log.retention.ms"][:2] == (None, DEFAULT)

@@ -220,14 +220,37 @@ def test_configs_alter_and_describe_like_kafka_configs(cli, topic):
     assert cli.ok("configs", "--describe", "--topic", topic).splitlines()[1:] == [segment_bytes]
 
 
+def test_configs_of_brokers_default_and_own_are_altered_and_described(tmp_path):
+    from oncelog import EmbeddedBroker
+
+    with EmbeddedBroker(tmp_path / "broker") as broker:  # its own: broker configs change every topic
+        cli = Cli(broker.bootstrap_servers)
+        assert cli.ok("configs", "--alter", "--entity-type", "brokers", "--entity-default",
+                      "--add-config", "log.retention.ms=7200000") == \
+            "Completed updating default config for brokers in the cluster.\n"
+        assert cli.ok("configs", "--alter", "--broker", "1", "--add-config", "log.cleanup.policy=[delete,compact]") == \
+            "Completed updating config for broker 1.\n"
+        assert cli.ok("configs", "--describe", "--broker-defaults").splitlines() == [
+            "Default configs for brokers in the cluster are:",
+            "  log.retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000}",
+        ]
+        assert cli.ok("configs", "--describe", "--broker", "1").splitlines() == [
+            "Dynamic configs for broker 1 are:",
+            ("  log.cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleanup.policy="
+             "delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"),
+            ("  log.retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms="
+             "7200000, DEFAULT_CONFIG:log.retention.hours=168}"),
+        ]
+
+
 def test_configs_refusals_are_one_line_naming_what_is_wrong(cli, topic):
     cli.ok("topics", "create", "--topic", topic)
     assert cli.fails("configs", "--alter", "--topic", topic, "--add-config", "retention.ms=soon") == (
         "oncelog: error: INVALID_CONFIG: config 'retention.ms': invalid value 'soon': 'soon' is not an integer")
     assert cli.fails("configs", "--alter", "--topic", topic + "-missing", "--add-config", "retention.ms=1") == (
         f"oncelog: error: topic '{topic}-missing' does not exist")
-    assert "INVALID_REQUEST: Dynamic broker configs are not supported" in cli.fails(
-        "configs", "--alter", "--broker", "1", "--add-config", "log.retention.ms=1")
+    assert cli.fails("configs", "--alter", "--broker", "1", "--add-config", "log.dirs=/elsewhere") == (
+        "oncelog: error: INVALID_REQUEST: Cannot update these configs dynamically: Set(log.dirs)")
     assert cli.fails("configs", "--alter", "--topic", topic) == (
         "oncelog: error: --alter needs --add-config, --add-config-file or --delete-config")
     assert cli.fails("configs", "--describe") == (

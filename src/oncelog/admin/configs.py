@@ -1,56 +1,50 @@
 """`oncelog configs`: describe and alter configs, like kafka-configs.sh.
 
-Built on confluent-kafka's AdminClient (DescribeConfigs, IncrementalAlterConfigs). The
-options and output are kafka-configs.sh's:
-
     oncelog configs --describe --entity-type topics --entity-name T [--all]
     oncelog configs --alter --topic T --add-config 'retention.ms=86400000,cleanup.policy=[delete,compact]'
     oncelog configs --alter --topic T --delete-config retention.ms
+    oncelog configs --alter --entity-type brokers --entity-default --add-config log.retention.ms=3600000
 
 `--describe` prints `Dynamic configs for topic T are:` and each override with its
 synonyms (`--all`: every key, `All configs for ...`); without a name it describes every
 topic. `--alter` sends one IncrementalAlterConfigs (SET for `--add-config` and
 `--add-config-file`, DELETE for `--delete-config`) and prints `Completed updating config
 for topic T.`. A list value is written in brackets, `key=[a,b]`, as in Kafka's tool.
-Entity types: topics, brokers (`--entity-name ID` or `--entity-default`) and groups; the
-broker answers for what it supports (oncelog's brokers take their keys from
-server.properties only, so altering brokers or groups fails with the broker's message).
+Entity types: topics, brokers (`--entity-name ID`, or `--entity-default` for the
+cluster-wide default) and groups (which oncelog's brokers refuse).
+
+Speaks the protocol directly (oncelog.admin.wire, like `oncelog transactions`):
+librdkafka's admin client cannot name the cluster-wide broker default and keeps one
+synonym per key name, where Kafka lists a key once per source. A broker's own resource
+goes to that broker, as kafka-configs.sh sends it.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: kio reads the field types at run time.
 import argparse
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ConfigSource,
-    ResourceType,
-)
+from kio.schema.describe_configs.v4 import request as describe_v4
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as alter_v1
+from kio.static.primitive import i8
 
-from oncelog.admin.clients import (
-    add_connection_arguments,
-    client_config,
-    command_error,
-    fetch_metadata,
-    make_client,
-    read_properties_file,
-)
+from oncelog.admin.clients import add_connection_arguments, read_properties_file
+from oncelog.admin.wire import Cluster
 from oncelog.errors import CommandError
 from oncelog.names import INTERNAL_TOPICS
 
-REQUEST_TIMEOUT_S = 30.0
-
+SET, DELETE = 0, 1
 # --entity-type -> (the resource type, the singular kafka-configs.sh prints)
 ENTITY_TYPES = {
-    "topics": (ResourceType.TOPIC, "topic"),
-    "brokers": (ResourceType.BROKER, "broker"),
-    "groups": (ResourceType.GROUP, "group"),
+    "topics": (2, "topic"),
+    "brokers": (4, "broker"),
+    "groups": (32, "group"),
 }
+# DescribeConfigs' config_source, by Kafka's names
+SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+           4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+           7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+DYNAMIC_SOURCES = frozenset({1, 2, 3, 8})
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -84,13 +78,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     entity_type, name = _entity(args)
-    admin = make_client(AdminClient, client_config(args))
-    fetch_metadata(admin, args)  # a clear error if the cluster is not reachable
-    if args.alter:
-        return _alter(admin, args, entity_type, name)
-    if args.add_config or args.add_config_file or args.delete_config:
+    if not args.alter and (args.add_config or args.add_config_file or args.delete_config):
         raise CommandError("--add-config, --add-config-file and --delete-config go with --alter")
-    return _describe(admin, args, entity_type, name)
+    with Cluster.from_args(args) as cluster:
+        if args.alter:
+            return _alter(cluster, args, entity_type, name)
+        return _describe(cluster, args, entity_type, name)
 
 
 def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
@@ -117,83 +110,82 @@ def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
     return args.entity_type, args.entity_name
 
 
-def _label(entity_type: str, name: str) -> str:
-    singular = ENTITY_TYPES[entity_type][1]
-    return f"default config for {entity_type} in the cluster" if name == "" else f"config for {singular} {name}"
+def _node(entity_type: str, name: str) -> int | None:
+    """The broker a resource's request goes to: a broker's own resource to that broker."""
+    if entity_type != "brokers" or name == "":
+        return None
+    try:
+        return int(name)
+    except ValueError:
+        raise CommandError(f"--entity-name of brokers must be a broker id, got {name!r}") from None
 
 
-def _alter(admin: AdminClient, args: argparse.Namespace, entity_type: str, name: str | None) -> int:
+def _alter(cluster: Cluster, args: argparse.Namespace, entity_type: str, name: str | None) -> int:
     assert name is not None  # _entity requires one for --alter
-    changes: list[ConfigEntry] = []
     to_set: dict[str, str] = {}
     if args.add_config_file:
         to_set.update(read_properties_file(args.add_config_file))
     if args.add_config:
         to_set.update(parse_add_config(args.add_config))
-    for key, value in to_set.items():
-        changes.append(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
+    changes = [(key, SET, value) for key, value in to_set.items()]
     for key in _names(args.delete_config):
         if key in to_set:
             raise CommandError(f"{key} is both added and deleted")
-        changes.append(ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE))
+        changes.append((key, DELETE, None))
     if not changes:
         raise CommandError("--alter needs --add-config, --add-config-file or --delete-config")
-    resource = _resource(entity_type, name, incremental_configs=changes)
-    future = admin.incremental_alter_configs([resource], request_timeout=REQUEST_TIMEOUT_S)[resource]
-    _wait(future, args, name if entity_type == "topics" else None)
-    print(f"Completed updating {_label(entity_type, name)}.")
+    request = alter_v1.IncrementalAlterConfigsRequest(resources=(alter_v1.AlterConfigsResource(
+        resource_type=i8(ENTITY_TYPES[entity_type][0]), resource_name=name,
+        configs=tuple(alter_v1.AlterableConfig(name=key, config_operation=i8(operation), value=value)
+                      for key, operation, value in changes)),), validate_only=False)
+    [result] = cluster.request(request, _node(entity_type, name)).responses
+    _raise_for(result.error_code, result.error_message, entity_type, name)
+    what = f"default config for {entity_type} in the cluster" if name == "" else \
+        f"config for {ENTITY_TYPES[entity_type][1]} {name}"
+    print(f"Completed updating {what}.")
     return 0
 
 
-def _describe(admin: AdminClient, args: argparse.Namespace, entity_type: str, name: str | None) -> int:
+def _describe(cluster: Cluster, args: argparse.Namespace, entity_type: str, name: str | None) -> int:
     if name is None:
         if entity_type != "topics":
             raise CommandError(f"--describe of {entity_type} needs --entity-name (or --entity-default)")
-        names = sorted(topic for topic in fetch_metadata(admin, args).topics if topic not in INTERNAL_TOPICS)
+        names = sorted(topic for topic in cluster.metadata(None) if topic not in INTERNAL_TOPICS)
     else:
         names = [name]
     for each in names:
-        resource = _resource(entity_type, each)
-        future = admin.describe_configs([resource], request_timeout=REQUEST_TIMEOUT_S)[resource]
-        entries = _wait(future, args, each if entity_type == "topics" else None)
-        shown = sorted(
-            (entry for entry in entries.values() if args.all or _source(entry) in _DYNAMIC),
-            key=lambda entry: entry.name,
-        )
+        request = describe_v4.DescribeConfigsRequest(resources=(describe_v4.DescribeConfigsResource(
+            resource_type=i8(ENTITY_TYPES[entity_type][0]), resource_name=each, configuration_keys=None),),
+            include_synonyms=True, include_documentation=False)
+        [result] = cluster.request(request, _node(entity_type, each)).results
+        _raise_for(result.error_code, result.error_message, entity_type, each)
         if each == "":
             print(f"{'All' if args.all else 'Default'} configs for {entity_type} in the cluster are:")
         else:
             print(f"{'All' if args.all else 'Dynamic'} configs for {ENTITY_TYPES[entity_type][1]} {each} are:")
-        for entry in shown:
-            print(f"  {_entry_line(entry)}")
+        for entry in sorted(result.configs, key=lambda entry: entry.name):
+            if args.all or entry.config_source in DYNAMIC_SOURCES:
+                print(f"  {_entry_line(entry)}")
     return 0
 
 
-_DYNAMIC = frozenset({ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_BROKER_CONFIG,
-                      ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, ConfigSource.GROUP_CONFIG})
+def _raise_for(code: ErrorCode, message: str | None, entity_type: str, name: str) -> None:
+    if code == ErrorCode.none:
+        return
+    if code == ErrorCode.unknown_topic_or_partition and entity_type == "topics":
+        raise CommandError(f"topic {name!r} does not exist")
+    raise CommandError(f"{code.name.upper()}: {message or 'no message'}")
 
 
-def _resource(entity_type: str, name: str, **changes: Any) -> ConfigResource:
-    if name == "":  # librdkafka refuses a broker resource without a name (Kafka's cluster default)
-        raise CommandError("the cluster-wide broker default (--entity-default) cannot be named through "
-                           "librdkafka's admin client; oncelog has no dynamic broker configs: see each "
-                           "broker's with --describe --broker ID --all")
-    return ConfigResource(ENTITY_TYPES[entity_type][0], name, **changes)
+def _value(value: str | None, sensitive: bool) -> str:
+    return "null" if sensitive or value is None else value
 
 
 def _entry_line(entry: Any) -> str:
-    value = "null" if entry.is_sensitive or entry.value is None else entry.value
-    synonyms = ", ".join(
-        f"{_source(synonym).name}:{synonym.name}="
-        f"{'null' if synonym.is_sensitive or synonym.value is None else synonym.value}"
-        for synonym in entry.synonyms.values()
-    )
-    return f"{entry.name}={value} sensitive={'true' if entry.is_sensitive else 'false'} synonyms={{{synonyms}}}"
-
-
-def _source(entry: Any) -> ConfigSource:
-    # confluent-kafka hands the source over as the enum or its int, by version.
-    return ConfigSource(getattr(entry.source, "value", entry.source))
+    synonyms = ", ".join(f"{SOURCES.get(s.source, s.source)}:{s.name}={_value(s.value, entry.is_sensitive)}"
+                         for s in entry.synonyms)
+    return (f"{entry.name}={_value(entry.value, entry.is_sensitive)} "
+            f"sensitive={'true' if entry.is_sensitive else 'false'} synonyms={{{synonyms}}}")
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -233,12 +225,3 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 def _names(text: str | None) -> list[str]:
     return [name.strip() for name in (text or "").split(",") if name.strip()]
-
-
-def _wait(future: Any, args: argparse.Namespace, topic: str | None) -> Any:
-    try:
-        return future.result(timeout=REQUEST_TIMEOUT_S)
-    except KafkaException as error:
-        raise command_error(error, topic=topic) from None
-    except TimeoutError:
-        raise CommandError(f"no answer from {args.bootstrap_server} within {REQUEST_TIMEOUT_S:.0f}s") from None

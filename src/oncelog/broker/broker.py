@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
+from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.metrics import LogDirsSnapshot, MetricsServer
 from oncelog.broker.server import KafkaServer
@@ -32,6 +34,7 @@ from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.names import TopicPartition
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
+from oncelog.storage.errors import InvalidConfigError
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 
@@ -66,6 +69,8 @@ class Broker:
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics
+        # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
+        self.dynamic_configs: DynamicConfigStore | None = None
         self._stopped = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -111,6 +116,14 @@ class Broker:
             self.producer_ids = ProducerIdManager(self.config.log_dirs[0])
 
     async def _start_after_logs(self, started: float) -> None:
+        if self.cluster is None:
+            store = FileDynamicConfigStore(self.config.log_dirs[0], self.apply_dynamic_configs)
+            store.load()
+            self.dynamic_configs = store
+        else:  # the metadata image brings them, from the first image on
+            from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
+
+            self.dynamic_configs = ClusterDynamicConfigStore(self.cluster, self.apply_dynamic_configs)
         self.cleaner = LogCleaner(self.logs, CleanerConfig(
             enabled=self.config["log.cleaner.enable"],
             backoff_ms=self.config["log.cleaner.backoff.ms"],
@@ -171,6 +184,16 @@ class Broker:
             self.node_id, self.cluster_id, self.inter_broker_host, self.bound_port, self.host, self.port,
             (time.perf_counter() - started) * 1000,
         )
+
+    def apply_dynamic_configs(self, configs: DynamicBrokerConfigs) -> None:
+        """New dynamic broker configs: every topic without its own override gets the
+        defaults they give at once."""
+        try:
+            defaults = topic_defaults(configs.layered(self.node_id, self.config.explicit))
+        except (ConfigError, InvalidConfigError) as error:  # checked when set: a value this version refuses
+            log.error("dynamic broker configs not applied: %s", error)
+            return
+        self.logs.set_default_config(defaults)
 
     def _log_dirs_snapshot(self) -> LogDirsSnapshot:
         offline = self.logs.offline_dirs

@@ -327,6 +327,10 @@ class BrokerConfig:
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
+    def as_strings(self) -> dict[str, str]:
+        """Every key's value as given (server.properties, --override), else its default."""
+        return {key: self.explicit.get(key, setting.default) for key, setting in SETTINGS.items()}
+
     @property
     def node_id(self) -> int:
         if "node.id" not in self.explicit and self["broker.id"] >= 0:

@@ -11,6 +11,7 @@ Key layout under the prefix:
     brokers/<id>               {"v":1,"host","port","inter_broker":{"host","port"},"incarnation"}
     topics/<name>              {"v":1,"topic_id","partitions","configs"}
     partitions/<name>/<p>      {"v":1,"replicas","isr","leader","leader_epoch","partition_epoch"}
+    configs/brokers            {"v":1,"default":{key:value},"brokers":{"<id>":{key:value}}}  dynamic broker configs
     producer-ids/next-block    (not part of the image)
     features                   (not part of the image)
 
@@ -47,12 +48,14 @@ class KeyKind(Enum):
     BROKER = "broker"
     TOPIC = "topic"
     PARTITION = "partition"
+    BROKER_CONFIGS = "broker_configs"
     PRODUCER_ID_BLOCK = "producer_id_block"
     FEATURES = "features"
     UNKNOWN = "unknown"
 
 
 _PRODUCER_ID_BLOCK = "producer-ids/next-block"
+_BROKER_CONFIGS = "configs/brokers"
 
 
 def _parse_relative(rest: str, key: str) -> tuple:
@@ -63,6 +66,8 @@ def _parse_relative(rest: str, key: str) -> tuple:
         return (KeyKind.FEATURES,)
     if rest == _PRODUCER_ID_BLOCK:
         return (KeyKind.PRODUCER_ID_BLOCK,)
+    if rest == _BROKER_CONFIGS:
+        return (KeyKind.BROKER_CONFIGS,)
     parts = rest.split("/")
     if len(parts) == 2 and parts[0] == "brokers":
         node_id = _parse_int(parts[1])
@@ -136,6 +141,10 @@ class Keys:
     @property
     def features(self) -> str:
         return self.prefix + "features"
+
+    @property
+    def broker_configs(self) -> str:
+        return self.prefix + _BROKER_CONFIGS
 
     def parse(self, key: str) -> tuple:
         """`(KeyKind.BROKER, node_id)`, `(KeyKind.TOPIC, name)`,
@@ -327,6 +336,17 @@ class PartitionRecord:
         )
 
 
+def encode_broker_configs(document: Mapping[str, Any]) -> bytes:
+    """The dynamic broker configs (oncelog.broker.dynamic_config's JSON form)."""
+    return _encode(dict(document))
+
+
+def decode_broker_configs(kv: KeyValue) -> Mapping[str, Any]:
+    value = _decode(kv, "dynamic broker configs")
+    value.pop("v")
+    return MappingProxyType(value)
+
+
 def encode_controller(node_id: int) -> bytes:
     return _encode({"node_id": node_id})
 
@@ -352,6 +372,8 @@ class MetadataImage:
     topics: Mapping[str, TopicRecord]
     partitions: Mapping[tuple[str, int], PartitionRecord]
     controller_id: int = NO_CONTROLLER
+    # The dynamic broker configs' JSON form (oncelog.broker.dynamic_config), {} when none.
+    broker_configs: Mapping[str, Any] = field(default_factory=dict)
     _by_topic: Mapping[str, tuple[PartitionRecord, ...]] = field(
         init=False, repr=False, compare=False
     )
@@ -410,7 +432,7 @@ class MetadataImage:
         }
         brokers = {other: registration for other, registration in self.brokers.items() if other != node_id}
         controller = NO_CONTROLLER if self.controller_id == node_id else self.controller_id
-        return MetadataImage(self.revision, brokers, self.topics, partitions, controller)
+        return MetadataImage(self.revision, brokers, self.topics, partitions, controller, self.broker_configs)
 
     def live_broker_ids(self) -> set[int]:
         return set(self.brokers)
@@ -438,11 +460,13 @@ class _MutableState:
     topics: dict[str, TopicRecord]
     partitions: dict[tuple[str, int], PartitionRecord]
     controller_id: int
+    broker_configs: Mapping[str, Any]
 
     @classmethod
     def of(cls, image: MetadataImage) -> _MutableState:
         return cls(
-            dict(image.brokers), dict(image.topics), dict(image.partitions), image.controller_id
+            dict(image.brokers), dict(image.topics), dict(image.partitions), image.controller_id,
+            image.broker_configs,
         )
 
     def put(self, kv: KeyValue) -> None:
@@ -456,6 +480,8 @@ class _MutableState:
             self.partitions[(parsed[1], parsed[2])] = PartitionRecord.decode(kv)
         elif kind is KeyKind.CONTROLLER:
             self.controller_id = decode_controller(kv)
+        elif kind is KeyKind.BROKER_CONFIGS:
+            self.broker_configs = decode_broker_configs(kv)
         # Producer-id blocks, features and keys this version does not know: not image state.
 
     def delete(self, key: str) -> None:
@@ -469,12 +495,15 @@ class _MutableState:
             self.partitions.pop((parsed[1], parsed[2]), None)
         elif kind is KeyKind.CONTROLLER:
             self.controller_id = NO_CONTROLLER
+        elif kind is KeyKind.BROKER_CONFIGS:
+            self.broker_configs = {}
 
     def freeze(self, revision: int) -> MetadataImage:
         partitions = {
             key: record for key, record in self.partitions.items() if key[0] in self.topics
         }
-        return MetadataImage(revision, self.brokers, self.topics, partitions, self.controller_id)
+        return MetadataImage(revision, self.brokers, self.topics, partitions, self.controller_id,
+                             self.broker_configs)
 
 
 @dataclass(slots=True)
@@ -496,6 +525,7 @@ class MetadataDelta:
         tuple[str, int], tuple[PartitionRecord | None, PartitionRecord | None]
     ] = field(default_factory=dict)
     controller_changed: bool = False
+    broker_configs_changed: bool = False
 
     @classmethod
     def diff(cls, old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -522,6 +552,7 @@ class MetadataDelta:
             if before != after:
                 delta.changed_partitions[key] = (before, after)
         delta.controller_changed = old.controller_id != new.controller_id
+        delta.broker_configs_changed = old.broker_configs != new.broker_configs
         return delta
 
     @property
@@ -534,4 +565,5 @@ class MetadataDelta:
             or self.changed_topics
             or self.changed_partitions
             or self.controller_changed
+            or self.broker_configs_changed
         )

@@ -22,7 +22,7 @@ async def handle(ctx: RequestContext, request) -> object:
             continue
         changes = [(config.name, config.value) for config in resource.configs]
 
-        def change(current, effective, changes=changes):
+        def change(current, effective, list_keys, changes=changes):
             return replaced(changes)
 
         outcome.append(await alter_resource(ctx, resource, change, request.validate_only))

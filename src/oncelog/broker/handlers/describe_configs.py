@@ -3,15 +3,17 @@
 - Topic resources (type 2): every topic-level key with its effective value. Source and
   synonyms follow Kafka's ConfigHelper: a topic override (TOPIC_CONFIG) comes first,
   then the broker keys the default comes from, most precise first (`retention.ms`:
-  `log.retention.ms`, `.minutes`, `.hours`), those set in server.properties or by
-  --override as STATIC_BROKER_CONFIG, then the same keys' built-in defaults as
-  DEFAULT_CONFIG; the list starts at the topic key's own broker key, so a default that
-  comes from a coarser key only (`log.retention.hours`) lists no synonym, as in Kafka.
-  The entry's source is its first synonym's (DEFAULT_CONFIG when there is none).
-- Broker resources (type 4) named by this node id: the broker keys, built the same way
-  (STATIC_BROKER_CONFIG when set, else DEFAULT_CONFIG); keys Kafka has no default for
-  (`log.retention.ms`, `log.roll.ms`, ...) have a null value until set. The cluster
-  default resource (empty name) lists only dynamic defaults: none here.
+  `log.retention.ms`, `.minutes`, `.hours`), by source: this broker's dynamic configs
+  (DYNAMIC_BROKER_CONFIG), the cluster-wide dynamic default
+  (DYNAMIC_DEFAULT_BROKER_CONFIG), server.properties or --override
+  (STATIC_BROKER_CONFIG), then the same keys' built-in defaults (DEFAULT_CONFIG); the
+  list starts at the topic key's own broker key, so a default that comes from a coarser
+  key only (`log.retention.hours`) lists no synonym, as in Kafka. The entry's source is
+  its first synonym's (DEFAULT_CONFIG when there is none).
+- Broker resources (type 4) named by this node id: the broker keys, built the same way;
+  keys Kafka has no default for (`log.retention.ms`, `log.roll.ms`, ...) have a null
+  value until set; the dynamic keys (oncelog.broker.dynamic_config) are not read-only.
+  The cluster default resource (empty name) lists the dynamic defaults only.
 - `configuration_keys` narrows the list (null or empty: all); an illegal topic name is INVALID_TOPIC_EXCEPTION,
   a missing topic UNKNOWN_TOPIC_OR_PARTITION, another broker id or resource type
   INVALID_REQUEST.
@@ -19,8 +21,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from oncelog.broker.config import SETTINGS
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.dynamic_config import DYNAMIC_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import InvalidTopicError
@@ -30,6 +35,8 @@ TOPIC = 2
 BROKER = 4
 
 DYNAMIC_TOPIC_CONFIG = 1  # Kafka's TOPIC_CONFIG
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
@@ -77,6 +84,7 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
     broker = ctx.broker
     entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
     code, message = ErrorCode.none, None
+    layers = _layers(broker)
     if resource.resource_type == TOPIC:
         info = None
         try:
@@ -87,22 +95,25 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
         if info is None and code == ErrorCode.none:
             code, message = ErrorCode.unknown_topic_or_partition, f"Topic '{resource.resource_name}' does not exist."
         if info is not None:
-            static = broker.config.explicit
             for key, value in sorted(info.config.to_kafka_dict().items()):
                 names = _TOPIC_SYNONYMS[key]
-                synonyms = _synonyms(names[0], names, static)
+                synonyms = _synonyms(names[0], names, layers)
                 if key in info.config_overrides:
                     synonyms.insert(0, (key, value, DYNAMIC_TOPIC_CONFIG))
                 entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             code, message = ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id} or empty string."
-        elif resource.resource_name:  # the cluster default ("") holds dynamic defaults only: none
-            static = broker.config.explicit
+        elif resource.resource_name:
             for key in sorted(SETTINGS):
-                synonyms = _synonyms(key, _BROKER_SYNONYMS.get(key, [key]), static)
-                value = static[key] if key in static else _default(key)
+                synonyms = _synonyms(key, _BROKER_SYNONYMS.get(key, [key]), layers)
+                value = next((layer[key] for _source, layer in layers if key in layer), _default(key))
                 entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+        else:  # the cluster-wide default: its dynamic keys only
+            default = _dynamic_layer(broker, "")
+            for key, value in sorted(default.items()):
+                entries.append((key, value, DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                [(key, value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
     else:
         code, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}."
 
@@ -115,7 +126,7 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
             "DescribeConfigsResourceResult",
             name=key,
             value=value,
-            read_only=resource.resource_type == BROKER,
+            read_only=resource.resource_type == BROKER and key not in DYNAMIC_KEYS,
             config_source=source,
             is_sensitive=False,
             synonyms=tuple(make("DescribeConfigsSynonym", name=n, value=v, source=s) for n, v, s in synonyms)
@@ -145,10 +156,25 @@ def _default(broker_key: str) -> str | None:
     return _UNREAD_BROKER_DEFAULTS.get(broker_key)
 
 
-def _synonyms(name: str, names: list[str], static: dict[str, str]) -> list[tuple[str, str, int]]:
-    """Kafka's ConfigHelper.configSynonyms: the keys of `names` set in server.properties
-    or by --override, then their defaults, dropping those listed before `name`."""
-    found = [(key, static[key], STATIC_BROKER_CONFIG) for key in names if key in static]
+def _dynamic_layer(broker, resource_name: str) -> Mapping[str, str]:
+    store = broker.dynamic_configs
+    return {} if store is None else store.current().of(resource_name)
+
+
+def _layers(broker) -> list[tuple[int, Mapping[str, str]]]:
+    """The set broker keys by source, most precise first (the built-in defaults apart)."""
+    return [
+        (DYNAMIC_BROKER_CONFIG, _dynamic_layer(broker, str(broker.node_id))),
+        (DYNAMIC_DEFAULT_BROKER_CONFIG, _dynamic_layer(broker, "")),
+        (STATIC_BROKER_CONFIG, broker.config.explicit),
+    ]
+
+
+def _synonyms(name: str, names: list[str], layers: list[tuple[int, Mapping[str, str]]]) -> list[tuple[str, str, int]]:
+    """Kafka's ConfigHelper.configSynonyms: the keys of `names` set in each layer (this
+    broker's dynamic configs, the cluster default, server.properties or --override), then
+    their defaults, dropping those listed before `name`."""
+    found = [(key, layer[key], source) for source, layer in layers for key in names if key in layer]
     found += [(key, default, DEFAULT_CONFIG) for key in names if (default := _default(key)) is not None]
     while found and found[0][0] != name:
         found.pop(0)

@@ -9,7 +9,6 @@ from oncelog.broker.config_changes import changed
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._configs import alter_resource, answers, duplicated
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
-from oncelog.storage.config import TOPIC_LIST_KEYS
 
 
 @api(44, "IncrementalAlterConfigs", range(0, 2))
@@ -22,8 +21,8 @@ async def handle(ctx: RequestContext, request) -> object:
             continue
         changes = [(config.name, config.config_operation, config.value) for config in resource.configs]
 
-        def change(current, effective, changes=changes):
-            return changed(current, effective, changes, TOPIC_LIST_KEYS)
+        def change(current, effective, list_keys, changes=changes):
+            return changed(current, effective, changes, list_keys)
 
         outcome.append(await alter_resource(ctx, resource, change, request.validate_only))
     return ctx.response.make("IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE,
