@@ -151,14 +151,16 @@ def test_producers_are_independent():
 def test_transactional_batch_opens_a_transaction_and_sets_the_first_unstable_offset():
     manager = manager_with(batch(7, 0, 0, 3, 10, is_transactional=True), batch(8, 0, 0, 1, 13, is_transactional=True))
     assert manager.producers[7].current_txn_first_offset == 10
-    assert manager.first_unstable_offset == 10
+    assert manager.first_unstable_offset(high_watermark=14) == 10
 
 
 def test_marker_completes_the_transaction_and_reports_aborts():
     manager = manager_with(batch(7, 0, 0, 3, 10, is_transactional=True))
     completed = manager.record(marker(7, 0, 13, commit=False, coordinator_epoch=4, timestamp=2000))
     assert (completed.first_offset, completed.last_offset, completed.is_aborted) == (10, 13, True)
-    assert manager.first_unstable_offset is None
+    assert manager.first_unstable_offset(high_watermark=13) == 10  # the marker is not replicated yet
+    assert manager.first_unstable_offset(high_watermark=14) is None
+    assert manager.first_unstable_offset(high_watermark=13) is None  # dropped once passed
     assert manager.producers[7].coordinator_epoch == 4
 
 
@@ -263,7 +265,7 @@ def test_loading_leaves_out_expired_producers_but_keeps_open_transactions(tmp_pa
     restored = ProducerStateManager("orders-0", ProducerStateConfig(producer_id_expiration_ms=4000))
     restored.load(read_snapshot(snapshot_path(tmp_path, 3)), now_ms=5000)
     assert sorted(restored.producers) == [8, 9]
-    assert restored.first_unstable_offset == 1
+    assert restored.first_unstable_offset(high_watermark=3) == 1
     # The expired producer is unknown again: its retry is accepted (KIP-360).
     assert restored.check(7, 0, 0, 0).verdict is Verdict.APPEND
 
@@ -297,7 +299,7 @@ def test_cap_never_evicts_a_producer_with_an_open_transaction():
     for pid in range(2, 1_000):
         manager.record(batch(pid, 0, 0, 1, pid))
     assert len(manager.producers) == 10
-    assert 1 in manager.producers and manager.first_unstable_offset == 0
+    assert 1 in manager.producers and manager.first_unstable_offset(high_watermark=1_000) == 0
     assert manager.check(1, 0, 0, 0, transactional=True).verdict is Verdict.DUPLICATE
 
 
@@ -357,4 +359,4 @@ def test_loading_a_snapshot_restores_open_transactions(tmp_path):
     write_snapshot(tmp_path, 13, manager.producers)
     restored = ProducerStateManager("orders-0")
     restored.load(read_snapshot(snapshot_path(tmp_path, 13)))
-    assert restored.first_unstable_offset == 10
+    assert restored.first_unstable_offset(high_watermark=13) == 10

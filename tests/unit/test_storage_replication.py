@@ -217,7 +217,9 @@ def test_follower_builds_the_same_producer_state_and_abort_index_as_the_leader(t
     for follower in (batch_by_batch, all_at_once):
         assert all_bytes(follower) == all_bytes(leader)
         assert follower.producer_state.producers == leader.producer_state.producers
-        assert follower.producer_state.first_unstable_offset == leader.producer_state.first_unstable_offset
+        high_watermark = leader.high_watermark
+        assert follower.producer_state.first_unstable_offset(high_watermark) == \
+            leader.producer_state.first_unstable_offset(high_watermark)
         assert follower.txn_index.entries == EXPECTED_ABORTS
         assert (follower.directory / TXN_INDEX_FILE).read_bytes() == leader_index
         assert follower.leader_epoch_cache.entries() == leader.leader_epoch_cache.entries() == [(0, 0), (2, 5)]
@@ -252,7 +254,7 @@ def test_replaying_the_log_rebuilds_the_same_abort_index(tmp_path):
             os.unlink(log.directory / name)
     reopened = open_log(tmp_path, recover=True)
     assert reopened.txn_index.entries == EXPECTED_ABORTS
-    assert reopened.producer_state.first_unstable_offset is None
+    assert reopened.producer_state.first_unstable_offset(reopened.log_end_offset) is None
     reopened.close()
 
 
@@ -522,3 +524,18 @@ def test_standalone_log_high_watermark_is_the_log_end(tmp_path):
     manager = reopened_manager(tmp_path, replicated=False)
     assert manager.partition("orders", 0).high_watermark == 5
     manager.close()
+
+
+def test_a_committed_transaction_stays_unstable_until_the_high_watermark_passes_its_marker(tmp_path):
+    # Kafka's unreplicatedTxns: a leader that fails before its followers have the COMMIT
+    # marker takes the marker with it, so read_committed must not get past the
+    # transaction's records before then (the soak saw a record read this way).
+    log = open_log(tmp_path)
+    txn_append(log, 1, 0)                  # 0-1
+    log.update_high_watermark(2)
+    assert log.last_stable_offset == 0
+    marker(log, ControlType.COMMIT, 1)     # 2, on the leader only
+    assert (log.high_watermark, log.last_stable_offset) == (2, 0)
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 3
+    log.close()

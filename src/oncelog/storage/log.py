@@ -342,10 +342,11 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """The read_committed bound: the high watermark, or the first offset of the oldest
-        open transaction when that is lower, but never below the log start offset (as
+        transaction that is open or whose marker is not below the high watermark yet, when
+        that is lower, but never below the log start offset (as
         Kafka's UnifiedLog: DeleteRecords past an open transaction's first offset moves
         the bound up with it)."""
-        first_unstable = self.producer_state.first_unstable_offset
+        first_unstable = self.producer_state.first_unstable_offset(self.high_watermark)
         if first_unstable is None or first_unstable > self.high_watermark:
             return self.high_watermark
         return max(first_unstable, self.log_start_offset)

@@ -26,7 +26,9 @@ transaction (`current_txn_first_offset`); the COMMIT/ABORT marker closes it and
 index entry when aborted. A marker with an older producer epoch is
 INVALID_PRODUCER_EPOCH, with an older coordinator epoch TRANSACTION_COORDINATOR_FENCED.
 The first offset of the oldest open transaction is the partition's first unstable
-offset, which bounds the last stable offset.
+offset, which bounds the last stable offset; a transaction completed by a marker stays
+unstable until the high watermark passes the marker (Kafka's unreplicated transactions),
+so read_committed never gets ahead of a marker a failing leader could lose.
 
 Bounds (ProducerStateConfig, from the broker settings):
 - `producer.id.expiration.ms`: a producer idle that long with no open transaction is
@@ -181,6 +183,10 @@ class ProducerStateManager:
         # producer id -> first offset of its open transaction: derived from the entries'
         # current_txn_first_offset, kept beside them so the LSO is cheap to read.
         self._open_txns: dict[int, int] = {}
+        # (marker offset, first offset) of transactions completed by a marker that may not
+        # be below the high watermark yet, in offset order (Kafka's unreplicatedTxns):
+        # until it is, a leader that fails could lose the marker, so they stay unstable.
+        self._unreplicated: list[tuple[int, int]] = []
 
     def load(self, entries: dict[int, ProducerStateEntry], now_ms: int | None = None) -> None:
         """Replace the state (from a snapshot, or empty). With `now_ms`, entries expired
@@ -191,12 +197,19 @@ class ProducerStateManager:
         self._open_txns = {
             pid: e.current_txn_first_offset for pid, e in entries.items() if e.current_txn_first_offset is not None
         }
+        self._unreplicated = []
         self._evict_over_cap()
 
-    @property
-    def first_unstable_offset(self) -> int | None:
-        """First offset of the oldest open transaction, or None when none is open."""
-        return min(self._open_txns.values()) if self._open_txns else None
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """First offset of the oldest transaction that is open, or completed by a marker
+        at or above `high_watermark` (not yet replicated), or None when there is none.
+        Kafka's firstUnstableOffset; completed ones below the high watermark are dropped."""
+        if self._unreplicated and self._unreplicated[0][0] < high_watermark:
+            self._unreplicated = [entry for entry in self._unreplicated if entry[0] >= high_watermark]
+        first = min(self._open_txns.values()) if self._open_txns else None
+        for _marker_offset, first_offset in self._unreplicated:
+            first = first_offset if first is None else min(first, first_offset)
+        return first
 
     def first_unstable_offset_excluding(self, producer_id: int) -> int | None:
         """First offset of the oldest open transaction of another producer, or None."""
@@ -325,6 +338,7 @@ class ProducerStateManager:
                 return None
             entry.current_txn_first_offset = None
             del self._open_txns[batch.producer_id]
+            self._unreplicated.append((batch.first_offset, first_offset))
             return CompletedTxn(batch.producer_id, first_offset, batch.first_offset, batch.control_type == 0)
         if batch.first_seq != NO_SEQUENCE:
             entry.add_batch(
