@@ -117,3 +117,45 @@ def test_requests_queued_behind_the_one_in_flight_fail_at_once_too_when_the_brok
         server.close()
 
     asyncio.run(scenario())
+
+
+async def unread_server() -> tuple[asyncio.Server, int, asyncio.Event, asyncio.Future]:
+    """Accepts one connection and reads nothing until `go` is set (a broker paused, or
+    across a partition), then reads to the end: the future gets how the stream ended."""
+    ended: asyncio.Future = asyncio.get_running_loop().create_future()
+    go = asyncio.Event()
+
+    async def hold(reader, _writer) -> None:
+        await go.wait()
+        try:
+            while await reader.read(65536):
+                pass
+            ended.set_result("closed gracefully")
+        except ConnectionResetError:
+            ended.set_result("reset")
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], go, ended
+
+
+@pytest.mark.parametrize("give_up", ["timeout", "left the cluster"])
+def test_a_request_given_up_is_reset_so_its_bytes_are_never_delivered_later(give_up):
+    # A graceful close would leave the request to TCP, which delivers it once the network
+    # heals: a WriteTxnMarkers given up during a partition committed the next
+    # transaction's record 13 s after the heal in the third soak-faults run.
+    async def scenario() -> str:
+        server, port, go, ended = await unread_server()
+        registry = Registry({2: ("127.0.0.1", port)})
+        pool = PeerPool(Broker(1, registry), "test")
+        request = asyncio.ensure_future(pool.get(2).request(REQUEST, 0.3 if give_up == "timeout" else 30.0))
+        await asyncio.sleep(0.1)
+        if give_up == "left the cluster":
+            registry.unregister(2)
+        with pytest.raises((TimeoutError, ConnectionError)):
+            await asyncio.wait_for(request, 2)
+        go.set()
+        outcome = await asyncio.wait_for(ended, 2)
+        server.close()
+        return outcome
+
+    assert asyncio.run(scenario()) == "reset"

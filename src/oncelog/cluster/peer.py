@@ -9,17 +9,34 @@ by the network, out with a failed disk) fails at once with ConnectionError inste
 waiting out its timeout: a broker across a partition answers nothing, and the callers
 are better off asking whoever takes its place. So do all requests of a broker that
 itself stops acting (it finds itself unregistered: `ClusterRuntime`'s fenced view).
+
+A connection given up with a request on it is reset, never closed gracefully: a graceful
+close leaves the request in the kernel's send queue, and TCP delivers it once the
+network heals, on its retransmission backoff, seconds later. The third soak-faults run
+lost a transaction that way: a WriteTxnMarkers given up during a network partition
+reached its broker 13 s after the partition healed, and its COMMIT marker, of an
+earlier transaction of the same producer and epoch (transaction version 1), committed
+the record the producer's next transaction had just written there. A reset drops the
+queued bytes. A window remains: bytes that already reached a paused broker's socket are
+read when it resumes. The coordinator gives such a request up only when the broker
+leaves the cluster (its session lapsed, so its leaderships moved: a late marker is
+refused there, or lands in a log the new leader's followers never take) or after
+`request.timeout.ms` (30 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 
 from oncelog.protocol import framing
 from oncelog.protocol.client import decode_response, encode_request
 
 log = logging.getLogger("oncelog.cluster.peer")
+
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the send queue
 
 
 class PeerConnection:
@@ -41,7 +58,7 @@ class PeerConnection:
         """The broker re-registered elsewhere: reconnect there on the next request."""
         if (host, port) != self.address:
             self.address = (host, port)
-            self.close()
+            self.reset()
 
     async def request(self, entity, timeout_s: float):
         """Send `entity`, return the response entity; ConnectionError or TimeoutError
@@ -54,12 +71,12 @@ class PeerConnection:
             try:
                 return await asyncio.wait_for(exchange, timeout_s)
             except asyncio.CancelledError:
-                self.close()  # part of the request may have gone out
+                self.reset()  # part of the request may have gone out
                 if self._abandoned:
                     raise ConnectionError(f"broker {self.node_id} left the cluster") from None
                 raise
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
-                self.close()
+                self.reset()
                 if isinstance(error, TimeoutError):
                     raise TimeoutError(f"broker {self.node_id} at {self.address} did not answer in {timeout_s}s") from None
                 raise ConnectionError(f"broker {self.node_id} at {self.address}: {error}") from None
@@ -73,7 +90,7 @@ class PeerConnection:
         if self._in_flight is not None and not self._in_flight.done():
             self._abandoned = True
             self._in_flight.cancel()
-        self.close()
+        self.reset()
 
     async def _exchange(self, entity):
         if self._writer is None:
@@ -87,6 +104,19 @@ class PeerConnection:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+        self._reader = self._writer = None
+
+    def reset(self) -> None:
+        """Drop the connection with a TCP reset, discarding whatever is still queued to
+        send (a graceful close would deliver it once the network heals)."""
+        if self._writer is not None:
+            sock = self._writer.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+                except OSError:
+                    pass  # already gone
+            self._writer.transport.abort()
         self._reader = self._writer = None
 
 
@@ -123,5 +153,5 @@ class PeerPool:
 
     def close(self) -> None:
         for peer in self._peers.values():
-            peer.close()
+            peer.reset()  # a request still out is given up: it must not arrive later
         self._peers.clear()
