@@ -91,7 +91,7 @@ def test_bad_changes_get_kafkas_codes_with_the_key_named_and_change_nothing(shar
     cases = [
         (("retention.ms", "abc", SET), "INVALID_CONFIG", "retention.ms"),
         (("retention.mss", "1", SET), "INVALID_CONFIG", "retention.mss"),
-        (("retention.ms", "1", APPEND), "INVALID_CONFIG", "Config value append is not allowed for config key: retention.ms"),
+        (("retention.ms", "1", APPEND), "INVALID_CONFIG", "Can't APPEND to key retention.ms because its type is not LIST."),
         (("cleanup.policy", "delete", SUBTRACT), "INVALID_CONFIG", "cleanup.policy"),  # nothing left
         (("cleanup.policy", "archive", APPEND), "INVALID_CONFIG", "archive"),
     ]
@@ -113,12 +113,13 @@ def test_missing_topics_illegal_names_and_other_resources_are_refused(shared_bro
     assert (code, message) == (ErrorCode.invalid_request, "Group configs (KIP-848) are not supported by oncelog.")
 
 
-def wire_alter(broker, resources, resource_type: int = 2) -> list[tuple[str, ErrorCode, str | None]]:
+def wire_alter(broker, resources, resource_type: int = 2, *,
+               validate_only: bool = False) -> list[tuple[str, ErrorCode, str | None]]:
     request = incremental_v1.IncrementalAlterConfigsRequest(resources=tuple(
         incremental_v1.AlterConfigsResource(resource_type=i8(resource_type), resource_name=name, configs=tuple(
             incremental_v1.AlterableConfig(name=key, config_operation=i8(operation), value=value)
             for key, operation, value in configs))
-        for name, configs in resources), validate_only=False)
+        for name, configs in resources), validate_only=validate_only)
     with WireClient.connect(broker.bootstrap_servers) as client:
         response = client.request(request)
     return [(r.resource_name, r.error_code, r.error_message) for r in response.responses]
@@ -262,3 +263,19 @@ def test_static_only_broker_keys_and_bad_values_are_refused_as_kafka_does(tmp_pa
         assert "log.segment.bytes" in message
         assert describe_wire(broker, 4, "") == {}
         assert describe_wire(broker, 4, "1")["log.retention.ms"][:2] == (None, DEFAULT)
+
+
+def test_append_to_the_cluster_default_starts_from_its_own_value_not_this_brokers(tmp_path):
+    # As Kafka's controller: the result must not depend on which broker answered.
+    with EmbeddedBroker(tmp_path / "broker") as broker:
+        assert wire_alter(broker, [("1", [("log.cleanup.policy", 0, "compact")])], resource_type=4) == \
+            [("1", ErrorCode.none, None)]
+        assert wire_alter(broker, [("", [("log.cleanup.policy", 2, "compact")])], resource_type=4) == \
+            [("", ErrorCode.none, None)]
+        assert describe_wire(broker, 4, "")["log.cleanup.policy"][:2] == ("delete,compact", DYNAMIC_DEFAULT)
+        assert describe_wire(broker, 4, "1")["log.cleanup.policy"][:2] == ("compact", DYNAMIC_BROKER)
+        # validate_only checks against what the broker would run with, and changes nothing
+        [(_, code, message)] = wire_alter(broker, [("1", [("log.segment.bytes", 0, "7")])], resource_type=4,
+                                          validate_only=True)
+        assert code == ErrorCode.invalid_request and "log.segment.bytes" in message
+        assert describe_wire(broker, 4, "1")["log.segment.bytes"][1] == DEFAULT

@@ -9,37 +9,37 @@ from oncelog.broker.config_changes import ConfigChangeError, changed, replaced
 from oncelog.protocol.messages import ErrorCode
 
 LISTS = frozenset({"cleanup.policy"})
-EFFECTIVE = {"cleanup.policy": "delete", "retention.ms": "604800000"}
+DEFAULTS = {"cleanup.policy": "delete", "retention.ms": "604800000"}
 SET, DELETE, APPEND, SUBTRACT = range(4)
 
 
 def test_set_and_delete_change_single_keys_and_keep_the_others():
     current = {"retention.ms": "1000", "segment.bytes": "1024"}
-    result = changed(current, EFFECTIVE, [("retention.ms", SET, "2000"), ("segment.bytes", DELETE, None),
+    result = changed(current, DEFAULTS, [("retention.ms", SET, "2000"), ("segment.bytes", DELETE, None),
                                           ("segment.ms", DELETE, None)], LISTS)
     assert result == {"retention.ms": "2000"}
     assert current == {"retention.ms": "1000", "segment.bytes": "1024"}  # not changed in place
 
 
-def test_append_starts_from_the_value_in_effect_and_skips_items_already_there():
-    assert changed({}, EFFECTIVE, [("cleanup.policy", APPEND, "compact,delete,compact")], LISTS) == \
+def test_append_starts_from_the_override_else_the_built_in_default_and_skips_items_already_there():
+    assert changed({}, DEFAULTS, [("cleanup.policy", APPEND, "compact,delete,compact")], LISTS) == \
         {"cleanup.policy": "delete,compact"}
-    assert changed({"cleanup.policy": "compact"}, EFFECTIVE, [("cleanup.policy", APPEND, "delete")], LISTS) == \
+    assert changed({"cleanup.policy": "compact"}, DEFAULTS, [("cleanup.policy", APPEND, "delete")], LISTS) == \
         {"cleanup.policy": "compact,delete"}
 
 
 def test_subtract_removes_every_copy_of_each_item():
-    assert changed({"cleanup.policy": "delete,compact"}, EFFECTIVE, [("cleanup.policy", SUBTRACT, "delete")],
+    assert changed({"cleanup.policy": "delete,compact"}, DEFAULTS, [("cleanup.policy", SUBTRACT, "delete")],
                    LISTS) == {"cleanup.policy": "compact"}
     # an empty list is left for the owner's validation to refuse
-    assert changed({}, EFFECTIVE, [("cleanup.policy", SUBTRACT, "delete")], LISTS) == {"cleanup.policy": ""}
+    assert changed({}, DEFAULTS, [("cleanup.policy", SUBTRACT, "delete")], LISTS) == {"cleanup.policy": ""}
 
 
 @pytest.mark.parametrize(("changes", "code", "message"), [
     ([("retention.ms", APPEND, "1")], ErrorCode.invalid_config,
-     "Config value append is not allowed for config key: retention.ms"),
+     "Can't APPEND to key retention.ms because its type is not LIST."),
     ([("retention.ms", SUBTRACT, "1")], ErrorCode.invalid_config,
-     "Config value subtract is not allowed for config key: retention.ms"),
+     "Can't SUBTRACT to key retention.ms because its type is not LIST."),
     ([("retention.ms", SET, None)], ErrorCode.invalid_request, "Null value not supported for : retention.ms"),
     ([("retention.ms", SET, "1"), ("retention.ms", DELETE, None)], ErrorCode.invalid_request,
      "Error due to duplicate config keys"),
@@ -47,7 +47,7 @@ def test_subtract_removes_every_copy_of_each_item():
 ])
 def test_what_kafka_refuses_is_refused_with_its_code(changes, code, message):
     with pytest.raises(ConfigChangeError) as refused:
-        changed({}, EFFECTIVE, changes, LISTS)
+        changed({}, DEFAULTS, changes, LISTS)
     assert (refused.value.code, str(refused.value)) == (code, message)
 
 

@@ -44,7 +44,9 @@ ENTITY_TYPES = {
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
            7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
-DYNAMIC_SOURCES = frozenset({1, 2, 3, 8})
+# What --describe shows without --all, by entity: the source of the entity's own overrides.
+TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, GROUP_CONFIG = 1, 2, 3, 8
+OWN_SOURCE = {"topics": TOPIC_CONFIG, "brokers": DYNAMIC_BROKER_CONFIG, "groups": GROUP_CONFIG}
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -163,8 +165,9 @@ def _describe(cluster: Cluster, args: argparse.Namespace, entity_type: str, name
             print(f"{'All' if args.all else 'Default'} configs for {entity_type} in the cluster are:")
         else:
             print(f"{'All' if args.all else 'Dynamic'} configs for {ENTITY_TYPES[entity_type][1]} {each} are:")
+        own = DYNAMIC_DEFAULT_BROKER_CONFIG if each == "" else OWN_SOURCE[entity_type]
         for entry in sorted(result.configs, key=lambda entry: entry.name):
-            if args.all or entry.config_source in DYNAMIC_SOURCES:
+            if args.all or entry.config_source == own:
                 print(f"  {_entry_line(entry)}")
     return 0
 

@@ -8,10 +8,10 @@ stored by its owner (the topic's log manager, or the metadata store in cluster m
   whole set; a key left out returns to its default. A null value is INVALID_REQUEST.
 - `changed` (IncrementalAlterConfigs, KIP-339): per key SET (0), DELETE (1), APPEND (2) or
   SUBTRACT (3). APPEND and SUBTRACT work on list keys only (INVALID_CONFIG otherwise, with
-  Kafka's message) and start from the key's current value: its override, else the value in
-  effect (Kafka starts from the key's built-in default, which differs from the value in
-  effect only where the broker sets another default). APPEND skips items already there;
-  SUBTRACT removes every copy of each item. A null value is INVALID_REQUEST except for DELETE.
+  Kafka's message) and start, as Kafka's controller does, from the resource's own value of
+  the key, else the key's built-in default (not a value the resource inherits: the result
+  must not depend on which broker answered). APPEND skips items already there; SUBTRACT
+  removes every copy of each item. A null value is INVALID_REQUEST except for DELETE.
 - Either way a key named twice in one resource is INVALID_REQUEST, as in Kafka.
 """
 
@@ -54,10 +54,11 @@ def replaced(changes: Sequence[tuple[str, str | None]]) -> dict[str, str]:
     return overrides
 
 
-def changed(current: Mapping[str, str], effective: Mapping[str, str],
+def changed(current: Mapping[str, str], defaults: Mapping[str, str],
             changes: Sequence[tuple[str, int, str | None]], list_keys: frozenset[str]) -> dict[str, str]:
     """The override set after an IncrementalAlterConfigs resource's changes. `current`:
-    the overrides now; `effective`: every key's value in effect (for APPEND and SUBTRACT)."""
+    the overrides now; `defaults`: the keys' built-in defaults (where APPEND and SUBTRACT
+    start when the key has no override)."""
     _no_duplicates([name for name, _, _ in changes])
     overrides = dict(current)
     for name, code, value in changes:
@@ -74,10 +75,9 @@ def changed(current: Mapping[str, str], effective: Mapping[str, str],
             overrides[name] = value
         else:
             if name not in list_keys:
-                verb = "append" if operation == ConfigOperation.APPEND else "subtract"
                 raise ConfigChangeError(ErrorCode.invalid_config,
-                                        f"Config value {verb} is not allowed for config key: {name}")
-            base = overrides.get(name, effective.get(name))
+                                        f"Can't {operation.name} to key {name} because its type is not LIST.")
+            base = overrides.get(name, defaults.get(name))
             items = _items(base)
             requested = _items(value)
             if operation == ConfigOperation.APPEND:

@@ -94,16 +94,20 @@ def topic_defaults(broker_keys: Mapping[str, str]) -> LogConfig:
     return LogConfig().with_overrides(BrokerConfig(broker_keys).log_defaults())
 
 
-def check(resource_name: str, overrides: Mapping[str, str], static: Mapping[str, str]) -> None:
+def check(resource_name: str, overrides: Mapping[str, str], layered: Mapping[str, str]) -> None:
     """Raise ConfigChangeError, as Kafka answers, unless `overrides` may become the
-    dynamic config of broker resource `resource_name`."""
+    dynamic config of broker resource `resource_name`; `layered`: the broker keys this
+    broker would then run with (static, the cluster default, its own)."""
     fixed = sorted(key for key in overrides if key not in DYNAMIC_KEYS)
     if fixed:
         raise ConfigChangeError(ErrorCode.invalid_request,
                                 f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
     try:
-        topic_defaults({**static, **overrides})
+        topic_defaults(layered)
     except (ConfigError, InvalidConfigError) as error:
+        if isinstance(error, InvalidConfigError):  # named by the topic key it feeds: name the broker key
+            definition = TOPIC_CONFIGS.get(error.key)
+            error = InvalidConfigError(definition.broker_key if definition else error.key, error.detail)
         raise ConfigChangeError(
             ErrorCode.invalid_request,
             f"Invalid config value for resource ConfigResource(type=BROKER, name='{resource_name}'): {error}",

@@ -84,8 +84,8 @@ async def create_topic_for_request(
                                              validate_only=validate_only, assignment=assignment)
 
 
-# A topic's new override set, from its overrides now and every key's value in effect.
-OverridesChange = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
+# A topic's new override set, from its overrides now.
+OverridesChange = Callable[[Mapping[str, str]], dict[str, str]]
 
 
 async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange, *,
@@ -101,7 +101,7 @@ async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange
     info = broker.logs.topic(name)
     if info is None:
         raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
-    overrides = change(info.config_overrides, info.config.to_kafka_dict())
+    overrides = change(info.config_overrides)
     try:
         broker.logs.alter_topic_config(name, overrides, replace=True, validate_only=validate_only)
     except storage_errors.LogError as error:

@@ -61,8 +61,12 @@ class ClusterDynamicConfigStore:
             except EtcdUnavailable as error:
                 raise ConfigChangeError(ErrorCode.request_timed_out,
                                         f"the metadata quorum did not answer: {error}") from None
-            configs = DynamicBrokerConfigs() if stored is None else \
-                DynamicBrokerConfigs.from_json(decode_broker_configs(stored))
+            try:
+                configs = DynamicBrokerConfigs() if stored is None else \
+                    DynamicBrokerConfigs.from_json(decode_broker_configs(stored))
+            except ValueError as error:  # MetadataFormatError too: a record this version cannot read
+                raise ConfigChangeError(ErrorCode.unknown_server_error,
+                                        f"the stored dynamic broker configs cannot be read: {error}") from None
             overrides = change(configs.of(resource_name))
             check(overrides)
             if validate_only:
@@ -77,7 +81,9 @@ class ClusterDynamicConfigStore:
                                         f"the metadata quorum did not answer: {error}") from None
             if not result.succeeded:
                 continue  # changed meanwhile: compute the change again on what is there now
-            await runtime.wait_for_revision(result.revision)
+            if not await runtime.wait_for_revision(result.revision):
+                raise ConfigChangeError(ErrorCode.request_timed_out,
+                                        "the dynamic broker configs were written, but this broker has not seen them yet")
             log.info("dynamic broker config %s is now %s", repr(resource_name) if resource_name else "default",
                      overrides or "empty")
             return

@@ -222,6 +222,8 @@ class ReplicaManager:
             self._delete_local_topic(name)
         for name, topic in delta.created_topics.items():
             self._ensure_local_topic(topic)
+        for name, (_old, topic) in delta.changed_topics.items():  # more partitions, or new configs
+            self._ensure_local_topic(topic)
         for (topic, partition), (_old, new) in sorted(delta.changed_partitions.items()):
             if new is None:
                 continue

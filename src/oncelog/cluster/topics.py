@@ -146,10 +146,9 @@ async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange
         if stored is None:
             raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         topic = TopicRecord.decode(stored)
-        defaults = broker.logs.default_config
-        overrides = change(dict(topic.configs), defaults.with_overrides(topic.configs).to_kafka_dict())
+        overrides = change(dict(topic.configs))
         try:
-            defaults.with_overrides(overrides)
+            broker.logs.default_config.with_overrides(overrides)
         except InvalidConfigError as error:
             raise TopicRequestError(ErrorCode.invalid_config, str(error)) from None
         if validate_only:
@@ -160,7 +159,9 @@ async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange
             continue
         except EtcdUnavailable as error:
             raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
-        await runtime.wait_for_revision(revision)
+        if not await runtime.wait_for_revision(revision):
+            raise TopicRequestError(ErrorCode.request_timed_out,
+                                    f"the configs of {name} were written, but this broker has not seen them yet")
         log.info("topic %s configs are now %s", name, overrides or "the defaults")
         return
     raise TopicRequestError(ErrorCode.request_timed_out,

@@ -118,6 +118,7 @@ class InvalidConfigError(LogError):
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.detail = message
         super().__init__(f"config {key!r}: {message}")
 
 

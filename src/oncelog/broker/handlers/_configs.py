@@ -1,4 +1,5 @@
-"""The resources of AlterConfigs and IncrementalAlterConfigs, shared by both handlers.
+"""AlterConfigs and IncrementalAlterConfigs, the part both handlers share: the loop over
+the request's resources and what each resource type means.
 
 Each resource gets its own error code and message, as in Kafka:
 - topics (type 2): the new override set is checked as CreateTopics checks configs (an
@@ -9,10 +10,14 @@ Each resource gets its own error code and message, as in Kafka:
   UNKNOWN_TOPIC_OR_PARTITION; an illegal name INVALID_TOPIC_EXCEPTION.
 - brokers (type 4): this broker's dynamic configs (its id) or the cluster-wide default
   (empty name), see oncelog.broker.dynamic_config; another broker's id is INVALID_REQUEST
-  with the message DescribeConfigs gives, as in Kafka.
-- a resource named twice in one request: INVALID_REQUEST for each copy, as Kafka answers.
+  ("Unexpected broker id, expected N or empty string, but received M"), as in Kafka.
+- a resource named twice in one request: INVALID_REQUEST for each copy.
 - Deviation: broker loggers (8) and groups (32) are INVALID_REQUEST with a message saying
   so: oncelog has no run-time log levels and no KIP-848 group configs.
+
+The handlers say what a resource's changes make of its overrides (`Change`); this module
+gives it the keys' built-in defaults and list keys of the resource's type, and the owner
+of the overrides (the topics' or the dynamic broker configs' store) applies the result.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from oncelog.broker import dynamic_config
+from oncelog.broker.config import SETTINGS
 from oncelog.broker.config_changes import ConfigChangeError
 from oncelog.broker.dispatch import RequestContext
 from oncelog.broker.topics import TopicRequestError, alter_topic_configs
-from oncelog.protocol.messages import ErrorCode
-from oncelog.storage.config import TOPIC_LIST_KEYS
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.storage.config import TOPIC_LIST_KEYS, LogConfig
 from oncelog.storage.errors import InvalidTopicError, LogError
 from oncelog.storage.manager import validate_topic_name
 
@@ -35,32 +41,44 @@ BROKER_LOGGER = 8
 GROUP = 32
 
 BROKER_LIST_KEYS = frozenset({"log.cleanup.policy"})
+TOPIC_DEFAULTS = LogConfig().to_kafka_dict()  # the topic keys' built-in defaults
+BROKER_DEFAULTS = {key: setting.default for key, setting in SETTINGS.items()}
 
 _UNSUPPORTED = {
     BROKER_LOGGER: "Broker logger levels cannot be changed at run time on oncelog.",
     GROUP: "Group configs (KIP-848) are not supported by oncelog.",
 }
 
-# What a request asks of one resource: its new overrides, from its overrides now, every
-# key's value in effect, and the keys that hold lists.
+# A resource's new overrides, from its overrides now, the keys' built-in defaults and the
+# keys that hold lists.
 Change = Callable[[Mapping[str, str], Mapping[str, str], frozenset[str]], dict[str, str]]
 
 
-def duplicated(resources) -> set[tuple[int, str]]:
-    """The (type, name) pairs named more than once in one request."""
-    counts = Counter((resource.resource_type, resource.resource_name) for resource in resources)
-    return {key for key, count in counts.items() if count > 1}
+async def alter_all(ctx: RequestContext, request, change_of: Callable[[object], Change], response: str) -> object:
+    """Answer an AlterConfigs or IncrementalAlterConfigs request: `change_of(resource)`
+    is what the request asks of one resource; `response` names the response entity."""
+    counts = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
+    outcome = []
+    for resource in request.resources:
+        if counts[(resource.resource_type, resource.resource_name)] > 1:
+            outcome.append((ErrorCode.invalid_request, "Duplicate resource in the request."))
+        else:
+            outcome.append(await _alter(ctx, resource, change_of(resource), request.validate_only))
+    make = ctx.response.make
+    return make(response, throttle_time=NO_THROTTLE, responses=tuple(
+        make("AlterConfigsResourceResponse", error_code=code, error_message=message,
+             resource_type=resource.resource_type, resource_name=resource.resource_name)
+        for resource, (code, message) in zip(request.resources, outcome, strict=True)
+    ))
 
 
-async def alter_resource(ctx: RequestContext, resource, change: Change,
-                         validate_only: bool) -> tuple[ErrorCode, str | None]:
-    """Apply `change` to one resource's overrides: its error code and message."""
+async def _alter(ctx: RequestContext, resource, change: Change, validate_only: bool) -> tuple[ErrorCode, str | None]:
     kind, name = resource.resource_type, resource.resource_name
     try:
         if kind == TOPIC:
             validate_topic_name(name)
-            await alter_topic_configs(ctx.broker, name, lambda current, effective: change(
-                current, effective, TOPIC_LIST_KEYS), validate_only=validate_only)
+            await alter_topic_configs(ctx.broker, name, lambda current: change(current, TOPIC_DEFAULTS, TOPIC_LIST_KEYS),
+                                      validate_only=validate_only)
         elif kind == BROKER:
             await _alter_broker(ctx, name, change, validate_only)
         else:
@@ -82,22 +100,10 @@ async def _alter_broker(ctx: RequestContext, name: str, change: Change, validate
     store = broker.dynamic_configs
     static = broker.config.explicit
 
-    def new_overrides(current: Mapping[str, str]) -> dict[str, str]:
-        layered = store.current().layered(broker.node_id, static)
-        return change(current, {**broker.config.as_strings(), **layered}, BROKER_LIST_KEYS)
-
     def check(overrides: dict[str, str]) -> None:
-        dynamic_config.check(name, overrides, static)
+        # What this broker would run with: the other level as it stands, these overrides.
+        layered = store.current().with_overrides(name, overrides).layered(broker.node_id, static)
+        dynamic_config.check(name, overrides, layered)
 
-    await store.alter(name, new_overrides, check, validate_only=validate_only)
-
-
-def answers(ctx: RequestContext, request, outcome) -> tuple:
-    """The per-resource results, in the request's order, from `outcome` (each resource's
-    (code, message))."""
-    make = ctx.response.make
-    return tuple(
-        make("AlterConfigsResourceResponse", error_code=code, error_message=message,
-             resource_type=resource.resource_type, resource_name=resource.resource_name)
-        for resource, (code, message) in zip(request.resources, outcome, strict=True)
-    )
+    await store.alter(name, lambda current: change(current, BROKER_DEFAULTS, BROKER_LIST_KEYS), check,
+                      validate_only=validate_only)

@@ -7,23 +7,14 @@ from __future__ import annotations
 
 from oncelog.broker.config_changes import changed
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._configs import alter_resource, answers, duplicated
-from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.broker.handlers._configs import Change, alter_all
 
 
 @api(44, "IncrementalAlterConfigs", range(0, 2))
 async def handle(ctx: RequestContext, request) -> object:
-    twice = duplicated(request.resources)
-    outcome = []
-    for resource in request.resources:
-        if (resource.resource_type, resource.resource_name) in twice:
-            outcome.append((ErrorCode.invalid_request, "Duplicate resource in the request."))
-            continue
-        changes = [(config.name, config.config_operation, config.value) for config in resource.configs]
+    return await alter_all(ctx, request, _change, "IncrementalAlterConfigsResponse")
 
-        def change(current, effective, list_keys, changes=changes):
-            return changed(current, effective, changes, list_keys)
 
-        outcome.append(await alter_resource(ctx, resource, change, request.validate_only))
-    return ctx.response.make("IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE,
-                             responses=answers(ctx, request, outcome))
+def _change(resource) -> Change:
+    changes = [(config.name, config.config_operation, config.value) for config in resource.configs]
+    return lambda current, defaults, list_keys: changed(current, defaults, changes, list_keys)
