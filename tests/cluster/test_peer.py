@@ -5,13 +5,17 @@ across a network partition answers nothing, so the timeout is all a caller would
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import pytest
+import uvloop
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from oncelog.cluster.image import MetadataDelta
 from oncelog.cluster.peer import PeerPool
+from oncelog.protocol.client import encode_request
 
 
 class Registry:
@@ -119,29 +123,43 @@ def test_requests_queued_behind_the_one_in_flight_fail_at_once_too_when_the_brok
     asyncio.run(scenario())
 
 
-async def unread_server() -> tuple[asyncio.Server, int, asyncio.Event, asyncio.Future]:
+async def unread_server(receive_buffer: int | None = None) -> tuple[asyncio.Server, int, asyncio.Event, asyncio.Future]:
     """Accepts one connection and reads nothing until `go` is set (a broker paused, or
-    across a partition), then reads to the end: the future gets how the stream ended."""
+    across a partition), then reads to the end: the future gets (how the stream ended,
+    bytes read)."""
     ended: asyncio.Future = asyncio.get_running_loop().create_future()
     go = asyncio.Event()
 
     async def hold(reader, _writer) -> None:
         await go.wait()
+        read = 0
         try:
-            while await reader.read(65536):
-                pass
-            ended.set_result("closed gracefully")
+            while chunk := await reader.read(65536):
+                read += len(chunk)
+            ended.set_result(("closed gracefully", read))
         except ConnectionResetError:
-            ended.set_result("reset")
+            ended.set_result(("reset", read))
 
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1], go, ended
+    listener = socket.socket()
+    if receive_buffer is not None:  # inherited by the accepted connection
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    listener.bind(("127.0.0.1", 0))
+    server = await asyncio.start_server(hold, sock=listener)
+    return server, listener.getsockname()[1], go, ended
 
 
+LOOPS = ["asyncio", "uvloop"]  # the broker runs on uvloop
+
+
+def run_on(loop: str, scenario):
+    return uvloop.run(scenario()) if loop == "uvloop" else asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("give_up", ["timeout", "left the cluster"])
-def test_a_request_given_up_is_reset_so_its_bytes_are_never_delivered_later(give_up):
-    # A graceful close would leave the request to TCP, which delivers it once the network
-    # heals: a WriteTxnMarkers given up during a partition committed the next
+def test_a_request_given_up_resets_its_connection_rather_than_closing_it_gracefully(give_up, loop):
+    # A graceful close would leave what is unsent to TCP, which delivers it once the
+    # network heals: a WriteTxnMarkers given up during a partition committed the next
     # transaction's record 13 s after the heal in the third soak-faults run.
     async def scenario() -> str:
         server, port, go, ended = await unread_server()
@@ -154,8 +172,30 @@ def test_a_request_given_up_is_reset_so_its_bytes_are_never_delivered_later(give
         with pytest.raises((TimeoutError, ConnectionError)):
             await asyncio.wait_for(request, 2)
         go.set()
+        outcome, _read = await asyncio.wait_for(ended, 2)
+        server.close()
+        return outcome
+
+    assert run_on(loop, scenario) == "reset"
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_what_a_given_up_request_had_not_sent_yet_is_never_delivered(loop):
+    # The reset drops the send queue: what the receiver had not taken in never arrives.
+    big = MetadataRequest(topics=tuple(MetadataRequestTopic(name="t" * 200 + str(i), topic_id=None)
+                                       for i in range(20_000)),
+                          allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    size = len(encode_request(big, 1, "broker-1-test"))
+
+    async def scenario() -> tuple[str, int]:
+        server, port, go, ended = await unread_server(receive_buffer=4096)
+        pool = PeerPool(Broker(1, Registry({2: ("127.0.0.1", port)})), "test")
+        with pytest.raises(TimeoutError):
+            await pool.get(2).request(big, 0.5)
+        go.set()
         outcome = await asyncio.wait_for(ended, 2)
         server.close()
         return outcome
 
-    assert asyncio.run(scenario()) == "reset"
+    outcome, read = run_on(loop, scenario)
+    assert outcome == "reset" and read < size // 2, (outcome, read, size)

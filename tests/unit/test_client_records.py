@@ -256,6 +256,7 @@ def _decoded_or_corrupt(data: bytes, end: int):
     return decoded.keys.to_pylist(), decoded.values.to_pylist(), decoded.offsets.tolist(), decoded.headers
 
 
+@pytest.mark.skipif("c" not in LOOPS, reason="the C loop was not built on this machine")
 @settings(max_examples=300, deadline=None)
 @given(rows, st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=4))
 def test_records_with_bytes_changed_behind_their_crc_decode_alike_in_c_and_python_or_are_corrupt(generated, changes):
@@ -263,8 +264,8 @@ def test_records_with_bytes_changed_behind_their_crc_decode_alike_in_c_and_pytho
     values = [v for _, v, _ in generated]
     headers = [None if h is None else [{"key": k, "value": v} for k, v in h] for _, _, h in generated]
     data = bytearray(batches_at(encode(keys, values, headers, max_batch_bytes=3000)))
-    for where, byte in changes:  # inside the records, past the 61-byte batch header
-        data[61 + where % (len(data) - 61)] = byte
+    for where, byte in changes:  # the record count (header bytes 57-60) and the records after the header
+        data[57 + where % (len(data) - 57)] = byte
     with record_loop("python"):
         in_python = _decoded_or_corrupt(bytes(data), len(values))
     in_c = _decoded_or_corrupt(bytes(data), len(values))
@@ -277,3 +278,19 @@ def test_a_header_count_reaching_past_the_last_record_is_corrupt_not_an_index_er
     data[-1] = 0x7E  # 63 headers, in no bytes
     with pytest.raises(CorruptRecordError, match="headers"):
         decode_fetched(bytes(data), start=0, end=1, read_committed=False, with_headers=True, verify_crc=False)
+
+
+def test_the_c_loop_is_built_where_the_test_run_asks_for_it():
+    # `make test` sets ONCELOG_REQUIRE_C_RECORDS=1: pip builds the extension where a compiler
+    # is (setup.py, optional), and a silent build failure would leave the Python loop.
+    if os.environ.get("ONCELOG_REQUIRE_C_RECORDS") != "1":
+        pytest.skip("ONCELOG_REQUIRE_C_RECORDS is not set")
+    assert records_module._native_record_starts is not None, "oncelog.client._record_starts was not built"
+
+
+def test_a_negative_record_count_is_corrupt_in_both_loops():
+    data = bytearray(batches_at(encode(None, [b"v"])))
+    data[57:61] = (-1).to_bytes(4, "big", signed=True)
+    for loop in LOOPS:
+        with record_loop(loop), pytest.raises(CorruptRecordError, match="negative record count"):
+            decode_fetched(bytes(data), start=0, end=1, read_committed=False, verify_crc=False)

@@ -160,7 +160,8 @@ def test_marker_completes_the_transaction_and_reports_aborts():
     assert (completed.first_offset, completed.last_offset, completed.is_aborted) == (10, 13, True)
     assert manager.first_unstable_offset(high_watermark=13) == 10  # the marker is not replicated yet
     assert manager.first_unstable_offset(high_watermark=14) is None
-    assert manager.first_unstable_offset(high_watermark=13) is None  # dropped once passed
+    manager.on_high_watermark_updated(14)
+    assert manager.first_unstable_offset(high_watermark=13) is None  # forgotten once passed
     assert manager.producers[7].coordinator_epoch == 4
 
 

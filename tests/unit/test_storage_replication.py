@@ -539,3 +539,15 @@ def test_a_committed_transaction_stays_unstable_until_the_high_watermark_passes_
     log.update_high_watermark(3)
     assert log.last_stable_offset == 3
     log.close()
+
+
+def test_a_follower_forgets_completed_transactions_as_its_high_watermark_passes_their_markers(tmp_path):
+    leader, follower = open_log(tmp_path), open_log(tmp_path, "follower")
+    for sequence in range(0, 200, 2):
+        txn_append(leader, 1, sequence)
+        marker(leader, ControlType.COMMIT, 1)
+    replicate(leader, follower)
+    follower.update_high_watermark(follower.log_end_offset)
+    assert follower.producer_state._unreplicated == []  # no entry per transaction kept for good
+    follower.close()
+    leader.close()

@@ -10,8 +10,9 @@
  *
  * record_starts(buffer, start, stop, count) -> bytes
  *   The positions of the `count` records' length varints in buffer[start:stop], as native
- *   int64s. Raises ValueError when the records run past `stop`, do not fill it exactly,
- *   or a length is negative or longer than a 10-byte varint.
+ *   int64s. Raises ValueError, its message to follow "records of the batch at offset N",
+ *   when the records run past `stop`, do not fill it exactly, or a length is negative or
+ *   longer than a 10-byte varint.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,7 +27,7 @@ record_starts(PyObject *self, PyObject *args)
         return NULL;
     if (start < 0 || stop > view.len || start > stop || count < 0 || count > stop - start) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "the record count or span does not fit the buffer");
+        PyErr_SetString(PyExc_ValueError, "do not fit in the buffer (record count or span)");
         return NULL;
     }
     PyObject *result = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));

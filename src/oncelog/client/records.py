@@ -155,6 +155,8 @@ def _kept_batches(view: memoryview, start: int, end: int, read_committed: bool,
                 f"batch at offset {base_offset} has message format v{magic}; only v2 (Kafka 0.11+) is read")
         crc, attributes, last_delta, base_ts, max_ts, producer_id, _epoch, _sequence, count = \
             _AFTER_MAGIC.unpack_from(view, cursor + CRC_POSITION)
+        if count < 0:
+            raise CorruptRecordError(f"batch at offset {base_offset} has a negative record count ({count})")
         if verify_crc and crc32c(view[cursor + ATTRIBUTES_POSITION:batch_end]) != crc:
             raise CorruptRecordError(f"batch at offset {base_offset} fails its CRC32C check")
         last_offset = base_offset + last_delta

@@ -360,6 +360,7 @@ class PartitionLog:
         if new == self.high_watermark:
             return False
         self.high_watermark = new
+        self.producer_state.on_high_watermark_updated(new)
         return True
 
     def set_replicated(self, replicated: bool) -> None:
@@ -368,6 +369,7 @@ class PartitionLog:
         self.replicated = replicated
         if not replicated:
             self.high_watermark = self.log_end_offset
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetForLeaderEpoch (see LeaderEpochCache.end_offset_for)."""
@@ -605,6 +607,7 @@ class PartitionLog:
         self.log_end_offset = last_offset + 1
         if not self.replicated:
             self.high_watermark = self.log_end_offset  # standalone; replication moves it separately
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
         if self.log_end_offset - self.recovery_point >= self._config.flush_messages:
             self.flush(now_ms)
 
@@ -874,6 +877,7 @@ class PartitionLog:
         self.txn_index.drop_below(self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
         self.recovery_point = max(self.recovery_point, segments[0].base_offset)
         return count
 
@@ -909,6 +913,7 @@ class PartitionLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()  # also drops aborted transactions at or after the new end
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
         logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
 
     @_reports_storage_errors

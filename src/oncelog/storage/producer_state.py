@@ -202,14 +202,19 @@ class ProducerStateManager:
 
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """First offset of the oldest transaction that is open, or completed by a marker
-        at or above `high_watermark` (not yet replicated), or None when there is none.
-        Kafka's firstUnstableOffset; completed ones below the high watermark are dropped."""
+        at or above `high_watermark` (not yet replicated), or None when there is none
+        (Kafka's firstUnstableOffset)."""
+        first = min(self._open_txns.values()) if self._open_txns else None
+        for marker_offset, first_offset in self._unreplicated:
+            if marker_offset >= high_watermark:
+                first = first_offset if first is None else min(first, first_offset)
+        return first
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is now below the high watermark
+        (Kafka's onHighWatermarkUpdated): on every replica, leader or follower."""
         if self._unreplicated and self._unreplicated[0][0] < high_watermark:
             self._unreplicated = [entry for entry in self._unreplicated if entry[0] >= high_watermark]
-        first = min(self._open_txns.values()) if self._open_txns else None
-        for _marker_offset, first_offset in self._unreplicated:
-            first = first_offset if first is None else min(first, first_offset)
-        return first
 
     def first_unstable_offset_excluding(self, producer_id: int) -> int | None:
         """First offset of the oldest open transaction of another producer, or None."""
