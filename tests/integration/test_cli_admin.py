@@ -155,7 +155,7 @@ def test_topics_describe_without_topic_lists_every_topic(cli, topic):
     cli.ok("topics", "create", "--topic", topic + "-b", "--partitions", "2")
     output = cli.ok("topics", "describe")
     assert f"Topic: {topic}-a\t" in output
-    assert re.search(rf"^Topic: {re.escape(topic)}-b\t.*PartitionCount: 2\t", output, re.M)
+    assert re.search(rf"^Topic: {re.escape(topic)}-b\t.*PartitionCount: 2\t", output, re.MULTILINE)
 
 
 def test_topics_describe_of_a_missing_topic_fails_in_one_line(cli, topic):

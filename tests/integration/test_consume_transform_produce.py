@@ -25,7 +25,7 @@ def read_committed(bootstrap, topic, partitions):
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     values = []
     deadline = time.monotonic() + 60
-    positions = {p: 0 for p in range(partitions)}
+    positions = dict.fromkeys(range(partitions), 0)
     while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
         for message in consumer.consume(5000, timeout=0.3):
             assert message.error() is None

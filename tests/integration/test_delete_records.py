@@ -105,7 +105,7 @@ def test_delete_records_refusals_carry_kafkas_codes(shared_broker):
         consumer.close()
     with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         offsets_partitions = len(admin.describe_topics(["__consumer_offsets"])[0]["partitions"])
-    answers = delete_records(bootstrap, "__consumer_offsets", {p: 0 for p in range(offsets_partitions)})
+    answers = delete_records(bootstrap, "__consumer_offsets", dict.fromkeys(range(offsets_partitions), 0))
     assert {code for _p, code, _low in answers} == {ErrorCode.invalid_topic_exception}
 
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def report_value(output: str, label: str) -> str:
-    match = re.search(rf"^{re.escape(label)} +(.*)$", output, re.M)
+    match = re.search(rf"^{re.escape(label)} +(.*)$", output, re.MULTILINE)
     assert match, f"no {label!r} line in:\n{output}"
     return match.group(1)
 
@@ -36,7 +36,7 @@ def test_demo_enriches_every_committed_order_exactly_once_through_task_failure_a
     assert re.match(r"[1-9]\d* injected", report_value(output, "task failures")), output
     assert report_value(output, "driver kills").startswith("1 (SIGKILL")
     assert report_value(output, "driver restarts").startswith("1 ")
-    assert re.search(r"^commit latency +p50 [\d,]+ ms, p99 [\d,]+ ms", output, re.M), output
+    assert re.search(r"^commit latency +p50 [\d,]+ ms, p99 [\d,]+ ms", output, re.MULTILINE), output
     assert report_value(output, "result") == "OK"
     assert any((tmp_path / "data").iterdir()), "the broker's log was written to --data-dir"
 

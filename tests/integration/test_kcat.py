@@ -71,11 +71,11 @@ def test_kcat_metadata_lists_the_broker_and_its_topics(kcat, broker, topic):
     create_topic(broker.bootstrap_servers, topic, partitions=3)
     output = run_kcat(kcat, broker.bootstrap_servers, "-L").stdout.decode()
     host, port = broker.bootstrap_servers.rsplit(":", 1)
-    assert re.search(rf"^ 1 brokers:\n  broker (\d+) at {re.escape(host)}:{port}", output, re.M), output
+    assert re.search(rf"^ 1 brokers:\n  broker (\d+) at {re.escape(host)}:{port}", output, re.MULTILINE), output
     assert f' topic "{topic}" with 3 partitions:' in output
     for partition in range(3):
         assert re.search(rf"^    partition {partition}, leader \d+, replicas: \d+, isrs: \d+",
-                         output, re.M), output
+                         output, re.MULTILINE), output
 
 
 def test_kcat_json_metadata_agrees_with_the_broker(kcat, broker, topic):

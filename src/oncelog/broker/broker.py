@@ -322,7 +322,7 @@ class Broker:
             self._fetch_waiters[key].add(waiter)
         try:
             await asyncio.wait_for(waiter, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             for key in partitions:

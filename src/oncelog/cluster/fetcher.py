@@ -120,7 +120,7 @@ class ReplicaFetcher:
                 self._wakeup.clear()
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), self._backoff_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             try:

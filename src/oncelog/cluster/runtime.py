@@ -213,7 +213,7 @@ class ClusterRuntime:
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def _range(self) -> tuple[int, list]:
@@ -504,7 +504,7 @@ class ClusterRuntime:
             self._reconcile_wanted.clear()
             try:
                 await asyncio.wait_for(self._reconcile_wanted.wait(), 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self.image.controller_id != self.node_id:
                 self.controller_revision = None

@@ -76,7 +76,7 @@ class WireClient:
             return self.sock.recv(1) == b""
         except ConnectionResetError:
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
     def _read_exactly(self, size: int) -> bytes:

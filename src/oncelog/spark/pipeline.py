@@ -765,7 +765,7 @@ def spark_error_line(message: str) -> str:
     text = message.strip()
     text = re.sub(r"^\[[A-Z_.]+\]\s*", "", text)
     text = re.sub(r"^Query \S+ \[id = [^\]]+\] terminated with exception:\s*", "", text)
-    text = re.sub(r"^.*?terminated with exception:\s*", "", text, count=1, flags=re.S)
+    text = re.sub(r"^.*?terminated with exception:\s*", "", text, count=1, flags=re.DOTALL)
     for line in text.splitlines():
         if line.strip() and not line.startswith("\tat "):
             return line.strip()

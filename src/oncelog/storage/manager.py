@@ -362,7 +362,7 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise StorageError(", ".join(map(str, self.log_dirs)), "every log directory is offline")
-        counts = {directory: 0 for directory in online}
+        counts = dict.fromkeys(online, 0)
         for directory in self._log_dir_of.values():
             if directory in counts:
                 counts[directory] += 1

@@ -223,8 +223,7 @@ class History:
     def dump(self, path: str | Path) -> None:
         """Write the history as JSON lines (one operation a line)."""
         with open(path, "w", encoding="utf-8") as out:
-            for operation in self.operations:
-                out.write(to_json(operation) + "\n")
+            out.writelines(to_json(operation) + "\n" for operation in self.operations)
 
     @classmethod
     def load(cls, path: str | Path) -> History:

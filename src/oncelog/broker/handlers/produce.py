@@ -143,4 +143,4 @@ def _datetime(epoch_ms: int) -> datetime.datetime | None:
     """kio carries log_append_time as an aware datetime; -1 (no time) is None."""
     if epoch_ms < 0:
         return None
-    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)

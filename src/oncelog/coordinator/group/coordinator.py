@@ -985,7 +985,7 @@ class GroupCoordinator:
             return owner, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
-            return ErrorCode.none, {tp: NO_OFFSET for tp in partitions or ()}
+            return ErrorCode.none, dict.fromkeys(partitions or (), NO_OFFSET)
         wanted = list(group.offsets) if partitions is None else partitions
         result = {}
         for tp in wanted:
