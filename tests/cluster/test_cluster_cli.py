@@ -167,7 +167,7 @@ def test_restart_with_another_broker_count_is_a_one_line_error(data_dir):
         kill_everything(first)
     completed = subprocess.run(
         [str(ONCELOG), "cluster", "start", "--data-dir", str(data_dir), "--brokers", "3"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 1
     assert completed.stderr == (
@@ -212,7 +212,7 @@ def test_group_consumer_without_a_coordinator_is_told_why(cluster_with_a_dead_no
     completed = subprocess.run(
         [str(ONCELOG), "consume", "--topic", "clicks", "--group", "g", "--from-beginning",
          "--timeout-ms", "3000", "--bootstrap-server", bootstrap],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=120,
     )
     assert completed.returncode == 1, completed.stderr
     assert completed.stderr.count("\n") == 1, completed.stderr
@@ -225,7 +225,7 @@ def test_a_data_dir_without_node_settings_but_with_quorum_data_is_refused_in_one
     new ones would leave the etcd members dialling the old ones."""
     (tmp_path / "node-1" / "__cluster_metadata-etcd").mkdir(parents=True)
     completed = subprocess.run([str(ONCELOG), "cluster", "start", "--data-dir", str(tmp_path)],
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+                               stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 1
     assert completed.stderr.startswith(f"oncelog: error: {tmp_path} holds a cluster without node-<id>.properties")
     assert completed.stderr.count("\n") == 1

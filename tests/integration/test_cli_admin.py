@@ -29,6 +29,7 @@ def run_oncelog(*args: str, stdin: bytes | None = None, env: dict[str, str] | No
         input=stdin,
         stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
+        check=False,
         timeout=timeout,
         env=environment,
     )

@@ -24,7 +24,7 @@ def report_value(output: str, label: str) -> str:
 def test_demo_enriches_every_committed_order_exactly_once_through_task_failure_and_driver_kill(tmp_path):
     completed = subprocess.run(
         [str(ONCELOG), "demo", "--messages", "3000", "--data-dir", str(tmp_path / "data")],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=300,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, timeout=300,
     )
     output = completed.stdout.decode()
     assert completed.returncode == 0, output + completed.stderr.decode()[-3000:]
@@ -76,7 +76,7 @@ def test_demo_runs_from_a_wheel_installed_in_a_fresh_virtualenv_outside_the_repo
     assert installed.startswith(str(site_packages)), installed
     completed = subprocess.run(
         [str(environment / "bin" / "oncelog"), "demo", "--messages", "2000", "--kills", "0"],
-        cwd=elsewhere, env=clean, stdin=subprocess.DEVNULL, capture_output=True, timeout=300,
+        cwd=elsewhere, env=clean, stdin=subprocess.DEVNULL, check=False, capture_output=True, timeout=300,
     )
     output = completed.stdout.decode()
     assert completed.returncode == 0, output + completed.stderr.decode()[-3000:]

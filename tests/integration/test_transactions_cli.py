@@ -33,7 +33,8 @@ def oncelog(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
     return subprocess.run(
         [str(ONCELOG), "transactions", *args, "--bootstrap-server", bootstrap],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=environment,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+        env=environment,
     )
 
 

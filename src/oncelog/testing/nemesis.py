@@ -81,7 +81,7 @@ class NodeDisks:
         for directory in self.dirs.values():
             directory.mkdir(parents=True, exist_ok=True)
             result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(directory)],
-                                    capture_output=True, text=True)
+                                    check=False, capture_output=True, text=True)
             if result.returncode != 0:
                 self.unmount()
                 raise OSError(f"cannot mount a tmpfs on {directory}: {result.stderr.strip()}")
