@@ -23,6 +23,7 @@ import random
 import shutil
 import socket
 import struct
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,7 @@ class HostileTarget:
     def _wait_for_exit(self, timeout: float) -> None:
         try:
             self.broker.process.wait(timeout)
-        except Exception:  # noqa: BLE001 - still running: it is alive, just not answering
+        except subprocess.TimeoutExpired:  # still running: it is alive, just not answering
             pass
 
     def rss_bytes(self) -> int:

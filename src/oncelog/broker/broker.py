@@ -32,6 +32,7 @@ from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.names import TopicPartition
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
+from oncelog.storage.errors import InvalidConfigError
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 
@@ -74,7 +75,7 @@ class Broker:
         started = time.perf_counter()
         try:
             defaults = LogConfig().with_overrides(self.config.log_defaults())
-        except Exception as error:
+        except InvalidConfigError as error:
             raise ConfigError(f"invalid log settings: {error}") from None
         self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],

@@ -50,7 +50,7 @@ class EmbeddedBroker:
             self.broker = Broker(self.config)
             try:
                 loop.run_until_complete(self.broker.start())
-            except BaseException as error:  # reported to the starting thread
+            except BaseException as error:  # noqa: BLE001 (reported to the starting thread)
                 failure.append(error)
                 started.set()
                 loop.close()

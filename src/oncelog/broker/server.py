@@ -435,7 +435,7 @@ class KafkaServer:
             if flexible:
                 position = framing.skip_tagged_fields(frame, position)
             request = decode_request(api_key, version, frame, position)
-        except Exception as error:  # kio raises several types for malformed bodies
+        except Exception as error:  # noqa: BLE001 (kio raises several types for malformed bodies)
             raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
         context = RequestContext(
             broker=self.broker,

@@ -55,7 +55,7 @@ def create_topic(
         if validate_only:
             return broker.logs.validate_new_topic(name, num_partitions, configs)
         info = broker.logs.create_topic(name, num_partitions, configs)
-    except Exception as error:
+    except storage_errors.LogError as error:
         raise TopicRequestError(error_code_for(error), str(error)) from None
     log.info("created topic %s with %d partition(s)%s", name, num_partitions, f" and configs {configs}" if configs else "")
     return info

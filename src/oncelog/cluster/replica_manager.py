@@ -198,7 +198,7 @@ class ReplicaManager:
 
         try:
             stored = await self.runtime.store.change_partition(expected, change)
-        except Exception as error:  # etcd unavailable or conflicts: retried by the next fetch or shrink
+        except Exception as error:  # noqa: BLE001 (etcd unavailable or conflicts: retried by the next fetch or shrink)
             log.warning("%s-%d: ISR change to %s not written: %s", *tp, list(new_isr), error)
             stored = None
         finally:

@@ -187,7 +187,7 @@ class ClusterRuntime:
         if self.lease:
             try:  # leaderships move at once instead of after the session timeout
                 await asyncio.wait_for(self.client.lease_revoke(self.lease), 2)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 (best effort: unrevoked, the lease expires after the session timeout)
                 pass
         await self.client.close()
         if self.member is not None:
@@ -237,7 +237,7 @@ class ClusterRuntime:
                 self._publish(MetadataImage.from_kvs(revision, kvs))
             except asyncio.CancelledError:
                 raise
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 (the watch must survive any failure: it resumes)
                 log.warning("metadata watch failed (%s); resuming", error)
                 await asyncio.sleep(0.5)
 

@@ -446,6 +446,7 @@ def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
 
 
 def _create_topics(bootstrap: str) -> None:
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
@@ -453,7 +454,7 @@ def _create_topics(bootstrap: str) -> None:
     for topic, future in futures.items():
         try:
             future.result(30)
-        except Exception as error:
+        except (KafkaException, TimeoutError) as error:  # the admin request failed, or got no answer
             raise DemoError(f"cannot create topic {topic!r}: {error}") from None
 
 

@@ -280,7 +280,7 @@ class TransformReference:
                 spec.loader.exec_module(module)
             else:
                 module = importlib.import_module(self.module)
-        except Exception as error:  # the user's module: anything can go wrong while importing it
+        except Exception as error:  # noqa: BLE001 (the user's module: anything can go wrong while importing it)
             target = self.file or self.module
             raise PipelineError(f"--transform {self.name!r}: cannot import {target!r}: {_one_line(error)}") from None
         function = getattr(module, self.attribute, None)
@@ -426,7 +426,7 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
             function = transform.load()
             try:
                 result = function(result)
-            except Exception as error:  # the user's code, on the driver, building the plan
+            except Exception as error:  # noqa: BLE001 (the user's code, on the driver, building the plan)
                 raise PipelineError(
                     f"--transform {transform.name} raised while building the query: {_one_line(error)}"
                 ) from None
@@ -602,7 +602,7 @@ class ProgressWatch:
                 return
             self.last_seen = last_json
             recent = [json.loads(progress.json()) for progress in query._jsq.recentProgress()]
-        except Exception:  # the JVM may be gone while stopping; progress is best effort
+        except Exception:  # noqa: BLE001 (the JVM may be gone while stopping; progress is best effort)
             return
         keys = []
         for progress in recent:
@@ -740,7 +740,7 @@ def failed_task(spark, query: StreamingQuery | None) -> tuple[int, int] | None:
             if len(attempts) == 1:  # one culprit; several failing tasks would be a guess
                 return next(iter(attempts.items()))
         return None
-    except Exception:
+    except Exception:  # noqa: BLE001 (the status store's API is not public: best effort)
         return None
 
 
@@ -841,7 +841,7 @@ def _plan_has_no_shuffle(query: StreamingQuery | None) -> bool:
         return False
     try:
         plan = query._jsq.explainInternal(False)
-    except Exception:
+    except Exception:  # noqa: BLE001 (best effort, as failed_task: without a plan, no task is named)
         return False
     return bool(plan) and re.search(r"(?<![A-Za-z])Exchange\b", plan) is None
 

@@ -546,7 +546,7 @@ class Worker(threading.Thread):
     def run(self) -> None:
         try:
             self.work()
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 (any failure of a worker fails the run)
             self.run_state.fail(self.name, error)
 
     def work(self) -> None:
@@ -830,7 +830,7 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         try:
             self._on_schedule()
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 (any failure of the nemesis fails the run)
             self.run_state.fail("nemesis", error)
         finally:
             self.finished.set()

@@ -150,7 +150,7 @@ class ClusterProcess:
         def start(node: BrokerProcess) -> None:
             try:
                 node.start(timeout)
-            except BaseException as error:  # reported below, after the other starts end
+            except BaseException as error:  # noqa: BLE001 (reported below, after the other starts end)
                 errors.append(error)
 
         threads = [threading.Thread(target=start, args=(node,)) for node in self.nodes.values()]

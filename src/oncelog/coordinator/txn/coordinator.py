@@ -600,7 +600,7 @@ class TransactionCoordinator:
         partition = self.partition_of(transit.transactional_id)
         try:
             self.log.append(partition, record_batch.build_batch([record], timestamp_ms=now), now_ms=now)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (any failure of the append becomes the client's error code)
             code = append_failure(error)
             log.log(logging.INFO if isinstance(error, LookupError | AppendRefused) else logging.ERROR,
                     "appending to %s-%d failed (%s): %s", TRANSACTION_STATE, partition, code.name, error)
