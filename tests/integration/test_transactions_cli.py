@@ -49,7 +49,7 @@ def table(bootstrap: str, *args: str) -> list[dict[str, str]]:
         values = row.split()
         assert len(values) <= len(columns), (header, row)
         # Only the last column may be empty (describe's TopicPartitions between transactions).
-        parsed.append(dict(zip(columns, values + [""] * (len(columns) - len(values)))))
+        parsed.append(dict(zip(columns, values + [""] * (len(columns) - len(values)), strict=True)))
     return parsed
 
 

@@ -273,6 +273,6 @@ def print_table(headers: tuple[str, ...], rows: list[tuple]) -> None:
     cells = [tuple(str(value) for value in row) for row in rows]
     widths = [max(len(header), *(len(row[i]) for row in cells)) if cells else len(header)
               for i, header in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)).rstrip())

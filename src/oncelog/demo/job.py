@@ -295,7 +295,7 @@ def verify(bootstrap: str, seeded: Seeded) -> Verdict:
     seen: Counter[str] = Counter()
     wrong = 0
     unparseable = 0
-    for value, key, headers in zip(committed_read.values, committed_read.keys, committed_read.headers):
+    for value, key, headers in zip(committed_read.values, committed_read.keys, committed_read.headers, strict=True):
         try:
             enriched = json.loads(value)
             order_id = enriched["order_id"]

@@ -259,9 +259,9 @@ class ChaosResult:
     def stall_lines(self) -> list[str]:
         """One line per fault, then the worst stalls of each kind."""
         lines = [f"fault {fault.number}: {fault.description}, {fault.ended - fault.began:.1f}s: {stalls.describe()}"
-                 for fault, stalls in zip(self.faults, self.stalls) if fault.ended is not None]
+                 for fault, stalls in zip(self.faults, self.stalls, strict=False) if fault.ended is not None]
         for kind in dict.fromkeys(fault.kind for fault in self.faults):
-            of_kind = [stalls for fault, stalls in zip(self.faults, self.stalls) if fault.kind == kind]
+            of_kind = [stalls for fault, stalls in zip(self.faults, self.stalls, strict=False) if fault.kind == kind]
             worst = {name: max((getattr(s, name) for s in of_kind if getattr(s, name) is not None), default=0.0)
                      for name in ("writes_led", "writes_elsewhere", "commits")}
             lines.append(f"stalls: {kind} faults={len(of_kind)} "
@@ -1401,7 +1401,7 @@ def _stalls(history: History, faults: list[Fault], chaos_ended: float) -> list[S
     ends = [fault.began for fault in faults[1:]] + [chaos_ended]
     return [fault_stalls(history, FaultWindow(fault.began, until, fault.led), topic=TOPIC,
                          partitions=range(PARTITIONS), writers=("idem",), transactional_ids=WRITER_TRANSACTIONAL_IDS)
-            for fault, until in zip(faults, ends)]
+            for fault, until in zip(faults, ends, strict=True)]
 
 
 def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 20) -> None:

@@ -32,12 +32,12 @@ class EtcdCluster:
         names = [f"etcd{i}" for i in range(members)]
         client_urls = [f"http://127.0.0.1:{free_port()}" for _ in names]
         peer_urls = [f"http://127.0.0.1:{free_port()}" for _ in names]
-        initial_cluster = ",".join(f"{name}={url}" for name, url in zip(names, peer_urls))
+        initial_cluster = ",".join(f"{name}={url}" for name, url in zip(names, peer_urls, strict=True))
         self.members = [
             EtcdMember(name, self.base_dir / name, client_url, peer_url, initial_cluster,
                        election_timeout_ms=election_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
                        log_path=self.base_dir / f"{name}.log", cluster_token=f"oncelog-test-{id(self)}")
-            for name, client_url, peer_url in zip(names, client_urls, peer_urls)
+            for name, client_url, peer_url in zip(names, client_urls, peer_urls, strict=True)
         ]
 
     @property

@@ -128,7 +128,7 @@ async def _wait_for_replication(ctx: RequestContext, outcomes, timeout_s: float)
     }
     if not waits:
         return outcomes
-    codes = dict(zip(waits, await asyncio.gather(*waits.values())))
+    codes = dict(zip(waits, await asyncio.gather(*waits.values()), strict=True))
     return [
         (name, [
             (index, outcome if codes.get((name, index), ErrorCode.none) == ErrorCode.none
