@@ -10,6 +10,7 @@ import asyncio
 import shutil
 import sys
 import time
+from typing import Self
 
 import pytest
 
@@ -283,7 +284,7 @@ class BlackHole:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
-    async def __aenter__(self) -> BlackHole:
+    async def __aenter__(self) -> Self:
         self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
         return self
 

@@ -10,6 +10,7 @@ import socket
 import struct
 import time
 from collections import defaultdict
+from typing import Self
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -125,7 +126,7 @@ class RawConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> RawConnection:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

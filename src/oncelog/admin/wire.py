@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 from kio.schema.describe_producers.v0.request import TopicRequest as DescribeProducersTopic
@@ -177,7 +177,7 @@ class Cluster:
         for client in (self._bootstrap, *self._clients.values()):
             client.close()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

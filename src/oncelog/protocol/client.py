@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import Self
 
 from oncelog.protocol import framing
 from oncelog.protocol.messages import encode_response, is_flexible, response_class
@@ -91,7 +92,7 @@ class WireClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> WireClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

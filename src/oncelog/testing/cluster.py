@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
 from oncelog.testing.netns import NetworkLab
@@ -143,7 +144,7 @@ class ClusterProcess:
     def alive(self) -> list[int]:
         return [node_id for node_id, node in self.nodes.items() if node.process is not None]
 
-    def start(self, timeout: float = 60.0) -> ClusterProcess:
+    def start(self, timeout: float = 60.0) -> Self:
         """Start every node at once: each waits for the quorum, which needs a majority."""
         errors: list[BaseException] = []
 
@@ -302,7 +303,7 @@ class ClusterProcess:
         self.wait_for(elected, timeout, f"a leader of {topic}-{partition}" + (f" other than {not_on}" if not_on else ""))
         return found[-1]
 
-    def __enter__(self) -> ClusterProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

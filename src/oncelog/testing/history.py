@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Self, TypeAlias
 
 Isolation = Literal["read_committed", "read_uncommitted"]
 Outcome = Literal["commit", "abort", "unknown"]
@@ -348,7 +348,7 @@ class RecordingProducer:
         for topic, partition, value, key, txn_id, txn_seq in leftovers:
             self._record(topic, partition, value, key, None, "indeterminate: no delivery report", txn_id, txn_seq)
 
-    def __enter__(self) -> RecordingProducer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -512,7 +512,7 @@ class RecordingConsumer:
             raise AttributeError(name)  # construction failed before the consumer existed
         return getattr(self._consumer, name)
 
-    def __enter__(self) -> RecordingConsumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

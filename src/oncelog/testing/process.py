@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Self
 
 
 class BrokerStartError(RuntimeError):
@@ -76,7 +77,7 @@ class BrokerProcess:
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = 30.0) -> Self:
         command = [sys.executable, "-m", "oncelog", "broker", "start"]
         for key, value in self.config.items():
             command += ["--override", f"{key}={value}"]
@@ -128,7 +129,7 @@ class BrokerProcess:
         self.stop()
         return self.start()
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -55,6 +55,7 @@ import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Self
 
 PRODUCE = 0
 REPLAY_ANSWER_TIMEOUT_S = 10.0
@@ -157,7 +158,7 @@ class FaultProxy:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         ready = threading.Event()
 
         def run() -> None:
@@ -189,7 +190,7 @@ class FaultProxy:
             self._thread.join(10)
             self._thread = None
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Self
 
 from oncelog.spark.session import spark_home
 from oncelog.testing.java import java_home
@@ -73,7 +74,7 @@ class StandaloneSpark:
             log.close()
         self._processes.append(process)
 
-    def start(self) -> StandaloneSpark:
+    def start(self) -> Self:
         environment = self._environment()
         self._launch("master", [
             "org.apache.spark.deploy.master.Master", "--host", MASTER_HOST,
@@ -126,7 +127,7 @@ class StandaloneSpark:
             process.wait(30)
         self._processes.clear()
 
-    def __enter__(self) -> StandaloneSpark:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
