@@ -7,6 +7,7 @@ own key prefixes. Members killed by a test are restarted by it.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sys
 import time
@@ -388,7 +389,7 @@ def test_a_watch_on_a_member_cut_off_by_the_network_moves_to_another_member(etcd
 
 def test_missing_binary_gives_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setenv("ONCELOG_ETCD", str(tmp_path / "no-such-etcd"))
-    with pytest.raises(FileNotFoundError, match="ensure-etcd.sh"):
+    with pytest.raises(FileNotFoundError, match=re.escape("ensure-etcd.sh")):
         find_etcd()
 
     # Nothing configured, nothing in the venv, nothing on PATH.

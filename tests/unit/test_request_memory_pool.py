@@ -2,6 +2,8 @@
 and the configuration check; the broker's use of it is in
 tests/integration/test_resource_limits.py."""
 
+import re
+
 import pytest
 
 from oncelog.broker.config import BrokerConfig, ConfigError
@@ -81,7 +83,8 @@ def test_queued_max_request_bytes_defaults_to_kafkas_unbounded_minus_one():
 
 
 def test_queued_max_request_bytes_below_the_largest_request_is_refused_as_in_kafka():
-    with pytest.raises(ConfigError, match="queued.max.request.bytes: must be at least socket.request.max.bytes"):
+    refusal = "queued.max.request.bytes: must be at least socket.request.max.bytes"
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
         BrokerConfig({"socket.request.max.bytes": "1000", "queued.max.request.bytes": "999"})
     assert BrokerConfig({"socket.request.max.bytes": "1000", "queued.max.request.bytes": "1000"})
     assert BrokerConfig({"socket.request.max.bytes": "1000", "queued.max.request.bytes": "0"})
