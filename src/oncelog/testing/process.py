@@ -84,12 +84,11 @@ class BrokerProcess:
         if self.wrap is not None:
             command = self.wrap(command)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        log_file.close()
+        with open(self.log_path, "ab") as log_file:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         ready = threading.Event()
         lines: list[str] = []
 

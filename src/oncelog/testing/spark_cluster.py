@@ -64,14 +64,11 @@ class StandaloneSpark:
         }
 
     def _launch(self, name: str, arguments: list[str], environment: dict[str, str]) -> None:
-        log = open(self.work_dir / f"{name}.log", "wb")
-        try:
+        with open(self.work_dir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(
                 [str(Path(spark_home()) / "bin" / "spark-class"), *arguments], stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, env=environment, start_new_session=True,
             )
-        finally:
-            log.close()
         self._processes.append(process)
 
     def start(self) -> Self:
