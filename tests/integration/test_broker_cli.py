@@ -105,6 +105,6 @@ def test_a_second_broker_on_log_dirs_in_use_is_a_one_line_error_and_the_first_ke
     with BrokerProcess(tmp_path / "logs") as running:
         error = one_line_error("--override", f"log.dirs={tmp_path / 'logs'}",
                                "--override", "listeners=PLAINTEXT://127.0.0.1:0")
-        assert error == f"oncelog: error: cannot start broker: {tmp_path / 'logs'}: log directory is in use by " \
-                        "another process"
+        assert error == (f"oncelog: error: cannot start broker: {tmp_path / 'logs'}: log directory is in use by "
+                         "another process")
         produce_and_consume(running.bootstrap_servers, "still-served")

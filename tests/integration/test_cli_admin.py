@@ -497,11 +497,11 @@ def test_unreachable_bootstrap_server_fails_in_one_line(topic):
 
 @pytest.mark.parametrize("args, line", [
     (["topics", "create"],
-     "oncelog: error: topics create: the following arguments are required: --topic "
-     "(see oncelog topics create --help)"),
+     ("oncelog: error: topics create: the following arguments are required: --topic "
+      "(see oncelog topics create --help)")),
     (["topics", "create", "--topic", "t", "--partitions", "two"],
-     "oncelog: error: topics create: argument --partitions: invalid int value: 'two' "
-     "(see oncelog topics create --help)"),
+     ("oncelog: error: topics create: argument --partitions: invalid int value: 'two' "
+      "(see oncelog topics create --help)")),
     (["transactions", "list", "--no-such-option"],
      "oncelog: error: unrecognized arguments: --no-such-option (see oncelog --help)"),
     ([], "oncelog: error: the following arguments are required: COMMAND (see oncelog --help)"),

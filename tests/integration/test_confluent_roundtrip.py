@@ -43,7 +43,7 @@ def test_hundred_thousand_keyed_messages_in_every_codec_round_trip_in_order(brok
         })
         failures = []
 
-        def delivered(error, message):
+        def delivered(error, message, failures=failures):  # this codec's list (flushed before the next)
             if error is not None:
                 failures.append(error)
 

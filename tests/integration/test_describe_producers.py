@@ -61,7 +61,7 @@ def test_describe_producers_against_a_server_that_never_answers_is_a_one_line_er
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        address = "127.0.0.1:%d" % silent.getsockname()[1]
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
         for command in (["producers", "describe"], ["transactions", "describe-producers"]):
             cli = subprocess.run(
                 [sys.executable, "-m", "oncelog", *command, "--bootstrap-server", address,

@@ -285,7 +285,7 @@ async def aio_read_until(consumer, targets: dict[TopicPartition, int]) -> list:
 async def aio_end_offsets(bootstrap: str, isolation: str, partitions) -> dict[TopicPartition, int]:
     consumer = await aio_consumer(bootstrap, isolation, partitions)
     try:
-        ends = await consumer.end_offsets([tp for tp in consumer.assignment()])
+        ends = await consumer.end_offsets(list(consumer.assignment()))
     finally:
         await consumer.stop()
     return {TopicPartition(tp.topic, tp.partition): offset for tp, offset in ends.items()}

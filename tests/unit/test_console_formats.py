@@ -12,8 +12,8 @@ from oncelog.errors import CommandError
 
 
 def message(**fields) -> Message:
-    defaults = dict(topic="t", partition=0, offset=0, key=None, value=b"v", headers=None,
-                    timestamp=(TIMESTAMP_CREATE_TIME, 1700000000000))
+    defaults = {"topic": "t", "partition": 0, "offset": 0, "key": None, "value": b"v", "headers": None,
+                "timestamp": (TIMESTAMP_CREATE_TIME, 1700000000000)}
     defaults.update(fields)
     return Message(**defaults)
 

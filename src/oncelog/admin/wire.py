@@ -207,7 +207,9 @@ class Cluster:
             try:
                 self._clients[node_id] = _WireClient(host, port, self.request_timeout_s)
             except OSError as error:
-                raise CommandError(f"cannot connect to broker {node_id} at {host}:{port}: {error.strerror or error}")
+                raise CommandError(
+                    f"cannot connect to broker {node_id} at {host}:{port}: {error.strerror or error}"
+                ) from None
         return self._clients[node_id]
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, list[PartitionInfo]]:

@@ -231,7 +231,7 @@ def parse_listener(value: str, key: str) -> Listener:
     parts = urlsplit(f"//{address}")
     if parts.port is None:
         raise ConfigError(f"{key}: no port in {first!r}")
-    if name.upper() not in ("PLAINTEXT",):
+    if name.upper() != "PLAINTEXT":
         raise ConfigError(f"{key}: only PLAINTEXT listeners are supported, got {name!r}")
     return Listener(name.upper(), parts.hostname or "", parts.port)
 

@@ -497,8 +497,8 @@ def encode_headers(pairs) -> bytes:
         if value is None:
             out += _varint(-1)
         else:
-            value = value.encode() if isinstance(value, str) else bytes(value)
-            out += _varint(len(value)) + value
+            encoded = value.encode() if isinstance(value, str) else bytes(value)
+            out += _varint(len(encoded)) + encoded
     return bytes(out)
 
 

@@ -220,9 +220,9 @@ class ReplicaManager:
         self.image = image
         for name in delta.deleted_topics:
             self._delete_local_topic(name)
-        for name, topic in delta.created_topics.items():
+        for topic in delta.created_topics.values():
             self._ensure_local_topic(topic)
-        for (topic, partition), (_old, new) in sorted(delta.changed_partitions.items()):
+        for _tp, (_old, new) in sorted(delta.changed_partitions.items()):
             if new is None:
                 continue
             self._apply_partition(new)

@@ -74,7 +74,7 @@ def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryv
         body = memoryview(body).toreadonly()  # kio reads read-only buffers only
     cls = request_class(api_key, version)
     check_lengths(cls, body, offset)  # before kio's reader reserves memory for any length
-    entity, size = _reader(cls)(body, offset)
+    entity, _size = _reader(cls)(body, offset)
     return entity
 
 

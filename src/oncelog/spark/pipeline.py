@@ -753,7 +753,7 @@ def spark_error_line(message: str) -> str:
         lines = last.splitlines()
         exception_line = None
         for line in lines[1:]:
-            if not line.strip() or line.startswith("\tat ") or line.startswith("JVM stacktrace"):
+            if not line.strip() or line.startswith(("\tat ", "JVM stacktrace")):
                 if exception_line is not None:
                     break
                 continue

@@ -133,10 +133,10 @@ class Report:
     def summary(self, examples: int = 3) -> str:
         s = self.stats
         lines = [
-            f"operations={s.get('operations', 0)} sends={s.get('sends', 0)} acked={s.get('acked', 0)} "
-            f"failed={s.get('failed', 0)} txns committed={s.get('committed_txns', 0)} "
-            f"aborted={s.get('aborted_txns', 0)} unknown={s.get('unknown_txns', 0)} "
-            f"reads={s.get('reads', 0)} final_partition_reads={s.get('final_partition_reads', 0)}",
+            (f"operations={s.get('operations', 0)} sends={s.get('sends', 0)} acked={s.get('acked', 0)} "
+             f"failed={s.get('failed', 0)} txns committed={s.get('committed_txns', 0)} "
+             f"aborted={s.get('aborted_txns', 0)} unknown={s.get('unknown_txns', 0)} "
+             f"reads={s.get('reads', 0)} final_partition_reads={s.get('final_partition_reads', 0)}"),
             " ".join(f"{kind}={len(found)}" for kind, found in self.anomalies().items()),
         ]
         for found in self.anomalies().values():

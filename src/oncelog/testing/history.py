@@ -567,9 +567,8 @@ def read_all(history: History, bootstrap_servers: str, topics: Sequence[str], is
                 if message.error() is None:
                     if message.offset() + 1 >= ends[tp]:
                         pending.discard(tp)
-                elif message.error().code() == KafkaError._PARTITION_EOF:
-                    if message.offset() >= ends[tp]:
-                        pending.discard(tp)
+                elif message.error().code() == KafkaError._PARTITION_EOF and message.offset() >= ends[tp]:
+                    pending.discard(tp)
             if pending:
                 # read_committed skips aborted records and markers: the position, not
                 # the last record, says whether the end was reached.

@@ -1184,7 +1184,7 @@ class GroupCoordinator:
             del self._groups[group.group_id]
         dropped_ids = {group.group_id for group in dropped}
         for producer_id, open_groups in list(self._open_groups_by_producer.items()):
-            open_groups -= dropped_ids
+            open_groups.difference_update(dropped_ids)
             if not open_groups:
                 del self._open_groups_by_producer[producer_id]
         if dropped:

@@ -164,8 +164,9 @@ class MarkerChannel:
         codes = {}
         for tp, (code, end_offset) in appended.items():
             if code is ErrorCode.none:
-                code = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
-            codes[tp] = code
+                codes[tp] = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
+            else:
+                codes[tp] = code
         return codes
 
     async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
