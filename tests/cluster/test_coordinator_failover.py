@@ -50,7 +50,8 @@ def transactional_producer(cluster: ClusterProcess, transactional_id: str) -> Pr
     return producer
 
 
-def read_committed(cluster: ClusterProcess, topic: str, partitions: int, expected: int, timeout: float = 60) -> list[str]:
+def read_committed(cluster: ClusterProcess, topic: str, partitions: int, expected: int,
+                   timeout: float = 60) -> list[str]:
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -101,10 +102,13 @@ def test_transaction_over_partitions_led_by_three_brokers_commits_at_the_leader_
     state = describe(cluster, coordinator, "spread")
     assert (state.error_code, state.transaction_state) == (ErrorCode.none, "CompleteAbort")
     # Each broker lists the ids it coordinates (the admin client asks them all).
-    assert {n: listed(cluster, n) for n in (1, 2, 3)} == {n: {"spread"} if n == coordinator else set() for n in (1, 2, 3)}
+    expected = {n: {"spread"} if n == coordinator else set() for n in (1, 2, 3)}
+    assert {n: listed(cluster, n) for n in (1, 2, 3)} == expected
 
 
-def test_transaction_over_partitions_led_by_three_brokers_commits_atomically_when_the_coordinator_is_killed_mid_commit(cluster):
+def test_transaction_over_partitions_led_by_three_brokers_commits_atomically_when_the_coordinator_is_killed_mid_commit(
+    cluster,
+):
     """The commit is decided (PrepareCommit on the ISR, the client answered) but no
     partition can take its marker: `orders` needs all 3 replicas in sync, and one broker
     is stalled. Then the coordinator's broker is killed. The leadership of its

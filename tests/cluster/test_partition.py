@@ -177,7 +177,8 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
     # Back in touch: node 1 registers again and every replica catches up.
     wait_until(lambda: all(isr == {1, 2, 3} for _, isr in metadata(cluster, 2, TOPIC).values()), 30,
                "every ISR whole again after the cut")
-    wait_until(lambda: metadata(cluster, CUT, TOPIC) == metadata(cluster, 2, TOPIC), 10, "node 1 seeing the cluster's metadata")
+    wait_until(lambda: metadata(cluster, CUT, TOPIC) == metadata(cluster, 2, TOPIC), 10,
+               "node 1 seeing the cluster's metadata")
     clock.stop.set()
     clock.join(150)
     assert clock.errors == []

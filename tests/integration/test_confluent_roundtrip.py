@@ -125,7 +125,8 @@ def test_produce_to_missing_topic_with_auto_create_off_fails(tmp_path):
         producer.produce("missing", b"x", on_delivery=lambda e, m: errors.append(e))
         producer.flush(10)
         assert len(errors) == 1 and errors[0] is not None
-        assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT)
+        assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                    KafkaError._MSG_TIMED_OUT)
         assert "missing" not in producer.list_topics(timeout=10).topics
 
 

@@ -65,8 +65,9 @@ def test_demo_runs_from_a_wheel_installed_in_a_fresh_virtualenv_outside_the_repo
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
     here = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
     (site_packages / "oncelog-test-dependencies.pth").write_text("".join(f"{path}\n" for path in here))
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "--ignore-installed",
-                    "--quiet", "--disable-pip-version-check", str(wheel)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                    "--ignore-installed", "--quiet", "--disable-pip-version-check", str(wheel)],
+                   check=True, timeout=300)
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

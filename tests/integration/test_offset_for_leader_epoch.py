@@ -90,7 +90,9 @@ def test_a_current_leader_epoch_newer_than_the_leaders_is_unknown_leader_epoch(b
     with WireClient.connect(broker.bootstrap_servers) as client:
         produce(client, topic, 1)
         assert end_offset(client, topic, 0, current_leader_epoch=1) == (ErrorCode.unknown_leader_epoch, -1, -1)
-        assert end_offset(client, topic, 0, current_leader_epoch=1, version=2) == (ErrorCode.unknown_leader_epoch, -1, -1)
+        assert end_offset(client, topic, 0, current_leader_epoch=1, version=2) == (
+            ErrorCode.unknown_leader_epoch, -1, -1
+        )
 
 
 def test_an_unknown_topic_or_partition_is_unknown_topic_or_partition(broker):

@@ -31,7 +31,9 @@ def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
         future.result(30)
 
 
-def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_committed_record_exactly_once(shared_broker, tmp_path):
+def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_committed_record_exactly_once(
+    shared_broker, tmp_path
+):
     bootstrap = shared_broker.bootstrap_servers
     source, sink = f"cli-in-{uuid.uuid4().hex[:6]}", f"cli-out-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, source, sink)

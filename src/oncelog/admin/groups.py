@@ -187,7 +187,8 @@ def _describe_group(admin: AdminClient, args: argparse.Namespace, group_id: str)
     try:
         description = future.result(timeout=REQUEST_TIMEOUT_S)
     except KafkaException as error:
-        if error.args and isinstance(error.args[0], KafkaError) and error.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+        if (error.args and isinstance(error.args[0], KafkaError)
+                and error.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND):
             raise CommandError(f"consumer group {group_id!r} does not exist") from None
         raise command_error(error, bootstrap=args.bootstrap_server) from None
     except TimeoutError:

@@ -10,8 +10,9 @@ kafka-transactions.sh.
     abort                WriteTxnMarkers(ABORT) for the open transaction starting at an offset
 
 Standard clients have no API for these, so the commands speak the protocol directly
-(admin/wire.py); they take the same connection options as every command. Column names are kafka-transactions.sh's; columns
-are separated by two spaces. Errors a user can fix are one line and exit status 1.
+(admin/wire.py); they take the same connection options as every command. Column names
+are kafka-transactions.sh's; columns are separated by two spaces. Errors a user can fix
+are one line and exit status 1.
 
 find-hanging follows Kafka's rule: a transaction is hanging when it is open on the
 partition (DescribeProducers' current_txn_start_offset >= 0), its producer's last write is

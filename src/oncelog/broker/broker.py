@@ -100,9 +100,8 @@ class Broker:
             self.cluster = ClusterRuntime(self, self.cluster_settings)
             self.leadership = self.cluster.replicas
             self.cluster.start_member()
-            self.cluster_id = self._load_or_create_meta_properties(
-                await self.cluster.cluster_id(self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id())
-            )
+            proposed_id = self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id()
+            self.cluster_id = self._load_or_create_meta_properties(await self.cluster.cluster_id(proposed_id))
             from oncelog.cluster.producer_ids import ClusterProducerIds
 
             self.producer_ids = ClusterProducerIds(self.cluster.store)
@@ -269,7 +268,8 @@ class Broker:
             path = directory / "meta.properties"
             if path.exists():
                 values = dict(
-                    line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#")
+                    line.split("=", 1) for line in path.read_text().splitlines()
+                    if "=" in line and not line.startswith("#")
                 )
                 if values.get("node.id") and int(values["node.id"]) != self.node_id:
                     raise ConfigError(

@@ -123,7 +123,8 @@ def append_records(
             ErrorCode.invalid_record, error_message="Produce requests may not contain control batches"
         )
     if batch.compression_id > Compression.ZSTD:
-        return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression_id}")
+        return ProduceOutcome(ErrorCode.corrupt_message,
+                              error_message=f"unknown compression codec {batch.compression_id}")
     if batch.is_transactional:
         refusal = _verify_transactional(broker, transactional_id, batch, topic, partition, produce_version, now_ms,
                                         leader_epoch, verification_guard)

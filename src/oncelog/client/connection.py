@@ -87,7 +87,8 @@ class Connection:
                 return chosen
         raise UnsupportedVersion(
             f"the broker at {self.address} offers API {api_key} versions "
-            f"{'none' if offered is None else f'{offered[0]}-{offered[1]}'}; this client needs one of {lowest}-{highest}"
+            f"{'none' if offered is None else f'{offered[0]}-{offered[1]}'}; "
+            f"this client needs one of {lowest}-{highest}"
         )
 
     # -- requests ---------------------------------------------------------------------------

@@ -318,7 +318,8 @@ def _decode_records(arena, batches: Sequence[_Batch], start: int, end: int, with
     keep = (offsets >= start) & (offsets < end)
     if not keep.all():
         keep_index = np.flatnonzero(keep)
-        offsets, starts, ends, header_at = offsets[keep_index], starts[keep_index], ends[keep_index], header_at[keep_index]
+        offsets, starts, ends = offsets[keep_index], starts[keep_index], ends[keep_index]
+        header_at = header_at[keep_index]
         key_starts, key_lengths = key_starts[keep_index], key_lengths[keep_index]
         value_starts, value_lengths = value_starts[keep_index], value_lengths[keep_index]
         time_deltas, base_times = time_deltas[keep_index], base_times[keep_index]

@@ -102,8 +102,10 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
     if new_total == current:
         raise TopicRequestError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
     if new_total < current:
-        raise TopicRequestError(ErrorCode.invalid_partitions,
-                                f"Topic currently has {current} partitions, which is higher than the requested {new_total}.")
+        raise TopicRequestError(
+            ErrorCode.invalid_partitions,
+            f"Topic currently has {current} partitions, which is higher than the requested {new_total}.",
+        )
     replication_factor = len(image.partition(name, 0).replicas)
     live = sorted(image.live_broker_ids())
     if assignment is not None:
@@ -123,7 +125,8 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
     if stored is None:
         raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
     try:
-        revision = await runtime.store.create_partitions(TopicRecord.decode(stored), stored.mod_revision, current, added)
+        revision = await runtime.store.create_partitions(TopicRecord.decode(stored), stored.mod_revision,
+                                                         current, added)
     except MetadataConflict as error:
         raise TopicRequestError(ErrorCode.reassignment_in_progress, str(error)) from None
     await runtime.wait_for_revision(revision)

@@ -189,7 +189,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     parser.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
                         help="where a new checkpoint starts reading; default: %(default)s")
     parser.add_argument("--transactional-id-prefix", metavar="PREFIX",
-                        help="prefix of the sink's transactional ids (default: oncelog-pipeline-<sink>; the sink adds the query id)")
+                        help="prefix of the sink's transactional ids "
+                             "(default: oncelog-pipeline-<sink>; the sink adds the query id)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra source option, e.g. kafka.security.protocol=SSL; repeatable")
@@ -778,13 +779,14 @@ def failed_batch(checkpoint: str) -> tuple[int, dict | None, dict | None] | None
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", checkpoint) and not checkpoint.startswith("file:"):
         return None
     root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
-    planned = _log_ids(root / "offsets")
+    offsets = root / "offsets"
+    planned = _log_ids(offsets)
     if not planned:
         return None
     batch_id = max(planned)
     if batch_id in _log_ids(root / "commits"):
         return None
-    return batch_id, _source_offsets(root / "offsets" / str(batch_id - 1)), _source_offsets(root / "offsets" / str(batch_id))
+    return batch_id, _source_offsets(offsets / str(batch_id - 1)), _source_offsets(offsets / str(batch_id))
 
 
 def _log_ids(directory: Path) -> set[int]:

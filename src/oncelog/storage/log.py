@@ -642,7 +642,8 @@ class PartitionLog:
         for segment in self._segments[number:]:
             for batch in segment.producer_batches(start):
                 completed = self.producer_state.record(batch)
-                if completed is not None and completed.is_aborted and not self.txn_index.contains(completed.last_offset):
+                if (completed is not None and completed.is_aborted
+                        and not self.txn_index.contains(completed.last_offset)):
                     self._index_abort(completed)
                 replayed += 1
         self.producer_state.remove_expired(now_ms)

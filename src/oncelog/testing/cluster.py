@@ -218,7 +218,8 @@ class ClusterProcess:
             try:
                 with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
                     return client.request(MetadataRequest(
-                        topics=None if topics is None else tuple(MetadataRequestTopic(name=t, topic_id=None) for t in topics),
+                        topics=(None if topics is None
+                                else tuple(MetadataRequestTopic(name=t, topic_id=None) for t in topics)),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False,
                     ))
             except OSError as error:
@@ -300,7 +301,8 @@ class ClusterProcess:
                 return True
             return False
 
-        self.wait_for(elected, timeout, f"a leader of {topic}-{partition}" + (f" other than {not_on}" if not_on else ""))
+        other_than = f" other than {not_on}" if not_on else ""
+        self.wait_for(elected, timeout, f"a leader of {topic}-{partition}{other_than}")
         return found[-1]
 
     def __enter__(self) -> Self:

@@ -109,7 +109,8 @@ def _topic_results(make, topics, errors: dict[TopicPartition, ErrorCode]) -> tup
             "AddPartitionsToTxnTopicResult",
             name=topic.name,
             results_by_partition=tuple(
-                make("AddPartitionsToTxnPartitionResult", partition_index=p, partition_error_code=errors[(topic.name, p)])
+                make("AddPartitionsToTxnPartitionResult", partition_index=p,
+                     partition_error_code=errors[(topic.name, p)])
                 for p in topic.partitions
             ),
         )

@@ -96,7 +96,8 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
                 entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
-            code, message = ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id} or empty string."
+            code = ErrorCode.invalid_request
+            message = f"Unexpected broker id, expected {broker.node_id} or empty string."
         elif resource.resource_name:  # the cluster default ("") holds dynamic defaults only: none
             static = broker.config.explicit
             for key in sorted(SETTINGS):

@@ -120,7 +120,9 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
                     high_watermark=log_.high_watermark,
                     last_stable_offset=log_.last_stable_offset,
                     log_start_offset=log_.log_start_offset,
-                    aborted_transactions=_aborted(ctx, log_, wanted.fetch_offset, stable, records) if read_committed else None,
+                    aborted_transactions=(
+                        _aborted(ctx, log_, wanted.fetch_offset, stable, records) if read_committed else None
+                    ),
                     preferred_read_replica=-1,
                     records=records,
                 )

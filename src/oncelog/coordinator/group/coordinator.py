@@ -664,7 +664,8 @@ class GroupCoordinator:
         log.info("group %s: member %s has failed, removing it (session timeout %d ms%s)",
                  group.group_id, member.member_id, member.session_timeout_ms,
                  ", never completed its first join" if member.is_new else "")
-        self._remove_member_and_update_group(group, member, f"removing member {member.member_id} on heartbeat expiration")
+        self._remove_member_and_update_group(group, member,
+                                             f"removing member {member.member_id} on heartbeat expiration")
 
     # ---- SyncGroup -----------------------------------------------------------------------
 
@@ -1260,7 +1261,9 @@ class GroupCoordinator:
         group = Group(
             group_id,
             state=STABLE if value.members else EMPTY,
-            current_state_timestamp_ms=value.current_state_timestamp_ms if value.current_state_timestamp_ms >= 0 else now,
+            current_state_timestamp_ms=(
+                value.current_state_timestamp_ms if value.current_state_timestamp_ms >= 0 else now
+            ),
             generation_id=value.generation,
             protocol_type=value.protocol_type or None,
             protocol_name=value.protocol,

@@ -308,7 +308,8 @@ class TransactionCoordinator:
 
     # -- adding partitions ----------------------------------------------------------------
 
-    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[ErrorCode, TransactionMetadata | None]:
+    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int
+                        ) -> tuple[ErrorCode, TransactionMetadata | None]:
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return owner, None
