@@ -25,6 +25,7 @@ from oncelog.testing.history import (
     GroupOffsetCommit,
     GroupOffsetObservation,
     History,
+    Operation,
     Poll,
     ReadComplete,
     Seek,
@@ -38,7 +39,7 @@ from oncelog.testing.history import (
 
 class Builder:
     def __init__(self) -> None:
-        self.ops = []
+        self.ops: list[Operation] = []
         self._clock = itertools.count(1)
 
     def now(self) -> float:
