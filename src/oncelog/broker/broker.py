@@ -18,6 +18,7 @@ import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.leadership import StandaloneLeadership
@@ -36,6 +37,11 @@ from oncelog.storage.errors import InvalidConfigError
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 
+if TYPE_CHECKING:
+    from oncelog.cluster.producer_ids import ClusterProducerIds
+    from oncelog.cluster.replica_manager import ReplicaManager
+    from oncelog.cluster.runtime import ClusterRuntime
+
 log = logging.getLogger("oncelog.broker")
 
 
@@ -49,21 +55,22 @@ class Broker:
         self.port = 0
         self.bound_port = 0  # where the listener really is (differs behind a proxy)
         self.inter_broker_host = ""  # where other brokers reach this one (the bound listener)
-        self.logs: LogManager | None = None
-        self.producer_ids: ProducerIdManager | None = None
-        self.txn_coordinator: TransactionCoordinator | None = None
-        self.cleaner: LogCleaner | None = None
+        # Set by start(), before anything uses them.
+        self.logs: LogManager
+        self.producer_ids: ProducerIdManager | ClusterProducerIds
+        self.txn_coordinator: TransactionCoordinator
+        self.cleaner: LogCleaner
         self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
         # Cluster mode (controller.quorum.voters set): the runtime that registers this
         # broker, follows the metadata and replicates; None when standalone.
-        self.cluster = None
+        self.cluster: ClusterRuntime | None = None
         self.cluster_settings = cluster_settings(config)
         # Who leads what, and when a write is replicated (broker/leadership.py).
-        self.leadership = StandaloneLeadership(self)
+        self.leadership: StandaloneLeadership | ReplicaManager = StandaloneLeadership(self)
         # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
         # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
-        self.coordinators: dict[int, object] = {}
+        self.coordinators: dict[int, GroupCoordinator | TransactionCoordinator] = {}
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics

@@ -149,7 +149,7 @@ class LogManager:
         self._loaded = False
         # Log dirs taken offline after an I/O error (set_dir_offline), with the error.
         self.offline_dirs: dict[Path, StorageError] = {}
-        self._failure_listeners: list[Callable[[Path, StorageError], None]] = []
+        self._failure_listeners: list[Callable[[Path, StorageError], object]] = []
 
     # -- loading -------------------------------------------------------------------------
 
@@ -553,7 +553,7 @@ class LogManager:
 
     # -- failed log dirs (Kafka's LogDirFailureChannel) ----------------------------------
 
-    def add_failure_listener(self, listener: Callable[[Path, StorageError], None]) -> None:
+    def add_failure_listener(self, listener: Callable[[Path, StorageError], object]) -> None:
         """`listener(log_dir, error)` on every I/O failure of a log in `log_dir` (and of
         its checkpoints). Standalone nobody listens: each write is tried afresh."""
         self._failure_listeners.append(listener)
