@@ -176,12 +176,12 @@ def run_find_hanging(args: argparse.Namespace) -> int:
         hanging = []
         if candidates:
             producer_ids = {c.producer_id for c in candidates}
-            transactional_ids = {
+            transactional_ids: dict[int, str] = {
                 s.producer_id: s.transactional_id
                 for _node, s in cluster.list_transactions(producer_ids)
                 if s.producer_id in producer_ids
             }
-            coordinator_views = {}
+            coordinator_views: dict[str, set[tuple[str, int]]] = {}
             for transactional_id in set(transactional_ids.values()):
                 _coordinator, state = cluster.describe_transaction(transactional_id)
                 if state.error_code == ErrorCode.none:
