@@ -33,6 +33,7 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
                        configs: dict[str, str], *, validate_only: bool = False,
                        assignment: list[list[int]] | None = None) -> TopicInfo:
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     image = runtime.image
     try:
         validate_topic_name(name)
@@ -78,6 +79,7 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
 
 async def delete_topic(broker: Broker, name: str) -> None:
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     topic = runtime.image.topics.get(name)
     if topic is None:
         raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
@@ -94,6 +96,7 @@ async def delete_topic(broker: Broker, name: str) -> None:
 async def create_partitions(broker: Broker, name: str, new_total: int, *, validate_only: bool = False,
                             assignment: list[list[int]] | None = None) -> None:
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     image = runtime.image
     topic = image.topics.get(name)
     if topic is None:
@@ -106,7 +109,9 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
             ErrorCode.invalid_partitions,
             f"Topic currently has {current} partitions, which is higher than the requested {new_total}.",
         )
-    replication_factor = len(image.partition(name, 0).replicas)
+    first = image.partition(name, 0)
+    assert first is not None  # a topic has a partition 0
+    replication_factor = len(first.replicas)
     live = sorted(image.live_broker_ids())
     if assignment is not None:
         problem = check_assignment(dict(enumerate(assignment, start=current)), live,
