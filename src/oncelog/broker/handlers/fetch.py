@@ -104,7 +104,8 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
                     )
                     records = result.records
                 elif not log_.log_start_offset <= wanted.fetch_offset <= log_.log_end_offset:
-                    raise OffsetOutOfRangeError(f"offset {wanted.fetch_offset} out of range")
+                    raise OffsetOutOfRangeError(f"{topic.topic}-{wanted.partition}", wanted.fetch_offset,
+                                                log_.log_start_offset, log_.log_end_offset)
             except OffsetOutOfRangeError:
                 code = ErrorCode.offset_out_of_range
                 failed = True
