@@ -118,7 +118,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._server = server
         self._max_frame = server.max_request_bytes
         self._memory = server.request_memory
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport  # set by connection_made, the first callback
         self.client_host = "?"
         # Bytes not yet parsed are _receive[_start:_end]; a frame too large for this
         # buffer is received into _frame, of exactly its size, from _frame_filled on.
