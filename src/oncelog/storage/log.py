@@ -317,7 +317,7 @@ class PartitionLog:
         log start offset."""
         cache = self.leader_epoch_cache
         cache.truncate_from_end(self.log_end_offset)
-        starts = []
+        starts: list[tuple[int, int]] = []
         for segment in scanned:
             if segment not in self._segments:
                 continue
@@ -519,6 +519,7 @@ class PartitionLog:
                 continue
             if check.verdict is Verdict.DUPLICATE:
                 original = check.duplicate_of
+                assert original is not None  # a DUPLICATE names its original
                 logger.debug("%s: duplicate batch of producer %d, sequences %d-%d, at offset %d",
                              self.name, header.producer_id, original.first_seq, original.last_seq,
                              original.first_offset)
