@@ -89,10 +89,12 @@ def _start_without_test_deps(data_dir: Path) -> float:
 
 def _stop_cleanly(broker: BrokerProcess) -> None:
     """SIGTERM, sent again if the first one came before the broker's signal handlers."""
+    process = broker.process
+    assert process is not None  # started
     for wait_s in (5, 120):
-        broker.process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
         try:
-            broker.process.wait(wait_s)
+            process.wait(wait_s)
             broker.process = None
             return
         except subprocess.TimeoutExpired:

@@ -40,7 +40,7 @@ def create_topic(bootstrap: str, config: dict[str, str] | None = None) -> None:
 
 
 def rss_bytes(broker: BrokerProcess) -> int:
-    status = Path(f"/proc/{broker.process.pid}/status").read_text()
+    status = Path(f"/proc/{broker.pid}/status").read_text()
     (line,) = [line for line in status.splitlines() if line.startswith("VmRSS:")]
     return int(line.split()[1]) * 1024
 

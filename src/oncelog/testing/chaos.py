@@ -171,7 +171,7 @@ CLUSTER_TOPIC_CONFIG = {"min.insync.replicas": "2"}
 
 # Client settings for a broker that vanishes every few seconds: reconnect quickly, give
 # up on a dropped response after a few seconds instead of a minute.
-CLIENT_BASE = {
+CLIENT_BASE: dict[str, str | int | float] = {
     "reconnect.backoff.ms": 20,
     "reconnect.backoff.max.ms": 250,
     "retry.backoff.ms": 50,
@@ -919,7 +919,7 @@ class StandaloneBroker:
         proxy = self.proxies[0].start()
         self.broker.config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
         self.broker.start()
-        log(f"chaos: broker pid {self.broker.process.pid} on 127.0.0.1:{self.broker.port}, clients through the "
+        log(f"chaos: broker pid {self.broker.pid} on 127.0.0.1:{self.broker.port}, clients through the "
             f"proxy at {proxy.address}; log.dirs {self.broker.data_dir}, broker log {self.broker.log_path}")
 
     def create_topics(self) -> None:
@@ -1033,7 +1033,7 @@ class ChaosCluster:
         except (RuntimeError, AssertionError) as error:
             raise ChaosError(f"the cluster did not start: {error}") from None
         for node_id, node in self.cluster.nodes.items():
-            log(f"chaos: node {node_id} pid {node.process.pid} on {node.host}:{node.port}"
+            log(f"chaos: node {node_id} pid {node.pid} on {node.host}:{node.port}"
                 + (f" (network namespace {self.network.namespace(node_id)})" if self.network else "")
                 + f", clients through the proxy at {self.proxies[node_id].address}; log.dirs {node.data_dir}"
                 + (" (a tmpfs of its own)" if self.disks else "") + f", broker log {node.log_path}")
@@ -1257,7 +1257,7 @@ def _wait_for_transactions_to_end(bootstrap: str, timeout: float) -> str | None:
     return f"transactions did not end within {timeout:.0f}s: {last}"
 
 
-def _stacks(threads: list[threading.Thread]) -> str:
+def _stacks(threads: Sequence[threading.Thread]) -> str:
     frames = sys._current_frames()
     return "\n".join(f"{thread.name}:\n{''.join(traceback.format_stack(frames[thread.ident]))}"
                      for thread in threads if thread.ident in frames)

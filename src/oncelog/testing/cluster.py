@@ -179,10 +179,10 @@ class ClusterProcess:
     def pause(self, node_id: int) -> None:
         """SIGSTOP the broker (a stalled process: no requests answered, no lease
         renewed). Its quorum member is a separate process and keeps running."""
-        os.kill(self.nodes[node_id].process.pid, signal.SIGSTOP)
+        os.kill(self.nodes[node_id].pid, signal.SIGSTOP)
 
     def resume(self, node_id: int) -> None:
-        os.kill(self.nodes[node_id].process.pid, signal.SIGCONT)
+        os.kill(self.nodes[node_id].pid, signal.SIGCONT)
 
     def quorum_member_pid(self, node_id: int) -> int | None:
         """The pid of the node's etcd member (a child of its broker process), if running."""

@@ -73,7 +73,7 @@ class EtcdCluster:
         """SIGTERM every member, SIGKILL after a short grace (a member without quorum may
         ignore SIGTERM for seconds)."""
         for member in self.members:
-            if member.alive:
+            if member.alive and member.process is not None:
                 member.process.terminate()
         for member in self.members:
             member.stop(grace_s=1.0)

@@ -107,6 +107,13 @@ class BrokerProcess:
             raise BrokerStartError(self.log_path, exit_code, timeout, self.config.get("node.id"))
         return self
 
+    @property
+    def pid(self) -> int:
+        """The process id of the running broker."""
+        if self.process is None:
+            raise RuntimeError(f"the broker logging to {self.log_path} is not running")
+        return self.process.pid
+
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM: a clean shutdown (flush, checkpoints)."""
         if self.process is None:
