@@ -333,7 +333,9 @@ def check_cluster(spec: PipelineSpec) -> None:
     from confluent_kafka.admin import AdminClient
 
     refused_codes = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
-    settings = {key[len("kafka."):]: value for key, value in spec.source_options if key.startswith("kafka.")}
+    settings: dict[str, str | int | float | bool] = {
+        key[len("kafka."):]: value for key, value in spec.source_options if key.startswith("kafka.")
+    }
     # No librdkafka log lines (refused connections...): the outcome is reported as one line.
     settings.update({"bootstrap.servers": spec.bootstrap_servers, "log_level": 0})
     try:
@@ -671,7 +673,8 @@ def run_pipeline(
                 result.stopped_by_signal = True
                 break
             try:
-                query.awaitTermination(PROGRESS_POLL_S)
+                # PySpark takes float seconds (it waits int(timeout * 1000) ms); its annotation says int.
+                query.awaitTermination(PROGRESS_POLL_S)  # type: ignore[arg-type]
             except StreamingQueryException:
                 break  # reported from query.exception() below
             watch.poll(query)

@@ -44,7 +44,7 @@ class EtcdCluster:
     def endpoints(self) -> list[str]:
         return [member.client_url for member in self.members]
 
-    def start(self, timeout: float = 30.0) -> EtcdCluster:
+    def start(self, timeout: float = 30.0) -> Self:
         for member in self.members:
             member.start()
         try:
