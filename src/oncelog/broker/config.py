@@ -259,8 +259,8 @@ def read_properties(path: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        line = path.read_bytes()[: error.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+        line_number = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line_number}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
                           "save the file as UTF-8") from None
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror or error}") from None

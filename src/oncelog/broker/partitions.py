@@ -315,6 +315,7 @@ async def verify_with_remote_coordinator(
             guards[(topic, partition)] = verifier.guard(topic, partition, producer[0], leader_epoch)
     if not guards:
         return answers
+    assert producer is not None  # the guards were taken for it
     producer_id, producer_epoch = producer
     adding = produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION
     codes = await verifier.verify(transactional_id, producer_id, producer_epoch, set(guards), verify_only=not adding)
@@ -382,6 +383,7 @@ def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: in
     coordinator loads its state from an internal partition it has just become leader of
     (everything the new leader holds is what the partition will keep)."""
     log_ = broker.logs.partition(topic, partition)
+    assert log_ is not None  # the partition this broker has just become leader of
     offset = max(from_offset, log_.log_start_offset)
     while offset < log_.log_end_offset:
         records = log_.read(offset, chunk_bytes, upper_bound=log_.log_end_offset).records

@@ -54,7 +54,7 @@ _INT_KEYS = frozenset({"max.message.bytes", "index.interval.bytes", "segment.byt
 _LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy", "log.dirs", "listeners", "advertised.listeners"})
 
 
-def _config_type(key: str, value: str) -> int:
+def _config_type(key: str, value: str | None) -> int:
     if key in _LIST_KEYS:
         return TYPE_LIST
     if key in _INT_KEYS:
@@ -102,8 +102,8 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
             static = broker.config.explicit
             for key in sorted(SETTINGS):
                 synonyms = _synonyms(key, _BROKER_SYNONYMS.get(key, [key]), static)
-                value = static[key] if key in static else _default(key)
-                entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+                broker_value = static[key] if key in static else _default(key)
+                entries.append((key, broker_value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
     else:
         code, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}."
 
