@@ -69,7 +69,7 @@ class Connection:
         request = ApiVersionsRequest(client_software_name="oncelog", client_software_version="1")
         frame = self._exchange_raw(request)
         (error,) = _ERROR_CODE.unpack_from(frame, 4)
-        entity = request
+        entity: ApiVersionsRequest | ApiVersionsRequestV0 = request
         if error == ErrorCode.unsupported_version:
             entity = ApiVersionsRequestV0()  # the broker answered in v0's layout
         response = decode_response(entity, frame, self._correlation)

@@ -31,7 +31,7 @@ def encode_request(entity, correlation_id: int, client_id: str | None = "oncelog
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
-def decode_response(entity, frame: bytes, correlation_id: int):
+def decode_response(entity, frame: bytes | bytearray | memoryview, correlation_id: int):
     """The response entity in `frame` (a response without its size prefix) to the
     request `entity` sent with `correlation_id`."""
     from kio.serial import entity_reader
