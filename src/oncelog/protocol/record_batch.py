@@ -419,6 +419,7 @@ def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) ->
 
 def control_type(record: DecodedRecord) -> ControlType:
     """The COMMIT/ABORT type in a control record's key."""
+    assert record.key is not None  # a control record's key is its type
     _version, kind = _CONTROL_KEY.unpack(record.key)
     return ControlType(kind)
 

@@ -210,6 +210,7 @@ class ClusterProcess:
     def metadata(self, topics: list[str] | None = None):
         """A Metadata v12 response from any live broker."""
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
 
         from oncelog.protocol.client import WireClient
 
@@ -219,7 +220,7 @@ class ClusterProcess:
                 with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
                     return client.request(MetadataRequest(
                         topics=(None if topics is None
-                                else tuple(MetadataRequestTopic(name=t, topic_id=None) for t in topics)),
+                                else tuple(MetadataRequestTopic(name=TopicName(t), topic_id=None) for t in topics)),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False,
                     ))
             except OSError as error:
@@ -230,6 +231,7 @@ class ClusterProcess:
         """Until every live broker's metadata has the topic with a leader per partition
         (metadata reaches brokers asynchronously, as in Kafka)."""
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
 
         from oncelog.protocol.client import WireClient
 
@@ -237,7 +239,7 @@ class ClusterProcess:
             for node_id in self.alive():
                 with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
                     response = client.request(MetadataRequest(
-                        topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+                        topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False))
                 entry = response.topics[0]
                 if entry.error_code != 0 or not entry.partitions or any(p.leader_id < 0 for p in entry.partitions):
@@ -259,6 +261,7 @@ class ClusterProcess:
     def coordinator_of(self, key: str, key_type: int = 1, timeout: float = 30.0) -> int:
         """The node FindCoordinator names for a transactional id (key_type 1) or group (0)."""
         from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+        from kio.static.primitive import i8
 
         from oncelog.protocol.client import WireClient
 
@@ -267,7 +270,7 @@ class ClusterProcess:
         def located() -> bool:
             node_id = self.alive()[0]
             with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
-                response = client.request(FindCoordinatorRequest(key=key, key_type=key_type))
+                response = client.request(FindCoordinatorRequest(key=key, key_type=i8(key_type)))
             if response.error_code == 0:
                 found.append(response.node_id)
             return bool(found)

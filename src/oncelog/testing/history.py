@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self, TypeAlias
+from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 Isolation = Literal["read_committed", "read_uncommitted"]
 Outcome = Literal["commit", "abort", "unknown"]
@@ -182,6 +182,9 @@ def from_json(line: str) -> Operation:
     return cls(**fields)
 
 
+_Op = TypeVar("_Op", bound=Operation)
+
+
 class History:
     """Operations in the order they were recorded; safe to append from many threads."""
 
@@ -189,7 +192,7 @@ class History:
         self._lock = threading.RLock()  # see _clear_stray_error
         self._operations: list[Operation] = list(operations)
 
-    def append(self, operation: Operation) -> Operation:
+    def append(self, operation: _Op) -> _Op:
         if type(operation).__name__ not in OPERATION_TYPES:
             raise TypeError(f"not a history operation: {operation!r}")
         with self._lock:
@@ -300,7 +303,7 @@ class RecordingProducer:
             _clear_stray_error()
             self._delivered(token, error, message)
 
-        extra = {} if partition is None else {"partition": partition}
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
         try:
             self._producer.produce(topic, value=value.encode(), key=None if key is None else key.encode(),
                                    on_delivery=delivered, **extra)

@@ -173,6 +173,7 @@ class FaultProxy:
 
             loop.run_until_complete(serve())
             loop.run_forever()
+            assert self._server is not None  # serve() ran
             self._server.close()
             for task in list(self._tasks):
                 task.cancel()
@@ -225,6 +226,7 @@ class FaultProxy:
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection is served by a task
         self._tasks.add(task)
         self.stats["connections"] += 1
         try:
