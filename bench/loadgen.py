@@ -239,7 +239,9 @@ def wire_produce(args: argparse.Namespace) -> dict:
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
     from kio.schema.produce.v9.response import ProduceResponse
+    from kio.schema.types import ProducerId
     from kio.serial import entity_reader
+    from kio.static.primitive import Records, i16, i32, i32Timedelta
 
     from oncelog.protocol import framing, record_batch
     from oncelog.protocol.client import WireClient, encode_request
@@ -248,8 +250,8 @@ def wire_produce(args: argparse.Namespace) -> dict:
     producer_id, producer_epoch, base_sequence = -1, -1, -1
     if args.idempotent:
         reply = client.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1))
+            transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            producer_id=ProducerId(-1), producer_epoch=i16(-1)))
         if reply.error_code != 0:
             _fail(f"InitProducerId failed: {reply.error_code!r}")
         producer_id, producer_epoch, base_sequence = reply.producer_id, reply.producer_epoch, 0
@@ -260,10 +262,10 @@ def wire_produce(args: argparse.Namespace) -> dict:
         producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
     )
     request = ProduceRequest(
-        transactional_id=None, acks=-1 if args.acks in ("all", "-1") else int(args.acks),
-        timeout=datetime.timedelta(seconds=30),
+        transactional_id=None, acks=i16(-1 if args.acks in ("all", "-1") else int(args.acks)),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
         topic_data=(TopicProduceData(name=args.topic, partition_data=(
-            PartitionProduceData(index=0, records=batch),)),),
+            PartitionProduceData(index=i32(0), records=Records(batch)),)),),
     )
     frame = bytearray(encode_request(request, 0))
     at = frame.find(batch)

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.offset_fetch.v5 import request as fetch_v5
+from kio.schema.types import GroupId, TopicName
 
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.protocol.client import WireClient
@@ -62,8 +63,8 @@ def consume(consumer: Consumer, count: int, timeout: float = 60.0) -> dict[int, 
 def fetch_committed(cluster: ClusterProcess, node_id: int, group_id: str) -> tuple[ErrorCode, dict[int, int]]:
     """OffsetFetch v5 of the group's "orders" offsets, sent to one broker."""
     with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
-        response = client.request(fetch_v5.OffsetFetchRequest(group_id=group_id, topics=(
-            fetch_v5.OffsetFetchRequestTopic(name="orders", partition_indexes=(0, 1)),
+        response = client.request(fetch_v5.OffsetFetchRequest(group_id=GroupId(group_id), topics=(
+            fetch_v5.OffsetFetchRequestTopic(name=TopicName("orders"), partition_indexes=(0, 1)),
         )))
     partitions = response.topics[0].partitions if response.topics else ()
     return response.error_code, {p.partition_index: p.committed_offset for p in partitions}

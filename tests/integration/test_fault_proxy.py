@@ -20,7 +20,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.produce.v9 import response as produce_v9_response
+from kio.schema.types import ProducerId, TopicName
 from kio.serial import entity_reader
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol import framing
@@ -66,8 +68,8 @@ def plain_batch(value: bytes = b"v") -> bytes:
 def idempotent_batch(broker: EmbeddedBroker) -> bytes:
     with WireClient("127.0.0.1", broker.port, timeout=TIMEOUT) as client:
         answer = client.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1))
+            transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            producer_id=ProducerId(-1), producer_epoch=i16(-1)))
     assert answer.error_code == ErrorCode.none
     return rb.build_batch([rb.Record(b"k", b"once")], timestamp_ms=int(time.time() * 1000),
                           producer_id=answer.producer_id, producer_epoch=answer.producer_epoch, base_sequence=0)
@@ -75,9 +77,10 @@ def idempotent_batch(broker: EmbeddedBroker) -> bytes:
 
 def produce_frame(batch: bytes, correlation_id: int, partition: int = 0) -> bytes:
     request = produce_v9.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(produce_v9.TopicProduceData(
-            name=TOPIC, partition_data=(produce_v9.PartitionProduceData(index=partition, records=batch),)),),
+            name=TopicName(TOPIC),
+            partition_data=(produce_v9.PartitionProduceData(index=i32(partition), records=Records(batch)),)),),
     )
     return encode_request(request, correlation_id)
 

@@ -9,6 +9,7 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
 from oncelog.protocol.client import WireClient
 from oncelog.testing.cluster import ClusterProcess
@@ -45,7 +46,7 @@ def read_partition(cluster: ClusterProcess, topic: str, partition: int, expected
 def metadata(cluster: ClusterProcess, node: int, topic: str) -> dict[int, tuple[int, set[int]]]:
     """{partition: (leader, ISR)} of the topic, as `node` answers it."""
     with WireClient.connect(cluster.nodes[node].bootstrap_servers, timeout=3) as client:
-        response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+        response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
                                                   allow_auto_topic_creation=False,
                                                   include_topic_authorized_operations=False))
     return {p.partition_index: (p.leader_id, set(p.isr_nodes)) for p in response.topics[0].partitions}
