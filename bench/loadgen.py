@@ -204,7 +204,7 @@ def consume(args: argparse.Namespace) -> dict:
     deadline = time.monotonic() + 120
     cpu_before = _cpu_seconds()
     started = time.perf_counter()
-    first_message_at = None
+    first_message_at: float | None = None
     while received < args.messages:
         if time.monotonic() > deadline:
             _fail(f"consumed only {received} of {args.messages} messages in 120 s")
@@ -215,10 +215,13 @@ def consume(args: argparse.Namespace) -> dict:
             if first_message_at is None:
                 first_message_at = time.perf_counter()
             received += 1
-            received_bytes += len(message.value())
+            value = message.value()
+            assert value is not None  # the load is written with values
+            received_bytes += len(value)
     elapsed = time.perf_counter() - started
     cpu = _cpu_seconds() - cpu_before
     consumer.close()
+    assert first_message_at is not None  # received args.messages of them
     return {
         "messages": received,
         "bytes": received_bytes,

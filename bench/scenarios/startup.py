@@ -77,6 +77,7 @@ def _start_without_test_deps(data_dir: Path) -> float:
                "--override", f"log.dirs={data_dir}", "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    assert process.stdout is not None  # a PIPE
     try:
         for line in process.stdout:
             if b"listening on" in line:
