@@ -39,6 +39,7 @@ def start_cluster(data_dir: Path, *args: str) -> RunningCluster:
         [str(ONCELOG), "cluster", "start", "--data-dir", str(data_dir), *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    assert process.stdout is not None and process.stderr is not None  # PIPEs
     lines: list[str] = []
     node_pids: dict[int, int] = {}
     bootstrap = ""
@@ -109,13 +110,16 @@ def read_everything(bootstrap: str, topic: str, expected: int, timeout_s: float 
     while len(values) < expected and time.monotonic() < deadline:
         for message in consumer.consume(500, timeout=0.5):
             if message.error() is None:
-                values.add(message.value())
+                value = message.value()
+                assert value is not None  # the test writes no tombstones
+                values.add(value)
     consumer.close()
     return values
 
 
 def stop(cluster: RunningCluster) -> None:
     cluster.process.send_signal(signal.SIGTERM)
+    assert cluster.process.stderr is not None  # a PIPE (start_cluster)
     assert cluster.process.wait(60) == 0, cluster.process.stderr.read()
 
 

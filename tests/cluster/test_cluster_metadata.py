@@ -55,7 +55,9 @@ def consume_all(cluster: ClusterProcess, topic: str, partition: int, expected: i
     while len(values) < expected and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(message.value())
+            value = message.value()
+            assert value is not None  # the test writes no tombstones
+            values.append(value)
     consumer.close()
     return values
 

@@ -10,10 +10,11 @@ import shutil
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+from kio.schema.types import TransactionalId
 
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.protocol.client import WireClient
@@ -60,18 +61,24 @@ def read_committed(cluster: ClusterProcess, topic: str, partitions: int, expecte
     while len(values) < expected and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(message.value().decode())
+            values.append(_text(message))
     time.sleep(0.5)  # anything beyond `expected` would be a duplicate
     while (message := consumer.poll(0.2)) is not None:
         if not message.error():
-            values.append(message.value().decode())
+            values.append(_text(message))
     consumer.close()
     return values
 
 
+def _text(message: Message) -> str:
+    value = message.value()
+    assert value is not None  # the test writes no tombstones
+    return value.decode()
+
+
 def describe(cluster: ClusterProcess, node_id: int, transactional_id: str):
     with WireClient.connect(cluster.nodes[node_id].bootstrap_servers, timeout=10) as client:
-        response = client.request(DescribeTransactionsRequest(transactional_ids=(transactional_id,)))
+        response = client.request(DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),)))
     return response.transaction_states[0]
 
 

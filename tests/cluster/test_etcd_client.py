@@ -278,7 +278,7 @@ class BlackHole:
         self.upstream = (host, int(port))
         self.drop = drop
         self.forwarded = 0
-        self.server: asyncio.Server | None = None
+        self.server: asyncio.Server  # set by __aenter__
         self.tasks: set[asyncio.Task] = set()
 
     @property
@@ -314,6 +314,7 @@ def test_indeterminate_write_is_safe_to_retry_as_cas(etcd):
     async def cas_write(key: str, drop: str) -> None:
         async with EtcdClient(etcd.endpoints) as client:
             before = await client.get(key)
+            assert before is not None  # written by the test
             compare = [Compare.mod_revision(key, "=", before.mod_revision)]
             async with BlackHole(etcd.endpoints[0], drop) as lossy, \
                     EtcdClient([lossy.endpoint], request_timeout_s=0.5) as lossy_client:
@@ -331,6 +332,7 @@ def test_indeterminate_write_is_safe_to_retry_as_cas(etcd):
             else:
                 assert retry.succeeded  # the lost write never reached etcd: the retry applies it
             after = await client.get(key)
+            assert after is not None
             assert (after.value, after.version) == (b"new", before.version + 1)  # applied exactly once
 
     async def scenario():

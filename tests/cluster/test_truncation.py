@@ -79,11 +79,14 @@ def consume_all(cluster: ClusterProcess) -> list[str]:
         message = consumer.poll(0.5)
         if message is None:
             continue
-        if message.error():
-            if message.error().code() == -191:  # _PARTITION_EOF: read up to the high watermark
+        error = message.error()
+        if error:
+            if error.code() == -191:  # _PARTITION_EOF: read up to the high watermark
                 break
             continue
-        values.append(message.value().decode())
+        value = message.value()
+        assert value is not None  # the test writes no tombstones
+        values.append(value.decode())
     consumer.close()
     return values
 

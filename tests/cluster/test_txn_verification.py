@@ -144,7 +144,9 @@ def read_committed(cluster, partition, until, timeout=30.0) -> list[bytes]:
     while not until(values) and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(message.value())
+            value = message.value()
+            assert value is not None  # the test writes no tombstones
+            values.append(value)
     consumer.close()
     return values
 

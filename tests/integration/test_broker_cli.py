@@ -20,6 +20,7 @@ def start_broker(*args: str) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", "oncelog", "broker", "start", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    assert process.stdout is not None and process.stderr is not None  # PIPEs
     line = process.stdout.readline()
     if not line:
         process.wait(30)

@@ -329,7 +329,9 @@ def read_values(bootstrap: str) -> dict[int, list[int]]:
         while sum(map(len, values.values())) < sum(ends.values()) and time.monotonic() < deadline:
             for message in consumer.consume(10_000, timeout=0.5):
                 assert message.error() is None
-                values[message.partition()].append(int(message.value()))
+                partition, value = message.partition(), message.value()
+                assert partition is not None and value is not None  # a record the test wrote
+                values[partition].append(int(value))
         return values
     finally:
         consumer.close()

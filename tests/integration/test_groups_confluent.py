@@ -96,6 +96,7 @@ class ConsumerProcess:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.process.stdout is not None  # a PIPE
         for line in self.process.stdout:
             partition, offset = json.loads(line)
             self.received.append((partition, offset))

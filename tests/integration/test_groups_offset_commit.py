@@ -56,7 +56,7 @@ def commit_error(client, schema, group: str, generation: int, member_id: str = "
 
 def committed(client, group: str) -> dict[int, int]:
     response = client.request(fetch_v5.OffsetFetchRequest(group_id=GroupId(group), topics=(
-        fetch_v5.OffsetFetchRequestTopic(name=TopicName(TOPIC), partition_indexes=(0, 1)),
+        fetch_v5.OffsetFetchRequestTopic(name=TopicName(TOPIC), partition_indexes=(i32(0), i32(1))),
     )))
     assert response.error_code == ErrorCode.none
     return {p.partition_index: p.committed_offset for p in response.topics[0].partitions}

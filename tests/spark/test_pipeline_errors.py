@@ -55,9 +55,10 @@ def committed_records(bootstrap: str, topic: str) -> int:
     count, at_end = 0, set()
     for _ in range(100):
         for message in consumer.consume(100, 0.1):
-            if message.error() is None:
+            error = message.error()
+            if error is None:
                 count += 1
-            elif message.error().code() == KafkaError._PARTITION_EOF:
+            elif error.code() == KafkaError._PARTITION_EOF:
                 at_end.add(message.partition())
         if len(at_end) == 2:
             break

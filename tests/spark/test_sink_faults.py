@@ -61,12 +61,16 @@ class BatchVisibilityWatcher:
             message = self._consumer.poll(0.1)
             if message is None:
                 continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    self.snapshots.append((message.partition(), dict(self.seen[message.partition()])))
+            partition = message.partition()
+            assert partition is not None  # records and partition EOFs name their partition
+            error = message.error()
+            if error:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self.snapshots.append((partition, dict(self.seen[partition])))
                 continue
-            batch = dict(message.headers() or ())[BATCH_HEADER].decode()
-            self.seen[message.partition()][batch] += 1
+            header = dict(message.headers() or ())[BATCH_HEADER]
+            assert isinstance(header, bytes)  # a consumed header value is bytes
+            self.seen[partition][header.decode()] += 1
 
     def stop(self) -> None:
         self._stop.set()
