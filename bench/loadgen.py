@@ -204,7 +204,7 @@ def consume(args: argparse.Namespace) -> dict:
     deadline = time.monotonic() + 120
     cpu_before = _cpu_seconds()
     started = time.perf_counter()
-    first_message_at = None
+    first_message_at: float | None = None
     while received < args.messages:
         if time.monotonic() > deadline:
             _fail(f"consumed only {received} of {args.messages} messages in 120 s")
@@ -215,10 +215,13 @@ def consume(args: argparse.Namespace) -> dict:
             if first_message_at is None:
                 first_message_at = time.perf_counter()
             received += 1
-            received_bytes += len(message.value())
+            value = message.value()
+            assert value is not None  # the load is written with values
+            received_bytes += len(value)
     elapsed = time.perf_counter() - started
     cpu = _cpu_seconds() - cpu_before
     consumer.close()
+    assert first_message_at is not None  # received args.messages of them
     return {
         "messages": received,
         "bytes": received_bytes,
@@ -239,7 +242,9 @@ def wire_produce(args: argparse.Namespace) -> dict:
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
     from kio.schema.produce.v9.response import ProduceResponse
+    from kio.schema.types import ProducerId
     from kio.serial import entity_reader
+    from kio.static.primitive import Records, i16, i32, i32Timedelta
 
     from oncelog.protocol import framing, record_batch
     from oncelog.protocol.client import WireClient, encode_request
@@ -248,8 +253,8 @@ def wire_produce(args: argparse.Namespace) -> dict:
     producer_id, producer_epoch, base_sequence = -1, -1, -1
     if args.idempotent:
         reply = client.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1))
+            transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            producer_id=ProducerId(-1), producer_epoch=i16(-1)))
         if reply.error_code != 0:
             _fail(f"InitProducerId failed: {reply.error_code!r}")
         producer_id, producer_epoch, base_sequence = reply.producer_id, reply.producer_epoch, 0
@@ -260,10 +265,10 @@ def wire_produce(args: argparse.Namespace) -> dict:
         producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
     )
     request = ProduceRequest(
-        transactional_id=None, acks=-1 if args.acks in ("all", "-1") else int(args.acks),
-        timeout=datetime.timedelta(seconds=30),
+        transactional_id=None, acks=i16(-1 if args.acks in ("all", "-1") else int(args.acks)),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
         topic_data=(TopicProduceData(name=args.topic, partition_data=(
-            PartitionProduceData(index=0, records=batch),)),),
+            PartitionProduceData(index=i32(0), records=Records(batch)),)),),
     )
     frame = bytearray(encode_request(request, 0))
     at = frame.find(batch)

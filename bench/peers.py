@@ -26,9 +26,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench import profile
 from oncelog.testing.process import BrokerProcess, free_port
+
+if TYPE_CHECKING:
+    from oncelog.testing.cluster import ClusterProcess
 
 # Peers as the results and the table name them.
 ONCELOG = "oncelog"
@@ -103,7 +107,7 @@ class OncelogClusterTarget:
     def __init__(self, work_dir: Path, config: dict[str, str] | None = None) -> None:
         self.work_dir = work_dir
         self.config = config or {}
-        self.cluster = None
+        self.cluster: ClusterProcess | None = None  # while entered
         self.quorum_pids: list[int] = []
 
     @property
@@ -125,19 +129,20 @@ class OncelogClusterTarget:
         except FileNotFoundError as error:
             raise PeerUnavailable(str(error)) from None
         base_dir = Path(tempfile.mkdtemp(prefix="oncelog-cluster-", dir=self.work_dir))
-        self.cluster = ClusterProcess(base_dir, self.brokers, {**BENCH_BROKER_CONFIG, **self.config},
-                                      fast_failover=False)
+        cluster = ClusterProcess(base_dir, self.brokers, {**BENCH_BROKER_CONFIG, **self.config}, fast_failover=False)
+        self.cluster = cluster
         try:
-            self.cluster.start()
+            cluster.start()
         except BaseException:
             self.cluster = None
             shutil.rmtree(base_dir, ignore_errors=True)
             raise
         self.quorum_pids = [child for pid in self.pids for child in profile.child_pids(pid)]
-        return self.cluster.bootstrap_servers
+        return cluster.bootstrap_servers
 
     def wait_for_replicas(self, topic: str, partitions: int, replication_factor: int, timeout: float = 60) -> None:
         """Until every broker knows `topic` and each partition has its full ISR."""
+        assert self.cluster is not None  # entered
         self.cluster.wait_for_topic(topic, timeout)
         for partition in range(partitions):
             self.cluster.wait_for_isr(topic, partition, replication_factor, timeout)
@@ -243,6 +248,7 @@ def loopback_limit(total_bytes: int) -> dict:
     a Python process, so the figure includes the interpreter's per-call costs.
     """
     receiver = subprocess.Popen([sys.executable, "-c", _LOOPBACK_RECEIVER], stdout=subprocess.PIPE)
+    assert receiver.stdout is not None  # a PIPE
     try:
         port = int(receiver.stdout.readline())
         chunk = os.urandom(1 << 20)

@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             if reason is None:
                 runnable.append(scenario)
             else:
-                report["scenarios"][scenario.id] = {"title": scenario.title, "status": "not available", "reason": reason}
+                report["scenarios"][scenario.id] = {
+                    "title": scenario.title, "status": "not available", "reason": reason,
+                }
         if not args.no_limits and any(s.compare_with_limits for s in runnable):
             report["limits"] = _measure_limits(settings, work_dir)
         for scenario in runnable:

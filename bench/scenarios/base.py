@@ -30,6 +30,8 @@ from bench.peers import (
 
 LOADGEN = Path(__file__).resolve().parent.parent / "loadgen.py"
 
+Target = OncelogTarget | TansuTarget | OncelogClusterTarget  # a broker under test
+
 
 class ScenarioFailed(RuntimeError):
     """One run went wrong (the load generator or a broker failed); the harness records it."""
@@ -117,8 +119,9 @@ def loadgen(mode: str, *args: object, timeout: float = 300) -> dict:
 
 
 @contextlib.contextmanager
-def running(peer: str, settings: Settings, config: dict[str, str] | None = None) -> Iterator[tuple[str, object]]:
+def running(peer: str, settings: Settings, config: dict[str, str] | None = None) -> Iterator[tuple[str, Target]]:
     """A fresh broker of `peer` for one run: (bootstrap address, target)."""
+    target: Target
     if peer == ONCELOG:
         target = OncelogTarget(settings.work_dir, config)
     elif peer == BASELINE:
@@ -171,7 +174,8 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
 def _cpu_seconds(pids: list[int | None]) -> float | None:
     """CPU seconds of all `pids` together; None when there are none or one is unreadable."""
     values = [profile.process_cpu_seconds(pid) for pid in pids]
-    return None if not values or None in values else sum(values)
+    known = [value for value in values if value is not None]
+    return sum(known) if values and len(known) == len(values) else None
 
 
 def throughput_metrics(load: dict, phase: dict) -> dict[str, float]:

@@ -53,7 +53,8 @@ class ConsumeScenario(Scenario):
             fill = ["--bootstrap", bootstrap, "--topic", TOPIC, "--messages", settings.messages,
                     "--size", settings.value_size]
             if self.transaction_size is not None:
-                fill += ["--acks", "all", "--transactional-id", "bench-fill", "--transaction-size", self.transaction_size]
+                fill += ["--acks", "all", "--transactional-id", "bench-fill",
+                         "--transaction-size", self.transaction_size]
             loadgen("produce", *fill)
             # The fill's warm-up message is on the topic too.
             total = settings.messages + 1

@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.peers import BASELINE, ONCELOG
 from bench.scenarios.base import (
@@ -333,12 +334,12 @@ def direct_loop(args: argparse.Namespace) -> dict:
     commit_latencies: list[float] = []
     started = time.perf_counter()
     producer.begin_transaction()
-    pending = first
+    pending: list | None = first  # records read before the clock started, handled first
     deadline = time.monotonic() + 600
     while processed < args.messages:
         if time.monotonic() > deadline:
             raise RuntimeError(f"processed only {processed} of {args.messages} records in 600 s")
-        records = pending if pending is not None else consumer.consume(1000, 0.5)
+        records: list[Any] = pending if pending is not None else consumer.consume(1000, 0.5)
         pending = None
         for message in records:
             if message.error() is not None:
@@ -401,11 +402,14 @@ def count_records(args: argparse.Namespace) -> dict:
     last_progress = time.monotonic()
     while len(at_end) < len(partitions) and time.monotonic() - last_progress < 30:
         for message in consumer.consume(10_000, 0.5):
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
+            partition = message.partition()
+            assert partition is not None  # records and partition EOFs name their partition
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
                 continue
-            at_end.discard(message.partition())
+            at_end.discard(partition)
             records += 1
             last_progress = time.monotonic()
     consumer.close()

@@ -18,7 +18,7 @@ are reported apart as quorum CPU.
 
 from __future__ import annotations
 
-from bench.peers import ONCELOG, ONCELOG_3
+from bench.peers import ONCELOG, ONCELOG_3, OncelogClusterTarget
 from bench.scenarios.base import (
     THROUGHPUT_EXTRAS,
     Metric,
@@ -62,6 +62,7 @@ class ReplicatedProduceScenario(Scenario):
                                     "--config", f"min.insync.replicas={MIN_INSYNC_REPLICAS}"]
             loadgen("create-topic", *topic_arguments)
             if peer == ONCELOG_3:
+                assert isinstance(target, OncelogClusterTarget)
                 target.wait_for_replicas(TOPIC, settings.partitions, REPLICATION_FACTOR)
             arguments = ["--bootstrap", bootstrap, "--topic", TOPIC, "--messages", settings.messages,
                          "--size", settings.value_size, "--acks", "all", "--idempotent"]

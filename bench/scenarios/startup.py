@@ -77,6 +77,7 @@ def _start_without_test_deps(data_dir: Path) -> float:
                "--override", f"log.dirs={data_dir}", "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    assert process.stdout is not None  # a PIPE
     try:
         for line in process.stdout:
             if b"listening on" in line:
@@ -89,10 +90,12 @@ def _start_without_test_deps(data_dir: Path) -> float:
 
 def _stop_cleanly(broker: BrokerProcess) -> None:
     """SIGTERM, sent again if the first one came before the broker's signal handlers."""
+    process = broker.process
+    assert process is not None  # started
     for wait_s in (5, 120):
-        broker.process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGTERM)
         try:
-            broker.process.wait(wait_s)
+            process.wait(wait_s)
             broker.process = None
             return
         except subprocess.TimeoutExpired:

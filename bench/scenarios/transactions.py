@@ -9,7 +9,8 @@ transaction-correct).
 
 Not available until the broker implements the transactional produce APIs
 (AddPartitionsToTxn and EndTxn): `unavailable_reason` asks the handler registry, so
-these scenarios switch on by themselves when the coordinator lands. The load (confluent-kafka's transactional producer, `loadgen.py produce --transactional-id`)
+these scenarios switch on by themselves when the coordinator lands. The load
+(confluent-kafka's transactional producer, `loadgen.py produce --transactional-id`)
 is already written; check its figures by hand the first time it runs.
 """
 

@@ -39,6 +39,7 @@ def start_cluster(data_dir: Path, *args: str) -> RunningCluster:
         [str(ONCELOG), "cluster", "start", "--data-dir", str(data_dir), *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    assert process.stdout is not None and process.stderr is not None  # PIPEs
     lines: list[str] = []
     node_pids: dict[int, int] = {}
     bootstrap = ""
@@ -109,13 +110,16 @@ def read_everything(bootstrap: str, topic: str, expected: int, timeout_s: float 
     while len(values) < expected and time.monotonic() < deadline:
         for message in consumer.consume(500, timeout=0.5):
             if message.error() is None:
-                values.add(message.value())
+                value = message.value()
+                assert value is not None  # the test writes no tombstones
+                values.add(value)
     consumer.close()
     return values
 
 
 def stop(cluster: RunningCluster) -> None:
     cluster.process.send_signal(signal.SIGTERM)
+    assert cluster.process.stderr is not None  # a PIPE (start_cluster)
     assert cluster.process.wait(60) == 0, cluster.process.stderr.read()
 
 
@@ -167,7 +171,7 @@ def test_restart_with_another_broker_count_is_a_one_line_error(data_dir):
         kill_everything(first)
     completed = subprocess.run(
         [str(ONCELOG), "cluster", "start", "--data-dir", str(data_dir), "--brokers", "3"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 1
     assert completed.stderr == (
@@ -212,7 +216,7 @@ def test_group_consumer_without_a_coordinator_is_told_why(cluster_with_a_dead_no
     completed = subprocess.run(
         [str(ONCELOG), "consume", "--topic", "clicks", "--group", "g", "--from-beginning",
          "--timeout-ms", "3000", "--bootstrap-server", bootstrap],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=120,
     )
     assert completed.returncode == 1, completed.stderr
     assert completed.stderr.count("\n") == 1, completed.stderr
@@ -225,7 +229,7 @@ def test_a_data_dir_without_node_settings_but_with_quorum_data_is_refused_in_one
     new ones would leave the etcd members dialling the old ones."""
     (tmp_path / "node-1" / "__cluster_metadata-etcd").mkdir(parents=True)
     completed = subprocess.run([str(ONCELOG), "cluster", "start", "--data-dir", str(tmp_path)],
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+                               stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 1
     assert completed.stderr.startswith(f"oncelog: error: {tmp_path} holds a cluster without node-<id>.properties")
     assert completed.stderr.count("\n") == 1

@@ -21,6 +21,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import ProducerId
+from kio.static.primitive import i16, i32Timedelta
 
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
@@ -53,7 +55,9 @@ def consume_all(cluster: ClusterProcess, topic: str, partition: int, expected: i
     while len(values) < expected and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(message.value())
+            value = message.value()
+            assert value is not None  # the test writes no tombstones
+            values.append(value)
     consumer.close()
     return values
 
@@ -260,7 +264,8 @@ def test_producer_ids_are_unique_across_brokers_and_restarts(cluster):
     def ids_from(node_id: int, count: int) -> list[int]:
         with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
             answers = [client.request(InitProducerIdRequest(
-                transactional_id=None, transaction_timeout=datetime.timedelta(0), producer_id=-1, producer_epoch=-1))
+                transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(0)),
+                producer_id=ProducerId(-1), producer_epoch=i16(-1)))
                 for _ in range(count)]
         assert all(a.error_code == ErrorCode.none for a in answers)
         return [a.producer_id for a in answers]

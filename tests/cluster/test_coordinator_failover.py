@@ -10,10 +10,11 @@ import shutil
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+from kio.schema.types import TransactionalId
 
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.protocol.client import WireClient
@@ -50,7 +51,8 @@ def transactional_producer(cluster: ClusterProcess, transactional_id: str) -> Pr
     return producer
 
 
-def read_committed(cluster: ClusterProcess, topic: str, partitions: int, expected: int, timeout: float = 60) -> list[str]:
+def read_committed(cluster: ClusterProcess, topic: str, partitions: int, expected: int,
+                   timeout: float = 60) -> list[str]:
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -59,18 +61,24 @@ def read_committed(cluster: ClusterProcess, topic: str, partitions: int, expecte
     while len(values) < expected and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(message.value().decode())
+            values.append(_text(message))
     time.sleep(0.5)  # anything beyond `expected` would be a duplicate
     while (message := consumer.poll(0.2)) is not None:
         if not message.error():
-            values.append(message.value().decode())
+            values.append(_text(message))
     consumer.close()
     return values
 
 
+def _text(message: Message) -> str:
+    value = message.value()
+    assert value is not None  # the test writes no tombstones
+    return value.decode()
+
+
 def describe(cluster: ClusterProcess, node_id: int, transactional_id: str):
     with WireClient.connect(cluster.nodes[node_id].bootstrap_servers, timeout=10) as client:
-        response = client.request(DescribeTransactionsRequest(transactional_ids=(transactional_id,)))
+        response = client.request(DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),)))
     return response.transaction_states[0]
 
 
@@ -101,10 +109,13 @@ def test_transaction_over_partitions_led_by_three_brokers_commits_at_the_leader_
     state = describe(cluster, coordinator, "spread")
     assert (state.error_code, state.transaction_state) == (ErrorCode.none, "CompleteAbort")
     # Each broker lists the ids it coordinates (the admin client asks them all).
-    assert {n: listed(cluster, n) for n in (1, 2, 3)} == {n: {"spread"} if n == coordinator else set() for n in (1, 2, 3)}
+    expected = {n: {"spread"} if n == coordinator else set() for n in (1, 2, 3)}
+    assert {n: listed(cluster, n) for n in (1, 2, 3)} == expected
 
 
-def test_transaction_over_partitions_led_by_three_brokers_commits_atomically_when_the_coordinator_is_killed_mid_commit(cluster):
+def test_transaction_over_partitions_led_by_three_brokers_commits_atomically_when_the_coordinator_is_killed_mid_commit(
+    cluster,
+):
     """The commit is decided (PrepareCommit on the ISR, the client answered) but no
     partition can take its marker: `orders` needs all 3 replicas in sync, and one broker
     is stalled. Then the coordinator's broker is killed. The leadership of its

@@ -7,9 +7,11 @@ own key prefixes. Members killed by a test are restarted by it.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sys
 import time
+from typing import Self
 
 import pytest
 
@@ -276,14 +278,14 @@ class BlackHole:
         self.upstream = (host, int(port))
         self.drop = drop
         self.forwarded = 0
-        self.server: asyncio.Server | None = None
+        self.server: asyncio.Server  # set by __aenter__
         self.tasks: set[asyncio.Task] = set()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
-    async def __aenter__(self) -> BlackHole:
+    async def __aenter__(self) -> Self:
         self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
         return self
 
@@ -312,6 +314,7 @@ def test_indeterminate_write_is_safe_to_retry_as_cas(etcd):
     async def cas_write(key: str, drop: str) -> None:
         async with EtcdClient(etcd.endpoints) as client:
             before = await client.get(key)
+            assert before is not None  # written by the test
             compare = [Compare.mod_revision(key, "=", before.mod_revision)]
             async with BlackHole(etcd.endpoints[0], drop) as lossy, \
                     EtcdClient([lossy.endpoint], request_timeout_s=0.5) as lossy_client:
@@ -329,6 +332,7 @@ def test_indeterminate_write_is_safe_to_retry_as_cas(etcd):
             else:
                 assert retry.succeeded  # the lost write never reached etcd: the retry applies it
             after = await client.get(key)
+            assert after is not None
             assert (after.value, after.version) == (b"new", before.version + 1)  # applied exactly once
 
     async def scenario():
@@ -387,7 +391,7 @@ def test_a_watch_on_a_member_cut_off_by_the_network_moves_to_another_member(etcd
 
 def test_missing_binary_gives_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setenv("ONCELOG_ETCD", str(tmp_path / "no-such-etcd"))
-    with pytest.raises(FileNotFoundError, match="ensure-etcd.sh"):
+    with pytest.raises(FileNotFoundError, match=re.escape("ensure-etcd.sh")):
         find_etcd()
 
     # Nothing configured, nothing in the venv, nothing on PATH.

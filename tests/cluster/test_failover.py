@@ -13,6 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
@@ -38,8 +40,9 @@ def cluster(tmp_path):
 def produce_raw(bootstrap: str, topic: str, batch: bytes):
     with WireClient.connect(bootstrap) as client:
         response = client.request(ProduceRequest(
-            transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
-            topic_data=(TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)),),
+            transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            topic_data=(TopicProduceData(
+                name=TopicName(topic), partition_data=(PartitionProduceData(index=i32(0), records=Records(batch)),)),),
         ))
     return response.responses[0].partition_responses[0]
 

@@ -12,6 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.offset_fetch.v5 import request as fetch_v5
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32
 
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.protocol.client import WireClient
@@ -55,15 +57,17 @@ def consume(consumer: Consumer, count: int, timeout: float = 60.0) -> dict[int, 
     while sum(map(len, read.values())) < count and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            read.setdefault(message.partition(), []).append(message.offset())
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None  # a record, not an event
+            read.setdefault(partition, []).append(offset)
     return read
 
 
 def fetch_committed(cluster: ClusterProcess, node_id: int, group_id: str) -> tuple[ErrorCode, dict[int, int]]:
     """OffsetFetch v5 of the group's "orders" offsets, sent to one broker."""
     with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
-        response = client.request(fetch_v5.OffsetFetchRequest(group_id=group_id, topics=(
-            fetch_v5.OffsetFetchRequestTopic(name="orders", partition_indexes=(0, 1)),
+        response = client.request(fetch_v5.OffsetFetchRequest(group_id=GroupId(group_id), topics=(
+            fetch_v5.OffsetFetchRequestTopic(name=TopicName("orders"), partition_indexes=(i32(0), i32(1))),
         )))
     partitions = response.topics[0].partitions if response.topics else ()
     return response.error_code, {p.partition_index: p.committed_offset for p in partitions}

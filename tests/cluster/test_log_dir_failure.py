@@ -36,7 +36,7 @@ def cluster(tmp_path):
     node_dir.mkdir()
     # Room for the node's etcd member (its write-ahead log preallocates 64 MB segments).
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(node_dir)],
-                             capture_output=True, text=True)
+                             check=False, capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     running = ClusterProcess(tmp_path, 3, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "3",
@@ -71,7 +71,9 @@ def log_dir_errors(cluster: ClusterProcess, node: int) -> list[int]:
 
 def offline_log_dirs(cluster: ClusterProcess, node: int) -> tuple[float, dict[str, float]]:
     """The node's Prometheus figures: the offline log dir count, and each dir's flag."""
-    url = re.search(r"metrics at (http://\S+/metrics)", cluster.nodes[node].log_path.read_text()).group(1)
+    found = re.search(r"metrics at (http://\S+/metrics)", cluster.nodes[node].log_path.read_text())
+    assert found is not None, "the broker logged no metrics address"
+    url = found.group(1)
     with urllib.request.urlopen(url, timeout=10) as response:
         families = {f.name: f.samples for f in text_string_to_metric_families(response.read().decode())}
     (count,) = families["kafka_log_offline_log_directory_count"]
@@ -89,10 +91,13 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
     sent = dict.fromkeys(range(PARTITIONS), 0)
     failures: list = []
 
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failures.append(error)
+
     def send_round() -> None:
         for partition in range(PARTITIONS):
-            producer.produce(TOPIC, str(sent[partition]).encode(), partition=partition,
-                             on_delivery=lambda error, _m: error is not None and failures.append(error))
+            producer.produce(TOPIC, str(sent[partition]).encode(), partition=partition, on_delivery=delivered)
             sent[partition] += 1
         producer.poll(0)
 

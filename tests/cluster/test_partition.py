@@ -12,6 +12,7 @@ on), and after the cut everything must be back in sync, nothing lost or duplicat
 from __future__ import annotations
 
 import datetime
+import itertools
 import shutil
 import threading
 import time
@@ -90,7 +91,7 @@ class AckClock(threading.Thread):
 
     def longest_gap(self, partition: int, start: float, end: float) -> float:
         times = [start, *(t for t in self.acks[partition] if start < t < end), end]
-        return max(b - a for a, b in zip(times, times[1:]))
+        return max(b - a for a, b in itertools.pairwise(times))
 
 
 class CommitClock(threading.Thread):
@@ -169,14 +170,15 @@ def test_a_partitioned_node_is_fenced_by_the_majority_and_stops_leading_on_its_o
             assert clock.longest_gap(partition, cut_at, healed_at) < SESSION_S + 5, partition
     # Transactions over every partition commit again once new leaders take the markers.
     commit_times = [cut_at, *(t for t in commits.commits if cut_at < t < healed_at), healed_at]
-    assert max(b - a for a, b in zip(commit_times, commit_times[1:])) < SESSION_S + 6, commit_times
+    assert max(b - a for a, b in itertools.pairwise(commit_times)) < SESSION_S + 6, commit_times
     commits.stop.set()
     commits.join(90)
 
     # Back in touch: node 1 registers again and every replica catches up.
     wait_until(lambda: all(isr == {1, 2, 3} for _, isr in metadata(cluster, 2, TOPIC).values()), 30,
                "every ISR whole again after the cut")
-    wait_until(lambda: metadata(cluster, CUT, TOPIC) == metadata(cluster, 2, TOPIC), 10, "node 1 seeing the cluster's metadata")
+    wait_until(lambda: metadata(cluster, CUT, TOPIC) == metadata(cluster, 2, TOPIC), 10,
+               "node 1 seeing the cluster's metadata")
     clock.stop.set()
     clock.join(150)
     assert clock.errors == []

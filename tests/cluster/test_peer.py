@@ -14,7 +14,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from oncelog.cluster.image import MetadataDelta
-from oncelog.cluster.peer import PeerPool
+from oncelog.cluster.peer import PeerConnection, PeerPool
 from oncelog.protocol.client import encode_request
 
 
@@ -63,12 +63,19 @@ async def fails_as_left_the_cluster(request: asyncio.Future) -> None:
         await asyncio.wait_for(request, 2)
 
 
+def connection(pool: PeerPool, node_id: int) -> PeerConnection:
+    """The pool's connection to a registered broker."""
+    peer = pool.get(node_id)
+    assert peer is not None, f"broker {node_id} is not registered"
+    return peer
+
+
 def test_a_request_to_a_broker_that_leaves_the_cluster_fails_at_once():
     async def scenario() -> None:
         server, port = await silent_server()
         registry = Registry({2: ("127.0.0.1", port)})
         pool = PeerPool(Broker(1, registry), "test")
-        request = asyncio.ensure_future(pool.get(2).request(REQUEST, 30.0))
+        request = asyncio.ensure_future(connection(pool, 2).request(REQUEST, 30.0))
         await asyncio.sleep(0.2)  # sent, waiting for an answer that does not come
         started = time.monotonic()
         registry.unregister(2)
@@ -85,14 +92,14 @@ def test_a_broker_that_finds_itself_unregistered_fails_every_request_it_has_in_f
         server, port = await silent_server()
         registry = Registry({1: ("127.0.0.1", 1), 2: ("127.0.0.1", port), 3: ("127.0.0.1", port)})
         pool = PeerPool(Broker(1, registry), "test")
-        requests = [asyncio.ensure_future(pool.get(node).request(REQUEST, 30.0)) for node in (2, 3)]
+        requests = [asyncio.ensure_future(connection(pool, node).request(REQUEST, 30.0)) for node in (2, 3)]
         await asyncio.sleep(0.2)
         registry.unregister(1)  # this broker's own fenced view: it stops acting
         results = await asyncio.wait_for(asyncio.gather(*requests, return_exceptions=True), 2)
         assert all(isinstance(result, ConnectionError) for result in results), results
         # A later request to a broker still registered goes out again (and here times out).
         try:
-            await pool.get(2).request(REQUEST, 0.3)
+            await connection(pool, 2).request(REQUEST, 0.3)
         except TimeoutError:
             pass
         server.close()
@@ -109,7 +116,7 @@ def test_requests_queued_behind_the_one_in_flight_fail_at_once_too_when_the_brok
         server, port = await silent_server()
         registry = Registry({2: ("127.0.0.1", port)})
         pool = PeerPool(Broker(1, registry), "test")
-        peer = pool.get(2)
+        peer = connection(pool, 2)
         in_flight = asyncio.ensure_future(peer.request(REQUEST, 30.0))
         queued = asyncio.ensure_future(peer.request(REQUEST, 30.0))
         await asyncio.sleep(0.2)
@@ -165,7 +172,7 @@ def test_a_request_given_up_resets_its_connection_rather_than_closing_it_gracefu
         server, port, go, ended = await unread_server()
         registry = Registry({2: ("127.0.0.1", port)})
         pool = PeerPool(Broker(1, registry), "test")
-        request = asyncio.ensure_future(pool.get(2).request(REQUEST, 0.3 if give_up == "timeout" else 30.0))
+        request = asyncio.ensure_future(connection(pool, 2).request(REQUEST, 0.3 if give_up == "timeout" else 30.0))
         await asyncio.sleep(0.1)
         if give_up == "left the cluster":
             registry.unregister(2)
@@ -191,7 +198,7 @@ def test_what_a_given_up_request_had_not_sent_yet_is_never_delivered(loop):
         server, port, go, ended = await unread_server(receive_buffer=4096)
         pool = PeerPool(Broker(1, Registry({2: ("127.0.0.1", port)})), "test")
         with pytest.raises(TimeoutError):
-            await pool.get(2).request(big, 0.5)
+            await connection(pool, 2).request(big, 0.5)
         go.set()
         outcome = await asyncio.wait_for(ended, 2)
         server.close()

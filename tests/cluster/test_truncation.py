@@ -15,6 +15,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
@@ -43,9 +45,9 @@ def produce(cluster: ClusterProcess, node_id: int, values: list[str], *, acks: i
             batch = record_batch.build_batch([record_batch.Record(None, value.encode())],
                                              timestamp_ms=int(time.time() * 1000))
             response = client.request(ProduceRequest(
-                transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10),
-                topic_data=(TopicProduceData(name=TOPIC, partition_data=(
-                    PartitionProduceData(index=0, records=batch),)),),
+                transactional_id=None, acks=i16(acks), timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+                topic_data=(TopicProduceData(name=TopicName(TOPIC), partition_data=(
+                    PartitionProduceData(index=i32(0), records=Records(batch)),)),),
             ))
             answer = response.responses[0].partition_responses[0]
             assert answer.error_code == ErrorCode.none, (value, answer)
@@ -60,9 +62,9 @@ def log_bytes(cluster: ClusterProcess, node_id: int) -> bytes:
 def end_offset(cluster: ClusterProcess, node_id: int, leader_epoch: int, current_leader_epoch: int = -1):
     """(error, epoch, end offset) from OffsetForLeaderEpoch v4 sent to `node_id`."""
     with WireClient.connect(cluster.nodes[node_id].bootstrap_servers) as client:
-        response = client.request(epoch_v4.OffsetForLeaderEpochRequest(replica_id=-1, topics=(
-            epoch_v4.OffsetForLeaderTopic(topic=TOPIC, partitions=(epoch_v4.OffsetForLeaderPartition(
-                partition=0, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch),)),)))
+        response = client.request(epoch_v4.OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=(
+            epoch_v4.OffsetForLeaderTopic(topic=TopicName(TOPIC), partitions=(epoch_v4.OffsetForLeaderPartition(
+                partition=i32(0), current_leader_epoch=i32(current_leader_epoch), leader_epoch=i32(leader_epoch)),)),)))
     answer = response.topics[0].partitions[0]
     return answer.error_code, answer.leader_epoch, answer.end_offset
 
@@ -77,11 +79,14 @@ def consume_all(cluster: ClusterProcess) -> list[str]:
         message = consumer.poll(0.5)
         if message is None:
             continue
-        if message.error():
-            if message.error().code() == -191:  # _PARTITION_EOF: read up to the high watermark
+        error = message.error()
+        if error:
+            if error.code() == -191:  # _PARTITION_EOF: read up to the high watermark
                 break
             continue
-        values.append(message.value().decode())
+        value = message.value()
+        assert value is not None  # the test writes no tombstones
+        values.append(value.decode())
     consumer.close()
     return values
 

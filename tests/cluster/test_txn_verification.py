@@ -29,6 +29,8 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.produce.v12 import request as produce_v12
 from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit_v3
 from kio.schema.txn_offset_commit.v5 import request as txn_offset_commit_v5
+from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32Timedelta, i64
 
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
@@ -85,8 +87,9 @@ def init(cluster: ClusterProcess, transactional_id: str) -> tuple[int, int, int]
     """(coordinator, producer id, epoch) of a fresh transactional id."""
     coordinator = cluster.coordinator_of(transactional_id)
     response = ask(cluster, coordinator, InitProducerIdRequest(
-        transactional_id=transactional_id, transaction_timeout=datetime.timedelta(seconds=60),
-        producer_id=-1, producer_epoch=-1), lambda r: r.error_code)
+        transactional_id=TransactionalId(transactional_id),
+        transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        producer_id=ProducerId(-1), producer_epoch=i16(-1)), lambda r: r.error_code)
     assert response.error_code == ErrorCode.none
     return coordinator, response.producer_id, response.producer_epoch
 
@@ -124,9 +127,9 @@ def wait_for_completion(cluster, coordinator, transactional_id, state="CompleteC
 
 def end_offset(cluster, leader, partition) -> int:
     with WireClient.connect(cluster.nodes[leader].bootstrap_servers, timeout=10) as client:
-        response = client.request(list_offsets_v1.ListOffsetsRequest(replica_id=-1, topics=(
-            list_offsets_v1.ListOffsetsTopic(name=TOPIC, partitions=(
-                list_offsets_v1.ListOffsetsPartition(partition_index=partition, timestamp=-1),)),)))
+        response = client.request(list_offsets_v1.ListOffsetsRequest(replica_id=BrokerId(-1), topics=(
+            list_offsets_v1.ListOffsetsTopic(name=TopicName(TOPIC), partitions=(
+                list_offsets_v1.ListOffsetsPartition(partition_index=partition, timestamp=i64(-1)),)),)))
     return response.topics[0].partitions[0].offset
 
 
@@ -141,7 +144,9 @@ def read_committed(cluster, partition, until, timeout=30.0) -> list[bytes]:
     while not until(values) and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(message.value())
+            value = message.value()
+            assert value is not None  # the test writes no tombstones
+            values.append(value)
     consumer.close()
     return values
 

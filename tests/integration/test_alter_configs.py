@@ -82,7 +82,7 @@ def test_validate_only_checks_and_changes_nothing(shared_broker):
     create(shared_broker, "alter-validate")
     alter(shared_broker, "alter-validate", ("retention.ms", "5000", SET), validate_only=True)
     assert overrides(shared_broker, "alter-validate") == {}
-    with pytest.raises(KafkaException, match="retention.ms"):
+    with pytest.raises(KafkaException, match=r"retention\.ms"):
         alter(shared_broker, "alter-validate", ("retention.ms", "soon", SET), validate_only=True)
 
 
@@ -91,7 +91,8 @@ def test_bad_changes_get_kafkas_codes_with_the_key_named_and_change_nothing(shar
     cases = [
         (("retention.ms", "abc", SET), "INVALID_CONFIG", "retention.ms"),
         (("retention.mss", "1", SET), "INVALID_CONFIG", "retention.mss"),
-        (("retention.ms", "1", APPEND), "INVALID_CONFIG", "Can't APPEND to key retention.ms because its type is not LIST."),
+        (("retention.ms", "1", APPEND), "INVALID_CONFIG",
+         "Can't APPEND to key retention.ms because its type is not LIST."),
         (("cleanup.policy", "delete", SUBTRACT), "INVALID_CONFIG", "cleanup.policy"),  # nothing left
         (("cleanup.policy", "archive", APPEND), "INVALID_CONFIG", "archive"),
     ]

@@ -20,6 +20,7 @@ def start_broker(*args: str) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", "oncelog", "broker", "start", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    assert process.stdout is not None and process.stderr is not None  # PIPEs
     line = process.stdout.readline()
     if not line:
         process.wait(30)
@@ -30,7 +31,7 @@ def start_broker(*args: str) -> tuple[subprocess.Popen, str]:
 def one_line_error(*args: str) -> str:
     completed = subprocess.run(
         [sys.executable, "-m", "oncelog", "broker", "start", *args],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 1, completed.stderr
     assert completed.stderr.count("\n") == 1 and completed.stderr.startswith("oncelog: error: "), completed.stderr
@@ -41,11 +42,11 @@ def produce_and_consume(bootstrap: str, topic: str) -> None:
     """The CLI producer and consumer, through the address the broker advertises."""
     oncelog = [sys.executable, "-m", "oncelog"]
     produced = subprocess.run([*oncelog, "produce", "--topic", topic, "--value", "hello", "--bootstrap-server",
-                               bootstrap], capture_output=True, text=True, timeout=60)
+                               bootstrap], check=False, capture_output=True, text=True, timeout=60)
     assert produced.returncode == 0, produced.stderr
     consumed = subprocess.run([*oncelog, "consume", "--topic", topic, "--from-beginning", "--max-messages", "1",
                                "--timeout-ms", "20000", "--bootstrap-server", bootstrap],
-                              capture_output=True, text=True, timeout=60)
+                              check=False, capture_output=True, text=True, timeout=60)
     assert (consumed.returncode, consumed.stdout) == (0, "hello\n"), consumed.stderr
 
 
@@ -105,6 +106,6 @@ def test_a_second_broker_on_log_dirs_in_use_is_a_one_line_error_and_the_first_ke
     with BrokerProcess(tmp_path / "logs") as running:
         error = one_line_error("--override", f"log.dirs={tmp_path / 'logs'}",
                                "--override", "listeners=PLAINTEXT://127.0.0.1:0")
-        assert error == f"oncelog: error: cannot start broker: {tmp_path / 'logs'}: log directory is in use by " \
-                        "another process"
+        assert error == (f"oncelog: error: cannot start broker: {tmp_path / 'logs'}: log directory is in use by "
+                         "another process")
         produce_and_consume(running.bootstrap_servers, "still-served")

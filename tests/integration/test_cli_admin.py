@@ -29,6 +29,7 @@ def run_oncelog(*args: str, stdin: bytes | None = None, env: dict[str, str] | No
         input=stdin,
         stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
+        check=False,
         timeout=timeout,
         env=environment,
     )
@@ -155,7 +156,7 @@ def test_topics_describe_without_topic_lists_every_topic(cli, topic):
     cli.ok("topics", "create", "--topic", topic + "-b", "--partitions", "2")
     output = cli.ok("topics", "describe")
     assert f"Topic: {topic}-a\t" in output
-    assert re.search(rf"^Topic: {re.escape(topic)}-b\t.*PartitionCount: 2\t", output, re.M)
+    assert re.search(rf"^Topic: {re.escape(topic)}-b\t.*PartitionCount: 2\t", output, re.MULTILINE)
 
 
 def test_topics_describe_of_a_missing_topic_fails_in_one_line(cli, topic):
@@ -232,7 +233,8 @@ def test_configs_of_brokers_default_and_own_are_altered_and_described(tmp_path):
             "Completed updating config for broker 1.\n"
         assert cli.ok("configs", "--describe", "--broker-defaults").splitlines() == [
             "Default configs for brokers in the cluster are:",
-            "  log.retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000}",
+            ("  log.retention.ms=7200000 sensitive=false "
+             "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000}"),
         ]
         assert cli.ok("configs", "--describe", "--broker", "1").splitlines() == [  # its own only, as Kafka's tool
             "Dynamic configs for broker 1 are:",
@@ -559,11 +561,11 @@ def test_unreachable_bootstrap_server_fails_in_one_line(topic):
 
 @pytest.mark.parametrize("args, line", [
     (["topics", "create"],
-     "oncelog: error: topics create: the following arguments are required: --topic "
-     "(see oncelog topics create --help)"),
+     ("oncelog: error: topics create: the following arguments are required: --topic "
+      "(see oncelog topics create --help)")),
     (["topics", "create", "--topic", "t", "--partitions", "two"],
-     "oncelog: error: topics create: argument --partitions: invalid int value: 'two' "
-     "(see oncelog topics create --help)"),
+     ("oncelog: error: topics create: argument --partitions: invalid int value: 'two' "
+      "(see oncelog topics create --help)")),
     (["transactions", "list", "--no-such-option"],
      "oncelog: error: unrecognized arguments: --no-such-option (see oncelog --help)"),
     ([], "oncelog: error: the following arguments are required: COMMAND (see oncelog --help)"),

@@ -139,10 +139,12 @@ def test_a_committed_offset_pending_in_an_open_transaction_is_waited_for(shared_
 def proxied_broker(tmp_path):
     """A broker reachable only through a fault proxy (it advertises the proxy's address)."""
     proxy_port = free_port()
-    with EmbeddedBroker(tmp_path / "b", {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}) as broker:
-        with FaultProxy(("127.0.0.1", broker.port), FaultPolicy(enabled=False, seed=5), port=proxy_port) as proxy:
-            create(proxy.address, "client-faults", 3)
-            yield proxy
+    with (
+        EmbeddedBroker(tmp_path / "b", {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"}) as broker,
+        FaultProxy(("127.0.0.1", broker.port), FaultPolicy(enabled=False, seed=5), port=proxy_port) as proxy,
+    ):
+        create(proxy.address, "client-faults", 3)
+        yield proxy
 
 
 def test_batches_sent_again_after_lost_answers_are_each_written_once_and_in_order(proxied_broker):

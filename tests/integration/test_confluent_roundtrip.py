@@ -43,7 +43,7 @@ def test_hundred_thousand_keyed_messages_in_every_codec_round_trip_in_order(brok
         })
         failures = []
 
-        def delivered(error, message):
+        def delivered(error, message, failures=failures):  # this codec's list (flushed before the next)
             if error is not None:
                 failures.append(error)
 
@@ -125,7 +125,8 @@ def test_produce_to_missing_topic_with_auto_create_off_fails(tmp_path):
         producer.produce("missing", b"x", on_delivery=lambda e, m: errors.append(e))
         producer.flush(10)
         assert len(errors) == 1 and errors[0] is not None
-        assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT)
+        assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                    KafkaError._MSG_TIMED_OUT)
         assert "missing" not in producer.list_topics(timeout=10).topics
 
 

@@ -12,6 +12,8 @@ from kafka.admin import NewTopic
 from kio.schema.delete_records.v2 import request as delete_v2
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v5 import request as list_offsets_v5
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
@@ -49,9 +51,9 @@ def consumed_offsets(bootstrap: str, partition: TopicPartition) -> list[int]:
 
 def delete_records(bootstrap: str, topic: str, offsets: dict[int, int]) -> list[tuple[int, int, int]]:
     request = delete_v2.DeleteRecordsRequest(
-        topics=(delete_v2.DeleteRecordsTopic(name=topic, partitions=tuple(
-            delete_v2.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in offsets.items())),),
-        timeout=datetime.timedelta(seconds=5),
+        topics=(delete_v2.DeleteRecordsTopic(name=TopicName(topic), partitions=tuple(
+            delete_v2.DeleteRecordsPartition(partition_index=i32(p), offset=i64(o)) for p, o in offsets.items())),),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
     )
     with WireClient.connect(bootstrap) as client:
         (answer,) = client.request(request).topics
@@ -105,7 +107,7 @@ def test_delete_records_refusals_carry_kafkas_codes(shared_broker):
         consumer.close()
     with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
         offsets_partitions = len(admin.describe_topics(["__consumer_offsets"])[0]["partitions"])
-    answers = delete_records(bootstrap, "__consumer_offsets", {p: 0 for p in range(offsets_partitions)})
+    answers = delete_records(bootstrap, "__consumer_offsets", dict.fromkeys(range(offsets_partitions), 0))
     assert {code for _p, code, _low in answers} == {ErrorCode.invalid_topic_exception}
 
 
@@ -136,8 +138,10 @@ def test_deleting_records_past_an_open_transactions_start_moves_the_last_stable_
     def last_stable_offset() -> int:
         """ListOffsets latest with isolation level read_committed, on the wire."""
         request = list_offsets_v5.ListOffsetsRequest(
-            replica_id=-1, isolation_level=1, topics=(list_offsets_v5.ListOffsetsTopic(name=topic, partitions=(
-                list_offsets_v5.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),
+            replica_id=BrokerId(-1), isolation_level=i8(1),
+            topics=(list_offsets_v5.ListOffsetsTopic(name=topic, partitions=(
+                list_offsets_v5.ListOffsetsPartition(partition_index=i32(0), current_leader_epoch=i32(-1),
+                                                     timestamp=i64(-1)),
             )),),
         )
         with WireClient.connect(bootstrap) as client:

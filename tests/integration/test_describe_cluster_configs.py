@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 from kio.schema.describe_configs.v4 import request as describe_v4
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 
 from oncelog import EmbeddedBroker
 from oncelog.broker.config import BrokerConfig
@@ -32,7 +33,7 @@ def configured_broker(tmp_path_factory):
 
 def describe(bootstrap: str, resource_type: int, name: str, keys=None) -> object:
     request = describe_v4.DescribeConfigsRequest(
-        resources=(describe_v4.DescribeConfigsResource(resource_type=resource_type, resource_name=name,
+        resources=(describe_v4.DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
                                                         configuration_keys=keys),),
         include_synonyms=True, include_documentation=False,
     )

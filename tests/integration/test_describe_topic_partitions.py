@@ -10,6 +10,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kio.schema.describe_topic_partitions.v0 import request as dtp_v0
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from oncelog.protocol.client import WireClient
 
@@ -20,7 +21,7 @@ def unique(prefix: str) -> str:
 
 def page(client: WireClient, names, limit: int, cursor=None):
     request = dtp_v0.DescribeTopicPartitionsRequest(
-        topics=tuple(dtp_v0.TopicRequest(name=name) for name in names), response_partition_limit=limit,
+        topics=tuple(dtp_v0.TopicRequest(name=name) for name in names), response_partition_limit=i32(limit),
         cursor=None if cursor is None else dtp_v0.Cursor(topic_name=cursor[0], partition_index=cursor[1]),
     )
     answer = client.request(request)

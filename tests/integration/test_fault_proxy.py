@@ -10,6 +10,7 @@ import socket
 import struct
 import time
 from collections import defaultdict
+from typing import Self
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -19,7 +20,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.produce.v9 import response as produce_v9_response
+from kio.schema.types import ProducerId, TopicName
 from kio.serial import entity_reader
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol import framing
@@ -65,8 +68,8 @@ def plain_batch(value: bytes = b"v") -> bytes:
 def idempotent_batch(broker: EmbeddedBroker) -> bytes:
     with WireClient("127.0.0.1", broker.port, timeout=TIMEOUT) as client:
         answer = client.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1))
+            transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            producer_id=ProducerId(-1), producer_epoch=i16(-1)))
     assert answer.error_code == ErrorCode.none
     return rb.build_batch([rb.Record(b"k", b"once")], timestamp_ms=int(time.time() * 1000),
                           producer_id=answer.producer_id, producer_epoch=answer.producer_epoch, base_sequence=0)
@@ -74,9 +77,10 @@ def idempotent_batch(broker: EmbeddedBroker) -> bytes:
 
 def produce_frame(batch: bytes, correlation_id: int, partition: int = 0) -> bytes:
     request = produce_v9.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(produce_v9.TopicProduceData(
-            name=TOPIC, partition_data=(produce_v9.PartitionProduceData(index=partition, records=batch),)),),
+            name=TopicName(TOPIC),
+            partition_data=(produce_v9.PartitionProduceData(index=i32(partition), records=Records(batch)),)),),
     )
     return encode_request(request, correlation_id)
 
@@ -125,7 +129,7 @@ class RawConnection:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> RawConnection:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -177,7 +181,7 @@ def test_a_response_cut_part_way_arrives_as_a_prefix_then_the_connection_closes(
         connection.send(produce_frame(plain_batch(), 1))
         received = connection.read_until_closed()
     assert proxy.stats["truncate_response"] == 1
-    assert 0 < len(received)
+    assert len(received) > 0
     if len(received) >= 4:
         assert len(received) < 4 + struct.unpack_from(">i", received)[0], "a whole frame came through"
     assert log_end_offset(broker) == 1, "the broker processed the request"
@@ -325,7 +329,9 @@ def read_values(bootstrap: str) -> dict[int, list[int]]:
         while sum(map(len, values.values())) < sum(ends.values()) and time.monotonic() < deadline:
             for message in consumer.consume(10_000, timeout=0.5):
                 assert message.error() is None
-                values[message.partition()].append(int(message.value()))
+                partition, value = message.partition(), message.value()
+                assert partition is not None and value is not None  # a record the test wrote
+                values[partition].append(int(value))
         return values
     finally:
         consumer.close()

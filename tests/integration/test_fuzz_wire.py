@@ -23,6 +23,7 @@ import random
 import shutil
 import socket
 import struct
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,13 +152,14 @@ class HostileTarget:
         return result
 
     def _wait_for_exit(self, timeout: float) -> None:
+        assert self.broker.process is not None  # alive() just said so
         try:
             self.broker.process.wait(timeout)
-        except Exception:  # noqa: BLE001 - still running: it is alive, just not answering
+        except subprocess.TimeoutExpired:  # still running: it is alive, just not answering
             pass
 
     def rss_bytes(self) -> int:
-        status = Path(f"/proc/{self.broker.process.pid}/status").read_text()
+        status = Path(f"/proc/{self.broker.pid}/status").read_text()
         (line,) = [line for line in status.splitlines() if line.startswith("VmRSS:")]
         return int(line.split()[1]) * 1024
 

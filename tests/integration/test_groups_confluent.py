@@ -96,6 +96,7 @@ class ConsumerProcess:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.process.stdout is not None  # a PIPE
         for line in self.process.stdout:
             partition, offset = json.loads(line)
             self.received.append((partition, offset))
@@ -232,7 +233,8 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(group_brok
         assert after is not None
         by_instance = {m.group_instance_id: m for m in describe(admin, group).members}
         assert by_instance["s-1"].member_id != restarted.member_id
-        assert sorted(tp.partition for tp in by_instance["s-1"].assignment.topic_partitions) == before[restarted.member_id]
+        replacement_partitions = sorted(tp.partition for tp in by_instance["s-1"].assignment.topic_partitions)
+        assert replacement_partitions == before[restarted.member_id]
         assert sorted(after.values()) == sorted(before.values())  # nobody else's partitions moved
         assert replacement.assignments == [before[restarted.member_id]]
         # No rebalance: the members that stayed were assigned once, never again.

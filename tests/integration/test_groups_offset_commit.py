@@ -16,6 +16,8 @@ from kio.schema.offset_commit.v2 import request as commit_v2
 from kio.schema.offset_commit.v8 import request as commit_v8
 from kio.schema.offset_commit.v9 import request as commit_v9
 from kio.schema.offset_fetch.v5 import request as fetch_v5
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64, i64Timedelta
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
@@ -53,8 +55,8 @@ def commit_error(client, schema, group: str, generation: int, member_id: str = "
 
 
 def committed(client, group: str) -> dict[int, int]:
-    response = client.request(fetch_v5.OffsetFetchRequest(group_id=group, topics=(
-        fetch_v5.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=(0, 1)),
+    response = client.request(fetch_v5.OffsetFetchRequest(group_id=GroupId(group), topics=(
+        fetch_v5.OffsetFetchRequestTopic(name=TopicName(TOPIC), partition_indexes=(i32(0), i32(1))),
     )))
     assert response.error_code == ErrorCode.none
     return {p.partition_index: p.committed_offset for p in response.topics[0].partitions}
@@ -75,10 +77,10 @@ def test_retention_time_of_offset_commit_v2_decides_when_offsets_expire(client):
 
     def commit_v2_partition(partition: int, offset: int, retention_ms: int) -> ErrorCode:
         response = client.request(commit_v2.OffsetCommitRequest(
-            group_id=group, generation_id_or_member_epoch=-1, member_id="",
-            retention_time=datetime.timedelta(milliseconds=retention_ms),
-            topics=(commit_v2.OffsetCommitRequestTopic(name=TOPIC, partitions=(
-                commit_v2.OffsetCommitRequestPartition(partition_index=partition, committed_offset=offset,
+            group_id=group, generation_id_or_member_epoch=i32(-1), member_id="",
+            retention_time=i64Timedelta.parse(datetime.timedelta(milliseconds=retention_ms)),
+            topics=(commit_v2.OffsetCommitRequestTopic(name=TopicName(TOPIC), partitions=(
+                commit_v2.OffsetCommitRequestPartition(partition_index=i32(partition), committed_offset=i64(offset),
                                                        committed_metadata=""),
             )),),
         ))

@@ -143,7 +143,7 @@ def test_aiokafka_two_members_share_a_topic_without_overlap(group_broker):
         received: list[list[tuple[int, int]]] = [[], []]
 
         async def poll_all() -> None:
-            for member, records in zip(members, received):
+            for member, records in zip(members, received, strict=True):
                 batches = await member.getmany(timeout_ms=50)
                 records.extend((r.partition, int(r.value)) for batch in batches.values() for r in batch)
 
@@ -163,7 +163,7 @@ def test_aiokafka_two_members_share_a_topic_without_overlap(group_broker):
                 await poll_all()
             for member in members:
                 await member.commit()
-            return [(owned(member), records) for member, records in zip(members, received)]
+            return [(owned(member), records) for member, records in zip(members, received, strict=True)]
         finally:
             for member in members:
                 await member.stop()

@@ -22,6 +22,8 @@ from kio.schema.offset_commit.v8 import request as commit_v8
 from kio.schema.offset_fetch.v8 import request as fetch_v8
 from kio.schema.sync_group.v3 import request as sync_v3
 from kio.schema.txn_offset_commit.v3 import request as txn_v3
+from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
@@ -51,11 +53,12 @@ class TxnProducer:
 
     def init(self) -> TxnProducer:
         (found,) = self.client.request(FindCoordinatorRequest(
-            key_type=TRANSACTION_KEY, coordinator_keys=(self.transactional_id,))).coordinators
+            key_type=i8(TRANSACTION_KEY), coordinator_keys=(self.transactional_id,))).coordinators
         assert found.error_code == ErrorCode.none
         request = InitProducerIdRequest(
-            transactional_id=self.transactional_id, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1,
+            transactional_id=TransactionalId(self.transactional_id),
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            producer_id=ProducerId(-1), producer_epoch=i16(-1),
         )
         # A new instance fences an open transaction: retried until its abort is complete.
         response = self.client.request(request)
@@ -69,19 +72,20 @@ class TxnProducer:
 
     def add_offsets(self, group: str = GROUP) -> None:
         response = self.client.request(AddOffsetsToTxnRequest(
-            transactional_id=self.transactional_id, producer_id=self.producer_id, producer_epoch=self.epoch,
-            group_id=group,
+            transactional_id=TransactionalId(self.transactional_id), producer_id=ProducerId(self.producer_id),
+            producer_epoch=i16(self.epoch), group_id=GroupId(group),
         ))
         assert response.error_code == ErrorCode.none
 
     def commit_offsets(self, offsets: dict[int, int], *, member_id="", generation=-1, instance=None,
                        epoch: int | None = None, group: str = GROUP) -> dict[int, ErrorCode]:
         response = self.client.request(txn_v3.TxnOffsetCommitRequest(
-            transactional_id=self.transactional_id, group_id=group, producer_id=self.producer_id,
-            producer_epoch=self.epoch if epoch is None else epoch,
+            transactional_id=TransactionalId(self.transactional_id), group_id=GroupId(group),
+            producer_id=ProducerId(self.producer_id), producer_epoch=i16(self.epoch if epoch is None else epoch),
             generation_id=generation, member_id=member_id, group_instance_id=instance,
-            topics=(txn_v3.TxnOffsetCommitRequestTopic(name=TOPIC, partitions=tuple(
-                txn_v3.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o, committed_metadata="")
+            topics=(txn_v3.TxnOffsetCommitRequestTopic(name=TopicName(TOPIC), partitions=tuple(
+                txn_v3.TxnOffsetCommitRequestPartition(partition_index=i32(p), committed_offset=i64(o),
+                                                       committed_metadata="")
                 for p, o in offsets.items()
             )),),
         ))
@@ -94,8 +98,8 @@ class TxnProducer:
 
     def end(self, *, commit: bool) -> None:
         response = self.client.request(EndTxnRequest(
-            transactional_id=self.transactional_id, producer_id=self.producer_id, producer_epoch=self.epoch,
-            committed=commit,
+            transactional_id=TransactionalId(self.transactional_id), producer_id=ProducerId(self.producer_id),
+            producer_epoch=i16(self.epoch), committed=commit,
         ))
         assert response.error_code == ErrorCode.none
         # The markers follow the EndTxn response; then no offset of the group is pending.
@@ -120,7 +124,8 @@ def setup_topic(broker: EmbeddedBroker) -> WireClient:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(10)
     client = WireClient.connect(broker.bootstrap_servers)
-    (coordinator,) = client.request(FindCoordinatorRequest(key_type=GROUP_KEY, coordinator_keys=(GROUP,))).coordinators
+    request = FindCoordinatorRequest(key_type=i8(GROUP_KEY), coordinator_keys=(GROUP,))
+    (coordinator,) = client.request(request).coordinators
     assert coordinator.error_code == ErrorCode.none
     return client
 
@@ -139,7 +144,8 @@ def join_and_sync(client, *, instance: str | None = None) -> tuple[str, int]:
         joined = join(joined.member_id)
     assert joined.error_code == ErrorCode.none
     synced = client.request(sync_v3.SyncGroupRequest(
-        group_id=GROUP, generation_id=joined.generation_id, member_id=joined.member_id, group_instance_id=instance,
+        group_id=GroupId(GROUP), generation_id=joined.generation_id, member_id=joined.member_id,
+        group_instance_id=instance,
         assignments=(sync_v3.SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b""),)
         if joined.leader == joined.member_id else (),
     ))

@@ -3,6 +3,8 @@ checker passes a correct run, and it reports a real loss."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -149,6 +151,6 @@ def test_consume_transform_produce_keeps_group_offsets_atomic_with_outputs(broke
 
 @pytest.mark.parametrize("isolation", ["serializable", ""])
 def test_recording_consumer_rejects_an_unknown_isolation_level(isolation):
-    with pytest.raises(ValueError, match="isolation.level"):
+    with pytest.raises(ValueError, match=re.escape("isolation.level")):
         RecordingConsumer(History(), {"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
                                       "isolation.level": isolation}, client="c")

@@ -108,7 +108,8 @@ def test_kafka_python_idempotent_producer_through_faults(faulty_broker):
     proxy.policy.enabled = True
     producer = KafkaProducer(
         bootstrap_servers=proxy.address, enable_idempotence=True, acks="all", linger_ms=1, batch_size=2048,
-        request_timeout_ms=3000, reconnect_backoff_ms=10, retries=1_000_000, retry_backoff_ms=20, max_in_flight_requests_per_connection=5,
+        request_timeout_ms=3000, reconnect_backoff_ms=10, retries=1_000_000, retry_backoff_ms=20,
+        max_in_flight_requests_per_connection=5,
     )
     count = 50_000
     futures = [producer.send("events", str(i).encode(), partition=i % PARTITIONS) for i in range(count)]

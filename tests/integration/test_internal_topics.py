@@ -12,6 +12,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol import client as wire_client
@@ -42,9 +44,10 @@ def coordinated_broker(tmp_path_factory):
 
 def produce(client: WireClient, topic: str) -> object:
     request = produce_v9.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
-        topic_data=(produce_v9.TopicProduceData(name=topic, partition_data=(
-            produce_v9.PartitionProduceData(index=0, records=rb.build_batch([rb.Record(b"k", b"v")], timestamp_ms=1)),
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(produce_v9.TopicProduceData(name=TopicName(topic), partition_data=(
+            produce_v9.PartitionProduceData(
+                index=i32(0), records=Records(rb.build_batch([rb.Record(b"k", b"v")], timestamp_ms=1))),
         )),),
     )
     return client.request(request).responses[0].partition_responses[0]

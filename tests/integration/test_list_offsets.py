@@ -17,6 +17,8 @@ from kio.schema.list_offsets.v6 import request as list_v6
 from kio.schema.list_offsets.v7 import request as list_v7
 from kio.schema.list_offsets.v8 import request as list_v8
 from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.protocol.client import WireClient
 
@@ -47,9 +49,10 @@ def records_batch(timestamps: list[int], *, codec: int = 0) -> bytes:
 
 def produce(client: WireClient, topic: str, records: bytes) -> int:
     request = produce_v9.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(produce_v9.TopicProduceData(
-            name=topic, partition_data=(produce_v9.PartitionProduceData(index=0, records=records),)),),
+            name=TopicName(topic),
+            partition_data=(produce_v9.PartitionProduceData(index=i32(0), records=Records(records)),)),),
     )
     answer = client.request(request).responses[0].partition_responses[0]
     assert answer.error_code == ErrorCode.none, answer

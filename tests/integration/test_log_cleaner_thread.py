@@ -77,6 +77,7 @@ class LatencyProbe:
     def __init__(self, bootstrap: str, interval_s: float = 0.005) -> None:
         self.process = subprocess.Popen([sys.executable, "-c", _PROBE, bootstrap, str(interval_s)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None  # a PIPE
         assert self.process.stdout.readline().strip() == "ready"
         self.samples: list[tuple[float, float]] = []  # (scheduled time, latency)
 
@@ -170,13 +171,15 @@ def consume(bootstrap: str, topic: str, expected: int) -> list[tuple[int, bytes,
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    found = []
+    found: list[tuple[int, bytes, bytes]] = []
     deadline = time.monotonic() + 20
     while len(found) < expected and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None:
             assert message.error() is None, message.error()
-            found.append((message.offset(), message.key(), message.value()))
+            offset, key, value = message.offset(), message.key(), message.value()
+            assert offset is not None and key is not None and value is not None  # keyed records, no tombstones
+            found.append((offset, key, value))
     consumer.close()
     return found
 

@@ -40,7 +40,7 @@ def consume_all(bootstrap: str, topic: str, expected_end: int) -> list[tuple[int
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    found = []
+    found: list[tuple[int, bytes, bytes | None]] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         message = consumer.poll(0.5)
@@ -49,8 +49,10 @@ def consume_all(bootstrap: str, topic: str, expected_end: int) -> list[tuple[int
                 break
             continue
         assert message.error() is None, message.error()
-        found.append((message.offset(), message.key(), message.value()))
-        if message.offset() >= expected_end - 1:
+        offset, key = message.offset(), message.key()
+        assert offset is not None and key is not None  # a record of a compacted topic: keyed
+        found.append((offset, key, message.value()))
+        if offset >= expected_end - 1:
             break
     consumer.close()
     return found

@@ -10,6 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v4 import request as metadata_v4
 from kio.schema.metadata.v12 import request as metadata_v12
+from kio.schema.types import TopicName
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
@@ -19,13 +20,15 @@ ILLEGAL_NAMES = ["bad name", "slash/topic", "x" * 250, "..", "ünïcode"]
 
 def metadata(bootstrap: str, names: list[str], *, allow_auto_create: bool = True, version=metadata_v12):
     with WireClient.connect(bootstrap) as client:
+        request: metadata_v12.MetadataRequest | metadata_v4.MetadataRequest
         if version is metadata_v12:
-            topics = tuple(metadata_v12.MetadataRequestTopic(topic_id=None, name=name) for name in names)
-            request = metadata_v12.MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_create,
-                                                   include_topic_authorized_operations=False)
+            request = metadata_v12.MetadataRequest(
+                topics=tuple(metadata_v12.MetadataRequestTopic(topic_id=None, name=TopicName(name)) for name in names),
+                allow_auto_topic_creation=allow_auto_create, include_topic_authorized_operations=False)
         else:
-            topics = tuple(metadata_v4.MetadataRequestTopic(name=name) for name in names)
-            request = metadata_v4.MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_create)
+            request = metadata_v4.MetadataRequest(
+                topics=tuple(metadata_v4.MetadataRequestTopic(name=TopicName(name)) for name in names),
+                allow_auto_topic_creation=allow_auto_create)
         return {t.name: t for t in client.request(request).topics}
 
 

@@ -4,6 +4,7 @@ offline are in tests/cluster/test_log_dir_failure.py (a full disk, as root)."""
 
 from __future__ import annotations
 
+import re
 import urllib.request
 
 import pytest
@@ -40,5 +41,5 @@ def test_without_http_listener_there_is_no_endpoint(tmp_path):
 
 @pytest.mark.parametrize("value", ["9100", "host:port", "127.0.0.1:70000"])
 def test_an_http_listener_that_is_not_host_port_is_a_config_error(value):
-    with pytest.raises(ConfigError, match="http.listener: expected HOST:PORT"):
+    with pytest.raises(ConfigError, match=re.escape("http.listener: expected HOST:PORT")):
         BrokerConfig({"http.listener": value})

@@ -18,6 +18,8 @@ from kio.schema.offset_for_leader_epoch.v2 import request as epoch_v2
 from kio.schema.offset_for_leader_epoch.v3 import request as epoch_v3
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
@@ -39,8 +41,9 @@ def produce(client: WireClient, topic: str, count: int) -> None:
         batch = record_batch.build_batch([record_batch.Record(None, str(i).encode())],
                                          timestamp_ms=int(time.time() * 1000))
         response = client.request(ProduceRequest(
-            transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
-            topic_data=(TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)),),
+            transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+            topic_data=(TopicProduceData(
+                name=TopicName(topic), partition_data=(PartitionProduceData(index=i32(0), records=Records(batch)),)),),
         ))
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
 
@@ -90,7 +93,9 @@ def test_a_current_leader_epoch_newer_than_the_leaders_is_unknown_leader_epoch(b
     with WireClient.connect(broker.bootstrap_servers) as client:
         produce(client, topic, 1)
         assert end_offset(client, topic, 0, current_leader_epoch=1) == (ErrorCode.unknown_leader_epoch, -1, -1)
-        assert end_offset(client, topic, 0, current_leader_epoch=1, version=2) == (ErrorCode.unknown_leader_epoch, -1, -1)
+        assert end_offset(client, topic, 0, current_leader_epoch=1, version=2) == (
+            ErrorCode.unknown_leader_epoch, -1, -1
+        )
 
 
 def test_an_unknown_topic_or_partition_is_unknown_topic_or_partition(broker):

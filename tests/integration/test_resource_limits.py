@@ -21,7 +21,9 @@ from kio.schema.fetch.v4 import request as fetch_v4
 from kio.schema.fetch.v4 import response as fetch_v4_response
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.produce.v9 import response as produce_v9_response
+from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol import framing
@@ -40,7 +42,7 @@ def create_topic(bootstrap: str, config: dict[str, str] | None = None) -> None:
 
 
 def rss_bytes(broker: BrokerProcess) -> int:
-    status = Path(f"/proc/{broker.process.pid}/status").read_text()
+    status = Path(f"/proc/{broker.pid}/status").read_text()
     (line,) = [line for line in status.splitlines() if line.startswith("VmRSS:")]
     return int(line.split()[1]) * 1024
 
@@ -48,18 +50,20 @@ def rss_bytes(broker: BrokerProcess) -> int:
 def produce_frame(correlation_id: int, value_size: int, partition: int = 0) -> bytes:
     batch = rb.build_batch([rb.Record(None, b"x" * value_size)], timestamp_ms=int(time.time() * 1000))
     request = produce_v9.ProduceRequest(
-        transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
         topic_data=(produce_v9.TopicProduceData(
-            name=TOPIC, partition_data=(produce_v9.PartitionProduceData(index=partition, records=batch),)),),
+            name=TopicName(TOPIC),
+            partition_data=(produce_v9.PartitionProduceData(index=i32(partition), records=Records(batch)),)),),
     )
     return encode_request(request, correlation_id)
 
 
 def fetch_frame(correlation_id: int, max_bytes: int) -> bytes:
     request = fetch_v4.FetchRequest(
-        replica_id=-1, max_wait=datetime.timedelta(milliseconds=0), min_bytes=1, max_bytes=max_bytes,
-        isolation_level=0, topics=(fetch_v4.FetchTopic(topic=TOPIC, partitions=(
-            fetch_v4.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=max_bytes),)),),
+        replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)), min_bytes=i32(1),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(0), topics=(fetch_v4.FetchTopic(topic=TopicName(TOPIC), partitions=(
+            fetch_v4.FetchPartition(partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(max_bytes)),)),),
     )
     return encode_request(request, correlation_id)
 

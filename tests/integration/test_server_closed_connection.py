@@ -21,7 +21,8 @@ def test_an_answer_to_a_client_that_already_closed_is_not_logged_as_an_error(tmp
         admin.create_topics([NewTopic("quiet", 1, 1)])["quiet"].result(10)
         # A long poll on an empty partition: answered only after max_wait_ms.
         fetch = FetchRequest(
-            replica_id=-1, max_wait=datetime.timedelta(milliseconds=500), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            replica_id=-1, max_wait=datetime.timedelta(milliseconds=500), min_bytes=1, max_bytes=1 << 20,
+            isolation_level=0,
             session_id=0, session_epoch=-1,
             topics=(FetchTopic(topic="quiet", partitions=(FetchPartition(
                 partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,

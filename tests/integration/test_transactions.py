@@ -186,7 +186,8 @@ def test_end_txn_retries_and_mismatches_get_kafkas_answers(txn_broker):
 
     def end(commit, producer_epoch=epoch):
         return txn_broker.call(
-            lambda: coordinator.end_transaction("retrier", pid, producer_epoch, commit=commit, now=int(time.time() * 1000))
+            lambda: coordinator.end_transaction("retrier", pid, producer_epoch, commit=commit,
+                                                now=int(time.time() * 1000))
         ).name
 
     assert end(True) == "none", "a retried commit of a completed commit succeeds"

@@ -33,7 +33,8 @@ def oncelog(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"}
     return subprocess.run(
         [str(ONCELOG), "transactions", *args, "--bootstrap-server", bootstrap],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=environment,
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+        env=environment,
     )
 
 
@@ -48,7 +49,7 @@ def table(bootstrap: str, *args: str) -> list[dict[str, str]]:
         values = row.split()
         assert len(values) <= len(columns), (header, row)
         # Only the last column may be empty (describe's TopicPartitions between transactions).
-        parsed.append(dict(zip(columns, values + [""] * (len(columns) - len(values)))))
+        parsed.append(dict(zip(columns, values + [""] * (len(columns) - len(values)), strict=True)))
     return parsed
 
 

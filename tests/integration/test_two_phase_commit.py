@@ -6,7 +6,7 @@ import datetime
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from kio.schema.end_txn.v3.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v6.request import InitProducerIdRequest
@@ -79,7 +79,7 @@ def test_the_instance_that_prepared_cannot_end_it_after_the_handover(two_phase_b
     bootstrap = two_phase_broker.bootstrap_servers
     writer = prepared_transaction(bootstrap, "task-1", ["x"])
     init_2pc(bootstrap, "task-1")
-    with pytest.raises(Exception):
+    with pytest.raises(KafkaException):
         writer.commit_transaction(5)
     assert read(bootstrap, [("prepared", 0)], "read_committed", settle=0.3) == []
 

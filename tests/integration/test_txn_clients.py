@@ -95,9 +95,9 @@ def test_kafka_python_commit_across_two_topics_is_seen_whole_by_read_committed(b
     producer.close()
 
     # Four records and the COMMIT marker on every partition.
-    assert kp_end_offsets(bootstrap, "read_committed", all_partitions()) == {tp: 5 for tp in all_partitions()}
+    assert kp_end_offsets(bootstrap, "read_committed", all_partitions()) == dict.fromkeys(all_partitions(), 5)
     consumer = kp_consumer(bootstrap, "read_committed", all_partitions())
-    received = kp_read_until(consumer, {tp: 5 for tp in all_partitions()})
+    received = kp_read_until(consumer, dict.fromkeys(all_partitions(), 5))
     consumer.close()
     for tp, payloads in sent.items():
         assert [m.value for m in received if (m.topic, m.partition) == (tp.topic, tp.partition)] == payloads
@@ -120,7 +120,7 @@ def test_kafka_python_abort_is_invisible_to_read_committed_only(broker):
     producer.close()
 
     # txn-a/0: 3 aborted, ABORT, 1 committed, COMMIT; elsewhere 3 aborted, ABORT.
-    ends = {tp: 4 for tp in all_partitions()} | {TopicPartition("txn-a", 0): 6}
+    ends = dict.fromkeys(all_partitions(), 4) | {TopicPartition("txn-a", 0): 6}
     assert kp_end_offsets(bootstrap, "read_committed", all_partitions()) == ends
     committed = kp_consumer(bootstrap, "read_committed", all_partitions())
     assert values(kp_read_until(committed, ends)) == [b"committed-after"]
@@ -285,7 +285,7 @@ async def aio_read_until(consumer, targets: dict[TopicPartition, int]) -> list:
 async def aio_end_offsets(bootstrap: str, isolation: str, partitions) -> dict[TopicPartition, int]:
     consumer = await aio_consumer(bootstrap, isolation, partitions)
     try:
-        ends = await consumer.end_offsets([tp for tp in consumer.assignment()])
+        ends = await consumer.end_offsets(list(consumer.assignment()))
     finally:
         await consumer.stop()
     return {TopicPartition(tp.topic, tp.partition): offset for tp, offset in ends.items()}
@@ -314,10 +314,10 @@ def test_aiokafka_commit_across_two_topics_is_seen_whole_by_read_committed(broke
         finally:
             await producer.stop()
         ends = await aio_end_offsets(bootstrap, "read_committed", all_partitions())
-        assert ends == {tp: 5 for tp in all_partitions()}
+        assert ends == dict.fromkeys(all_partitions(), 5)
         consumer = await aio_consumer(bootstrap, "read_committed", all_partitions())
         try:
-            return await aio_read_until(consumer, {tp: 5 for tp in all_partitions()})
+            return await aio_read_until(consumer, dict.fromkeys(all_partitions(), 5))
         finally:
             await consumer.stop()
 
@@ -330,7 +330,7 @@ def test_aiokafka_commit_across_two_topics_is_seen_whole_by_read_committed(broke
 def test_aiokafka_abort_is_invisible_to_read_committed_only(broker):
     bootstrap = broker.bootstrap_servers
     create_topics(bootstrap, TOPICS)
-    ends = {tp: 4 for tp in all_partitions()} | {TopicPartition("txn-a", 0): 6}
+    ends = dict.fromkeys(all_partitions(), 4) | {TopicPartition("txn-a", 0): 6}
 
     async def scenario():
         producer = await aio_transactional(bootstrap, "aio-abort")

@@ -56,7 +56,7 @@ def test_java_client_abort_is_invisible_to_read_committed_only(java_run):
         if tp == "abort-a-0":  # 3 aborted, ABORT, committed-after, COMMIT
             assert results[f"end_offset_read_committed_{tp}"] == "6"
             assert results[f"read_committed_{tp}"] == "committed-after"
-            assert results[f"read_uncommitted_{tp}"] == ",".join(aborted + ["committed-after"])
+            assert results[f"read_uncommitted_{tp}"] == ",".join([*aborted, "committed-after"])
         else:  # 3 aborted, ABORT
             assert results[f"end_offset_read_committed_{tp}"] == "4"
             assert results[f"read_committed_{tp}"] == "-"

@@ -109,7 +109,7 @@ def test_java_client_abort_then_commit_under_tv2_bumps_the_epoch_for_each(java_t
         if tp == "abort-a-0":
             assert results[f"end_offset_read_committed_{tp}"] == "6"
             assert results[f"read_committed_{tp}"] == "committed-after"
-            assert results[f"read_uncommitted_{tp}"] == ",".join(aborted + ["committed-after"])
+            assert results[f"read_uncommitted_{tp}"] == ",".join([*aborted, "committed-after"])
         else:
             assert results[f"end_offset_read_committed_{tp}"] == "4"
             assert results[f"read_committed_{tp}"] == "-"

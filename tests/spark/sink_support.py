@@ -65,13 +65,15 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed", time
         message = consumer.poll(0.5)
         if message is None:
             continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
+        error = message.error()
+        if error:
+            if error.code() == KafkaError._PARTITION_EOF:
                 pending.discard(message.partition())
                 continue
-            raise AssertionError(message.error())
-        found.append(Output(message.topic(), message.partition(), message.offset(), message.key(),
-                            message.value(), tuple(message.headers() or ())))
+            raise AssertionError(error)
+        topic_name, partition, offset, value = message.topic(), message.partition(), message.offset(), message.value()
+        assert topic_name is not None and partition is not None and offset is not None and value is not None
+        found.append(Output(topic_name, partition, offset, message.key(), value, tuple(message.headers() or ())))
     consumer.close()
     assert not pending, f"did not reach the end of {topic} partitions {pending}"
     return found
@@ -86,9 +88,9 @@ def transformed(committed: list[str]) -> Counter:
     return Counter(value.upper() for value in committed)
 
 
-def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, ...]]:
     """Per partition: (last stable offset, high watermark)."""
-    result = {}
+    result: dict[int, list[int]] = {}
     for isolation in ("read_committed", "read_uncommitted"):
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sink-test-marks",
                              "isolation.level": isolation})

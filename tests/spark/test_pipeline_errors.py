@@ -55,9 +55,10 @@ def committed_records(bootstrap: str, topic: str) -> int:
     count, at_end = 0, set()
     for _ in range(100):
         for message in consumer.consume(100, 0.1):
-            if message.error() is None:
+            error = message.error()
+            if error is None:
                 count += 1
-            elif message.error().code() == KafkaError._PARTITION_EOF:
+            elif error.code() == KafkaError._PARTITION_EOF:
                 at_end.add(message.partition())
         if len(at_end) == 2:
             break
@@ -75,9 +76,9 @@ def test_missing_source_topic_is_named(capsys, shared_broker, topics, tmp_path):
                         "--checkpoint", str(tmp_path), "--bootstrap-servers", shared_broker.bootstrap_servers)
     assert code == 1
     assert err.strip().splitlines() == [
-        f"oncelog: error: --source topic 'no-such-orders' does not exist on {shared_broker.bootstrap_servers} "
-        f"(create it: oncelog topics create --bootstrap-server {shared_broker.bootstrap_servers} "
-        "--topic no-such-orders)"
+        (f"oncelog: error: --source topic 'no-such-orders' does not exist on {shared_broker.bootstrap_servers} "
+         f"(create it: oncelog topics create --bootstrap-server {shared_broker.bootstrap_servers} "
+         "--topic no-such-orders)")
     ]
 
 
@@ -124,7 +125,7 @@ def test_unreachable_broker_is_one_line_from_the_command(tmp_path):
     completed = subprocess.run(
         [str(ONCELOG), "pipeline", "run", "--source", "orders", "--sink", "enriched", "--sql",
          "SELECT value FROM source", "--checkpoint", str(tmp_path), "--bootstrap-servers", address],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        check=False, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )
     assert completed.returncode == 1
     assert completed.stdout == ""
@@ -140,8 +141,8 @@ def test_a_misspelt_sink_setting_is_one_line_before_spark_starts(capsys, shared_
                         "--sink-option", "kafka.no.such.prop=1")
     assert code == 1
     assert err.strip().splitlines() == [
-        'oncelog: error: --sink-option: kafka.* options rejected by librdkafka: '
-        'No such configuration property: "no.such.prop"'
+        ('oncelog: error: --sink-option: kafka.* options rejected by librdkafka: '
+         'No such configuration property: "no.such.prop"')
     ]
 
 
@@ -160,9 +161,9 @@ def test_batch_mode_against_a_broker_without_two_phase_commit_is_one_line_and_le
                         "--mode", "batch")
     assert code == 1
     assert err.strip().splitlines() == [
-        "oncelog: error: --mode batch: mode=batch needs an oncelog broker with "
-        "transaction.two.phase.commit.enable=true (KIP-939 InitProducerId v6); use mode=partition "
-        "against other Kafka clusters"
+        ("oncelog: error: --mode batch: mode=batch needs an oncelog broker with "
+         "transaction.two.phase.commit.enable=true (KIP-939 InitProducerId v6); use mode=partition "
+         "against other Kafka clusters")
     ]
     assert TwoPhaseClient(broker.bootstrap_servers).list_ongoing(".*") == []
 
@@ -170,7 +171,7 @@ def test_batch_mode_against_a_broker_without_two_phase_commit_is_one_line_and_le
 def test_connection_options_come_from_the_environment_and_x_properties_as_for_every_command(
     capsys, monkeypatch, shared_broker, topics, tmp_path
 ):
-    source, sink = topics
+    source, _sink = topics
     with socket.socket() as placeholder:  # a port nobody listens on
         placeholder.bind(("127.0.0.1", 0))
         nobody = f"127.0.0.1:{placeholder.getsockname()[1]}"
@@ -319,7 +320,7 @@ def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks
     command = start_command("--source", source, "--sink", sink, "--transform", reference,
                             "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2,2]",
                             "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
-    out, err = command.communicate(timeout=120)
+    _out, err = command.communicate(timeout=120)
     assert command.returncode == 1
     lines = [line for line in err.splitlines() if line != JVM_NOTICE]
     assert len(lines) == 1, err

@@ -134,7 +134,8 @@ def test_batch_mode_a_speculative_copy_that_hands_over_after_the_commit_is_abort
     next_batch.prepare_batch_on_driver()
     result = next_batch.write_as(TaskIdentity(query_id, 1, 0, 0), arrow_batches("n", 1, 5))
     next_batch.commit([result], 1)
-    assert sorted(values(read_all(bootstrap, output))) == sorted([f"w0-{i}" for i in range(5)] + [f"n0-{i}" for i in range(5)])
+    expected = [f"w0-{i}" for i in range(5)] + [f"n0-{i}" for i in range(5)]
+    assert sorted(values(read_all(bootstrap, output))) == sorted(expected)
     assert all(stable == high for stable, high in watermarks(bootstrap, output).values())
 
 

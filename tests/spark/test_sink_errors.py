@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
@@ -96,7 +97,7 @@ def test_batch_mode_on_a_broker_without_two_phase_commit_says_what_to_do(broker,
 
 
 def test_a_misspelt_kafka_setting_is_refused_by_librdkafka_before_any_task_runs():
-    with pytest.raises(SinkOptionError, match='No such configuration property: "compresion.type"'):
+    with pytest.raises(SinkOptionError, match=re.escape('No such configuration property: "compresion.type"')):
         stream_writer({**BOOTSTRAP, "topic": "t", "kafka.compresion.type": "lz4"}, VALUE_ONLY)
 
 

@@ -61,12 +61,16 @@ class BatchVisibilityWatcher:
             message = self._consumer.poll(0.1)
             if message is None:
                 continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    self.snapshots.append((message.partition(), dict(self.seen[message.partition()])))
+            partition = message.partition()
+            assert partition is not None  # records and partition EOFs name their partition
+            error = message.error()
+            if error:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self.snapshots.append((partition, dict(self.seen[partition])))
                 continue
-            batch = dict(message.headers() or ())[BATCH_HEADER].decode()
-            self.seen[message.partition()][batch] += 1
+            header = dict(message.headers() or ())[BATCH_HEADER]
+            assert isinstance(header, bytes)  # a consumed header value is bytes
+            self.seen[partition][header.decode()] += 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -97,11 +101,10 @@ def run_pipeline(config: dict, work: Path, run: int, *, pause_at: str | None, ki
     env.pop(PAUSE_AT_ENV, None)
     if pause_at:
         env[PAUSE_AT_ENV] = pause_at
-    log = open(work / f"run-{run}.log", "wb")
-    started = time.time()
-    process = subprocess.Popen([sys.executable, str(PIPELINE), json.dumps(config)], stdout=log, stderr=log,
-                               stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    log.close()
+    with open(work / f"run-{run}.log", "wb") as log:  # the child keeps its own descriptor
+        started = time.time()
+        process = subprocess.Popen([sys.executable, str(PIPELINE), json.dumps(config)], stdout=log, stderr=log,
+                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     checkpoints = [Path(query["checkpoint"]) for query in config["queries"]]
     deadline = time.monotonic() + RUN_TIMEOUT_S
     kill_at = progress_at = None
@@ -194,7 +197,7 @@ def run_with_faults(cluster: BrokerProcess, tmp_path: Path, faults: list[dict], 
                for partition, seen in watcher.snapshots for batch, count in seen.items()
                if count != final[partition][batch]]
     assert not partial, f"micro-batches seen partly (partition, batch, seen, total): {partial[:10]}"
-    assert len(set(batch for counts in final.values() for batch in counts)) > 2  # several micro-batches
+    assert len({batch for counts in final.values() for batch in counts}) > 2  # several micro-batches
 
 
 DEFAULT_FAULTS = [

@@ -33,7 +33,7 @@ def test_stream_writes_the_transform_of_committed_input_exactly_once_across_runs
     assert query.lastProgress is not None
     outputs = read_all(bootstrap, output)
     assert values(outputs) == transformed(committed)
-    assert not any(v.startswith("R2-") or v.startswith("R5-") for v in values(outputs))  # aborted input
+    assert not any(v.startswith(("R2-", "R5-")) for v in values(outputs))  # aborted input
     batches = Counter(dict(output.headers)["batch"] for output in outputs)
     assert len(batches) > 1  # several micro-batches (maxOffsetsPerTrigger)
 

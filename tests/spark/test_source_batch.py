@@ -18,7 +18,7 @@ def read_topic(spark, kafka, topic: str, **options: str):
 
 def local_time(timestamp_ms: int) -> datetime.datetime:
     # PySpark hands timestamps to Python as naive datetimes in the process's local time.
-    return datetime.datetime.fromtimestamp(timestamp_ms / 1000)
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000)  # noqa: DTZ006 (naive and local, as PySpark's)
 
 
 def test_batch_read_returns_every_column_as_produced(spark, kafka, topic):

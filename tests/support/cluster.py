@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
 from oncelog.protocol.client import WireClient
 from oncelog.testing.cluster import ClusterProcess
@@ -33,19 +34,25 @@ def read_partition(cluster: ClusterProcess, topic: str, partition: int, expected
     while len(values) < expected and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and not message.error():
-            values.append(int(message.value()))
+            values.append(_number(message))
     time.sleep(0.5)  # anything beyond `expected` would be a duplicate
     while (message := consumer.poll(0.2)) is not None:
         if not message.error():
-            values.append(int(message.value()))
+            values.append(_number(message))
     consumer.close()
     return values
+
+
+def _number(message: Message) -> int:
+    value = message.value()
+    assert value is not None  # the tests write numbers, no tombstones
+    return int(value)
 
 
 def metadata(cluster: ClusterProcess, node: int, topic: str) -> dict[int, tuple[int, set[int]]]:
     """{partition: (leader, ISR)} of the topic, as `node` answers it."""
     with WireClient.connect(cluster.nodes[node].bootstrap_servers, timeout=3) as client:
-        response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+        response = client.request(MetadataRequest(topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
                                                   allow_auto_topic_creation=False,
                                                   include_topic_authorized_operations=False))
     return {p.partition_index: (p.leader_id, set(p.isr_nodes)) for p in response.topics[0].partitions}

@@ -85,7 +85,7 @@ class Harness:
         self.coordinator.close()
         self.broker.logs.close()
 
-    def group(self, group_id: str = "g") -> Group:
+    def group(self, group_id: str = "g") -> Group | None:
         return self.coordinator.group(group_id)
 
     def state(self, group_id: str = "g") -> GroupState | None:

@@ -31,7 +31,8 @@ def create_topic(bootstrap, name="idem", config=None):
 def init_producer_id(bootstrap):
     with WireClient.connect(bootstrap) as client:
         response = client.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1,
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1,
         ))
     assert response.error_code == ErrorCode.none
     return response.producer_id, response.producer_epoch

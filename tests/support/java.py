@@ -28,7 +28,7 @@ class JavaRun:
         self.results: dict[str, dict[str, str]] = defaultdict(dict)
         for line in completed.stdout.splitlines():
             if line.startswith("RESULT "):
-                _, scenario, key, value = (line.split(" ", 3) + [""])[:4]
+                _, scenario, key, value = [*line.split(" ", 3), ""][:4]
                 self.results[scenario][key] = value
 
     def scenario(self, name: str) -> dict[str, str]:

@@ -33,11 +33,14 @@ def read_committed(bootstrap: str, topic: str, partitions: int = 2) -> list[byte
     at_end: set[int] = set()
     for _ in range(200):
         for message in consumer.consume(500, 0.1):
-            if message.error() is None:
-                values.append(message.value())
-                at_end.discard(message.partition())
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
+            error, partition, value = message.error(), message.partition(), message.value()
+            assert partition is not None  # records and partition EOFs name their partition
+            if error is None:
+                assert value is not None  # the tests write no tombstones
+                values.append(value)
+                at_end.discard(partition)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(partition)
         if len(at_end) == partitions:
             break
     consumer.close()

@@ -1,10 +1,15 @@
 """The chaos harness's TransactionalSession.end (oncelog.testing.chaos): how long it keeps
 calling commit/abort_transaction before it gives the producer up."""
 
+from typing import TYPE_CHECKING, cast
+
 from confluent_kafka import KafkaError, KafkaException
 
 from oncelog.testing.chaos import MAX_END_ATTEMPTS, MAX_END_TIMEOUTS, RunState, TransactionalSession
 from oncelog.testing.history import History
+
+if TYPE_CHECKING:
+    from oncelog.testing.chaos import _TransactionalProducer
 
 
 class ScriptedProducer:
@@ -33,7 +38,7 @@ class ScriptedProducer:
 def session_with(producer: ScriptedProducer) -> tuple[TransactionalSession, RunState]:
     run = RunState(History(), "", seed=1)
     session = TransactionalSession(run, "txn", "w")
-    session.producer = producer
+    session.producer = cast("_TransactionalProducer", producer)  # a stand-in
     return session, run
 
 

@@ -25,6 +25,7 @@ from oncelog.testing.history import (
     GroupOffsetCommit,
     GroupOffsetObservation,
     History,
+    Operation,
     Poll,
     ReadComplete,
     Seek,
@@ -38,7 +39,7 @@ from oncelog.testing.history import (
 
 class Builder:
     def __init__(self) -> None:
-        self.ops = []
+        self.ops: list[Operation] = []
         self._clock = itertools.count(1)
 
     def now(self) -> float:
@@ -149,7 +150,7 @@ def replaced(ops, old, new):
 
 def inserted_after(ops, anchor, new):
     index = next(i for i, op in enumerate(ops) if op is anchor)
-    return ops[: index + 1] + [new] + ops[index + 1:]
+    return [*ops[: index + 1], new, *ops[index + 1:]]
 
 
 def find_send(ops, value):
@@ -295,7 +296,7 @@ def test_offset_going_back_without_a_seek_is_non_monotonic_and_a_seek_allows_it(
     (anomaly,) = assert_only(check(corrupt), "non_monotonic_offsets")
     assert anomaly.records == (last, back)
     seek = Seek(client="tail-plain", topic="plain", partition=0, offset=0, time=last.time + 0.05)
-    assert check(inserted_after(ops, last, seek) + []).ok
+    assert check(inserted_after(ops, last, seek)).ok
     assert check(inserted_after(inserted_after(ops, last, seek), seek, back)).ok
 
 

@@ -26,8 +26,9 @@ def test_a_fetch_response_written_by_kio_reads_back_field_for_field(version):
         if build.has("LeaderIdAndEpoch") else None,
         snapshot_id=build.make("SnapshotId", end_offset=-1, epoch=-1) if build.has("SnapshotId") else None,
     )
-    empty = build.make("PartitionData", partition_index=4, error_code=ErrorCode.offset_out_of_range, high_watermark=-1, last_stable_offset=-1,
-                       log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=None,
+    empty = build.make("PartitionData", partition_index=4, error_code=ErrorCode.offset_out_of_range,
+                       high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                       aborted_transactions=None, preferred_read_replica=-1, records=None,
                        diverging_epoch=partition.diverging_epoch if version >= 12 else None,
                        current_leader=partition.current_leader if version >= 12 else None,
                        snapshot_id=partition.snapshot_id if version >= 12 else None)

@@ -52,8 +52,9 @@ def test_what_kafka_refuses_is_refused_with_its_code(changes, code, message):
 
 
 def test_legacy_alter_configs_asks_for_exactly_the_keys_it_names():
-    assert replaced([("retention.ms", "1"), ("segment.bytes", "2048")]) == {"retention.ms": "1", "segment.bytes": "2048"}
-    with pytest.raises(ConfigChangeError, match="Null value not supported for : retention.ms"):
+    assert replaced([("retention.ms", "1"), ("segment.bytes", "2048")]) == \
+        {"retention.ms": "1", "segment.bytes": "2048"}
+    with pytest.raises(ConfigChangeError, match=r"Null value not supported for : retention\.ms"):
         replaced([("retention.ms", None)])
     with pytest.raises(ConfigChangeError, match="duplicate"):
         replaced([("retention.ms", "1"), ("retention.ms", "2")])

@@ -3,6 +3,8 @@ DefaultMessageFormatter, and the client properties file reader."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 
@@ -12,8 +14,8 @@ from oncelog.errors import CommandError
 
 
 def message(**fields) -> Message:
-    defaults = dict(topic="t", partition=0, offset=0, key=None, value=b"v", headers=None,
-                    timestamp=(TIMESTAMP_CREATE_TIME, 1700000000000))
+    defaults: dict[str, Any] = {"topic": "t", "partition": 0, "offset": 0, "key": None, "value": b"v", "headers": None,
+                "timestamp": (TIMESTAMP_CREATE_TIME, 1700000000000)}
     defaults.update(fields)
     return Message(**defaults)
 

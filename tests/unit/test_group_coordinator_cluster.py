@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -27,6 +28,9 @@ from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
 from tests.support.group_harness import INITIAL_DELAY_MS, Harness, on_loop
+
+if TYPE_CHECKING:
+    from oncelog.cluster.runtime import ClusterRuntime
 
 PARTITIONS = 3
 T0 = ("t", 0)
@@ -50,9 +54,10 @@ class ClusterHarness(Harness):
         self.broker = Broker(config)
         self.broker.logs = LogManager(config.log_dirs, LogConfig().with_overrides(config.log_defaults()))
         self.broker.logs.load()
-        self.broker.cluster = SimpleNamespace(
+        # A stand-in for the cluster runtime: the image is all the group coordinator reads of it.
+        self.broker.cluster = cast("ClusterRuntime", SimpleNamespace(
             image=SimpleNamespace(topics={CONSUMER_OFFSETS: SimpleNamespace(partitions=PARTITIONS)})
-        )
+        ))
         if self.broker.logs.topic(CONSUMER_OFFSETS) is None:
             self.broker.logs.create_topic(CONSUMER_OFFSETS, PARTITIONS, {"cleanup.policy": "compact"})
         self.coordinator = GroupCoordinator(self.broker, settings=self.settings, scheduler=self.clock)

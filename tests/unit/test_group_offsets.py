@@ -104,7 +104,9 @@ def test_commits_wait_for_the_assignment_but_not_for_a_pending_rebalance(harness
 @on_loop
 def test_static_member_commit_checks_instance_id(harness):
     (member,) = harness.stable_group(1, instances=["i-0"])
-    assert commit(harness, {T0: 1}, member_id="old-id", generation=1, instance="i-0") == {T0: ErrorCode.fenced_instance_id}
+    assert commit(harness, {T0: 1}, member_id="old-id", generation=1, instance="i-0") == {
+        T0: ErrorCode.fenced_instance_id
+    }
     assert commit(harness, {T0: 1}, member_id=member.member_id, generation=1, instance="i-0") == {T0: ErrorCode.none}
 
 
@@ -296,7 +298,9 @@ def test_a_consumer_group_keeps_offsets_of_subscribed_topics_past_the_retention(
         commit(harness, {T0: 1, ("old-topic", 0): 2}, member_id=member.member_id, generation=1)
         harness.advance(60_000 + INITIAL_DELAY_MS)
         assert harness.coordinator.expire_offsets() == 1
-        assert fetched(harness, T0, ("old-topic", 0)) == {T0: (1, ErrorCode.none), ("old-topic", 0): (-1, ErrorCode.none)}
+        assert fetched(harness, T0, ("old-topic", 0)) == {
+            T0: (1, ErrorCode.none), ("old-topic", 0): (-1, ErrorCode.none)
+        }
     finally:
         harness.close()
 

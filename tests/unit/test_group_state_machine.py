@@ -320,7 +320,7 @@ def test_static_member_rejoin_keeps_its_assignment_without_rebalance(harness):
 
 @on_loop
 def test_static_leader_rejoin_learns_members_but_skips_assignment(harness):
-    leader, _ = harness.stable_group(2, instances=["i-0", "i-1"])
+    _leader, _ = harness.stable_group(2, instances=["i-0", "i-1"])
     new = harness.join(instance="i-0").result()
     assert new.skip_assignment and new.leader_id == new.member_id and len(new.members) == 2
     old_client = harness.join(instance="i-0", skip_assignment=False).result()  # a pre-v9 client

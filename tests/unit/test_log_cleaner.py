@@ -8,6 +8,7 @@ import os
 import threading
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -23,6 +24,7 @@ from oncelog.storage import AppendOrigin, LogConfig, PartitionLog, producer_snap
 from oncelog.storage import cleaner as cleaner_module
 from oncelog.storage.batch_records import DELETE_HORIZON_BIT
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
+from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import Verdict
 
 NOW_MS = 1_700_000_000_000
@@ -89,7 +91,7 @@ def batches(log: PartitionLog):
 
 
 def clean(log: PartitionLog, now_ms: int = NOW_MS) -> LogCleaner:
-    cleaner = LogCleaner(_OneLogManager(log), CleanerConfig())
+    cleaner = LogCleaner(cast(LogManager, _OneLogManager(log)), CleanerConfig())  # a stand-in
     cleaner.clean(log, now_ms)
     return cleaner
 

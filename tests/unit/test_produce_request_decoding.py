@@ -50,7 +50,7 @@ def _as_plain(entity):
     )
 
 
-names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)
+names = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=20)
 records = st.one_of(st.none(), st.binary(max_size=300))
 topics = st.lists(
     st.tuples(names, st.lists(st.tuples(st.integers(0, 2**31 - 1), records), max_size=4)), max_size=4

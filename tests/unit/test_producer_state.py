@@ -58,7 +58,8 @@ def test_duplicate_of_a_recent_batch_returns_its_original_offsets():
     manager = manager_with(batch(7, 0, 0, 5, 100, timestamp=111), batch(7, 0, 5, 5, 105, timestamp=222))
     check = manager.check(7, 0, 0, 4)
     assert check.verdict is Verdict.DUPLICATE
-    assert (check.duplicate_of.first_offset, check.duplicate_of.last_offset, check.duplicate_of.timestamp) == (100, 104, 111)
+    original = check.duplicate_of
+    assert (original.first_offset, original.last_offset, original.timestamp) == (100, 104, 111)
 
 
 def test_only_the_last_five_batches_are_recognised_as_duplicates():
@@ -254,13 +255,15 @@ def test_expired_producers_are_forgotten_unless_in_a_transaction():
 
 
 def test_expiry_follows_the_configured_producer_id_expiration_ms():
-    manager = manager_with(batch(7, 0, 0, 1, 0, timestamp=1000), config=ProducerStateConfig(producer_id_expiration_ms=50))
+    manager = manager_with(batch(7, 0, 0, 1, 0, timestamp=1000),
+                           config=ProducerStateConfig(producer_id_expiration_ms=50))
     assert manager.remove_expired(now_ms=1049) == []
     assert manager.remove_expired(now_ms=1050) == [7]
 
 
 def test_loading_leaves_out_expired_producers_but_keeps_open_transactions(tmp_path):
-    old = manager_with(batch(7, 0, 0, 1, 0, timestamp=1000), batch(8, 0, 0, 1, 1, timestamp=1000, is_transactional=True),
+    old = manager_with(batch(7, 0, 0, 1, 0, timestamp=1000),
+                       batch(8, 0, 0, 1, 1, timestamp=1000, is_transactional=True),
                        batch(9, 0, 0, 1, 2, timestamp=5000))
     write_snapshot(tmp_path, 3, old.producers)
     restored = ProducerStateManager("orders-0", ProducerStateConfig(producer_id_expiration_ms=4000))

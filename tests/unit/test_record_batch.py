@@ -8,13 +8,15 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from oncelog.protocol import record_batch as rb
 
 
-def kafka_python_batch(count=3, *, compression=0, producer_id=-1, epoch=-1, sequence=-1, transactional=False, value_size=2):
+def kafka_python_batch(count=3, *, compression=0, producer_id=-1, epoch=-1, sequence=-1, transactional=False,
+                       value_size=2):
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=compression, is_transactional=transactional,
         producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence, batch_size=1 << 20,
     )
     for i in range(count):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=f"k{i}".encode(), value=f"v{i}".encode().ljust(value_size, b"."), headers=[])
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=f"k{i}".encode(),
+                       value=f"v{i}".encode().ljust(value_size, b"."), headers=[])
     return bytes(builder.build())
 
 
@@ -129,12 +131,14 @@ def test_records_of_a_kafka_python_batch_decode():
 
 
 def test_control_record_type_is_read_from_the_key():
-    data = rb.build_control_batch(rb.ControlType.ABORT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp_ms=0)
+    data = rb.build_control_batch(rb.ControlType.ABORT, producer_id=1, producer_epoch=0, coordinator_epoch=0,
+                                  timestamp_ms=0)
     (header,) = rb.parse_batches(data)
     (record,) = rb.iter_records(data, header)
     assert rb.control_type(record) is rb.ControlType.ABORT
 
 
 def test_control_type_is_read_from_the_bytes_after_the_header():
-    data = rb.build_control_batch(rb.ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=4, timestamp_ms=0)
+    data = rb.build_control_batch(rb.ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=4,
+                                  timestamp_ms=0)
     assert rb.read_control_record(data[rb.HEADER_SIZE:rb.HEADER_SIZE + 64]) == (rb.ControlType.COMMIT, 4)

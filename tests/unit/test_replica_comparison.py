@@ -37,6 +37,7 @@ def write_node(log_dir, batches: list[bytearray], high_watermark: int, topic: st
     manager.load()
     manager.create_topic(topic, 1, {})
     log = manager.partition(topic, 0)
+    assert log is not None  # created above
     for data in batches:
         origin = AppendOrigin.COORDINATOR if parse_batches(data)[0].is_control else AppendOrigin.CLIENT
         log.append(data, parse_batches(data), now_ms=NOW_MS, origin=origin, leader_epoch=3)

@@ -21,7 +21,7 @@ def body(entity):
 
 def test_the_fuzzers_process_killing_metadata_request_is_refused():
     frame = bytes.fromhex("000000140003000c00000007000466757a7a00ffffffff0f")[4:]
-    api_key, version, _corr, _client, position = framing.read_request_header(frame)
+    _api_key, _version, _corr, _client, position = framing.read_request_header(frame)
     position = framing.skip_tagged_fields(frame, position)
     with pytest.raises(framing.MalformedRequestError, match="array declares"):
         check_lengths(MetadataRequest, frame, position)

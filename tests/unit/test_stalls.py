@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oncelog.testing.history import History, Send, TxnOutcome
+from oncelog.testing.history import History, Outcome, Send, TxnOutcome
 from oncelog.testing.stalls import FaultWindow, fault_stalls, longest_gap
 
 
@@ -18,7 +18,7 @@ def ack(partition: int, time: float, client: str = "idem.0", offset: int | None 
                 time=time)
 
 
-def commit(transactional_id: str, time: float, outcome: str = "commit") -> TxnOutcome:
+def commit(transactional_id: str, time: float, outcome: Outcome = "commit") -> TxnOutcome:
     return TxnOutcome(client=transactional_id, transactional_id=transactional_id, txn_seq=int(time),
                       outcome=outcome, time=time)
 

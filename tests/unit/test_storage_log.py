@@ -1,6 +1,7 @@
 """PartitionLog: offsets, reads, rolls, retention, truncation, flush policy and recovery."""
 
 import os
+import re
 
 import pytest
 from crc32c import crc32c
@@ -170,7 +171,7 @@ def test_read_spans_segments(tmp_path):
 def test_batch_over_max_message_bytes_is_refused(tmp_path):
     log = open_log(tmp_path, LogConfig(max_message_bytes=200))
     try:
-        with pytest.raises(RecordTooLargeError, match="exceeds max.message.bytes 200"):
+        with pytest.raises(RecordTooLargeError, match=re.escape("exceeds max.message.bytes 200")):
             append(log, 5, value_size=100)
         assert log.log_end_offset == 0
     finally:

@@ -167,7 +167,7 @@ def test_follower_append_below_the_log_end_is_an_unexpected_offset(tmp_path):
     append(leader, 2)
     replicate(leader, follower)
     again = leader.read(2, ALL, upper_bound=leader.log_end_offset).records
-    with pytest.raises(UnexpectedAppendOffsetError, match="first offset 2 .* less than the log end offset 4") as error:
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"first offset 2 .* less than the log end offset 4") as error:
         follower.append_as_follower(again, NOW_MS)
     assert (error.value.first_offset, error.value.last_offset, error.value.log_end_offset) == (2, 3, 4)
     assert follower.log_end_offset == 4

@@ -1,6 +1,7 @@
 """LogSegment: one .log file with its sparse offset and time indexes."""
 
 import os
+import re
 import struct
 
 import pytest
@@ -337,5 +338,5 @@ def test_recover_reads_batches_larger_than_its_read_chunk(tmp_path, monkeypatch)
 def test_create_refuses_to_overwrite_an_existing_segment(tmp_path, segment):
     from oncelog.storage.errors import StorageError
 
-    with pytest.raises(StorageError, match="00000000000000000100.log"):
+    with pytest.raises(StorageError, match=re.escape("00000000000000000100.log")):
         LogSegment.create(tmp_path, 100)

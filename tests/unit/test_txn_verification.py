@@ -25,7 +25,7 @@ class FakePeer:
     """Answers AddPartitionsToTxn v5 from `answer(transaction)` once `release` is set."""
 
     def __init__(self, answer=lambda transaction: ErrorCode.none) -> None:
-        self.requests = []
+        self.requests: list = []
         self.release = asyncio.Event()
         self.release.set()
         self.answer = answer

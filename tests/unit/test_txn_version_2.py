@@ -32,7 +32,9 @@ def test_a_tv2_end_bumps_the_epoch_and_remembers_the_previous_one():
     assert transit.client_transaction_version == 2 and transit.txn_start_timestamp == 50
     complete(m, transit)
     done = m.prepare_complete(now=200)
-    assert (done.state, done.producer_id, done.producer_epoch, done.partitions) == (S.COMPLETE_COMMIT, 7, 4, frozenset())
+    assert (done.state, done.producer_id, done.producer_epoch, done.partitions) == (
+        S.COMPLETE_COMMIT, 7, 4, frozenset()
+    )
 
 
 def test_a_classic_end_keeps_the_epoch():

@@ -68,8 +68,8 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
     except OSError as error:
         raise CommandError(f"cannot read properties file {str(path)!r}: {error.strerror}") from None
     except UnicodeDecodeError as error:
-        line = Path(path).read_bytes()[: error.start].count(b"\n") + 1
-        raise CommandError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+        line_number = Path(path).read_bytes()[: error.start].count(b"\n") + 1
+        raise CommandError(f"{path}:{line_number}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
                            "save the file as UTF-8") from None
     properties: dict[str, str] = {}
     pending = ""
@@ -181,7 +181,7 @@ def describe_kafka_error(
 
 
 def command_error(
-    error: BaseException, *, topic: str | None = None, bootstrap: str | None = None
+    error: KafkaError | BaseException, *, topic: str | None = None, bootstrap: str | None = None
 ) -> CommandError:
     return CommandError(describe_kafka_error(error, topic=topic, bootstrap=bootstrap))
 

@@ -129,7 +129,7 @@ def _alter(cluster: Cluster, args: argparse.Namespace, entity_type: str, name: s
         to_set.update(read_properties_file(args.add_config_file))
     if args.add_config:
         to_set.update(parse_add_config(args.add_config))
-    changes = [(key, SET, value) for key, value in to_set.items()]
+    changes: list[tuple[str, int, str | None]] = [(key, SET, value) for key, value in to_set.items()]
     for key in _names(args.delete_config):
         if key in to_set:
             raise CommandError(f"{key} is both added and deleted")

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -198,13 +198,13 @@ class LineReader:
                 rest = line
             elif header_text:
                 for pair in header_text.split(self.headers_separator):
-                    name, found_key, value = pair.partition(self.headers_key_separator)
+                    name, found_key, header_value = pair.partition(self.headers_key_separator)
                     if not found_key:
                         raise CommandError(
                             f"no header key separator {self.headers_key_separator.decode()!r} "
                             f"in header {pair.decode(errors='replace')!r} on line {line_number}"
                         )
-                    headers.append((name.decode(), self._nullable(value)))
+                    headers.append((name.decode(), self._nullable(header_value)))
         key: bytes | None = None
         value: bytes | None = rest
         if self.parse_key:
@@ -395,7 +395,9 @@ class MessageFormatter:
         if self.print_offset:
             columns.append(f"Offset:{message.offset()}".encode())
         if self.print_headers:
-            headers = message.headers() or []
+            # A consumed message's headers are (name, value) pairs; the stub also allows
+            # the dict that produce() accepts.
+            headers = cast("list[tuple[str, bytes | None]]", message.headers() or [])
             columns.append(
                 self.headers_separator.join(
                     name.encode() + b":" + self._or_null(value) for name, value in headers
@@ -486,7 +488,7 @@ def run_consume(args: argparse.Namespace) -> int:
 
     progress = _Progress()
     stop = _StopRequest()
-    previous_handlers: dict[int, Any] = {}
+    previous_handlers: dict[signal.Signals, Any] = {}
     try:
         partitions = _check_topic(consumer, args, args.topic, args.partition)
         if args.group is not None:

@@ -118,9 +118,9 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     """Columns padded to their widest value, one space apart, as Kafka's tools print."""
     texts = [tuple(MISSING if value is None else str(value) for value in row) for row in rows]
     widths = [max([len(column)] + [len(row[i]) for row in texts]) for i, column in enumerate(columns)]
-    print(" ".join(column.ljust(width) for column, width in zip(columns, widths)).rstrip())
+    print(" ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True)).rstrip())
     for row in texts:
-        print(" ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
+        print(" ".join(value.ljust(width) for value, width in zip(row, widths, strict=False)).rstrip())
 
 
 # ---- list ---------------------------------------------------------------------------------
@@ -187,7 +187,8 @@ def _describe_group(admin: AdminClient, args: argparse.Namespace, group_id: str)
     try:
         description = future.result(timeout=REQUEST_TIMEOUT_S)
     except KafkaException as error:
-        if error.args and isinstance(error.args[0], KafkaError) and error.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+        if (error.args and isinstance(error.args[0], KafkaError)
+                and error.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND):
             raise CommandError(f"consumer group {group_id!r} does not exist") from None
         raise command_error(error, bootstrap=args.bootstrap_server) from None
     except TimeoutError:

@@ -10,8 +10,9 @@ kafka-transactions.sh.
     abort                WriteTxnMarkers(ABORT) for the open transaction starting at an offset
 
 Standard clients have no API for these, so the commands speak the protocol directly
-(admin/wire.py); they take the same connection options as every command. Column names are kafka-transactions.sh's; columns
-are separated by two spaces. Errors a user can fix are one line and exit status 1.
+(admin/wire.py); they take the same connection options as every command. Column names
+are kafka-transactions.sh's; columns are separated by two spaces. Errors a user can fix
+are one line and exit status 1.
 
 find-hanging follows Kafka's rule: a transaction is hanging when it is open on the
 partition (DescribeProducers' current_txn_start_offset >= 0), its producer's last write is
@@ -175,12 +176,12 @@ def run_find_hanging(args: argparse.Namespace) -> int:
         hanging = []
         if candidates:
             producer_ids = {c.producer_id for c in candidates}
-            transactional_ids = {
+            transactional_ids: dict[int, str] = {
                 s.producer_id: s.transactional_id
                 for _node, s in cluster.list_transactions(producer_ids)
                 if s.producer_id in producer_ids
             }
-            coordinator_views = {}
+            coordinator_views: dict[str, set[tuple[str, int]]] = {}
             for transactional_id in set(transactional_ids.values()):
                 _coordinator, state = cluster.describe_transaction(transactional_id)
                 if state.error_code == ErrorCode.none:
@@ -273,6 +274,6 @@ def print_table(headers: tuple[str, ...], rows: list[tuple]) -> None:
     cells = [tuple(str(value) for value in row) for row in rows]
     widths = [max(len(header), *(len(row[i]) for row in cells)) if cells else len(header)
               for i, header in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)).rstrip())

@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 from kio.schema.describe_producers.v0.request import TopicRequest as DescribeProducersTopic
@@ -28,9 +28,12 @@ from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequ
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.list_transactions.v1.response import TransactionState as ListedTransaction
 from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.serial import entity_reader
-from kio.static.primitive import i16, i64
+from kio.static.primitive import i8, i16, i32, i64
+from kio.static.protocol import Entity
 
 from oncelog.errors import CommandError
 from oncelog.names import TopicPartition
@@ -94,7 +97,7 @@ class _WireClient(WireClient):
         host, _, port = bootstrap.rpartition(":")
         return cls(host, int(port), timeout)
 
-    def request_as(self, entity, response_class: type):
+    def request_as(self, entity, response_class: type[Entity]):
         """As `request`, decoding the response with `response_class` (same wire layout)."""
         self._correlation += 1
         self.send_raw(encode_request(entity, self._correlation))
@@ -154,17 +157,18 @@ class Cluster:
 
     def __init__(self, bootstrap: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_MS / 1000) -> None:
         self.request_timeout_s = request_timeout_s
-        self._bootstrap = None
+        connected: _WireClient | None = None
         errors = []
         for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
             try:
-                self._bootstrap = _WireClient.connect(address, request_timeout_s)
+                connected = _WireClient.connect(address, request_timeout_s)
                 break
             except (OSError, ValueError) as error:
                 errors.append(f"{address}: {getattr(error, 'strerror', None) or error}")
-        if self._bootstrap is None:
+        if connected is None:
             raise CommandError(f"cannot connect to {bootstrap}: {'; '.join(errors) or 'no address given'}")
-        self._clients = {}
+        self._bootstrap = connected
+        self._clients: dict[int, _WireClient] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
 
     @classmethod
@@ -177,13 +181,13 @@ class Cluster:
         for client in (self._bootstrap, *self._clients.values()):
             client.close()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def request(self, entity, node_id: int | None = None, response_class: type | None = None):
+    def request(self, entity, node_id: int | None = None, response_class: type[Entity] | None = None):
         client = self._bootstrap if node_id is None else self._client(node_id)
         try:
             if response_class is not None:
@@ -207,14 +211,16 @@ class Cluster:
             try:
                 self._clients[node_id] = _WireClient(host, port, self.request_timeout_s)
             except OSError as error:
-                raise CommandError(f"cannot connect to broker {node_id} at {host}:{port}: {error.strerror or error}")
+                raise CommandError(
+                    f"cannot connect to broker {node_id} at {host}:{port}: {error.strerror or error}"
+                ) from None
         return self._clients[node_id]
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, list[PartitionInfo]]:
         """Partitions by topic (all topics when `topics` is None); also learns the brokers.
         An unknown topic is a CommandError."""
         request = MetadataRequest(
-            topics=None if topics is None else tuple(MetadataRequestTopic(name=t) for t in topics),
+            topics=None if topics is None else tuple(MetadataRequestTopic(name=TopicName(t)) for t in topics),
             allow_auto_topic_creation=False,  # v1-v3 would create a misspelt topic
         )
         response = self.request(request)
@@ -246,7 +252,7 @@ class Cluster:
         carries the broker's own explanation (FindCoordinator's error message)."""
         deadline = time.monotonic() + wait_s
         while True:
-            response = self.request(FindCoordinatorRequest(key=key, key_type=key_type))
+            response = self.request(FindCoordinatorRequest(key=key, key_type=i8(key_type)))
             if response.error_code == ErrorCode.none:
                 self.brokers[response.node_id] = (response.host, response.port)
                 return response.node_id
@@ -269,7 +275,7 @@ class Cluster:
         for leader, topics in by_leader.items():
             response = self.request(
                 DescribeProducersRequest(topics=tuple(
-                    DescribeProducersTopic(name=topic, partition_indexes=tuple(indexes))
+                    DescribeProducersTopic(name=TopicName(topic), partition_indexes=tuple(map(i32, indexes)))
                     for topic, indexes in topics.items()
                 )),
                 leader,
@@ -284,13 +290,14 @@ class Cluster:
                     found[(topic.name, partition.partition_index)] = partition.active_producers
         return found
 
-    def list_transactions(self, producer_ids: Iterable[int] = ()) -> list[tuple[int, object]]:
+    def list_transactions(self, producer_ids: Iterable[int] = ()) -> list[tuple[int, ListedTransaction]]:
         """(coordinator node id, listing) from every broker, as Kafka's admin client does."""
         if not self.brokers:
             self.metadata(())
         listings = []
         for node_id in sorted(self.brokers):
-            response = self.request(ListTransactionsRequest(producer_id_filters=tuple(producer_ids)), node_id)
+            request = ListTransactionsRequest(producer_id_filters=tuple(map(ProducerId, producer_ids)))
+            response = self.request(request, node_id)
             if response.error_code != ErrorCode.none:
                 raise CommandError(
                     f"ListTransactions on broker {node_id} failed: {describe_error(response.error_code)}"
@@ -302,8 +309,8 @@ class Cluster:
         """(coordinator node id, the DescribeTransactions entry); its error_code says
         TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does not know."""
         coordinator = self.transaction_coordinator(transactional_id)
-        response = self.request(DescribeTransactionsRequest(transactional_ids=(transactional_id,)), coordinator,
-                                DescribeTransactionsResponseV0)
+        request = DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),))
+        response = self.request(request, coordinator, DescribeTransactionsResponseV0)
         (state,) = response.transaction_states
         return coordinator, state
 

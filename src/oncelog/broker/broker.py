@@ -18,6 +18,7 @@ import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
@@ -38,6 +39,11 @@ from oncelog.storage.errors import InvalidConfigError
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 
+if TYPE_CHECKING:
+    from oncelog.cluster.producer_ids import ClusterProducerIds
+    from oncelog.cluster.replica_manager import ReplicaManager
+    from oncelog.cluster.runtime import ClusterRuntime
+
 log = logging.getLogger("oncelog.broker")
 
 
@@ -51,21 +57,22 @@ class Broker:
         self.port = 0
         self.bound_port = 0  # where the listener really is (differs behind a proxy)
         self.inter_broker_host = ""  # where other brokers reach this one (the bound listener)
-        self.logs: LogManager | None = None
-        self.producer_ids: ProducerIdManager | None = None
-        self.txn_coordinator: TransactionCoordinator | None = None
-        self.cleaner: LogCleaner | None = None
+        # Set by start(), before anything uses them.
+        self.logs: LogManager
+        self.producer_ids: ProducerIdManager | ClusterProducerIds
+        self.txn_coordinator: TransactionCoordinator
+        self.cleaner: LogCleaner
         self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
         # Cluster mode (controller.quorum.voters set): the runtime that registers this
         # broker, follows the metadata and replicates; None when standalone.
-        self.cluster = None
+        self.cluster: ClusterRuntime | None = None
         self.cluster_settings = cluster_settings(config)
         # Who leads what, and when a write is replicated (broker/leadership.py).
-        self.leadership = StandaloneLeadership(self)
+        self.leadership: StandaloneLeadership | ReplicaManager = StandaloneLeadership(self)
         # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
         # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
-        self.coordinators: dict[int, object] = {}
+        self.coordinators: dict[int, GroupCoordinator | TransactionCoordinator] = {}
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics
@@ -79,7 +86,7 @@ class Broker:
         started = time.perf_counter()
         try:
             defaults = LogConfig().with_overrides(self.config.log_defaults())
-        except Exception as error:
+        except InvalidConfigError as error:
             raise ConfigError(f"invalid log settings: {error}") from None
         self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
@@ -104,9 +111,8 @@ class Broker:
             self.cluster = ClusterRuntime(self, self.cluster_settings)
             self.leadership = self.cluster.replicas
             self.cluster.start_member()
-            self.cluster_id = self._load_or_create_meta_properties(
-                await self.cluster.cluster_id(self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id())
-            )
+            proposed_id = self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id()
+            self.cluster_id = self._load_or_create_meta_properties(await self.cluster.cluster_id(proposed_id))
             from oncelog.cluster.producer_ids import ClusterProducerIds
 
             self.producer_ids = ClusterProducerIds(self.cluster.store)
@@ -291,7 +297,8 @@ class Broker:
             path = directory / "meta.properties"
             if path.exists():
                 values = dict(
-                    line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#")
+                    line.split("=", 1) for line in path.read_text().splitlines()
+                    if "=" in line and not line.startswith("#")
                 )
                 if values.get("node.id") and int(values["node.id"]) != self.node_id:
                     raise ConfigError(
@@ -345,7 +352,7 @@ class Broker:
             self._fetch_waiters[key].add(waiter)
         try:
             await asyncio.wait_for(waiter, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             for key in partitions:

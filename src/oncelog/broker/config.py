@@ -67,7 +67,8 @@ SETTINGS: Mapping[str, Setting] = {
     for s in (
         Setting("node.id", _int, "1", "This broker's id."),
         Setting("broker.id", _int, "-1", "Older name of node.id; used when node.id is not set."),
-        Setting("listeners", _str, "PLAINTEXT://127.0.0.1:9092", "Where to accept connections; port 0 picks a free port."),
+        Setting("listeners", _str, "PLAINTEXT://127.0.0.1:9092",
+                "Where to accept connections; port 0 picks a free port."),
         Setting("advertised.listeners", _str, "", "Address clients are told to use; defaults to listeners."),
         Setting("log.dirs", _str, "/tmp/oncelog-logs", "Comma-separated data directories."),
         Setting("log.dir", _str, "", "Single data directory, used when log.dirs is not set."),
@@ -84,11 +85,13 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("log.retention.bytes", _int, "-1", "Delete oldest segments while a partition is larger."),
         Setting("log.retention.check.interval.ms", _int, "300000", "How often retention runs."),
         Setting("log.flush.interval.messages", _int, str(LONG_MAX), "fsync after this many messages."),
-        Setting("log.flush.interval.ms", _int, "-1", "fsync after this long (-1: use log.flush.scheduler.interval.ms policy off)."),
+        Setting("log.flush.interval.ms", _int, "-1",
+                "fsync after this long (-1: use log.flush.scheduler.interval.ms policy off)."),
         Setting("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush timer looks at partitions."),
         Setting("log.index.interval.bytes", _int, "4096", "Bytes of log between offset index entries."),
         Setting("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
-        Setting("log.cleaner.enable", _bool, "true", "Run the log cleaner (compaction of cleanup.policy=compact topics)."),
+        Setting("log.cleaner.enable", _bool, "true",
+                "Run the log cleaner (compaction of cleanup.policy=compact topics)."),
         Setting("log.cleaner.backoff.ms", _int, "15000", "How often the cleaner looks for a partition to clean."),
         Setting("log.cleaner.min.cleanable.ratio", _float, "0.5",
                 "Default min.cleanable.dirty.ratio: clean when dirty bytes / all bytes is above it."),
@@ -133,9 +136,12 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("offsets.retention.minutes", _int, "10080", "Keep an empty group's committed offsets this long."),
         Setting("offsets.retention.check.interval.ms", _int, "600000", "How often expired offsets are looked for."),
         Setting("offset.metadata.max.bytes", _int, "4096", "Largest metadata string of an offset commit."),
-        Setting("group.initial.rebalance.delay.ms", _int, "3000", "How long the first rebalance of an empty group waits for more members."),
-        Setting("group.min.session.timeout.ms", _int, "6000", "Smallest session.timeout.ms a group member may ask for."),
-        Setting("group.max.session.timeout.ms", _int, "1800000", "Largest session.timeout.ms a group member may ask for."),
+        Setting("group.initial.rebalance.delay.ms", _int, "3000",
+                "How long the first rebalance of an empty group waits for more members."),
+        Setting("group.min.session.timeout.ms", _int, "6000",
+                "Smallest session.timeout.ms a group member may ask for."),
+        Setting("group.max.session.timeout.ms", _int, "1800000",
+                "Largest session.timeout.ms a group member may ask for."),
         Setting("group.max.size", _int, "2147483647", "Most members a consumer group may have."),
         # Cluster mode (docs/cluster.md): set controller.quorum.voters or
         # controller.quorum.bootstrap.servers; without either the broker runs standalone.
@@ -231,7 +237,7 @@ def parse_listener(value: str, key: str) -> Listener:
     parts = urlsplit(f"//{address}")
     if parts.port is None:
         raise ConfigError(f"{key}: no port in {first!r}")
-    if name.upper() not in ("PLAINTEXT",):
+    if name.upper() != "PLAINTEXT":
         raise ConfigError(f"{key}: only PLAINTEXT listeners are supported, got {name!r}")
     return Listener(name.upper(), parts.hostname or "", parts.port)
 
@@ -253,8 +259,8 @@ def read_properties(path: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        line = path.read_bytes()[: error.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
+        line_number = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line_number}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); "
                           "save the file as UTF-8") from None
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror or error}") from None

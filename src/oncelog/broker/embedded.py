@@ -14,6 +14,7 @@ import asyncio
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 from oncelog.broker.broker import Broker, data_dir_config
 from oncelog.broker.config import BrokerConfig
@@ -39,7 +40,7 @@ class EmbeddedBroker:
         assert self.broker is not None, "broker not started"
         return self.broker.bound_port
 
-    def start(self) -> EmbeddedBroker:
+    def start(self) -> Self:
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -50,7 +51,7 @@ class EmbeddedBroker:
             self.broker = Broker(self.config)
             try:
                 loop.run_until_complete(self.broker.start())
-            except BaseException as error:  # reported to the starting thread
+            except BaseException as error:  # noqa: BLE001 (reported to the starting thread)
                 failure.append(error)
                 started.set()
                 loop.close()
@@ -83,7 +84,7 @@ class EmbeddedBroker:
 
         return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result()
 
-    def __enter__(self) -> EmbeddedBroker:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

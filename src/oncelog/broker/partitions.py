@@ -123,7 +123,8 @@ def append_records(
             ErrorCode.invalid_record, error_message="Produce requests may not contain control batches"
         )
     if batch.compression_id > Compression.ZSTD:
-        return ProduceOutcome(ErrorCode.corrupt_message, error_message=f"unknown compression codec {batch.compression_id}")
+        return ProduceOutcome(ErrorCode.corrupt_message,
+                              error_message=f"unknown compression codec {batch.compression_id}")
     if batch.is_transactional:
         refusal = _verify_transactional(broker, transactional_id, batch, topic, partition, produce_version, now_ms,
                                         leader_epoch, verification_guard)
@@ -314,6 +315,7 @@ async def verify_with_remote_coordinator(
             guards[(topic, partition)] = verifier.guard(topic, partition, producer[0], leader_epoch)
     if not guards:
         return answers
+    assert producer is not None  # the guards were taken for it
     producer_id, producer_epoch = producer
     adding = produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION
     codes = await verifier.verify(transactional_id, producer_id, producer_epoch, set(guards), verify_only=not adding)
@@ -381,6 +383,7 @@ def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: in
     coordinator loads its state from an internal partition it has just become leader of
     (everything the new leader holds is what the partition will keep)."""
     log_ = broker.logs.partition(topic, partition)
+    assert log_ is not None  # the partition this broker has just become leader of
     offset = max(from_offset, log_.log_start_offset)
     while offset < log_.log_end_offset:
         records = log_.read(offset, chunk_bytes, upper_bound=log_.log_end_offset).records

@@ -118,7 +118,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._server = server
         self._max_frame = server.max_request_bytes
         self._memory = server.request_memory
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport  # set by connection_made, the first callback
         self.client_host = "?"
         # Bytes not yet parsed are _receive[_start:_end]; a frame too large for this
         # buffer is received into _frame, of exactly its size, from _frame_filled on.
@@ -435,7 +435,7 @@ class KafkaServer:
             if flexible:
                 position = framing.skip_tagged_fields(frame, position)
             request = decode_request(api_key, version, frame, position)
-        except Exception as error:  # kio raises several types for malformed bodies
+        except Exception as error:  # noqa: BLE001 (kio raises several types for malformed bodies)
             raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
         context = RequestContext(
             broker=self.broker,

@@ -57,9 +57,10 @@ def create_topic(
         if validate_only:
             return broker.logs.validate_new_topic(name, num_partitions, configs)
         info = broker.logs.create_topic(name, num_partitions, configs)
-    except Exception as error:
+    except storage_errors.LogError as error:
         raise TopicRequestError(error_code_for(error), str(error)) from None
-    log.info("created topic %s with %d partition(s)%s", name, num_partitions, f" and configs {configs}" if configs else "")
+    log.info("created topic %s with %d partition(s)%s", name, num_partitions,
+             f" and configs {configs}" if configs else "")
     return info
 
 
@@ -119,7 +120,8 @@ def _checked_counts(broker: Broker, num_partitions: int, replication_factor: int
         raise TopicRequestError(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
     if num_partitions <= 0:
         raise TopicRequestError(
-            ErrorCode.invalid_partitions, f"Number of partitions was set to an invalid non-positive value ({num_partitions})."
+            ErrorCode.invalid_partitions,
+            f"Number of partitions was set to an invalid non-positive value ({num_partitions}).",
         )
     if replication_factor <= 0:
         raise TopicRequestError(

@@ -15,7 +15,7 @@ Frozen and made of plain values: it is pickled to Spark executors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 PLAINTEXT = "PLAINTEXT"
@@ -51,31 +51,32 @@ class ClientConfig:
                 raise ConfigError(f"bootstrap.servers: {error}") from None
 
     @classmethod
-    def from_settings(cls, bootstrap_servers: str, settings: Mapping[str, object] = ()) -> ClientConfig:
+    def from_settings(cls, bootstrap_servers: str,
+                      settings: Mapping[str, object] | Iterable[tuple[str, object]] = ()) -> ClientConfig:
         """From `bootstrap.servers` and librdkafka setting names; keys this client has no
         use for are left to the caller (they may be the producer's or fetcher's)."""
-        settings = {str(key).lower(): str(value) for key, value in dict(settings).items()}
+        values = {str(key).lower(): str(value) for key, value in dict(settings).items()}
         servers = tuple(server.strip() for server in bootstrap_servers.split(",") if server.strip())
-        protocol = settings.get("security.protocol", PLAINTEXT).upper()
+        protocol = values.get("security.protocol", PLAINTEXT).upper()
         if protocol not in _SECURITY_PROTOCOLS:
             raise ConfigError(
-                f"security.protocol={settings['security.protocol']}: oncelog's Spark connectors speak "
+                f"security.protocol={values['security.protocol']}: oncelog's Spark connectors speak "
                 f"{' and '.join(_SECURITY_PROTOCOLS)} (SASL is not supported yet)"
             )
-        timeout_ms = settings.get("socket.timeout.ms") or settings.get("request.timeout.ms") or "30000"
+        timeout_ms = values.get("socket.timeout.ms") or values.get("request.timeout.ms") or "30000"
         return cls(
             bootstrap_servers=servers,
-            client_id=settings.get("client.id", "oncelog"),
+            client_id=values.get("client.id", "oncelog"),
             request_timeout_s=_positive_ms(timeout_ms, "socket.timeout.ms") / 1000,
-            connect_timeout_s=_positive_ms(settings.get("socket.connection.setup.timeout.ms", "10000"),
+            connect_timeout_s=_positive_ms(values.get("socket.connection.setup.timeout.ms", "10000"),
                                            "socket.connection.setup.timeout.ms") / 1000,
             security_protocol=protocol,
-            ssl_ca_location=settings.get("ssl.ca.location"),
-            ssl_certificate_location=settings.get("ssl.certificate.location"),
-            ssl_key_location=settings.get("ssl.key.location"),
-            ssl_key_password=settings.get("ssl.key.password"),
-            ssl_check_hostname=settings.get("ssl.endpoint.identification.algorithm", "https").lower() != "none",
-            ssl_verify=_boolean(settings.get("enable.ssl.certificate.verification", "true"),
+            ssl_ca_location=values.get("ssl.ca.location"),
+            ssl_certificate_location=values.get("ssl.certificate.location"),
+            ssl_key_location=values.get("ssl.key.location"),
+            ssl_key_password=values.get("ssl.key.password"),
+            ssl_check_hostname=values.get("ssl.endpoint.identification.algorithm", "https").lower() != "none",
+            ssl_verify=_boolean(values.get("enable.ssl.certificate.verification", "true"),
                                 "enable.ssl.certificate.verification"),
         )
 

@@ -69,7 +69,7 @@ class Connection:
         request = ApiVersionsRequest(client_software_name="oncelog", client_software_version="1")
         frame = self._exchange_raw(request)
         (error,) = _ERROR_CODE.unpack_from(frame, 4)
-        entity = request
+        entity: ApiVersionsRequest | ApiVersionsRequestV0 = request
         if error == ErrorCode.unsupported_version:
             entity = ApiVersionsRequestV0()  # the broker answered in v0's layout
         response = decode_response(entity, frame, self._correlation)
@@ -87,7 +87,8 @@ class Connection:
                 return chosen
         raise UnsupportedVersion(
             f"the broker at {self.address} offers API {api_key} versions "
-            f"{'none' if offered is None else f'{offered[0]}-{offered[1]}'}; this client needs one of {lowest}-{highest}"
+            f"{'none' if offered is None else f'{offered[0]}-{offered[1]}'}; "
+            f"this client needs one of {lowest}-{highest}"
         )
 
     # -- requests ---------------------------------------------------------------------------

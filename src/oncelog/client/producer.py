@@ -158,8 +158,8 @@ class TransactionalProducer:
                 producer_id=-1, producer_epoch=-1,
             )
             response = connection.request(request)
-            self.cluster.check_coordinator_answer(response.error_code, self.transactional_id,
-                                                  TRANSACTION_COORDINATOR, f"InitProducerId of {self.transactional_id!r}")
+            self.cluster.check_coordinator_answer(response.error_code, self.transactional_id, TRANSACTION_COORDINATOR,
+                                                  f"InitProducerId of {self.transactional_id!r}")
             return int(response.producer_id), int(response.producer_epoch)
 
         self.producer_id, self.producer_epoch = self._retrying("InitProducerId", call)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +65,7 @@ _AFTER_MAGIC = struct.Struct(">Ihiqqqhii")  # crc, attributes, lastOffsetDelta, 
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 _VARINT_SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
 
+_native_record_starts: Callable[[bytes | bytearray | memoryview, int, int, int], bytes] | None
 try:  # the record-start loop in C (setup.py builds it where a compiler is); else Python's
     from oncelog.client._record_starts import record_starts as _native_record_starts
 except ImportError:  # pragma: no cover (depends on the machine that installed oncelog)
@@ -320,7 +321,8 @@ def _decode_records(arena, batches: Sequence[_Batch], start: int, end: int, with
     keep = (offsets >= start) & (offsets < end)
     if not keep.all():
         keep_index = np.flatnonzero(keep)
-        offsets, starts, ends, header_at = offsets[keep_index], starts[keep_index], ends[keep_index], header_at[keep_index]
+        offsets, starts, ends = offsets[keep_index], starts[keep_index], ends[keep_index]
+        header_at = header_at[keep_index]
         key_starts, key_lengths = key_starts[keep_index], key_lengths[keep_index]
         value_starts, value_lengths = value_starts[keep_index], value_lengths[keep_index]
         time_deltas, base_times = time_deltas[keep_index], base_times[keep_index]
@@ -434,7 +436,7 @@ def _inline_bytes(data: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np
 class RecordSet:
     """The records payload of one batch to be, and what its header needs."""
 
-    payload: object  # a bytes-like object: the records, uncompressed or compressed
+    payload: bytes | memoryview  # the records, uncompressed or compressed
     count: int
     attributes: int  # compression codec bits (the producer adds the transactional bit)
     timestamp_ms: int
@@ -474,7 +476,7 @@ def _pack(pieces: Sequence[tuple[np.ndarray, np.ndarray]]) -> pa.Array:
     """Per row, the used bytes of each (matrix, sizes) piece in turn, as a binary array."""
     matrix = np.concatenate([m for m, _ in pieces], axis=1)
     used = np.concatenate([np.arange(m.shape[1]) < s[:, None] for m, s in pieces], axis=1)
-    lengths = sum(s for _, s in pieces)
+    lengths = np.sum([s for _, s in pieces], axis=0)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     data = matrix[used]
@@ -499,8 +501,8 @@ def encode_headers(pairs) -> bytes:
         if value is None:
             out += _varint(-1)
         else:
-            value = value.encode() if isinstance(value, str) else bytes(value)
-            out += _varint(len(value)) + value
+            encoded = value.encode() if isinstance(value, str) else bytes(value)
+            out += _varint(len(encoded)) + encoded
     return bytes(out)
 
 
@@ -556,7 +558,7 @@ def encode_records(keys: pa.Array | None, values: pa.Array, headers: pa.Array | 
     sets = []
     for first, last in zip(boundaries[:-1].tolist(), boundaries[1:].tolist(), strict=True):
         begin, stop = int(record_offsets[first]), int(record_offsets[last])
-        payload = memoryview(data)[begin:stop]
+        payload: bytes | memoryview = memoryview(data)[begin:stop]
         size = stop - begin
         if codec:
             payload = compression.compress(codec, payload)

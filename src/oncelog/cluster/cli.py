@@ -118,7 +118,7 @@ def run_start(args: argparse.Namespace) -> int:
           + (" (restarted from its node-N.properties)" if saved else ""), flush=True)
     print(f"bootstrap servers: {cluster.bootstrap_servers}", flush=True)
     for node_id, node in cluster.nodes.items():
-        print(f"node {node_id}: {node.bootstrap_servers} pid {node.process.pid}, log {node.log_path}", flush=True)
+        print(f"node {node_id}: {node.bootstrap_servers} pid {node.pid}, log {node.log_path}", flush=True)
     reported: set[int] = set()
     while not stop.wait(WATCH_INTERVAL_S):
         for node_id, node in cluster.nodes.items():
@@ -127,7 +127,7 @@ def run_start(args: argparse.Namespace) -> int:
                 continue
             reported.add(node_id)
             running = len(cluster.nodes) - len(reported)
-            print(f"oncelog: warning: node {node_id} (pid {node.process.pid}) {_exit_status(code)}; "
+            print(f"oncelog: warning: node {node_id} (pid {node.pid}) {_exit_status(code)}; "
                   f"its log: {node.log_path}; {running} of {len(cluster.nodes)} node(s) still running",
                   file=sys.stderr, flush=True)
         if len(reported) == len(cluster.nodes):

@@ -82,8 +82,9 @@ class ClusterDynamicConfigStore:
             if not result.succeeded:
                 continue  # changed meanwhile: compute the change again on what is there now
             if not await runtime.wait_for_revision(result.revision):
-                raise ConfigChangeError(ErrorCode.request_timed_out,
-                                        "the dynamic broker configs were written, but this broker has not seen them yet")
+                raise ConfigChangeError(
+                    ErrorCode.request_timed_out,
+                    "the dynamic broker configs were written, but this broker has not seen them yet")
             log.info("dynamic broker config %s is now %s", repr(resource_name) if resource_name else "default",
                      overrides or "empty")
             return

@@ -45,7 +45,7 @@ import asyncio
 import base64
 import json
 import select
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -672,12 +672,12 @@ class EtcdClient:
             raise
         pool.release(connection)
         if status != 200:
-            error = _error_from(response)
-            if error.message == _NO_LEADER:
-                raise _Refused(error.message)
-            if error.code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
-                raise _Indeterminate(error.message)  # e.g. "etcdserver: request timed out"
-            raise error
+            failure = _error_from(response)
+            if failure.message == _NO_LEADER:
+                raise _Refused(failure.message)
+            if failure.code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
+                raise _Indeterminate(failure.message)  # e.g. "etcdserver: request timed out"
+            raise failure
         return response
 
 
@@ -692,7 +692,7 @@ def _loads(body: bytes, endpoint: str) -> dict[str, Any]:
         raise _Broken(f"{endpoint} answered with something that is not JSON: {body[:200]!r}") from error
 
 
-async def _silence_bounded(messages: AsyncIterator[dict[str, Any]], timeout_s: float,
+async def _silence_bounded(messages: AsyncGenerator[dict[str, Any], None], timeout_s: float,
                            endpoint: str) -> AsyncIterator[dict[str, Any]]:
     """`messages`, failing with _Broken when none comes for `timeout_s`: a member cut off
     by the network sends nothing and no error either (TCP notices nothing for minutes)."""
@@ -708,7 +708,7 @@ async def _silence_bounded(messages: AsyncIterator[dict[str, Any]], timeout_s: f
         yield message
 
 
-async def _json_lines(chunks: AsyncIterator[bytes], endpoint: str) -> AsyncIterator[dict[str, Any]]:
+async def _json_lines(chunks: AsyncIterator[bytes], endpoint: str) -> AsyncGenerator[dict[str, Any], None]:
     """The newline-delimited JSON messages of a streamed body, whatever the chunking."""
     buffer = b""
     async for chunk in chunks:

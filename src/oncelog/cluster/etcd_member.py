@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 from oncelog.cluster.etcd import WATCH_PROGRESS_INTERVAL_S
 
@@ -123,18 +124,17 @@ class EtcdMember:
         command = self.command()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.chmod(0o700)  # etcd warns about (and 3.5 refuses) wider permissions
+        output: IO[bytes] | int = subprocess.DEVNULL
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             output = open(self.log_path, "ab")  # noqa: SIM115 (closed below, once the child has it)
-        else:
-            output = subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                 preexec_fn=_die_with_parent, close_fds=True,  # noqa: PLW1509 (only a prctl call)
             )
         finally:
-            if output is not subprocess.DEVNULL:
+            if not isinstance(output, int):  # the log file, not DEVNULL
                 output.close()
         return self
 

@@ -19,7 +19,7 @@ import datetime
 import logging
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog import clock
 from oncelog.cluster.peer import PeerConnection
@@ -120,7 +120,7 @@ class ReplicaFetcher:
                 self._wakeup.clear()
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), self._backoff_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             try:
@@ -150,7 +150,7 @@ class ReplicaFetcher:
         return self._peer
 
     def _request(self, wanted: dict) -> object:
-        request_type = request_class(1, FETCH_VERSION)
+        request_type: Any = request_class(1, FETCH_VERSION)  # the Fetch request of FETCH_VERSION
         module = sys.modules[request_type.__module__]  # FetchTopic, FetchPartition of this version
         by_topic: dict[str, list] = {}
         for (topic, partition), state in sorted(wanted.items()):
@@ -177,11 +177,11 @@ class ReplicaFetcher:
             rack_id="",
         )
 
-    def _process(self, response, wanted: dict, now: float) -> None:
+    def _process(self, response, wanted: dict[tuple[str, int], FetchState], now: float) -> None:
         if response.error_code != ErrorCode.none:
             log.info("fetch from broker %d: %s", self.leader_id, ErrorCode(response.error_code).name)
-            for state in wanted.values():
-                state.delayed_until = now + self._backoff_s
+            for waiting in wanted.values():
+                waiting.delayed_until = now + self._backoff_s
             return
         for topic in response.responses:
             for data in topic.partitions:

@@ -542,11 +542,11 @@ class MetadataDelta:
             if current is None or current.topic_id != topic.topic_id:
                 delta.deleted_topics[name] = topic
         for name, topic in new.topics.items():
-            previous = old.topics.get(name)
-            if previous is None or previous.topic_id != topic.topic_id:
+            previous_topic = old.topics.get(name)
+            if previous_topic is None or previous_topic.topic_id != topic.topic_id:
                 delta.created_topics[name] = topic
-            elif previous != topic:
-                delta.changed_topics[name] = (previous, topic)
+            elif previous_topic != topic:
+                delta.changed_topics[name] = (previous_topic, topic)
         for key in old.partitions.keys() | new.partitions.keys():
             before, after = old.partitions.get(key), new.partitions.get(key)
             if before != after:

@@ -78,7 +78,9 @@ class PeerConnection:
             except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
                 self.reset()
                 if isinstance(error, TimeoutError):
-                    raise TimeoutError(f"broker {self.node_id} at {self.address} did not answer in {timeout_s}s") from None
+                    raise TimeoutError(
+                        f"broker {self.node_id} at {self.address} did not answer in {timeout_s}s"
+                    ) from None
                 raise ConnectionError(f"broker {self.node_id} at {self.address}: {error}") from None
             finally:
                 self._in_flight, self._abandoned = None, False

@@ -58,5 +58,5 @@ class ClusterProducerIds:
     async def _reserve(self) -> None:
         try:
             self._next_block = await self._store.allocate_producer_id_block(self.block_size)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (a background task: logged, and the next allocation retries)
             log.warning("reserving a producer id block failed: %s", error)

@@ -107,6 +107,7 @@ class ReplicaManager:
             return ErrorCode.not_leader_or_follower
         if replica.log.high_watermark >= end_offset:
             return ErrorCode.none
+        assert replica.waiters is not None  # set with leader
         return await replica.waiters.wait(end_offset, timeout_s)
 
     def is_replica_fetch(self, replica_id: int) -> bool:
@@ -142,18 +143,20 @@ class ReplicaManager:
         return ErrorCode.none
 
     def _maybe_advance_high_watermark(self, replica: LocalReplica) -> None:
-        candidate = replica.leader.high_watermark_candidate(replica.log.log_end_offset, now_ms=now_ms())
+        leader, waiters = replica.leader, replica.waiters
+        assert leader is not None and waiters is not None  # on the leader only
+        candidate = leader.high_watermark_candidate(replica.log.log_end_offset, now_ms=now_ms())
         if candidate > replica.log.high_watermark:
             replica.log.update_high_watermark(candidate)
-            replica.waiters.advance(replica.log.high_watermark)
+            waiters.advance(replica.log.high_watermark)
             self.broker.partition_appended(replica.record.topic, replica.record.partition)
 
     def _check_min_isr(self, replica: LocalReplica) -> None:
         """Kafka's DelayedProduce: acks=all writes waiting while the ISR shrinks below
         min.insync.replicas fail with NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
-        state = replica.leader
-        replica.waiters.check_min_isr(len(state.maximal_isr),
-                                      state.effective_min_isr(replica.log.config.min_insync_replicas))
+        state, waiters = replica.leader, replica.waiters
+        assert state is not None and waiters is not None  # on the leader only
+        waiters.check_min_isr(len(state.maximal_isr), state.effective_min_isr(replica.log.config.min_insync_replicas))
 
     def _maybe_expand_isr(self, replica: LocalReplica, follower: int) -> None:
         """Kafka's maybeExpandIsr: the follower that just fetched joins the ISR once caught
@@ -161,10 +164,12 @@ class ReplicaManager:
         fetch state a stalled broker left behind must not bring it back into the ISR the
         controller took it out of, which would let acks=all writes and markers pass a
         min.insync.replicas the ISR does not really have."""
-        if replica.leader.isr_change_pending or follower not in self.image.brokers:
+        leader = replica.leader
+        assert leader is not None  # on the leader only
+        if leader.isr_change_pending or follower not in self.image.brokers:
             return
-        if follower in replica.leader.isr_expansion_candidates(replica.log.high_watermark):
-            self._write_isr(replica, (*replica.leader.isr, follower))
+        if follower in leader.isr_expansion_candidates(replica.log.high_watermark):
+            self._write_isr(replica, (*leader.isr, follower))
 
     def shrink_isrs(self) -> None:
         """Drop followers that lagged past replica.lag.time.max.ms (a periodic task)."""
@@ -180,6 +185,7 @@ class ReplicaManager:
         tp = (replica.record.topic, replica.record.partition)
         if tp in self._isr_writes:
             return
+        assert replica.leader is not None  # on the leader only
         replica.leader.begin_isr_change(new_isr)
         self._check_min_isr(replica)
         self._isr_writes.add(tp)
@@ -198,7 +204,7 @@ class ReplicaManager:
 
         try:
             stored = await self.runtime.store.change_partition(expected, change)
-        except Exception as error:  # etcd unavailable or conflicts: retried by the next fetch or shrink
+        except Exception as error:  # noqa: BLE001 (etcd unavailable or conflicts: retried by the next fetch or shrink)
             log.warning("%s-%d: ISR change to %s not written: %s", *tp, list(new_isr), error)
             stored = None
         finally:
@@ -220,11 +226,11 @@ class ReplicaManager:
         self.image = image
         for name in delta.deleted_topics:
             self._delete_local_topic(name)
-        for name, topic in delta.created_topics.items():
+        for topic in delta.created_topics.values():
             self._ensure_local_topic(topic)
-        for name, (_old, topic) in delta.changed_topics.items():  # more partitions, or new configs
-            self._ensure_local_topic(topic)
-        for (topic, partition), (_old, new) in sorted(delta.changed_partitions.items()):
+        for _before, changed in delta.changed_topics.values():  # more partitions, or new configs
+            self._ensure_local_topic(changed)
+        for _tp, (_old, new) in sorted(delta.changed_partitions.items()):
             if new is None:
                 continue
             self._apply_partition(new)
@@ -283,9 +289,9 @@ class ReplicaManager:
             self._stop_replica(tp, ErrorCode.kafka_storage_error)
             return
         replica = self.replicas.get(tp)
-        previous = replica.record if replica is not None else None
         if record.leader == self.node_id:
-            if replica is not None and replica.is_leader and previous.leader_epoch == record.leader_epoch:
+            if (replica is not None and replica.leader is not None
+                    and replica.record.leader_epoch == record.leader_epoch):
                 replica.record = record
                 replica.leader.complete_isr_change(record.isr)
                 self._check_min_isr(replica)

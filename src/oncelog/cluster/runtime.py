@@ -90,8 +90,9 @@ class ClusterRuntime:
         self.node_id = settings.node_id
         self.member: EtcdMember | None = None
         self.client = EtcdClient(list(settings.endpoints), request_timeout_s=settings.request_timeout_ms / 1000)
-        self.keys: Keys | None = None
-        self.store: MetadataStore | None = None
+        # Set by cluster_id(), the first thing start-up asks the quorum.
+        self.keys: Keys
+        self.store: MetadataStore
         self.confirmed = MetadataImage.empty()  # the store's image, as far as the watch got
         self.image = MetadataImage.empty()  # what this broker acts on: `confirmed`, or its fenced view
         self.isolated = False  # the session could not be confirmed in time
@@ -173,7 +174,7 @@ class ClusterRuntime:
         if self.settings.is_controller:
             self._tasks.append(asyncio.create_task(self._control(), name="controller"))
         if self.member is not None:
-            self._tasks.append(asyncio.create_task(self._supervise_member(), name="quorum-member"))
+            self._tasks.append(asyncio.create_task(self._supervise_member(self.member), name="quorum-member"))
         await self.wait_for_revision(self.broker_epoch)  # the image has this broker's registration
 
     async def stop(self) -> None:
@@ -187,7 +188,7 @@ class ClusterRuntime:
         if self.lease:
             try:  # leaderships move at once instead of after the session timeout
                 await asyncio.wait_for(self.client.lease_revoke(self.lease), 2)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 (best effort: unrevoked, the lease expires after the session timeout)
                 pass
         await self.client.close()
         if self.member is not None:
@@ -213,7 +214,7 @@ class ClusterRuntime:
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def _range(self) -> tuple[int, list]:
@@ -237,7 +238,7 @@ class ClusterRuntime:
                 self._publish(MetadataImage.from_kvs(revision, kvs))
             except asyncio.CancelledError:
                 raise
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 (the watch must survive any failure: it resumes)
                 log.warning("metadata watch failed (%s); resuming", error)
                 await asyncio.sleep(0.5)
 
@@ -461,23 +462,23 @@ class ClusterRuntime:
 
     # ---- the quorum member ------------------------------------------------------------------
 
-    async def _supervise_member(self) -> None:
+    async def _supervise_member(self, member: EtcdMember) -> None:
         """Start the quorum member again when it exits: on this (the event loop's, long
         lived) thread, as PR_SET_PDEATHSIG follows the thread that started it."""
         pause = MEMBER_RESTART_PAUSE_S
         while True:
             await asyncio.sleep(1.0)
-            if self.member.alive:
+            if member.alive:
                 pause = max(MEMBER_RESTART_PAUSE_S, pause / 2)
                 continue
-            code = self.member.process.returncode if self.member.process is not None else None
+            code = member.process.returncode if member.process is not None else None
             log.error("the quorum member of node %d exited (status %s); starting it again in %.0f s. Its log ends:"
-                      "\n%s", self.node_id, code, pause, self.member.log_tail(2000))
+                      "\n%s", self.node_id, code, pause, member.log_tail(2000))
             await asyncio.sleep(pause)
             pause = min(pause * 2, MEMBER_RESTART_PAUSE_MAX_S)
-            self.member.process = None
+            member.process = None
             try:
-                self.member.start()
+                member.start()
             except (OSError, RuntimeError) as error:
                 log.error("the quorum member of node %d did not start: %s", self.node_id, error)
 
@@ -504,7 +505,7 @@ class ClusterRuntime:
             self._reconcile_wanted.clear()
             try:
                 await asyncio.wait_for(self._reconcile_wanted.wait(), 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self.image.controller_id != self.node_id:
                 self.controller_revision = None

@@ -33,6 +33,7 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
                        configs: dict[str, str], *, validate_only: bool = False,
                        assignment: list[list[int]] | None = None) -> TopicInfo:
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     image = runtime.image
     try:
         validate_topic_name(name)
@@ -78,6 +79,7 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
 
 async def delete_topic(broker: Broker, name: str) -> None:
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     topic = runtime.image.topics.get(name)
     if topic is None:
         raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
@@ -94,6 +96,7 @@ async def delete_topic(broker: Broker, name: str) -> None:
 async def create_partitions(broker: Broker, name: str, new_total: int, *, validate_only: bool = False,
                             assignment: list[list[int]] | None = None) -> None:
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     image = runtime.image
     topic = image.topics.get(name)
     if topic is None:
@@ -102,9 +105,13 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
     if new_total == current:
         raise TopicRequestError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
     if new_total < current:
-        raise TopicRequestError(ErrorCode.invalid_partitions,
-                                f"Topic currently has {current} partitions, which is higher than the requested {new_total}.")
-    replication_factor = len(image.partition(name, 0).replicas)
+        raise TopicRequestError(
+            ErrorCode.invalid_partitions,
+            f"Topic currently has {current} partitions, which is higher than the requested {new_total}.",
+        )
+    first = image.partition(name, 0)
+    assert first is not None  # a topic has a partition 0
+    replication_factor = len(first.replicas)
     live = sorted(image.live_broker_ids())
     if assignment is not None:
         problem = check_assignment(dict(enumerate(assignment, start=current)), live,
@@ -123,7 +130,8 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
     if stored is None:
         raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
     try:
-        revision = await runtime.store.create_partitions(TopicRecord.decode(stored), stored.mod_revision, current, added)
+        revision = await runtime.store.create_partitions(TopicRecord.decode(stored), stored.mod_revision,
+                                                         current, added)
     except MetadataConflict as error:
         raise TopicRequestError(ErrorCode.reassignment_in_progress, str(error)) from None
     await runtime.wait_for_revision(revision)
@@ -138,11 +146,13 @@ async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange
     change of the topic (another alteration, CreatePartitions) is read again and the
     change computed anew, as a read-modify-write under etcd's compare."""
     runtime = broker.cluster
+    assert runtime is not None  # cluster mode
     for _ in range(CONFIG_WRITE_ATTEMPTS):
         try:
             stored = await runtime.client.get(runtime.keys.topic(name))
         except EtcdUnavailable as error:
-            raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
+            raise TopicRequestError(ErrorCode.request_timed_out,
+                                    f"the metadata quorum did not answer: {error}") from None
         if stored is None:
             raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         topic = TopicRecord.decode(stored)
@@ -158,11 +168,13 @@ async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange
         except MetadataConflict:
             continue
         except EtcdUnavailable as error:
-            raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
+            raise TopicRequestError(ErrorCode.request_timed_out,
+                                    f"the metadata quorum did not answer: {error}") from None
         if not await runtime.wait_for_revision(revision):
             raise TopicRequestError(ErrorCode.request_timed_out,
                                     f"the configs of {name} were written, but this broker has not seen them yet")
         log.info("topic %s configs are now %s", name, overrides or "the defaults")
         return
-    raise TopicRequestError(ErrorCode.request_timed_out,
-                            f"the topic {name} kept changing during {CONFIG_WRITE_ATTEMPTS} attempts to alter its configs")
+    raise TopicRequestError(
+        ErrorCode.request_timed_out,
+        f"the topic {name} kept changing during {CONFIG_WRITE_ATTEMPTS} attempts to alter its configs")

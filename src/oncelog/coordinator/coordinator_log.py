@@ -79,6 +79,7 @@ class CoordinatorLog:
         if self.standalone:
             info = self._broker.logs.topic(self.topic)
             return info.num_partitions if info is not None else self._configured_partitions
+        assert self._broker.cluster is not None
         topic = self._broker.cluster.image.topics.get(self.topic)
         return topic.partitions if topic is not None else self._configured_partitions
 

@@ -61,8 +61,10 @@ def ensure_internal_topic(broker: Broker, name: str, partitions: int, segment_by
         return broker.logs.create_topic(
             name, partitions, {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
         )
-    except TopicExistsError:
-        return broker.logs.topic(name)
+    except TopicExistsError:  # created meanwhile
+        created = broker.logs.topic(name)
+        assert created is not None
+        return created
 
 
 def _cluster_spec(broker: Broker, name: str) -> tuple[int, int, dict[str, str]]:
@@ -84,7 +86,9 @@ async def ensure_cluster_internal_topic(broker: Broker, name: str) -> tuple[Erro
     reason for FindCoordinator's error message (a command-line tool shows it)."""
     from oncelog.cluster.topics import create_topic
 
-    if name in broker.cluster.image.topics:
+    cluster = broker.cluster
+    assert cluster is not None
+    if name in cluster.image.topics:
         return ErrorCode.none, None
     partitions, replication_factor, configs = _cluster_spec(broker, name)
     try:
@@ -97,6 +101,6 @@ async def ensure_cluster_internal_topic(broker: Broker, name: str) -> tuple[Erro
                 key = REPLICATION_FACTOR_KEY[name]
                 reason += f" ({key}={replication_factor}: start more brokers, or lower {key})"
             return ErrorCode.coordinator_not_available, reason
-    if name in broker.cluster.image.topics:
+    if name in cluster.image.topics:
         return ErrorCode.none, None
     return ErrorCode.coordinator_not_available, f"{name} is being created"

@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from oncelog.demo.faults import FAIL_AT_ROW, FAIL_BATCH, FAULT_DIR
 from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
@@ -228,7 +229,7 @@ def read_topic(bootstrap: str, topic: str, isolation: str) -> OutputRead:
     })
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     read = OutputRead()
-    at_end: set[int] = set()
+    at_end: set[int | None] = set()  # the partitions read to their end
     last_progress = time.monotonic()
     try:
         while len(at_end) < PARTITIONS and time.monotonic() - last_progress < READ_IDLE_TIMEOUT_S:
@@ -239,12 +240,17 @@ def read_topic(bootstrap: str, topic: str, isolation: str) -> OutputRead:
                         at_end.add(message.partition())
                     continue
                 at_end.discard(message.partition())
-                if any(name == GATE_HEADER for name, _ in message.headers() or ()):
+                # A consumed message's headers are (name, value) pairs; the stub also allows
+                # the dict that produce() accepts.
+                headers = cast("list[tuple[str, bytes | None]] | None", message.headers())
+                if any(name == GATE_HEADER for name, _ in headers or ()):
                     read.gate_records += 1
                     continue
-                read.values.append(message.value())
+                value = message.value()
+                assert value is not None  # the job writes no tombstones
+                read.values.append(value)
                 read.keys.append(message.key())
-                read.headers.append(message.headers())
+                read.headers.append(headers)
                 last_progress = time.monotonic()
         if isolation == "read_committed":
             open_transactions = _partitions_with_open_transactions(bootstrap, topic)
@@ -295,7 +301,7 @@ def verify(bootstrap: str, seeded: Seeded) -> Verdict:
     seen: Counter[str] = Counter()
     wrong = 0
     unparseable = 0
-    for value, key, headers in zip(committed_read.values, committed_read.keys, committed_read.headers):
+    for value, key, headers in zip(committed_read.values, committed_read.keys, committed_read.headers, strict=True):
         try:
             enriched = json.loads(value)
             order_id = enriched["order_id"]
@@ -446,6 +452,7 @@ def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
 
 
 def _create_topics(bootstrap: str) -> None:
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
@@ -453,7 +460,7 @@ def _create_topics(bootstrap: str) -> None:
     for topic, future in futures.items():
         try:
             future.result(30)
-        except Exception as error:
+        except (KafkaException, TimeoutError) as error:  # the admin request failed, or got no answer
             raise DemoError(f"cannot create topic {topic!r}: {error}") from None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import Self
 
 from oncelog.protocol import framing
 from oncelog.protocol.messages import encode_response, is_flexible, response_class
@@ -30,7 +31,7 @@ def encode_request(entity, correlation_id: int, client_id: str | None = "oncelog
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
-def decode_response(entity, frame: bytes, correlation_id: int):
+def decode_response(entity, frame: bytes | bytearray | memoryview, correlation_id: int):
     """The response entity in `frame` (a response without its size prefix) to the
     request `entity` sent with `correlation_id`."""
     from kio.serial import entity_reader
@@ -76,7 +77,7 @@ class WireClient:
             return self.sock.recv(1) == b""
         except ConnectionResetError:
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
     def _read_exactly(self, size: int) -> bytes:
@@ -91,7 +92,7 @@ class WireClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> WireClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -23,7 +23,7 @@ class MalformedRequestError(ValueError):
     """The frame cannot be parsed: Kafka closes such a connection."""
 
 
-def read_request_header(frame: bytes | memoryview) -> tuple[int, int, int, str | None, int]:
+def read_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int, str | None, int]:
     """The v1 part of the header: (api_key, api_version, correlation_id, client_id, end)."""
     if len(frame) < _HEADER_FIXED.size:
         raise MalformedRequestError(f"request frame of {len(frame)} bytes is shorter than a header")
@@ -41,7 +41,7 @@ def read_request_header(frame: bytes | memoryview) -> tuple[int, int, int, str |
     return api_key, api_version, correlation_id, client_id, end
 
 
-def skip_tagged_fields(frame: bytes | memoryview, position: int) -> int:
+def skip_tagged_fields(frame: bytes | bytearray | memoryview, position: int) -> int:
     """Skip a tagged-field section (header v2); returns the position after it."""
     count, position = read_unsigned_varint(frame, position)
     for _ in range(count):
@@ -53,7 +53,7 @@ def skip_tagged_fields(frame: bytes | memoryview, position: int) -> int:
     return position
 
 
-def read_unsigned_varint(frame: bytes | memoryview, position: int) -> tuple[int, int]:
+def read_unsigned_varint(frame: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
     value = 0
     shift = 0
     while True:

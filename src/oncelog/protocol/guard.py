@@ -76,7 +76,7 @@ def _step(field: dataclasses.Field, flexible: bool, *, tagged: bool = False) -> 
     return element
 
 
-def _scalar(kind: str) -> tuple:
+def _scalar(kind: str | None) -> tuple:
     if kind in _FIXED_SIZES:
         return ("fixed", _FIXED_SIZES[kind])
     if kind == "string":

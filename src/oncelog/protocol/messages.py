@@ -20,6 +20,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 from oncelog.protocol import framing
 from oncelog.protocol.guard import check_lengths
@@ -33,12 +34,12 @@ NO_THROTTLE = datetime.timedelta(0)
 
 
 @cache
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> type[RequestPayload]:
     return load_request_schema(api_key, version)
 
 
 @cache
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> type[ResponsePayload]:
     return load_response_schema(api_key, version)
 
 
@@ -74,7 +75,7 @@ def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryv
         body = memoryview(body).toreadonly()  # kio reads read-only buffers only
     cls = request_class(api_key, version)
     check_lengths(cls, body, offset)  # before kio's reader reserves memory for any length
-    entity, size = _reader(cls)(body, offset)
+    entity, _size = _reader(cls)(body, offset)
     return entity
 
 
@@ -110,7 +111,7 @@ class MalformedProduceRequest(ValueError):
 def decode_produce_request(version: int, body: bytes | bytearray | memoryview, position: int) -> Any:
     """The kio ProduceRequest entity of `version`, with each partition's records a
     memoryview into `body` (None for null records)."""
-    cls = request_class(PRODUCE_KEY, version)
+    cls: Any = request_class(PRODUCE_KEY, version)  # the ProduceRequest of this version
     module = sys.modules[cls.__module__]
     topic_class, partition_class = module.TopicProduceData, module.PartitionProduceData
     view = memoryview(body)
@@ -194,13 +195,13 @@ def _no_tags(view: memoryview, position: int) -> int:
     return position
 
 
-def encode_response(entity: Any) -> bytes:
+def encode_response(entity: ResponsePayload) -> bytes:
     buffer = io.BytesIO()
     _writer(type(entity))(buffer, entity)
     return buffer.getvalue()
 
 
-def encode_response_frame(correlation_id: int, entity: Any, *, flexible_header: bool) -> list:
+def encode_response_frame(correlation_id: int, entity: ResponsePayload, *, flexible_header: bool) -> list:
     """A whole response frame as buffers to write in order (`transport.writelines`).
 
     Large byte fields, Fetch records above all, stay the objects the handler gave

@@ -406,7 +406,9 @@ def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) ->
             try:
                 headers.append(((name or b"").decode(), header_value))
             except UnicodeDecodeError:
-                raise CorruptRecordError(f"record at offset delta {offset_delta} has a header key that is not UTF-8") from None
+                raise CorruptRecordError(
+                    f"record at offset delta {offset_delta} has a header key that is not UTF-8"
+                ) from None
         if position != end:
             raise CorruptRecordError(f"record at offset delta {offset_delta} has {end - position} stray bytes")
         records.append(DecodedRecord(
@@ -417,6 +419,7 @@ def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) ->
 
 def control_type(record: DecodedRecord) -> ControlType:
     """The COMMIT/ABORT type in a control record's key."""
+    assert record.key is not None  # a control record's key is its type
     _version, kind = _CONTROL_KEY.unpack(record.key)
     return ControlType(kind)
 

@@ -102,7 +102,7 @@ class ClusterView:
         from confluent_kafka.admin import AdminClient
 
         self.options = options
-        config = {
+        config: dict[str, str | int | float | bool] = {
             key: value
             for key, value in options.client_settings
             if key not in _CONSUMER_ONLY_SETTINGS

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import overload
 
 from oncelog.client.config import ClientConfig, ConfigError
 from oncelog.client.fetcher import FetchSettings
@@ -339,6 +340,12 @@ def _client_settings(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(settings)
 
 
+@overload
+def positive_int(options: Mapping[str, str], name: str, default: int,
+                 error: type[ValueError] = ...) -> int: ...
+@overload
+def positive_int(options: Mapping[str, str], name: str, default: None,
+                 error: type[ValueError] = ...) -> int | None: ...
 def positive_int(options: Mapping[str, str], name: str, default: int | None,
                  error: type[ValueError] = SourceOptionError) -> int | None:
     """Option `name` (looked up lower-cased) as a positive integer; `error` names it when

@@ -189,7 +189,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     parser.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
                         help="where a new checkpoint starts reading; default: %(default)s")
     parser.add_argument("--transactional-id-prefix", metavar="PREFIX",
-                        help="prefix of the sink's transactional ids (default: oncelog-pipeline-<sink>; the sink adds the query id)")
+                        help="prefix of the sink's transactional ids "
+                             "(default: oncelog-pipeline-<sink>; the sink adds the query id)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra source option, e.g. kafka.security.protocol=SSL; repeatable")
@@ -280,7 +281,7 @@ class TransformReference:
                 spec.loader.exec_module(module)
             else:
                 module = importlib.import_module(self.module)
-        except Exception as error:  # the user's module: anything can go wrong while importing it
+        except Exception as error:  # noqa: BLE001 (the user's module: anything can go wrong while importing it)
             target = self.file or self.module
             raise PipelineError(f"--transform {self.name!r}: cannot import {target!r}: {_one_line(error)}") from None
         function = getattr(module, self.attribute, None)
@@ -332,7 +333,9 @@ def check_cluster(spec: PipelineSpec) -> None:
     from confluent_kafka.admin import AdminClient
 
     refused_codes = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
-    settings = {key[len("kafka."):]: value for key, value in spec.source_options if key.startswith("kafka.")}
+    settings: dict[str, str | int | float | bool] = {
+        key[len("kafka."):]: value for key, value in spec.source_options if key.startswith("kafka.")
+    }
     # No librdkafka log lines (refused connections...): the outcome is reported as one line.
     settings.update({"bootstrap.servers": spec.bootstrap_servers, "log_level": 0})
     try:
@@ -426,7 +429,7 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
             function = transform.load()
             try:
                 result = function(result)
-            except Exception as error:  # the user's code, on the driver, building the plan
+            except Exception as error:  # noqa: BLE001 (the user's code, on the driver, building the plan)
                 raise PipelineError(
                     f"--transform {transform.name} raised while building the query: {_one_line(error)}"
                 ) from None
@@ -602,7 +605,7 @@ class ProgressWatch:
                 return
             self.last_seen = last_json
             recent = [json.loads(progress.json()) for progress in query._jsq.recentProgress()]
-        except Exception:  # the JVM may be gone while stopping; progress is best effort
+        except Exception:  # noqa: BLE001 (the JVM may be gone while stopping; progress is best effort)
             return
         keys = []
         for progress in recent:
@@ -670,7 +673,8 @@ def run_pipeline(
                 result.stopped_by_signal = True
                 break
             try:
-                query.awaitTermination(PROGRESS_POLL_S)
+                # PySpark takes float seconds (it waits int(timeout * 1000) ms); its annotation says int.
+                query.awaitTermination(PROGRESS_POLL_S)  # type: ignore[arg-type]
             except StreamingQueryException:
                 break  # reported from query.exception() below
             watch.poll(query)
@@ -740,7 +744,7 @@ def failed_task(spark, query: StreamingQuery | None) -> tuple[int, int] | None:
             if len(attempts) == 1:  # one culprit; several failing tasks would be a guess
                 return next(iter(attempts.items()))
         return None
-    except Exception:
+    except Exception:  # noqa: BLE001 (the status store's API is not public: best effort)
         return None
 
 
@@ -753,7 +757,7 @@ def spark_error_line(message: str) -> str:
         lines = last.splitlines()
         exception_line = None
         for line in lines[1:]:
-            if not line.strip() or line.startswith("\tat ") or line.startswith("JVM stacktrace"):
+            if not line.strip() or line.startswith(("\tat ", "JVM stacktrace")):
                 if exception_line is not None:
                     break
                 continue
@@ -765,7 +769,7 @@ def spark_error_line(message: str) -> str:
     text = message.strip()
     text = re.sub(r"^\[[A-Z_.]+\]\s*", "", text)
     text = re.sub(r"^Query \S+ \[id = [^\]]+\] terminated with exception:\s*", "", text)
-    text = re.sub(r"^.*?terminated with exception:\s*", "", text, count=1, flags=re.S)
+    text = re.sub(r"^.*?terminated with exception:\s*", "", text, count=1, flags=re.DOTALL)
     for line in text.splitlines():
         if line.strip() and not line.startswith("\tat "):
             return line.strip()
@@ -778,13 +782,14 @@ def failed_batch(checkpoint: str) -> tuple[int, dict | None, dict | None] | None
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", checkpoint) and not checkpoint.startswith("file:"):
         return None
     root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
-    planned = _log_ids(root / "offsets")
+    offsets = root / "offsets"
+    planned = _log_ids(offsets)
     if not planned:
         return None
     batch_id = max(planned)
     if batch_id in _log_ids(root / "commits"):
         return None
-    return batch_id, _source_offsets(root / "offsets" / str(batch_id - 1)), _source_offsets(root / "offsets" / str(batch_id))
+    return batch_id, _source_offsets(offsets / str(batch_id - 1)), _source_offsets(offsets / str(batch_id))
 
 
 def _log_ids(directory: Path) -> set[int]:
@@ -841,7 +846,7 @@ def _plan_has_no_shuffle(query: StreamingQuery | None) -> bool:
         return False
     try:
         plan = query._jsq.explainInternal(False)
-    except Exception:
+    except Exception:  # noqa: BLE001 (best effort, as failed_task: without a plan, no task is named)
         return False
     return bool(plan) and re.search(r"(?<![A-Za-z])Exchange\b", plan) is None
 

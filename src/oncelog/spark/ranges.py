@@ -122,24 +122,30 @@ class _RangeReader:
                 self.fetcher.send(position)
             fetched = self.fetcher.receive()
         except UnknownTopic:
-            return self._gone(position)
+            self._gone(position)
+            return None
         except ConnectionLost as error:
             log.info("reading %s at offset %d: %s (retrying)", self.where, position, error)
-            return self._retry_later()
+            self._retry_later()
+            return None
         except BrokerError as error:
             if not error.retriable:
                 raise SourceError(f"reading {self.where} at offset {position}: {error}") from None
-            return self._retry_later()
+            self._retry_later()
+            return None
         if fetched.error == ErrorCode.none:
             return fetched
         self.fetcher.discard_in_flight()
         if fetched.error == ErrorCode.offset_out_of_range:
-            return self._out_of_range(position)
+            self._out_of_range(position)
+            return None
         if fetched.error in STALE_LEADER:
             self.cluster.forget_leader(self.task.topic)
-            return self._retry_later()
+            self._retry_later()
+            return None
         if fetched.error.retriable:
-            return self._retry_later()
+            self._retry_later()
+            return None
         raise SourceError(f"reading {self.where} at offset {position}: {fetched.error.name.upper()}")
 
     def _take(self, fetched: FetchedPartition, position: int):
@@ -174,7 +180,8 @@ class _RangeReader:
             low = list_offset(self.cluster, task.topic, task.partition, EARLIEST, read_committed=False)
             high = list_offset(self.cluster, task.topic, task.partition, LATEST, read_committed=False)
         except (BrokerError, ConnectionLost, UnknownTopic):
-            return self._retry_later()
+            self._retry_later()
+            return None
         if position >= low:
             if position < high:
                 return None  # the log moved under the request (a new leader): fetch again

@@ -378,6 +378,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None  # write runs in a Spark task
         partition_id = context.partitionId()
         transactional_id = f"{self.options.transactional_id_prefix}-write-{self.job_token}-{partition_id}"
         rows = nonempty_batches(iterator)

@@ -11,6 +11,7 @@ covers, written atomically and durably) and the gate transactions
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -294,12 +295,12 @@ class BatchCommitter:
         return self.client.list_ongoing(re.escape(self.gate_prefix) + ".+")
 
     def _partitions(self, topics: list[str]) -> list[tuple[str, int]]:
-        found = []
+        found: list[tuple[str, int]] = []
         deadline = time.monotonic() + self.options.cluster_timeout_s
         for topic in topics:
             try:
                 count = self.cluster.retrying(f"Metadata for topic {topic!r}", deadline,
-                                              lambda topic=topic: self.cluster.partition_count(topic))
+                                              functools.partial(self.cluster.partition_count, topic))
             except UnknownTopic:
                 continue  # not created yet: nothing of it to hold back
             found.extend((topic, partition) for partition in range(count))

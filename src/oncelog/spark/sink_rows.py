@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -117,6 +118,7 @@ class RowWriter:
         if not rows:
             return
         values = _column(batch, "value")
+        assert values is not None  # check_input_schema requires one
         keys = _column(batch, "key")
         headers = _column(batch, "headers")
         explicit = _column(batch, "partition")
@@ -163,6 +165,7 @@ class RowWriter:
             chosen = np.where(given >= 0, given, chosen)
         timestamp_ms = clock.now_ms()
         settings = self.options.producer_settings
+        groups: list[tuple[int, np.ndarray | None]]  # (partition, its rows; None: every row)
         if (chosen == chosen[0]).all():
             groups = [(int(chosen[0]), None)]
         else:
@@ -172,6 +175,7 @@ class RowWriter:
             groups = [(int(sorted_partitions[start]), order[start:stop])
                       for start, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), rows], strict=True)]
         for partition, selection in groups:
+            part: tuple[Any, ...]  # (keys, values, headers), Arrow arrays or None
             if selection is None:
                 part = (keys, values, headers)
             else:

@@ -19,7 +19,7 @@ _settled = False
 
 
 def settle() -> None:
-    global _settled
+    global _settled  # noqa: PLW0603 (once per worker process)
     if _settled or os.environ.get("SPARK_PYTHON_RUNTIME") != "PYTHON_WORKER":
         return
     _settled = True

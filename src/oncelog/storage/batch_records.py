@@ -30,7 +30,6 @@ from oncelog.protocol.record_batch import (
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
-    Compression,
     CorruptRecordError,
     _read_varint,
     _varint,

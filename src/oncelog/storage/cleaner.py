@@ -610,8 +610,8 @@ def _finish_aborted_steps(steps: Generator[ThreadStep, Any, CleanerStats | None]
     try:
         if finished.cancelled():
             steps.throw(CleaningAbortedError("the cleaner thread step was cancelled"))
-        elif finished.exception() is not None:
-            steps.throw(finished.exception())
+        elif (error := finished.exception()) is not None:
+            steps.throw(error)
         else:
             steps.send(finished.result())
     except StopIteration:

@@ -317,7 +317,7 @@ class PartitionLog:
         log start offset."""
         cache = self.leader_epoch_cache
         cache.truncate_from_end(self.log_end_offset)
-        starts = []
+        starts: list[tuple[int, int]] = []
         for segment in scanned:
             if segment not in self._segments:
                 continue
@@ -522,6 +522,7 @@ class PartitionLog:
                 continue
             if check.verdict is Verdict.DUPLICATE:
                 original = check.duplicate_of
+                assert original is not None  # a DUPLICATE names its original
                 logger.debug("%s: duplicate batch of producer %d, sequences %d-%d, at offset %d",
                              self.name, header.producer_id, original.first_seq, original.last_seq,
                              original.first_offset)
@@ -646,7 +647,8 @@ class PartitionLog:
         for segment in self._segments[number:]:
             for batch in segment.producer_batches(start):
                 completed = self.producer_state.record(batch)
-                if completed is not None and completed.is_aborted and not self.txn_index.contains(completed.last_offset):
+                if (completed is not None and completed.is_aborted
+                        and not self.txn_index.contains(completed.last_offset)):
                     self._index_abort(completed)
                 replayed += 1
         self.producer_state.remove_expired(now_ms)

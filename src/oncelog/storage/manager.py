@@ -149,7 +149,7 @@ class LogManager:
         self._loaded = False
         # Log dirs taken offline after an I/O error (set_dir_offline), with the error.
         self.offline_dirs: dict[Path, StorageError] = {}
-        self._failure_listeners: list[Callable[[Path, StorageError], None]] = []
+        self._failure_listeners: list[Callable[[Path, StorageError], object]] = []
 
     # -- loading -------------------------------------------------------------------------
 
@@ -362,7 +362,7 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise StorageError(", ".join(map(str, self.log_dirs)), "every log directory is offline")
-        counts = {directory: 0 for directory in online}
+        counts = dict.fromkeys(online, 0)
         for directory in self._log_dir_of.values():
             if directory in counts:
                 counts[directory] += 1
@@ -553,7 +553,7 @@ class LogManager:
 
     # -- failed log dirs (Kafka's LogDirFailureChannel) ----------------------------------
 
-    def add_failure_listener(self, listener: Callable[[Path, StorageError], None]) -> None:
+    def add_failure_listener(self, listener: Callable[[Path, StorageError], object]) -> None:
         """`listener(log_dir, error)` on every I/O failure of a log in `log_dir` (and of
         its checkpoints). Standalone nobody listens: each write is tried afresh."""
         self._failure_listeners.append(listener)

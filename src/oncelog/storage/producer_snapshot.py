@@ -62,7 +62,9 @@ def write_snapshot(directory: Path, offset: int, producers: dict[int, ProducerSt
                     "coordinator_epoch": e.coordinator_epoch,
                     "last_timestamp": e.last_timestamp,
                     "current_txn_first_offset": e.current_txn_first_offset,
-                    "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches],
+                    "batches": [
+                        [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches
+                    ],
                 }
                 for e in producers.values()
             ],

@@ -347,7 +347,8 @@ class ProducerStateManager:
             return CompletedTxn(batch.producer_id, first_offset, batch.first_offset, batch.control_type == 0)
         if batch.first_seq != NO_SEQUENCE:
             entry.add_batch(
-                BatchMetadata(batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset, batch.max_timestamp)
+                BatchMetadata(batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset,
+                              batch.max_timestamp)
             )
         if batch.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = batch.first_offset

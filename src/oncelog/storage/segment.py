@@ -465,7 +465,8 @@ class LogSegment:
         if len(data) < _SCAN.size:
             raise CorruptLogError(str(self.log_path), f"short batch header at position {position}")
         base, length, attributes, delta, base_ts, max_ts, producer_id, epoch, sequence = _SCAN.unpack(data)
-        return position, base, base + delta, length + LOG_OVERHEAD, attributes, base_ts, max_ts, producer_id, epoch, sequence
+        return (position, base, base + delta, length + LOG_OVERHEAD, attributes, base_ts, max_ts,
+                producer_id, epoch, sequence)
 
     def _scan(self, position: int) -> Iterator[tuple[int, ...]]:
         """(position, base offset, last offset, size, attributes, base ts, max ts,
@@ -492,7 +493,8 @@ class LogSegment:
                     raise CorruptLogError(
                         str(self.log_path), f"{len(chunk)} bytes at position {position} are not a batch header"
                     )
-            base, length, attributes, delta, base_ts, max_ts, producer_id, epoch, sequence = unpack_from(chunk, relative)
+            (base, length, attributes, delta, base_ts, max_ts,
+             producer_id, epoch, sequence) = unpack_from(chunk, relative)
             size = length + LOG_OVERHEAD
             if size < HEADER_SIZE or position + size > end:
                 raise CorruptLogError(

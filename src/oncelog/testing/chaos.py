@@ -171,7 +171,7 @@ CLUSTER_TOPIC_CONFIG = {"min.insync.replicas": "2"}
 
 # Client settings for a broker that vanishes every few seconds: reconnect quickly, give
 # up on a dropped response after a few seconds instead of a minute.
-CLIENT_BASE = {
+CLIENT_BASE: dict[str, str | int | float] = {
     "reconnect.backoff.ms": 20,
     "reconnect.backoff.max.ms": 250,
     "retry.backoff.ms": 50,
@@ -259,9 +259,9 @@ class ChaosResult:
     def stall_lines(self) -> list[str]:
         """One line per fault, then the worst stalls of each kind."""
         lines = [f"fault {fault.number}: {fault.description}, {fault.ended - fault.began:.1f}s: {stalls.describe()}"
-                 for fault, stalls in zip(self.faults, self.stalls) if fault.ended is not None]
+                 for fault, stalls in zip(self.faults, self.stalls, strict=False) if fault.ended is not None]
         for kind in dict.fromkeys(fault.kind for fault in self.faults):
-            of_kind = [stalls for fault, stalls in zip(self.faults, self.stalls) if fault.kind == kind]
+            of_kind = [stalls for fault, stalls in zip(self.faults, self.stalls, strict=False) if fault.kind == kind]
             worst = {name: max((getattr(s, name) for s in of_kind if getattr(s, name) is not None), default=0.0)
                      for name in ("writes_led", "writes_elsewhere", "commits")}
             lines.append(f"stalls: {kind} faults={len(of_kind)} "
@@ -546,7 +546,7 @@ class Worker(threading.Thread):
     def run(self) -> None:
         try:
             self.work()
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 (any failure of a worker fails the run)
             self.run_state.fail(self.name, error)
 
     def work(self) -> None:
@@ -830,7 +830,7 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         try:
             self._on_schedule()
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 (any failure of the nemesis fails the run)
             self.run_state.fail("nemesis", error)
         finally:
             self.finished.set()
@@ -919,7 +919,7 @@ class StandaloneBroker:
         proxy = self.proxies[0].start()
         self.broker.config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
         self.broker.start()
-        log(f"chaos: broker pid {self.broker.process.pid} on 127.0.0.1:{self.broker.port}, clients through the "
+        log(f"chaos: broker pid {self.broker.pid} on 127.0.0.1:{self.broker.port}, clients through the "
             f"proxy at {proxy.address}; log.dirs {self.broker.data_dir}, broker log {self.broker.log_path}")
 
     def create_topics(self) -> None:
@@ -1033,7 +1033,7 @@ class ChaosCluster:
         except (RuntimeError, AssertionError) as error:
             raise ChaosError(f"the cluster did not start: {error}") from None
         for node_id, node in self.cluster.nodes.items():
-            log(f"chaos: node {node_id} pid {node.process.pid} on {node.host}:{node.port}"
+            log(f"chaos: node {node_id} pid {node.pid} on {node.host}:{node.port}"
                 + (f" (network namespace {self.network.namespace(node_id)})" if self.network else "")
                 + f", clients through the proxy at {self.proxies[node_id].address}; log.dirs {node.data_dir}"
                 + (" (a tmpfs of its own)" if self.disks else "") + f", broker log {node.log_path}")
@@ -1257,7 +1257,7 @@ def _wait_for_transactions_to_end(bootstrap: str, timeout: float) -> str | None:
     return f"transactions did not end within {timeout:.0f}s: {last}"
 
 
-def _stacks(threads: list[threading.Thread]) -> str:
+def _stacks(threads: Sequence[threading.Thread]) -> str:
     frames = sys._current_frames()
     return "\n".join(f"{thread.name}:\n{''.join(traceback.format_stack(frames[thread.ident]))}"
                      for thread in threads if thread.ident in frames)
@@ -1401,7 +1401,7 @@ def _stalls(history: History, faults: list[Fault], chaos_ended: float) -> list[S
     ends = [fault.began for fault in faults[1:]] + [chaos_ended]
     return [fault_stalls(history, FaultWindow(fault.began, until, fault.led), topic=TOPIC,
                          partitions=range(PARTITIONS), writers=("idem",), transactional_ids=WRITER_TRANSACTIONAL_IDS)
-            for fault, until in zip(faults, ends)]
+            for fault, until in zip(faults, ends, strict=True)]
 
 
 def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 20) -> None:

@@ -133,10 +133,10 @@ class Report:
     def summary(self, examples: int = 3) -> str:
         s = self.stats
         lines = [
-            f"operations={s.get('operations', 0)} sends={s.get('sends', 0)} acked={s.get('acked', 0)} "
-            f"failed={s.get('failed', 0)} txns committed={s.get('committed_txns', 0)} "
-            f"aborted={s.get('aborted_txns', 0)} unknown={s.get('unknown_txns', 0)} "
-            f"reads={s.get('reads', 0)} final_partition_reads={s.get('final_partition_reads', 0)}",
+            (f"operations={s.get('operations', 0)} sends={s.get('sends', 0)} acked={s.get('acked', 0)} "
+             f"failed={s.get('failed', 0)} txns committed={s.get('committed_txns', 0)} "
+             f"aborted={s.get('aborted_txns', 0)} unknown={s.get('unknown_txns', 0)} "
+             f"reads={s.get('reads', 0)} final_partition_reads={s.get('final_partition_reads', 0)}"),
             " ".join(f"{kind}={len(found)}" for kind, found in self.anomalies().items()),
         ]
         for found in self.anomalies().values():
@@ -208,25 +208,24 @@ class _History:
         self.transforms: dict[str, list[Transform]] = defaultdict(list)
         completions: list[ReadComplete] = []
         for op in operations:
-            kind = type(op)
-            if kind is Send:
+            if isinstance(op, Send):
                 self.sends.append(op)
                 self.sends_by_value[op.value].append(op)
                 self.sends_by_tp[_tp(op)].append(op)
                 key = _txn(op)
                 if key is not None:
                     self.txn_sends[key].append(op)
-            elif kind is Poll:
+            elif isinstance(op, Poll):
                 self.polls.append(op)
-            elif kind is TxnOutcome:
+            elif isinstance(op, TxnOutcome):
                 self.txn_outcomes[(op.transactional_id, op.txn_seq)].append(op)
-            elif kind is ReadComplete:
+            elif isinstance(op, ReadComplete):
                 completions.append(op)
-            elif kind is GroupOffsetCommit:
+            elif isinstance(op, GroupOffsetCommit):
                 self.offset_commits[(op.group, op.topic, op.partition)].append(op)
-            elif kind is GroupOffsetObservation:
+            elif isinstance(op, GroupOffsetObservation):
                 self.observations.append(op)
-            elif kind is Transform:
+            elif isinstance(op, Transform):
                 self.transforms[op.input_value].append(op)
         self.final_reads = self._final_reads(completions)
         self._outcome_cache: dict[TxnKey, tuple[str, bool]] = {}
@@ -238,9 +237,9 @@ class _History:
             read.completions[_tp(done)] = done
             read.seen.setdefault(_tp(done), {})
         for poll in self.polls:
-            read = reads.get(poll.client)
-            if read is not None and read.covers(_tp(poll)):
-                read.seen[_tp(poll)].setdefault(poll.value, []).append(poll)
+            reader = reads.get(poll.client)
+            if reader is not None and reader.covers(_tp(poll)):
+                reader.seen[_tp(poll)].setdefault(poll.value, []).append(poll)
         return list(reads.values())
 
     def final_reads_of(self, isolation: str | None = None) -> list[FinalRead]:
@@ -260,6 +259,7 @@ class _History:
         if cached is not None:
             return cached
         recorded = self.definitive_outcome(key)
+        result: tuple[str, bool]
         if recorded is not None:
             result = (recorded.outcome, True)
         else:
@@ -301,6 +301,8 @@ class _History:
         return bool(read.polls_of(_tp(send), send.value))
 
     def attributed(self, poll: Poll) -> list[Send]:
+        if poll.value is None:  # a null value: no send has it
+            return []
         candidates = [s for s in self.sends_by_value.get(poll.value, ())
                       if s.topic == poll.topic and s.partition in (poll.partition, -1)]
         exact = [s for s in candidates if s.acked_offset == poll.offset]
@@ -311,6 +313,7 @@ class _History:
         done = read.completions.get(_tp(send))
         if done is None or not _acked(send):
             return False
+        assert send.acked_offset is not None  # _acked
         below_end = send.acked_offset < done.end_offset
         key = _txn(send)
         if key is None:
@@ -412,9 +415,9 @@ def _check_read_committed_polls(index: _History, report: Report) -> None:
         sends = index.attributed(poll)
         if not sends or any(_txn(s) is None for s in sends):
             continue  # untracked, or a non-transactional write explains it
-        keys = sorted({_txn(s) for s in sends})
+        keys = sorted({key for key in map(_txn, sends) if key is not None})
         outcomes = {key: index.outcome(key) for key in keys}
-        records = (poll, *sends, *(o for key in keys for o in index.txn_outcomes.get(key, [])))
+        records: tuple[Operation, ...] = (poll, *sends, *(o for key in keys for o in index.txn_outcomes.get(key, [])))
         committed = [key for key, (outcome, _recorded) in outcomes.items() if outcome == "commit"]
         if committed:
             requested = [t for t in map(index.commit_requested_time, committed) if t is not None]
@@ -440,10 +443,9 @@ def _check_read_committed_polls(index: _History, report: Report) -> None:
 def _check_monotonic(index: _History, report: Report) -> None:
     last: dict[tuple[str, str, int], Poll] = {}
     for op in index.operations:
-        kind = type(op)
-        if kind is Seek:
+        if isinstance(op, Seek):
             last.pop((op.client, op.topic, op.partition), None)
-        elif kind is Poll:
+        elif isinstance(op, Poll):
             key = (op.client, op.topic, op.partition)
             previous = last.get(key)
             if previous is not None and op.offset <= previous.offset:
@@ -488,7 +490,7 @@ def _check_group_offsets(index: _History, report: Report) -> None:
             _check_observed_offset(index, report, observation, commits)
         for offset, input_poll in sorted(inputs.get(tp, {}).items()):
             below = offset < observed
-            transforms = index.transforms.get(input_poll.value, [])
+            transforms = index.transforms.get(input_poll.value, []) if input_poll.value is not None else []
             if below and not transforms:
                 report._add("group_offsets_not_atomic", (
                     f"group {group}: input {input_poll.value!r} at {tp[0]}-{tp[1]}@{offset} is below the "

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
 from oncelog.testing.netns import NetworkLab
@@ -143,14 +144,14 @@ class ClusterProcess:
     def alive(self) -> list[int]:
         return [node_id for node_id, node in self.nodes.items() if node.process is not None]
 
-    def start(self, timeout: float = 60.0) -> ClusterProcess:
+    def start(self, timeout: float = 60.0) -> Self:
         """Start every node at once: each waits for the quorum, which needs a majority."""
         errors: list[BaseException] = []
 
         def start(node: BrokerProcess) -> None:
             try:
                 node.start(timeout)
-            except BaseException as error:  # reported below, after the other starts end
+            except BaseException as error:  # noqa: BLE001 (reported below, after the other starts end)
                 errors.append(error)
 
         threads = [threading.Thread(target=start, args=(node,)) for node in self.nodes.values()]
@@ -178,10 +179,10 @@ class ClusterProcess:
     def pause(self, node_id: int) -> None:
         """SIGSTOP the broker (a stalled process: no requests answered, no lease
         renewed). Its quorum member is a separate process and keeps running."""
-        os.kill(self.nodes[node_id].process.pid, signal.SIGSTOP)
+        os.kill(self.nodes[node_id].pid, signal.SIGSTOP)
 
     def resume(self, node_id: int) -> None:
-        os.kill(self.nodes[node_id].process.pid, signal.SIGCONT)
+        os.kill(self.nodes[node_id].pid, signal.SIGCONT)
 
     def quorum_member_pid(self, node_id: int) -> int | None:
         """The pid of the node's etcd member (a child of its broker process), if running."""
@@ -209,6 +210,7 @@ class ClusterProcess:
     def metadata(self, topics: list[str] | None = None):
         """A Metadata v12 response from any live broker."""
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
 
         from oncelog.protocol.client import WireClient
 
@@ -217,7 +219,8 @@ class ClusterProcess:
             try:
                 with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
                     return client.request(MetadataRequest(
-                        topics=None if topics is None else tuple(MetadataRequestTopic(name=t, topic_id=None) for t in topics),
+                        topics=(None if topics is None
+                                else tuple(MetadataRequestTopic(name=TopicName(t), topic_id=None) for t in topics)),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False,
                     ))
             except OSError as error:
@@ -228,6 +231,7 @@ class ClusterProcess:
         """Until every live broker's metadata has the topic with a leader per partition
         (metadata reaches brokers asynchronously, as in Kafka)."""
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
 
         from oncelog.protocol.client import WireClient
 
@@ -235,7 +239,7 @@ class ClusterProcess:
             for node_id in self.alive():
                 with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
                     response = client.request(MetadataRequest(
-                        topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+                        topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False))
                 entry = response.topics[0]
                 if entry.error_code != 0 or not entry.partitions or any(p.leader_id < 0 for p in entry.partitions):
@@ -257,6 +261,7 @@ class ClusterProcess:
     def coordinator_of(self, key: str, key_type: int = 1, timeout: float = 30.0) -> int:
         """The node FindCoordinator names for a transactional id (key_type 1) or group (0)."""
         from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+        from kio.static.primitive import i8
 
         from oncelog.protocol.client import WireClient
 
@@ -265,7 +270,7 @@ class ClusterProcess:
         def located() -> bool:
             node_id = self.alive()[0]
             with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
-                response = client.request(FindCoordinatorRequest(key=key, key_type=key_type))
+                response = client.request(FindCoordinatorRequest(key=key, key_type=i8(key_type)))
             if response.error_code == 0:
                 found.append(response.node_id)
             return bool(found)
@@ -299,10 +304,11 @@ class ClusterProcess:
                 return True
             return False
 
-        self.wait_for(elected, timeout, f"a leader of {topic}-{partition}" + (f" other than {not_on}" if not_on else ""))
+        other_than = f" other than {not_on}" if not_on else ""
+        self.wait_for(elected, timeout, f"a leader of {topic}-{partition}{other_than}")
         return found[-1]
 
-    def __enter__(self) -> ClusterProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

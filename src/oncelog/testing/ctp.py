@@ -48,7 +48,9 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group: str, transac
             continue
         producer.begin_transaction()
         for message in records:
-            producer.produce(output_topic, transform(message.value()), key=message.key(),
+            value = message.value()
+            assert value is not None  # the seeds' input records all have values
+            producer.produce(output_topic, transform(value), key=message.key(),
                              headers=[("source", f"{message.partition()}:{message.offset()}".encode())])
         producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                              consumer.consumer_group_metadata(), 30)

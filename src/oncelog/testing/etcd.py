@@ -32,19 +32,19 @@ class EtcdCluster:
         names = [f"etcd{i}" for i in range(members)]
         client_urls = [f"http://127.0.0.1:{free_port()}" for _ in names]
         peer_urls = [f"http://127.0.0.1:{free_port()}" for _ in names]
-        initial_cluster = ",".join(f"{name}={url}" for name, url in zip(names, peer_urls))
+        initial_cluster = ",".join(f"{name}={url}" for name, url in zip(names, peer_urls, strict=True))
         self.members = [
             EtcdMember(name, self.base_dir / name, client_url, peer_url, initial_cluster,
                        election_timeout_ms=election_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
                        log_path=self.base_dir / f"{name}.log", cluster_token=f"oncelog-test-{id(self)}")
-            for name, client_url, peer_url in zip(names, client_urls, peer_urls)
+            for name, client_url, peer_url in zip(names, client_urls, peer_urls, strict=True)
         ]
 
     @property
     def endpoints(self) -> list[str]:
         return [member.client_url for member in self.members]
 
-    def start(self, timeout: float = 30.0) -> EtcdCluster:
+    def start(self, timeout: float = 30.0) -> Self:
         for member in self.members:
             member.start()
         try:
@@ -73,7 +73,7 @@ class EtcdCluster:
         """SIGTERM every member, SIGKILL after a short grace (a member without quorum may
         ignore SIGTERM for seconds)."""
         for member in self.members:
-            if member.alive:
+            if member.alive and member.process is not None:
                 member.process.terminate()
         for member in self.members:
             member.stop(grace_s=1.0)

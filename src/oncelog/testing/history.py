@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 Isolation = Literal["read_committed", "read_uncommitted"]
 Outcome = Literal["commit", "abort", "unknown"]
@@ -182,6 +182,9 @@ def from_json(line: str) -> Operation:
     return cls(**fields)
 
 
+_Op = TypeVar("_Op", bound=Operation)
+
+
 class History:
     """Operations in the order they were recorded; safe to append from many threads."""
 
@@ -189,7 +192,7 @@ class History:
         self._lock = threading.RLock()  # see _clear_stray_error
         self._operations: list[Operation] = list(operations)
 
-    def append(self, operation: Operation) -> Operation:
+    def append(self, operation: _Op) -> _Op:
         if type(operation).__name__ not in OPERATION_TYPES:
             raise TypeError(f"not a history operation: {operation!r}")
         with self._lock:
@@ -223,8 +226,7 @@ class History:
     def dump(self, path: str | Path) -> None:
         """Write the history as JSON lines (one operation a line)."""
         with open(path, "w", encoding="utf-8") as out:
-            for operation in self.operations:
-                out.write(to_json(operation) + "\n")
+            out.writelines(to_json(operation) + "\n" for operation in self.operations)
 
     @classmethod
     def load(cls, path: str | Path) -> History:
@@ -301,7 +303,7 @@ class RecordingProducer:
             _clear_stray_error()
             self._delivered(token, error, message)
 
-        extra = {} if partition is None else {"partition": partition}
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
         try:
             self._producer.produce(topic, value=value.encode(), key=None if key is None else key.encode(),
                                    on_delivery=delivered, **extra)
@@ -349,7 +351,7 @@ class RecordingProducer:
         for topic, partition, value, key, txn_id, txn_seq in leftovers:
             self._record(topic, partition, value, key, None, "indeterminate: no delivery report", txn_id, txn_seq)
 
-    def __enter__(self) -> RecordingProducer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -513,7 +515,7 @@ class RecordingConsumer:
             raise AttributeError(name)  # construction failed before the consumer existed
         return getattr(self._consumer, name)
 
-    def __enter__(self) -> RecordingConsumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -568,9 +570,8 @@ def read_all(history: History, bootstrap_servers: str, topics: Sequence[str], is
                 if message.error() is None:
                     if message.offset() + 1 >= ends[tp]:
                         pending.discard(tp)
-                elif message.error().code() == KafkaError._PARTITION_EOF:
-                    if message.offset() >= ends[tp]:
-                        pending.discard(tp)
+                elif message.error().code() == KafkaError._PARTITION_EOF and message.offset() >= ends[tp]:
+                    pending.discard(tp)
             if pending:
                 # read_committed skips aborted records and markers: the position, not
                 # the last record, says whether the end was reached.

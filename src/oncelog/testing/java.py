@@ -36,7 +36,7 @@ def java_version(java: str | os.PathLike[str]) -> int | None:
     or None if it does not run."""
     try:
         completed = subprocess.run(
-            [os.fspath(java), "-version"], capture_output=True, text=True, timeout=30
+            [os.fspath(java), "-version"], check=False, capture_output=True, text=True, timeout=30
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

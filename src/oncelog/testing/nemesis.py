@@ -56,7 +56,7 @@ class Fault:
     led: frozenset[tuple[str, int]]  # partitions (of the watched topics) the node led when it began
     began: float  # wall-clock time
     ended: float | None = None  # wall-clock time the cure was applied
-    cure: Callable[[], None] = field(default=lambda: None, repr=False)
+    cure: Callable[[], object] = field(default=lambda: None, repr=False)  # what it returns is ignored
 
     def heal(self) -> None:
         self.cure()
@@ -81,7 +81,7 @@ class NodeDisks:
         for directory in self.dirs.values():
             directory.mkdir(parents=True, exist_ok=True)
             result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(directory)],
-                                    capture_output=True, text=True)
+                                    check=False, capture_output=True, text=True)
             if result.returncode != 0:
                 self.unmount()
                 raise OSError(f"cannot mount a tmpfs on {directory}: {result.stderr.strip()}")
@@ -141,17 +141,21 @@ class ClusterNemesis:
         if kind == "pause":
             return self._pause(rng)
         if kind == "partition":
+            network = self.network
+            assert network is not None  # partition faults come with a network lab
             node, target, why = self._victim(rng, controller=True, first_voter=True)
             led = self._led_by(node)
-            self.network.isolate(node)
+            network.isolate(node)
             return self._fault(kind, node, target, f"node {node} ({why}) cut off from the other nodes", led,
-                               lambda: self.network.heal(node))
+                               lambda: network.heal(node))
         if kind == "disk":
+            disks = self.disks
+            assert disks is not None  # disk faults come with a tmpfs per node
             node, target, why = self._victim(rng, controller=False)
             led = self._led_by(node)
-            self.disks.fill(node)
+            disks.fill(node)
             return self._fault(kind, node, target, f"the disk of node {node} ({why}) full", led,
-                               lambda: self.disks.free(node))
+                               lambda: disks.free(node))
         raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
 
     def undo_all(self) -> None:
@@ -175,7 +179,7 @@ class ClusterNemesis:
         what = rng.choice(("broker", "broker", "node", "quorum_member"))
         node, target, why = self._victim(rng, controller=True)
         led = self._led_by(node)
-        broker = self.cluster.nodes[node].process.pid
+        broker = self.cluster.nodes[node].pid
         member = self.cluster.quorum_member_pid(node)
         if what == "quorum_member" and member is not None:
             pids, description, target = [member], f"SIGSTOP of the etcd member of node {node}", "quorum_member"
@@ -197,7 +201,7 @@ class ClusterNemesis:
         return self._fault("pause", node, target, description, led, resume)
 
     def _fault(self, kind: str, node: int, target: str, description: str, led: frozenset,
-               cure: Callable[[], None]) -> Fault:
+               cure: Callable[[], object]) -> Fault:
         return Fault(self.count, kind, node, target, description, led, time.time(), cure=cure)
 
     def _victim(self, rng: random.Random, *, controller: bool, first_voter: bool = False) -> tuple[int, str, str]:

@@ -91,7 +91,7 @@ class NetworkLab:
             except ValueError:
                 continue
         for _ in range(200):
-            candidate = ipaddress.ip_network(f"10.{rng.randrange(64, 250)}.{rng.randrange(1, 250)}.0/24")
+            candidate = ipaddress.IPv4Network(f"10.{rng.randrange(64, 250)}.{rng.randrange(1, 250)}.0/24")
             if not any(candidate.overlaps(network) for network in taken if network.prefixlen > 0):
                 return candidate
         raise NetworkLabError("no free 10.x.y.0/24 subnet for the lab")
@@ -110,7 +110,7 @@ class NetworkLab:
         """`argv` run inside the node's namespace (`ip netns exec` execs it: same pid)."""
         return ["ip", "netns", "exec", self._namespaces[node], *argv]
 
-    def create(self) -> NetworkLab:
+    def create(self) -> Self:
         self._created = True
         try:
             _ip("link", "add", self.bridge, "type", "bridge")

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Self
 
 
 class BrokerStartError(RuntimeError):
@@ -76,19 +77,18 @@ class BrokerProcess:
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = 30.0) -> Self:
         command = [sys.executable, "-m", "oncelog", "broker", "start"]
         for key, value in self.config.items():
             command += ["--override", f"{key}={value}"]
         if self.wrap is not None:
             command = self.wrap(command)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        log_file.close()
+        with open(self.log_path, "ab") as log_file:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         ready = threading.Event()
         lines: list[str] = []
 
@@ -106,6 +106,13 @@ class BrokerProcess:
             self.kill()
             raise BrokerStartError(self.log_path, exit_code, timeout, self.config.get("node.id"))
         return self
+
+    @property
+    def pid(self) -> int:
+        """The process id of the running broker."""
+        if self.process is None:
+            raise RuntimeError(f"the broker logging to {self.log_path} is not running")
+        return self.process.pid
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM: a clean shutdown (flush, checkpoints)."""
@@ -128,7 +135,7 @@ class BrokerProcess:
         self.stop()
         return self.start()
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -55,6 +55,7 @@ import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Self
 
 PRODUCE = 0
 REPLAY_ANSWER_TIMEOUT_S = 10.0
@@ -157,7 +158,7 @@ class FaultProxy:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         ready = threading.Event()
 
         def run() -> None:
@@ -172,6 +173,7 @@ class FaultProxy:
 
             loop.run_until_complete(serve())
             loop.run_forever()
+            assert self._server is not None  # serve() ran
             self._server.close()
             for task in list(self._tasks):
                 task.cancel()
@@ -189,7 +191,7 @@ class FaultProxy:
             self._thread.join(10)
             self._thread = None
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -224,6 +226,7 @@ class FaultProxy:
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection is served by a task
         self._tasks.add(task)
         self.stats["connections"] += 1
         try:

@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Self
 
 from oncelog.spark.session import spark_home
 from oncelog.testing.java import java_home
@@ -63,17 +64,14 @@ class StandaloneSpark:
         }
 
     def _launch(self, name: str, arguments: list[str], environment: dict[str, str]) -> None:
-        log = open(self.work_dir / f"{name}.log", "wb")
-        try:
+        with open(self.work_dir / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(
                 [str(Path(spark_home()) / "bin" / "spark-class"), *arguments], stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, env=environment, start_new_session=True,
             )
-        finally:
-            log.close()
         self._processes.append(process)
 
-    def start(self) -> StandaloneSpark:
+    def start(self) -> Self:
         environment = self._environment()
         self._launch("master", [
             "org.apache.spark.deploy.master.Master", "--host", MASTER_HOST,
@@ -126,7 +124,7 @@ class StandaloneSpark:
             process.wait(30)
         self._processes.clear()
 
-    def __enter__(self) -> StandaloneSpark:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

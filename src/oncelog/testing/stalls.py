@@ -15,6 +15,7 @@ events, and from the last event to the window's end.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ class Stalls:
 def longest_gap(times: Iterable[float], start: float, end: float) -> float:
     """The longest part of [start, end] that holds none of `times`."""
     points = [start, *sorted(t for t in times if start < t < end), end]
-    return max(b - a for a, b in zip(points, points[1:]))
+    return max(b - a for a, b in itertools.pairwise(points))
 
 
 def fault_stalls(history: History, window: FaultWindow, *, topic: str, partitions: Sequence[int],

@@ -58,7 +58,7 @@ async def alter_all(ctx: RequestContext, request, change_of: Callable[[object], 
     """Answer an AlterConfigs or IncrementalAlterConfigs request: `change_of(resource)`
     is what the request asks of one resource; `response` names the response entity."""
     counts = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
-    outcome = []
+    outcome: list[tuple[ErrorCode, str | None]] = []
     for resource in request.resources:
         if counts[(resource.resource_type, resource.resource_name)] > 1:
             outcome.append((ErrorCode.invalid_request, "Duplicate resource in the request."))
@@ -77,7 +77,8 @@ async def _alter(ctx: RequestContext, resource, change: Change, validate_only: b
     try:
         if kind == TOPIC:
             validate_topic_name(name)
-            await alter_topic_configs(ctx.broker, name, lambda current: change(current, TOPIC_DEFAULTS, TOPIC_LIST_KEYS),
+            await alter_topic_configs(ctx.broker, name,
+                                      lambda current: change(current, TOPIC_DEFAULTS, TOPIC_LIST_KEYS),
                                       validate_only=validate_only)
         elif kind == BROKER:
             await _alter_broker(ctx, name, change, validate_only)
@@ -98,6 +99,7 @@ async def _alter_broker(ctx: RequestContext, name: str, change: Change, validate
         raise ConfigChangeError(ErrorCode.invalid_request,
                                 f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
     store = broker.dynamic_configs
+    assert store is not None  # set at start-up, before requests are served
     static = broker.config.explicit
 
     def check(overrides: dict[str, str]) -> None:

@@ -64,7 +64,7 @@ async def handle(ctx: RequestContext, request) -> object:
         )
         error = await once_replicated(ctx, request.v3_and_below_transactional_id, error)
         error = fenced_for_version(error, ctx.version, 2)
-        errors = {tp: error for tp in requested}
+        errors = dict.fromkeys(requested, error)
     return make("AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE,
                 results_by_topic_v3_and_below=_topic_results(make, request.v3_and_below_topics, errors))
 
@@ -109,7 +109,8 @@ def _topic_results(make, topics, errors: dict[TopicPartition, ErrorCode]) -> tup
             "AddPartitionsToTxnTopicResult",
             name=topic.name,
             results_by_partition=tuple(
-                make("AddPartitionsToTxnPartitionResult", partition_index=p, partition_error_code=errors[(topic.name, p)])
+                make("AddPartitionsToTxnPartitionResult", partition_index=p,
+                     partition_error_code=errors[(topic.name, p)])
                 for p in topic.partitions
             ),
         )

@@ -32,7 +32,7 @@ TRANSACTION_VERSION_FEATURE = "transaction.version"
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     level = ctx.broker.config["transaction.version"]
-    fields = {}
+    fields: dict[str, object] = {}
     if ctx.response.has("ApiVersionsResponse", "supported_features"):
         fields["supported_features"] = (
             make("SupportedFeatureKey", name=TRANSACTION_VERSION_FEATURE, min_version=0,

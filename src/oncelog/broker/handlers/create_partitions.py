@@ -18,6 +18,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError, error_code_for
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.storage.errors import LogError
 
 
 @api(37, "CreatePartitions", range(0, 4))
@@ -66,6 +67,6 @@ async def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[Erro
         return ErrorCode.none, None
     try:
         logs.create_partitions(topic.name, topic.count)
-    except Exception as error:
+    except LogError as error:
         return error_code_for(error), str(error)
     return ErrorCode.none, None

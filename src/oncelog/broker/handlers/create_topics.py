@@ -36,7 +36,9 @@ async def handle(ctx: RequestContext, request) -> object:
     for topic in request.topics:
         try:
             if counts[topic.name] > 1:
-                raise TopicRequestError(ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}")
+                raise TopicRequestError(
+                    ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}"
+                )
             replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
             assignment = None
             if topic.assignments:
@@ -75,11 +77,14 @@ def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int, list[list[i
     if topic.num_partitions != -1 or topic.replication_factor != -1:
         raise TopicRequestError(
             ErrorCode.invalid_request,
-            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
         )
     indexes = sorted(a.partition_index for a in topic.assignments)
     if indexes != list(range(len(indexes))):
-        raise TopicRequestError(ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps.")
+        raise TopicRequestError(
+            ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps."
+        )
     assignments = sorted(topic.assignments, key=lambda a: a.partition_index)
     if ctx.broker.cluster is not None:  # checked against the registered brokers there
         return len(assignments[0].broker_ids), len(indexes), [list(a.broker_ids) for a in assignments]

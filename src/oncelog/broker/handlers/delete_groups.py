@@ -28,7 +28,7 @@ async def handle(ctx: RequestContext, request) -> object:
         results = coordinator.delete_groups(request.groups_names)
         deleted = [group_id for group_id, error in results.items() if error == ErrorCode.none]
         replicated = await asyncio.gather(*(coordinator.replicated(group_id) for group_id in deleted))
-        results.update(zip(deleted, replicated))
+        results.update(zip(deleted, replicated, strict=True))
     return make(
         "DeleteGroupsResponse",
         throttle_time=NO_THROTTLE,

@@ -21,6 +21,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import TopicRequestError, error_code_for
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.storage.errors import LogError
 
 log = logging.getLogger("oncelog.topics")
 
@@ -63,7 +64,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id) -> tuple[Erro
         return ErrorCode.none, None
     try:
         broker.logs.delete_topic(name)
-    except Exception as error:
+    except LogError as error:
         return error_code_for(error), str(error)
     log.info("deleted topic %s", name)
     return ErrorCode.none, None

@@ -61,7 +61,7 @@ _INT_KEYS = frozenset({"max.message.bytes", "index.interval.bytes", "segment.byt
 _LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy", "log.dirs", "listeners", "advertised.listeners"})
 
 
-def _config_type(key: str, value: str) -> int:
+def _config_type(key: str, value: str | None) -> int:
     if key in _LIST_KEYS:
         return TYPE_LIST
     if key in _INT_KEYS:
@@ -103,17 +103,17 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
                 entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
-            code, message = ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id} or empty string."
+            code = ErrorCode.invalid_request
+            message = f"Unexpected broker id, expected {broker.node_id} or empty string."
         elif resource.resource_name:
             for key in sorted(SETTINGS):
                 synonyms = _synonyms(key, _BROKER_SYNONYMS.get(key, [key]), layers)
-                value = next((layer[key] for _source, layer in layers if key in layer), _default(key))
-                entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+                broker_value = next((layer[key] for _source, layer in layers if key in layer), _default(key))
+                entries.append((key, broker_value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
         else:  # the cluster-wide default: its dynamic keys only
-            default = _dynamic_layer(broker, "")
-            for key, value in sorted(default.items()):
-                entries.append((key, value, DYNAMIC_DEFAULT_BROKER_CONFIG,
-                                [(key, value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
+            for key, default_value in sorted(_dynamic_layer(broker, "").items()):
+                entries.append((key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                [(key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
     else:
         code, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}."
 

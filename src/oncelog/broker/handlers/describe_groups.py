@@ -26,7 +26,8 @@ OPERATIONS_NOT_REQUESTED = -(2**31)
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
-    operations = GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False) else OPERATIONS_NOT_REQUESTED
+    requested = getattr(request, "include_authorized_operations", False)
+    operations = GROUP_OPERATIONS if requested else OPERATIONS_NOT_REQUESTED
     groups = []
     for group_id in request.groups:
         error, summary = coordinator.describe_group(group_id) if coordinator is not None else (ErrorCode.none, None)

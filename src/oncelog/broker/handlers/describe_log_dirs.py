@@ -33,6 +33,8 @@ async def handle(ctx: RequestContext, request) -> object:
         if wanted is not None and (log_.topic, log_.partition) not in wanted:
             continue
         directory = logs.log_dir_of(log_.topic, log_.partition)
+        if directory is None:
+            continue  # in no log dir: no result below would list it
         by_dir[directory][log_.topic].append(make(
             "DescribeLogDirsPartition",
             partition_index=log_.partition,

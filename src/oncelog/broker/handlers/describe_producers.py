@@ -41,7 +41,9 @@ async def handle(ctx: RequestContext, request) -> object:
                     last_sequence=entry.last_seq,
                     last_timestamp=entry.last_timestamp,
                     coordinator_epoch=entry.coordinator_epoch,
-                    current_txn_start_offset=-1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset,
+                    current_txn_start_offset=(
+                        -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+                    ),
                 )
                 for entry in log_.producer_state.active_producers()
             )

@@ -80,5 +80,7 @@ def _topic(make, code: ErrorCode, name: str, topic_id, internal: bool, partition
 
 
 def _refuse(make, request) -> object:
-    topics = tuple(_topic(make, ErrorCode.invalid_request, topic.name, ZERO_UUID, False, ()) for topic in request.topics)
+    topics = tuple(
+        _topic(make, ErrorCode.invalid_request, topic.name, ZERO_UUID, False, ()) for topic in request.topics
+    )
     return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=topics, next_cursor=None)

@@ -49,4 +49,4 @@ async def handle(ctx: RequestContext, request) -> object:
 
 def _time(epoch_ms: int) -> datetime.datetime:
     # kio carries this as an aware datetime; -1 (not started) encodes as the epoch minus 1 ms.
-    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.errors import OffsetOutOfRangeError
 
@@ -71,11 +72,10 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
             code, _epoch = leadership.leader_epoch(topic.topic, wanted.partition,
                                                    getattr(wanted, "current_leader_epoch", -1))
             log_ = logs.partition(topic.topic, wanted.partition)
-            if code is ErrorCode.none and log_ is None:
-                code = ErrorCode.unknown_topic_or_partition
-            if code is not ErrorCode.none:
+            if code is not ErrorCode.none or log_ is None:
                 failed = True
-                partitions.append(_error(make, wanted.partition, code))
+                partitions.append(_error(make, wanted.partition,
+                                         code if code is not ErrorCode.none else ErrorCode.unknown_topic_or_partition))
                 continue
             if from_replica:
                 diverging = _diverging_epoch(log_, wanted)
@@ -83,6 +83,7 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
                     failed = True  # answer at once: the follower truncates before fetching on
                     partitions.append(_diverged(make, log_, wanted.partition, *diverging))
                     continue
+                assert not isinstance(leadership, StandaloneLeadership)  # replicas fetch in cluster mode only
                 code = leadership.follower_fetched(topic.topic, wanted.partition, replica_id, wanted.fetch_offset)
                 if code is not ErrorCode.none:
                     failed = True
@@ -103,7 +104,8 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
                     )
                     records = result.records
                 elif not log_.log_start_offset <= wanted.fetch_offset <= log_.log_end_offset:
-                    raise OffsetOutOfRangeError(f"offset {wanted.fetch_offset} out of range")
+                    raise OffsetOutOfRangeError(f"{topic.topic}-{wanted.partition}", wanted.fetch_offset,
+                                                log_.log_start_offset, log_.log_end_offset)
             except OffsetOutOfRangeError:
                 code = ErrorCode.offset_out_of_range
                 failed = True
@@ -120,7 +122,9 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
                     high_watermark=log_.high_watermark,
                     last_stable_offset=log_.last_stable_offset,
                     log_start_offset=log_.log_start_offset,
-                    aborted_transactions=_aborted(ctx, log_, wanted.fetch_offset, stable, records) if read_committed else None,
+                    aborted_transactions=(
+                        _aborted(ctx, log_, wanted.fetch_offset, stable, records) if read_committed else None
+                    ),
                     preferred_read_replica=-1,
                     records=records,
                 )

@@ -35,6 +35,7 @@ async def handle(ctx: RequestContext, request) -> object:
         return make("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=error)
     members = tuple(
         make("MemberResponse", member_id=member_id, group_instance_id=instance_id, error_code=member_error)
-        for (member_id, instance_id), member_error in zip(leaving, member_errors)
+        # No member errors without a coordinator: then no members in the response either.
+        for (member_id, instance_id), member_error in zip(leaving, member_errors, strict=False)
     )
     return make("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=error, members=members)

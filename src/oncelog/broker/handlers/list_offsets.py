@@ -92,7 +92,9 @@ def _lookup(ctx: RequestContext, topic: str, wanted, isolation: int | None) -> t
         return code, timestamp, offset, -1
     if wanted.timestamp == LATEST:
         return code, timestamp, offset, leader_epoch
-    epoch = ctx.broker.logs.partition(topic, wanted.partition_index).leader_epoch_cache.epoch_for_offset(offset)
+    partition_log = ctx.broker.logs.partition(topic, wanted.partition_index)
+    assert partition_log is not None  # _find found the offset in it
+    epoch = partition_log.leader_epoch_cache.epoch_for_offset(offset)
     return code, timestamp, offset, epoch if epoch >= 0 else leader_epoch
 
 

@@ -38,7 +38,8 @@ async def handle(ctx: RequestContext, request) -> object:
         try:
             compiled = re.compile(pattern)
         except re.error:
-            return make("ListTransactionsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_regular_expression,
+            return make("ListTransactionsResponse", throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.invalid_regular_expression,
                         unknown_state_filters=(), transaction_states=())
         found = [m for m in found if compiled.fullmatch(m.transactional_id)]
     return make(

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import TopicRequestError, create_topic_for_request
 from oncelog.names import INTERNAL_TOPICS
@@ -33,6 +35,7 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = broker.logs.topics()
 
+    wanted: list[tuple[Any, Any]]  # (name, topic id) as the request gives them (the request is untyped)
     if request.topics is None or (ctx.version == 0 and not request.topics):
         wanted = [(name, None) for name in sorted(topics)]
     else:
@@ -92,14 +95,13 @@ def _topic(ctx: RequestContext, info) -> object:
             isr_nodes=view.isr,
             offline_replicas=view.offline,
         ))
-    partitions = tuple(partitions)
     return make(
         "MetadataResponseTopic",
         error_code=ErrorCode.none,
         name=info.name,
         topic_id=info.topic_id,
         is_internal=info.name in INTERNAL_TOPICS,
-        partitions=partitions,
+        partitions=tuple(partitions),
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
 

@@ -128,7 +128,7 @@ async def _wait_for_replication(ctx: RequestContext, outcomes, timeout_s: float)
     }
     if not waits:
         return outcomes
-    codes = dict(zip(waits, await asyncio.gather(*waits.values())))
+    codes = dict(zip(waits, await asyncio.gather(*waits.values()), strict=True))
     return [
         (name, [
             (index, outcome if codes.get((name, index), ErrorCode.none) == ErrorCode.none
@@ -143,4 +143,4 @@ def _datetime(epoch_ms: int) -> datetime.datetime | None:
     """kio carries log_append_time as an aware datetime; -1 (no time) is None."""
     if epoch_ms < 0:
         return None
-    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)

@@ -57,6 +57,7 @@ from oncelog.coordinator.group.state import (
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
+    Cancellable,
     CommittedOffset,
     Group,
     Member,
@@ -223,7 +224,7 @@ class GroupCoordinator:
         # Groups with pending transactional offsets, by producer id: where a marker for the
         # producer must look (Kafka's openGroupsForProducer).
         self._open_groups_by_producer: dict[int, set[str]] = {}
-        self._expiration_timer = None
+        self._expiration_timer: Cancellable | None = None
         # Standalone: every partition is this broker's, loaded now. Cluster mode: the
         # `__consumer_offsets` partitions this broker leads (`OffsetsTopic.take`).
         self.standalone = broker.cluster is None
@@ -382,7 +383,7 @@ class GroupCoordinator:
 
     def _join_result(self, group: Group, member: Member, *, with_members: bool, leader_id: str | None = None,
                      skip_assignment: bool = False) -> JoinResult:
-        members = ()
+        members: tuple[JoinedMember, ...] = ()
         if with_members:
             members = tuple(JoinedMember(*entry) for entry in group.current_member_metadata())
         return JoinResult(
@@ -449,6 +450,7 @@ class GroupCoordinator:
         _resolve(member.join_waiter, JoinResult(ErrorCode.fenced_instance_id, member_id=old_member_id))
         _resolve(member.sync_waiter, SyncResult(ErrorCode.fenced_instance_id))
         member.join_waiter = member.sync_waiter = None
+        assert request.group_instance_id is not None  # a static member
         group.replace_static_member(request.group_instance_id, old_member_id, new_member_id)
         self._update_member(member, request, waiter)
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -476,6 +478,7 @@ class GroupCoordinator:
             # Undo: the old id stays valid, the new one never existed.
             log.warning("group %s: could not store static member rejoin: %s", group.group_id, error)
             waiter, member.join_waiter = member.join_waiter, None
+            assert request.group_instance_id is not None  # a static member
             group.replace_static_member(request.group_instance_id, member.member_id, old_member_id)
             _resolve(waiter, JoinResult(_storage_error(error), member_id=""))
             return
@@ -664,7 +667,8 @@ class GroupCoordinator:
         log.info("group %s: member %s has failed, removing it (session timeout %d ms%s)",
                  group.group_id, member.member_id, member.session_timeout_ms,
                  ", never completed its first join" if member.is_new else "")
-        self._remove_member_and_update_group(group, member, f"removing member {member.member_id} on heartbeat expiration")
+        self._remove_member_and_update_group(group, member,
+                                             f"removing member {member.member_id} on heartbeat expiration")
 
     # ---- SyncGroup -----------------------------------------------------------------------
 
@@ -896,9 +900,9 @@ class GroupCoordinator:
                 base_offset = self._offsets_topic.append(
                     self.partition_for_group(group_id), self._offset_records(group_id, accepted), now_ms=self._now()
                 )
-            except WRITE_ERRORS as error:
-                log.error("group %s: storing offsets failed: %s", group_id, error)
-                results.update(dict.fromkeys(accepted, _storage_error(error)))
+            except WRITE_ERRORS as write_error:
+                log.error("group %s: storing offsets failed: %s", group_id, write_error)
+                results.update(dict.fromkeys(accepted, _storage_error(write_error)))
                 return results
             for tp, value in accepted.items():
                 group.apply_offset_commit(tp, CommittedOffset(value, base_offset))
@@ -941,10 +945,10 @@ class GroupCoordinator:
                     partition, self._offset_records(group_id, accepted), now_ms=self._now(),
                     producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
                 )
-            except WRITE_ERRORS as error:
+            except WRITE_ERRORS as write_error:
                 log.error("group %s: storing transactional offsets of producer %d failed: %s",
-                          group_id, producer_id, error)
-                results.update(dict.fromkeys(accepted, _storage_error(error)))
+                          group_id, producer_id, write_error)
+                results.update(dict.fromkeys(accepted, _storage_error(write_error)))
                 return {tp: results[tp] for tp in offsets}
             group.add_pending_txn_offsets(
                 producer_id, {tp: CommittedOffset(value, base_offset) for tp, value in accepted.items()}
@@ -985,7 +989,7 @@ class GroupCoordinator:
             return owner, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
-            return ErrorCode.none, {tp: NO_OFFSET for tp in partitions or ()}
+            return ErrorCode.none, dict.fromkeys(partitions or (), NO_OFFSET)
         wanted = list(group.offsets) if partitions is None else partitions
         result = {}
         for tp in wanted:
@@ -1028,7 +1032,7 @@ class GroupCoordinator:
         return ErrorCode.none, {tp: results[tp] for tp in partitions}
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        results = {}
+        results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
             group = self._groups.get(group_id)
             owner = self.owner_error(group_id)
@@ -1184,7 +1188,7 @@ class GroupCoordinator:
             del self._groups[group.group_id]
         dropped_ids = {group.group_id for group in dropped}
         for producer_id, open_groups in list(self._open_groups_by_producer.items()):
-            open_groups -= dropped_ids
+            open_groups.difference_update(dropped_ids)
             if not open_groups:
                 del self._open_groups_by_producer[producer_id]
         if dropped:
@@ -1260,7 +1264,9 @@ class GroupCoordinator:
         group = Group(
             group_id,
             state=STABLE if value.members else EMPTY,
-            current_state_timestamp_ms=value.current_state_timestamp_ms if value.current_state_timestamp_ms >= 0 else now,
+            current_state_timestamp_ms=(
+                value.current_state_timestamp_ms if value.current_state_timestamp_ms >= 0 else now
+            ),
             generation_id=value.generation,
             protocol_type=value.protocol_type or None,
             protocol_name=value.protocol,

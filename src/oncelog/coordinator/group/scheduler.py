@@ -38,7 +38,7 @@ class LoopScheduler:
 
 
 class _ManualTimer:
-    __slots__ = ("due_ms", "callback", "cancelled")
+    __slots__ = ("callback", "cancelled", "due_ms")
 
     def __init__(self, due_ms: int, callback: Callable[[], None]) -> None:
         self.due_ms = due_ms

@@ -287,7 +287,7 @@ class Group:
         for name in preference:
             if name in winners:
                 return name
-        return sorted(winners)[0]
+        return min(winners)
 
     def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
         """(member id, group instance id, metadata for the selected protocol) of each

@@ -176,6 +176,7 @@ class TransactionCoordinator:
             if header.is_control:
                 continue
             for record in record_batch.iter_records(buffer, header):
+                assert record.key is not None  # every record of the transaction log has a key
                 transactional_id = txn_log.decode_key(record.key)
                 if record.value is None:
                     loaded.pop(transactional_id, None)
@@ -290,6 +291,7 @@ class TransactionCoordinator:
             return InitResult(error if error is not ErrorCode.none else ErrorCode.concurrent_transactions)
         if metadata.state not in COMPLETED:
             raise RuntimeError(f"{transactional_id!r} is in state {metadata.state} during InitProducerId")
+        transit: TxnTransit | str  # a str: the refusal of prepare_increment_epoch
         if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
             producer_id = self._new_producer_id()
             if producer_id is None:
@@ -308,7 +310,8 @@ class TransactionCoordinator:
 
     # -- adding partitions ----------------------------------------------------------------
 
-    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[ErrorCode, TransactionMetadata | None]:
+    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int
+                        ) -> tuple[ErrorCode, TransactionMetadata | None]:
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return owner, None
@@ -328,6 +331,7 @@ class TransactionCoordinator:
         error, metadata = self._check_producer(transactional_id, producer_id, epoch)
         if error is not ErrorCode.none:
             return error
+        assert metadata is not None  # with ErrorCode.none
         if metadata.state is S.ONGOING and partitions <= metadata.partitions:
             return ErrorCode.none  # a retry: nothing new to record
         return self._persist(metadata, metadata.prepare_add_partitions(partitions, now, transaction_version))
@@ -480,9 +484,10 @@ class TransactionCoordinator:
         # The coordinator's own abort rotates an exhausted epoch too (KAFKA-20090): its
         # client's late EndTxn is then a retry answered with the new producer id.
         if metadata.epoch_exhausted:
-            next_producer_id = self._new_producer_id()
-            if next_producer_id is None:
+            new_producer_id = self._new_producer_id()
+            if new_producer_id is None:
                 return EndTxnResult(ErrorCode.coordinator_load_in_progress)
+            next_producer_id = new_producer_id
         transit = metadata.prepare_end(commit, now, transaction_version=2, next_producer_id=next_producer_id,
                                        nothing_added=nothing_added)
         error = self._persist(metadata, transit)
@@ -600,7 +605,7 @@ class TransactionCoordinator:
         partition = self.partition_of(transit.transactional_id)
         try:
             self.log.append(partition, record_batch.build_batch([record], timestamp_ms=now), now_ms=now)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 (any failure of the append becomes the client's error code)
             code = append_failure(error)
             log.log(logging.INFO if isinstance(error, LookupError | AppendRefused) else logging.ERROR,
                     "appending to %s-%d failed (%s): %s", TRANSACTION_STATE, partition, code.name, error)

@@ -131,7 +131,7 @@ def _encode_value_v1(transit: TxnTransit) -> bytes:
 
 def decode_key(data: bytes) -> str:
     try:
-        (version,) = _I16.unpack_from(data, 0)
+        (_version,) = _I16.unpack_from(data, 0)
         (length,) = _I16.unpack_from(data, 2)
         return data[4 : 4 + length].decode()
     except (struct.error, UnicodeDecodeError) as error:

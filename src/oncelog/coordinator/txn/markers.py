@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.partitions import AppendRefused, append_marker
 from oncelog.broker.topics import error_code_for
@@ -164,8 +164,9 @@ class MarkerChannel:
         codes = {}
         for tp, (code, end_offset) in appended.items():
             if code is ErrorCode.none:
-                code = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
-            codes[tp] = code
+                codes[tp] = await self._broker.leadership.wait_for_replication(*tp, end_offset, self._timeout_s)
+            else:
+                codes[tp] = code
         return codes
 
     async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
@@ -190,7 +191,7 @@ class MarkerChannel:
 
 
 def _request(marker: TxnMarker, partitions: list[TopicPartition]):
-    request_type = request_class(27, WRITE_TXN_MARKERS_VERSION)
+    request_type: Any = request_class(27, WRITE_TXN_MARKERS_VERSION)  # WriteTxnMarkers of that version
     module = sys.modules[request_type.__module__]
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition in partitions:

@@ -210,7 +210,8 @@ class TransactionMetadata:
         if self.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
             # The epoch overflowed: the client continues under the new producer id at epoch
             # 0; the last epoch stays the one it last used with the old id (for its retry).
-            rotation = {"producer_id": self.next_producer_id, "previous_producer_id": self.producer_id, "producer_epoch": 0}
+            rotation = {"producer_id": self.next_producer_id, "previous_producer_id": self.producer_id,
+                        "producer_epoch": 0}
         return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now,
                              next_producer_id=NO_PRODUCER_ID, **rotation)
 

@@ -32,7 +32,7 @@ import logging
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog.cluster.peer import PeerPool
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
@@ -141,6 +141,7 @@ class TransactionVerifier:
         return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
     def _coordinator_of(self, transactional_id: str) -> int | None:
+        assert self._broker.cluster is not None  # verification is for cluster mode
         image = self._broker.cluster.image
         topic = image.topics.get(TRANSACTION_STATE)
         if topic is None:
@@ -195,7 +196,7 @@ class TransactionVerifier:
 
 
 def _request(batch: dict[str, _Entry]):
-    request_type = request_class(ADD_PARTITIONS_TO_TXN_KEY, ADD_PARTITIONS_TO_TXN_VERSION)
+    request_type: Any = request_class(ADD_PARTITIONS_TO_TXN_KEY, ADD_PARTITIONS_TO_TXN_VERSION)
     module = sys.modules[request_type.__module__]
     transactions = []
     for transactional_id, entry in batch.items():
