@@ -43,3 +43,38 @@ def test_without_http_listener_there_is_no_endpoint(tmp_path):
 def test_an_http_listener_that_is_not_host_port_is_a_config_error(value):
     with pytest.raises(ConfigError, match=re.escape("http.listener: expected HOST:PORT")):
         BrokerConfig({"http.listener": value})
+
+
+def test_partition_and_transaction_metrics_show_the_lso_lag_of_an_open_transaction(tmp_path):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
+        host, port = running.broker.metrics.address
+        admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
+        admin.create_topics([NewTopic("watched", 1, 1)])["watched"].result(10)
+        plain = Producer({"bootstrap.servers": running.bootstrap_servers})
+        for i in range(3):
+            plain.produce("watched", str(i).encode())
+        plain.flush(10)
+        txn = Producer({"bootstrap.servers": running.bootstrap_servers, "transactional.id": "metrics-open"})
+        txn.init_transactions(10)
+        txn.begin_transaction()
+        for i in range(2):
+            txn.produce("watched", f"open-{i}".encode())
+        txn.flush(10)  # written, not committed: read_committed waits at offset 3
+        families = scrape(f"http://{host}:{port}/metrics")
+
+        def value(family: str) -> float:
+            [found] = [v for labels, v in families[family] if labels == {"topic": "watched", "partition": "0"}]
+            return found
+
+        assert (value("kafka_log_log_start_offset"), value("kafka_log_log_end_offset")) == (0, 5)
+        assert (value("oncelog_log_high_watermark"), value("oncelog_log_last_stable_offset")) == (5, 3)
+        assert value("kafka_cluster_partition_last_stable_offset_lag") == 2
+        assert value("kafka_log_num_log_segments") == 1 and value("kafka_log_size_bytes") > 0
+        assert ({"state": "Ongoing"}, 1.0) in families["oncelog_transactions"]
+        txn.commit_transaction(10)
+        families = scrape(f"http://{host}:{port}/metrics")
+        assert value("kafka_cluster_partition_last_stable_offset_lag") == 0
+        assert ({"state": "CompleteCommit"}, 1.0) in families["oncelog_transactions"]

@@ -24,7 +24,7 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
-from oncelog.broker.metrics import LogDirsSnapshot, MetricsServer
+from oncelog.broker.metrics import BrokerSnapshot, MetricsServer, PartitionSnapshot
 from oncelog.broker.server import KafkaServer
 from oncelog.clock import now_ms
 from oncelog.cluster.settings import cluster_settings
@@ -183,7 +183,7 @@ class Broker:
             ]
         if self.config.http_listener is not None:
             host, port = self.config.http_listener
-            self.metrics = MetricsServer(host, port, asyncio.get_running_loop(), self._log_dirs_snapshot)
+            self.metrics = MetricsServer(host, port, asyncio.get_running_loop(), self._metrics_snapshot)
             self.metrics.start()
         log.info(
             "broker %d of cluster %s listening on %s:%d, advertised as %s:%d (started in %.0f ms)",
@@ -201,9 +201,21 @@ class Broker:
             return
         self.logs.set_default_config(defaults)
 
-    def _log_dirs_snapshot(self) -> LogDirsSnapshot:
+    def _metrics_snapshot(self) -> BrokerSnapshot:
+        """What /metrics reports, read on the loop (oncelog.broker.metrics)."""
         offline = self.logs.offline_dirs
-        return LogDirsSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs})
+        partitions = [
+            PartitionSnapshot(log.topic, log.partition, log.log_start_offset, log.log_end_offset,
+                              log.high_watermark, log.last_stable_offset, log.size_in_bytes, len(log.segments))
+            for log in self.logs.partitions()
+        ]
+        transactions: dict[str, int] = {}
+        if self.txn_coordinator is not None:
+            for metadata in self.txn_coordinator.txns.values():
+                state = metadata.state.display_name
+                transactions[state] = transactions.get(state, 0) + 1
+        return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
+                              partitions, transactions)
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""

@@ -7,7 +7,10 @@ beside the state it describes. Names follow Prometheus conventions and mirror Ka
 JMX metrics; docs/metrics.md maps each to Kafka's.
 
 What is exported so far: the log directories (Kafka's LogManager OfflineLogDirectoryCount
-and LogDirectoryOffline); the other families are added here, one collector each.
+and LogDirectoryOffline), each local partition's log (start and end offsets, size,
+segments, as Kafka's Log metrics; high watermark, last stable offset and Kafka's
+Partition LastStableOffsetLag), and the transactions this broker coordinates, by state.
+Families without a Kafka counterpart are named `oncelog_*`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
@@ -28,13 +31,41 @@ SNAPSHOT_TIMEOUT_S = 5.0  # a scrape gives up when the loop does not answer in t
 
 
 @dataclass(frozen=True, slots=True)
-class LogDirsSnapshot:
-    """The log directories as the loop saw them: each with whether it is offline."""
+class PartitionSnapshot:
+    topic: str
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSnapshot:
+    """What the loop saw at one moment: each log directory with whether it is offline,
+    each local partition's log, and the coordinated transactions by state name."""
 
     offline: dict[str, bool]
+    partitions: list[PartitionSnapshot] = field(default_factory=list)
+    transactions: dict[str, int] = field(default_factory=dict)
 
 
-MetricsSource = Callable[[], LogDirsSnapshot]  # runs on the event loop
+MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
+
+_PARTITION_GAUGES = (  # (name, help, attribute)
+    ("kafka_log_log_start_offset", "First offset of the partition's log (Kafka's Log LogStartOffset).",
+     "log_start_offset"),
+    ("kafka_log_log_end_offset", "Offset after the last record of the log (Kafka's Log LogEndOffset).",
+     "log_end_offset"),
+    ("kafka_log_size_bytes", "Bytes of the log's segments (Kafka's Log Size).", "size_bytes"),
+    ("kafka_log_num_log_segments", "Segments of the log (Kafka's Log NumLogSegments).", "segments"),
+    ("oncelog_log_high_watermark", "Offset up to which records are on every in-sync replica.", "high_watermark"),
+    ("oncelog_log_last_stable_offset",
+     ("read_committed's bound: the high watermark, or the first offset of the oldest transaction not yet "
+      "decided and replicated."), "last_stable_offset"),
+)
 
 
 class _BrokerCollector(Collector):
@@ -58,9 +89,36 @@ class _BrokerCollector(Collector):
         for directory, is_offline in sorted(snapshot.offline.items()):
             per_dir.add_metric([directory], 1 if is_offline else 0)
         yield per_dir
+        yield from _partition_families(snapshot.partitions)
+        transactions = GaugeMetricFamily(
+            "oncelog_transactions",
+            "Transactional ids this broker coordinates, by the state of their transaction.",
+            labels=["state"],
+        )
+        for state, count in sorted(snapshot.transactions.items()):
+            transactions.add_metric([state], count)
+        yield transactions
 
-    async def _snapshot(self) -> LogDirsSnapshot:
+    async def _snapshot(self) -> BrokerSnapshot:
         return self._source()
+
+
+def _partition_families(partitions: list[PartitionSnapshot]) -> Iterator[GaugeMetricFamily]:
+    labels = ["topic", "partition"]
+    for name, documentation, attribute in _PARTITION_GAUGES:
+        family = GaugeMetricFamily(name, documentation, labels=labels)
+        for each in partitions:
+            family.add_metric([each.topic, str(each.partition)], getattr(each, attribute))
+        yield family
+    lag = GaugeMetricFamily(
+        "kafka_cluster_partition_last_stable_offset_lag",
+        "High watermark minus last stable offset: records read_committed consumers wait for "
+        "(Kafka's Partition LastStableOffsetLag).",
+        labels=labels,
+    )
+    for each in partitions:
+        lag.add_metric([each.topic, str(each.partition)], each.high_watermark - each.last_stable_offset)
+    yield lag
 
 
 class MetricsServer:
