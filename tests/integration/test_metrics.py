@@ -78,3 +78,22 @@ def test_partition_and_transaction_metrics_show_the_lso_lag_of_an_open_transacti
         families = scrape(f"http://{host}:{port}/metrics")
         assert value("kafka_cluster_partition_last_stable_offset_lag") == 0
         assert ({"state": "CompleteCommit"}, 1.0) in families["oncelog_transactions"]
+
+
+def test_requests_are_counted_and_timed_per_api(tmp_path):
+    from confluent_kafka.admin import AdminClient
+
+    with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
+        host, port = running.broker.metrics.address
+        admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
+        for _ in range(3):
+            admin.list_topics(timeout=10)
+        families = scrape(f"http://{host}:{port}/metrics")
+    requests = {labels["request"]: value for labels, value in families["kafka_network_request_requests"]}
+    assert requests["Metadata"] >= 3 and requests["ApiVersions"] >= 1
+    timed = {(labels["request"], labels.get("le")): value
+             for labels, value in families["oncelog_network_request_handle_seconds"]}
+    assert timed[("Metadata", "+Inf")] == requests["Metadata"]
+    assert timed[("Metadata", "30.0")] == requests["Metadata"]  # none slower than the last bound
+    assert all(value == 0 for _labels, value in families["oncelog_network_requests_in_flight"]
+               if _labels["request"] == "Metadata")

@@ -214,8 +214,9 @@ class Broker:
             for metadata in self.txn_coordinator.txns.values():
                 state = metadata.state.display_name
                 transactions[state] = transactions.get(state, 0) + 1
+        names = {key: handler.name for key, handler in self.server.handlers.items()}
         return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
-                              partitions, transactions)
+                              partitions, transactions, self.server.request_stats.snapshot(names))
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""

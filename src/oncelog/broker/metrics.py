@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from oncelog.broker.request_stats import BUCKETS_S, ApiSnapshot
 
 log = logging.getLogger("oncelog.metrics")
 
@@ -50,6 +52,7 @@ class BrokerSnapshot:
     offline: dict[str, bool]
     partitions: list[PartitionSnapshot] = field(default_factory=list)
     transactions: dict[str, int] = field(default_factory=dict)
+    requests: list[ApiSnapshot] = field(default_factory=list)
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -73,7 +76,7 @@ class _BrokerCollector(Collector):
         self._loop = loop
         self._source = source
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         snapshot = asyncio.run_coroutine_threadsafe(self._snapshot(), self._loop).result(SNAPSHOT_TIMEOUT_S)
         offline = GaugeMetricFamily(
             "kafka_log_offline_log_directory_count",
@@ -98,9 +101,30 @@ class _BrokerCollector(Collector):
         for state, count in sorted(snapshot.transactions.items()):
             transactions.add_metric([state], count)
         yield transactions
+        yield from _request_families(snapshot.requests)
 
     async def _snapshot(self) -> BrokerSnapshot:
         return self._source()
+
+
+def _request_families(requests: list[ApiSnapshot]) -> Iterator[
+        GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
+    count = CounterMetricFamily("kafka_network_request_requests", "Requests handled, by API (Kafka's "
+                                "RequestMetrics RequestsPerSec).", labels=["request"])
+    in_flight = GaugeMetricFamily("oncelog_network_requests_in_flight", "Requests being handled now, by API.",
+                                  labels=["request"])
+    seconds = HistogramMetricFamily(
+        "oncelog_network_request_handle_seconds",
+        "How long handlers took, by API: from the decoded request to the response built, waits for "
+        "replication (acks=all) and long polls included.", labels=["request"])
+    for api in requests:
+        count.add_metric([api.api], api.count)
+        in_flight.add_metric([api.api], api.in_flight)
+        buckets = [(str(bound), cumulative) for bound, cumulative in zip(BUCKETS_S, api.cumulative, strict=True)]
+        seconds.add_metric([api.api], buckets + [("+Inf", api.count)], sum_value=api.total_s)
+    yield count
+    yield in_flight
+    yield seconds
 
 
 def _partition_families(partitions: list[PartitionSnapshot]) -> Iterator[GaugeMetricFamily]:

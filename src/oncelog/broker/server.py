@@ -33,6 +33,7 @@ import time
 from typing import TYPE_CHECKING
 
 from oncelog.broker.dispatch import RequestContext, load_handlers
+from oncelog.broker.request_stats import RequestStats
 from oncelog.protocol import framing
 from oncelog.protocol.messages import (
     ResponseBuilder,
@@ -355,6 +356,7 @@ class KafkaServer:
         self.request_memory = RequestMemoryPool(broker.config["queued.max.request.bytes"])
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        self.request_stats = RequestStats()  # per API, for /metrics
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -446,7 +448,12 @@ class KafkaServer:
             client_host=client_host,
             response=ResponseBuilder(api_key, version),
         )
-        response = await handler.handle(context, request)
+        stats = self.request_stats.started(api_key)
+        started = time.perf_counter()
+        try:
+            response = await handler.handle(context, request)
+        finally:
+            self.request_stats.finished(stats, time.perf_counter() - started)
         if response is None:
             return None  # e.g. Produce with acks=0
         flexible_header = flexible and api_key != framing.API_VERSIONS_KEY
