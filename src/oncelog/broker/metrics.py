@@ -121,7 +121,7 @@ def _request_families(requests: list[ApiSnapshot]) -> Iterator[
         count.add_metric([api.api], api.count)
         in_flight.add_metric([api.api], api.in_flight)
         buckets = [(str(bound), cumulative) for bound, cumulative in zip(BUCKETS_S, api.cumulative, strict=True)]
-        seconds.add_metric([api.api], buckets + [("+Inf", api.count)], sum_value=api.total_s)
+        seconds.add_metric([api.api], [*buckets, ("+Inf", api.count)], sum_value=api.total_s)
     yield count
     yield in_flight
     yield seconds
