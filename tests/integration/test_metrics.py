@@ -78,6 +78,18 @@ def test_partition_and_transaction_metrics_show_the_lso_lag_of_an_open_transacti
         families = scrape(f"http://{host}:{port}/metrics")
         assert value("kafka_cluster_partition_last_stable_offset_lag") == 0
         assert ({"state": "CompleteCommit"}, 1.0) in families["oncelog_transactions"]
+        assert families["oncelog_transactions_completed"] == [({"result": "commit"}, 1.0), ({"result": "abort"}, 0.0)]
+        assert ({}, 1.0) in families["oncelog_transaction_markers_seconds"]  # the _count sample
+        # a new instance fences the old one, whose open transaction is aborted
+        txn.begin_transaction()
+        txn.produce("watched", b"left-open")
+        txn.flush(10)
+        successor = Producer({"bootstrap.servers": running.bootstrap_servers, "transactional.id": "metrics-open"})
+        successor.init_transactions(10)
+        families = scrape(f"http://{host}:{port}/metrics")
+        assert families["oncelog_producers_fenced"] == [({}, 1.0)]
+        assert ({"result": "abort"}, 1.0) in families["oncelog_transactions_completed"]
+        assert families["oncelog_transactions_timed_out"] == [({}, 0.0)]
 
 
 def test_requests_are_counted_and_timed_per_api(tmp_path):

@@ -215,8 +215,9 @@ class Broker:
                 state = metadata.state.display_name
                 transactions[state] = transactions.get(state, 0) + 1
         names = {key: handler.name for key, handler in self.server.handlers.items()}
+        txn_stats = self.txn_coordinator.stats.snapshot() if self.txn_coordinator is not None else None
         return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
-                              partitions, transactions, self.server.request_stats.snapshot(names))
+                              partitions, transactions, self.server.request_stats.snapshot(names), txn_stats)
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""

@@ -25,7 +25,9 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from oncelog.broker.request_stats import BUCKETS_S, ApiSnapshot
+from oncelog.broker.request_stats import ApiSnapshot
+from oncelog.coordinator.txn.stats import TxnStatsSnapshot
+from oncelog.stats import BUCKETS_S
 
 log = logging.getLogger("oncelog.metrics")
 
@@ -53,6 +55,7 @@ class BrokerSnapshot:
     partitions: list[PartitionSnapshot] = field(default_factory=list)
     transactions: dict[str, int] = field(default_factory=dict)
     requests: list[ApiSnapshot] = field(default_factory=list)
+    txn_stats: TxnStatsSnapshot | None = None  # None: no transaction coordinator
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -102,6 +105,8 @@ class _BrokerCollector(Collector):
             transactions.add_metric([state], count)
         yield transactions
         yield from _request_families(snapshot.requests)
+        if snapshot.txn_stats is not None:
+            yield from _txn_families(snapshot.txn_stats)
 
     async def _snapshot(self) -> BrokerSnapshot:
         return self._source()
@@ -125,6 +130,27 @@ def _request_families(requests: list[ApiSnapshot]) -> Iterator[
     yield count
     yield in_flight
     yield seconds
+
+
+def _txn_families(stats: TxnStatsSnapshot) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+    completed = CounterMetricFamily("oncelog_transactions_completed",
+                                    "Transactions whose markers are written, by result.", labels=["result"])
+    completed.add_metric(["commit"], stats.commits)
+    completed.add_metric(["abort"], stats.aborts)
+    yield completed
+    yield CounterMetricFamily("oncelog_transactions_timed_out",
+                              "Transactions the coordinator aborted for outliving their timeout.",
+                              value=stats.timed_out)
+    yield CounterMetricFamily("oncelog_producers_fenced",
+                              "Producers fenced by a new instance's InitProducerId, their open transaction aborted.",
+                              value=stats.fenced)
+    markers = HistogramMetricFamily(
+        "oncelog_transaction_markers_seconds",
+        "From the decision (PrepareCommit/PrepareAbort written) to every marker written "
+        "(CompleteCommit/CompleteAbort).")
+    buckets = [(str(bound), cumulative) for bound, cumulative in zip(BUCKETS_S, stats.markers_cumulative, strict=True)]
+    markers.add_metric([], [*buckets, ("+Inf", stats.markers_count)], sum_value=stats.markers_total_s)
+    yield markers
 
 
 def _partition_families(partitions: list[PartitionSnapshot]) -> Iterator[GaugeMetricFamily]:

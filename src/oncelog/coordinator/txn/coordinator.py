@@ -71,6 +71,7 @@ from oncelog.coordinator.txn.metadata import (
     TxnTransit,
 )
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.coordinator.txn.stats import TxnStats
 from oncelog.coordinator.txn.verification import TransactionVerifier
 from oncelog.names import TopicPartition
 from oncelog.protocol import record_batch
@@ -137,6 +138,7 @@ class TransactionCoordinator:
         self.coordinator_epoch = NO_COORDINATOR_EPOCH
         self.txns: dict[str, TransactionMetadata] = {}
         self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"], self.num_partitions)
+        self.stats = TxnStats()  # for /metrics
         self.markers = MarkerChannel(broker, config["request.timeout.ms"])
         # Cluster mode: this broker's partitions asking other brokers' coordinators (KIP-890).
         self.verification = TransactionVerifier(broker, config["request.timeout.ms"])
@@ -284,6 +286,7 @@ class TransactionCoordinator:
             # the new instance retries until the abort is complete.
             log.info("fencing producer %d of %r: aborting its ongoing transaction", metadata.producer_id,
                      transactional_id)
+            self.stats.fenced += 1
             metadata.prepare_fence_epoch()
             error = self.end_transaction(transactional_id, metadata.producer_id, metadata.producer_epoch,
                                          commit=False, from_client=False, now=now,
@@ -522,6 +525,7 @@ class TransactionCoordinator:
         partition = self.partition_of(transactional_id)
         epoch = self._epoch_of(partition)
         prepared = (metadata.state, metadata.producer_id, metadata.producer_epoch)
+        decided_at = metadata.txn_last_update_timestamp  # when PrepareCommit/PrepareAbort was written
 
         def still_current() -> bool:
             return (self.txns.get(transactional_id) is metadata and self._epoch_of(partition) == epoch
@@ -539,8 +543,12 @@ class TransactionCoordinator:
             return
         if not still_current():
             return
-        if self._persist(metadata, metadata.prepare_complete(now_ms())) is not ErrorCode.none:
+        now = now_ms()
+        commit = metadata.state is S.PREPARE_COMMIT
+        if self._persist(metadata, metadata.prepare_complete(now)) is not ErrorCode.none:
             self._retry_markers(transactional_id)
+            return
+        self.stats.completed(commit, max(now - decided_at, 0) / 1000)
 
     def _retry_markers(self, transactional_id: str) -> None:
         self._completions.pop(transactional_id, None)
@@ -557,6 +565,7 @@ class TransactionCoordinator:
                 and not metadata.pending
                 and metadata.txn_start_timestamp + metadata.txn_timeout_ms < now
             ):
+                self.stats.timed_out += 1
                 log.info("aborting transaction of %r (producer %d epoch %d): open for %d ms, timeout %d ms",
                          metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
                          now - metadata.txn_start_timestamp, metadata.txn_timeout_ms)
