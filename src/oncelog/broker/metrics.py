@@ -2,15 +2,18 @@
 `/metrics` in Prometheus text format, through prometheus_client, on a thread of its own.
 
 Each scrape asks the event loop, which owns every piece of broker state, for a snapshot
-(`MetricsSource`), and turns it into metric families; nothing is counted twice or kept
-beside the state it describes. Names follow Prometheus conventions and mirror Kafka's
-JMX metrics; docs/metrics.md maps each to Kafka's.
+(`MetricsSource`), and turns it into metric families. Gauges are read from the state
+they describe; counters and histograms are kept by the part that owns what they count
+(the server's `RequestStats`, the transaction coordinator's `TxnStats`) and copied into
+the snapshot. Names follow Prometheus conventions and mirror Kafka's JMX metrics;
+docs/metrics.md maps each to Kafka's.
 
 What is exported so far: the log directories (Kafka's LogManager OfflineLogDirectoryCount
 and LogDirectoryOffline), each local partition's log (start and end offsets, size,
 segments, as Kafka's Log metrics; high watermark, last stable offset and Kafka's
-Partition LastStableOffsetLag), and the transactions this broker coordinates, by state.
-Families without a Kafka counterpart are named `oncelog_*`.
+Partition LastStableOffsetLag), the transactions this broker coordinates (by state;
+completed by result, marker latency, timeouts, fencing) and requests per API. Families
+without a Kafka counterpart are named `oncelog_*`.
 """
 
 from __future__ import annotations
