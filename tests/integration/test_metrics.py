@@ -109,3 +109,41 @@ def test_requests_are_counted_and_timed_per_api(tmp_path):
     assert timed[("Metadata", "30.0")] == requests["Metadata"]  # none slower than the last bound
     assert all(value == 0 for _labels, value in families["oncelog_network_requests_in_flight"]
                if _labels["request"] == "Metadata")
+
+
+def test_per_topic_traffic_counts_records_in_and_out_and_refused_batches(tmp_path):
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
+        host, port = running.broker.metrics.address
+        admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
+        admin.create_topics([NewTopic("traffic", 1, 1, config={"max.message.bytes": "2000"})])["traffic"].result(10)
+        producer = Producer({"bootstrap.servers": running.bootstrap_servers, "linger.ms": 0})
+        for i in range(5):
+            producer.produce("traffic", b"x" * 100, key=str(i).encode())
+        producer.flush(10)
+        errors = []
+        producer.produce("traffic", b"y" * 5000, on_delivery=lambda error, _message: errors.append(error))
+        producer.flush(10)
+        assert errors and errors[0] is not None  # MESSAGE_TOO_LARGE
+        consumer = Consumer({"bootstrap.servers": running.bootstrap_servers, "group.id": "traffic"})
+        consumer.assign([TopicPartition("traffic", 0, 0)])
+        read = 0
+        while read < 5:
+            message = consumer.poll(5)
+            if message is None:
+                raise KafkaException("no records within 5 s")
+            read += message.error() is None
+        consumer.close()
+        families = scrape(f"http://{host}:{port}/metrics")
+
+    def counter(name: str) -> float:
+        [value] = [v for labels, v in families[name] if labels == {"topic": "traffic"}]
+        return value
+
+    assert counter("kafka_server_brokertopicmetrics_messages_in") == 5
+    assert counter("kafka_server_brokertopicmetrics_bytes_in") > 5 * 100
+    assert counter("kafka_server_brokertopicmetrics_bytes_out") >= counter("kafka_server_brokertopicmetrics_bytes_in")
+    assert counter("kafka_server_brokertopicmetrics_failed_produce_requests") >= 1
+    assert counter("kafka_server_brokertopicmetrics_failed_fetch_requests") == 0

@@ -26,6 +26,7 @@ from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicC
 from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.metrics import BrokerSnapshot, MetricsServer, PartitionSnapshot
 from oncelog.broker.server import KafkaServer
+from oncelog.broker.topic_stats import TopicStats
 from oncelog.clock import now_ms
 from oncelog.cluster.settings import cluster_settings
 from oncelog.coordinator.group import GroupCoordinator
@@ -76,6 +77,7 @@ class Broker:
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics
+        self.topic_stats = TopicStats()  # per-topic traffic, counted by Produce and Fetch
         # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
         self.dynamic_configs: DynamicConfigStore | None = None
         self._stopped = asyncio.Event()
@@ -217,7 +219,8 @@ class Broker:
         names = {key: handler.name for key, handler in self.server.handlers.items()}
         txn_stats = self.txn_coordinator.stats.snapshot() if self.txn_coordinator is not None else None
         return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
-                              partitions, transactions, self.server.request_stats.snapshot(names), txn_stats)
+                              partitions, transactions, self.server.request_stats.snapshot(names), txn_stats,
+                              self.topic_stats.snapshot())
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""

@@ -12,8 +12,9 @@ What is exported so far: the log directories (Kafka's LogManager OfflineLogDirec
 and LogDirectoryOffline), each local partition's log (start and end offsets, size,
 segments, as Kafka's Log metrics; high watermark, last stable offset and Kafka's
 Partition LastStableOffsetLag), the transactions this broker coordinates (by state;
-completed by result, marker latency, timeouts, fencing) and requests per API. Families
-without a Kafka counterpart are named `oncelog_*`.
+completed by result, marker latency, timeouts, fencing), requests per API and each
+topic's traffic (Kafka's BrokerTopicMetrics). Families without a Kafka counterpart are
+named `oncelog_*`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from oncelog.broker.request_stats import ApiSnapshot
+from oncelog.broker.topic_stats import TopicSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
 from oncelog.stats import BUCKETS_S
 
@@ -59,6 +61,7 @@ class BrokerSnapshot:
     transactions: dict[str, int] = field(default_factory=dict)
     requests: list[ApiSnapshot] = field(default_factory=list)
     txn_stats: TxnStatsSnapshot | None = None  # None: no transaction coordinator
+    topics: list[TopicSnapshot] = field(default_factory=list)
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -108,6 +111,7 @@ class _BrokerCollector(Collector):
             transactions.add_metric([state], count)
         yield transactions
         yield from _request_families(snapshot.requests)
+        yield from _topic_families(snapshot.topics)
         if snapshot.txn_stats is not None:
             yield from _txn_families(snapshot.txn_stats)
 
@@ -133,6 +137,26 @@ def _request_families(requests: list[ApiSnapshot]) -> Iterator[
     yield count
     yield in_flight
     yield seconds
+
+
+_TOPIC_COUNTERS = (  # (name, help, attribute): Kafka's BrokerTopicMetrics
+    ("kafka_server_brokertopicmetrics_bytes_in", "Bytes of records produced (BytesInPerSec).", "bytes_in"),
+    ("kafka_server_brokertopicmetrics_messages_in", "Records produced (MessagesInPerSec).", "messages_in"),
+    ("kafka_server_brokertopicmetrics_bytes_out", "Bytes of records fetched by consumers (BytesOutPerSec).",
+     "bytes_out"),
+    ("kafka_server_brokertopicmetrics_failed_produce_requests",
+     "Partitions of Produce requests answered with an error (FailedProduceRequestsPerSec).", "failed_produce"),
+    ("kafka_server_brokertopicmetrics_failed_fetch_requests",
+     "Partitions of consumers' Fetch requests answered with an error (FailedFetchRequestsPerSec).", "failed_fetch"),
+)
+
+
+def _topic_families(topics: list[TopicSnapshot]) -> Iterator[CounterMetricFamily]:
+    for name, documentation, attribute in _TOPIC_COUNTERS:
+        family = CounterMetricFamily(name, documentation, labels=["topic"])
+        for each in topics:
+            family.add_metric([each.topic], getattr(each, attribute))
+        yield family
 
 
 def _txn_families(stats: TxnStatsSnapshot) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:

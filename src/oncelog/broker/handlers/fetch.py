@@ -51,8 +51,22 @@ async def handle(ctx: RequestContext, request) -> object:
         response, total_bytes, failed = _read_all(ctx, request, max_bytes)
         remaining = deadline - loop.time()
         if failed or total_bytes >= min_bytes or remaining <= 0 or not watched:
+            if not ctx.broker.leadership.is_replica_fetch(_replica_id(request)):
+                _count(ctx, response)
             return response
         await ctx.broker.wait_for_append(watched, remaining)
+
+
+def _count(ctx: RequestContext, response) -> None:
+    """A consumer's traffic, per topic, for /metrics (oncelog.broker.topic_stats)."""
+    stats = ctx.broker.topic_stats
+    for topic in response.responses:
+        counts = stats.of(topic.topic)
+        for partition in topic.partitions:
+            if partition.error_code == ErrorCode.none:
+                counts.bytes_out += len(partition.records or b"")
+            else:
+                counts.failed_fetch += 1
 
 
 def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int, bool]:

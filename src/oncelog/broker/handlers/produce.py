@@ -90,12 +90,13 @@ async def handle(ctx: RequestContext, request) -> object | None:
             failed = failed or outcome.error_code != ErrorCode.none
             partitions.append((data.index, outcome))
         outcomes.append((topic.name, partitions))
+    if acks == -1:
+        outcomes = await _wait_for_replication(ctx, outcomes, request.timeout.total_seconds())
+    _count(ctx, request, outcomes)
     if acks == 0:
         if failed:  # the only way to tell an acks=0 producer something went wrong
             raise CloseConnection("acks=0 produce request failed for at least one partition")
         return None
-    if acks == -1:
-        outcomes = await _wait_for_replication(ctx, outcomes, request.timeout.total_seconds())
     topics = tuple(
         make("TopicProduceResponse", name=name, partition_responses=tuple(
             make(
@@ -113,6 +114,22 @@ async def handle(ctx: RequestContext, request) -> object | None:
         for name, partitions in outcomes
     )
     return make("ProduceResponse", responses=topics, throttle_time=NO_THROTTLE)
+
+
+def _count(ctx: RequestContext, request, outcomes) -> None:
+    """Per-topic traffic for /metrics (oncelog.broker.topic_stats)."""
+    sizes = {(topic.name, data.index): len(data.records or b"") for topic in request.topic_data
+             for data in topic.partition_data}
+    stats = ctx.broker.topic_stats
+    for name, partitions in outcomes:
+        counts = stats.of(name)
+        for index, outcome in partitions:
+            if outcome.error_code == ErrorCode.none:
+                counts.bytes_in += sizes.get((name, index), 0)
+                if outcome.base_offset >= 0 and outcome.end_offset > outcome.base_offset:
+                    counts.messages_in += outcome.end_offset - outcome.base_offset
+            else:
+                counts.failed_produce += 1
 
 
 async def _wait_for_replication(ctx: RequestContext, outcomes, timeout_s: float):
