@@ -132,8 +132,7 @@ def _request_families(requests: list[ApiSnapshot]) -> Iterator[
     for api in requests:
         count.add_metric([api.api], api.count)
         in_flight.add_metric([api.api], api.in_flight)
-        buckets = [(str(bound), cumulative) for bound, cumulative in zip(BUCKETS_S, api.cumulative, strict=True)]
-        seconds.add_metric([api.api], [*buckets, ("+Inf", api.count)], sum_value=api.total_s)
+        seconds.add_metric([api.api], _buckets(api.cumulative, api.count), sum_value=api.total_s)
     yield count
     yield in_flight
     yield seconds
@@ -149,6 +148,11 @@ _TOPIC_COUNTERS = (  # (name, help, attribute): Kafka's BrokerTopicMetrics
     ("kafka_server_brokertopicmetrics_failed_fetch_requests",
      "Partitions of consumers' Fetch requests answered with an error (FailedFetchRequestsPerSec).", "failed_fetch"),
 )
+
+
+def _buckets(cumulative: tuple[int, ...], count: int) -> list[tuple[str, int]]:
+    """A histogram's (upper bound, cumulative count) pairs from oncelog.stats.Histogram's."""
+    return [*((str(bound), below) for bound, below in zip(BUCKETS_S, cumulative, strict=True)), ("+Inf", count)]
 
 
 def _topic_families(topics: list[TopicSnapshot]) -> Iterator[CounterMetricFamily]:
@@ -175,8 +179,7 @@ def _txn_families(stats: TxnStatsSnapshot) -> Iterator[CounterMetricFamily | His
         "oncelog_transaction_markers_seconds",
         "From the decision (PrepareCommit/PrepareAbort written) to every marker written "
         "(CompleteCommit/CompleteAbort).")
-    buckets = [(str(bound), cumulative) for bound, cumulative in zip(BUCKETS_S, stats.markers_cumulative, strict=True)]
-    markers.add_metric([], [*buckets, ("+Inf", stats.markers_count)], sum_value=stats.markers_total_s)
+    markers.add_metric([], _buckets(stats.markers_cumulative, stats.markers_count), sum_value=stats.markers_total_s)
     yield markers
 
 

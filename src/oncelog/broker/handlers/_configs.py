@@ -31,7 +31,7 @@ from oncelog.broker.config_changes import ConfigChangeError
 from oncelog.broker.dispatch import RequestContext
 from oncelog.broker.topics import TopicRequestError, alter_topic_configs
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
-from oncelog.storage.config import TOPIC_LIST_KEYS, LogConfig
+from oncelog.storage.config import TOPIC_CONFIGS, TOPIC_LIST_KEYS, LogConfig
 from oncelog.storage.errors import InvalidTopicError, LogError
 from oncelog.storage.manager import validate_topic_name
 
@@ -40,7 +40,7 @@ BROKER = 4
 BROKER_LOGGER = 8
 GROUP = 32
 
-BROKER_LIST_KEYS = frozenset({"log.cleanup.policy"})
+BROKER_LIST_KEYS = frozenset(TOPIC_CONFIGS[key].broker_key for key in TOPIC_LIST_KEYS)  # log.cleanup.policy
 TOPIC_DEFAULTS = LogConfig().to_kafka_dict()  # the topic keys' built-in defaults
 BROKER_DEFAULTS = {key: setting.default for key, setting in SETTINGS.items()}
 
