@@ -1,5 +1,6 @@
-"""The Kafka protocol spoken directly, for the commands standard clients have no API for
-(`oncelog transactions`, `oncelog producers`, and the consumer's coordinator check):
+"""The Kafka protocol spoken directly, for the commands standard clients serve badly or
+not at all (`oncelog transactions`, `oncelog producers`, `oncelog configs`, and the
+consumer's coordinator check):
 `Cluster` holds connections to one cluster's brokers by node id, made from the same
 connection options as every other command (`--bootstrap-server`, `--command-config`,
 `-X`, `$ONCELOG_BOOTSTRAP`).
