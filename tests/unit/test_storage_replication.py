@@ -290,7 +290,7 @@ def test_truncation_at_the_log_end_drops_an_epoch_that_wrote_nothing(tmp_path):
     had data for and is told to truncate at the same offset forever."""
     log = open_log(tmp_path)
     append(log, 3, leader_epoch=0)
-    log.leader_epoch_cache.assign(1, log.log_end_offset)  # what becoming leader does
+    log.begin_leader_epoch(1)  # what becoming leader does
     assert log.leader_epoch_cache.latest_epoch == 1
     log.truncate_to(log.log_end_offset)
     assert (log.log_end_offset, log.leader_epoch_cache.entries()) == (3, [(0, 0)])

@@ -371,6 +371,18 @@ class PartitionLog:
             self.high_watermark = self.log_end_offset
             self.producer_state.on_high_watermark_updated(self.high_watermark)
 
+    def expire_producers(self, now_ms: int) -> list[int]:
+        """Forget producers idle past producer.id.expiration.ms (open transactions stay);
+        their ids."""
+        return self.producer_state.remove_expired(now_ms)
+
+    def begin_leader_epoch(self, epoch: int) -> int:
+        """This replica becomes leader in `epoch`: the epoch starts at the log end offset
+        (returned), as Kafka's Partition.makeLeader records it in the leader-epoch cache."""
+        start = self.log_end_offset
+        self.leader_epoch_cache.assign(epoch, start)
+        return start
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetForLeaderEpoch (see LeaderEpochCache.end_offset_for)."""
         return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
