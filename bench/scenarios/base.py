@@ -204,10 +204,10 @@ def transactional_apis_missing() -> str | None:
     Reads the handler registry ApiVersions is built from, so it says exactly what a
     client would be told.
     """
-    from oncelog.broker.dispatch import load_handlers
+    from oncelog.broker.handlers import handler_table
 
     needed = {24: "AddPartitionsToTxn", 26: "EndTxn"}  # what a transactional producer sends
-    handlers = load_handlers()
+    handlers = handler_table()
     missing = [f"{name} ({key})" for key, name in needed.items() if key not in handlers]
     if missing:
         return "needs the transaction coordinator; the broker does not implement " + ", ".join(missing)

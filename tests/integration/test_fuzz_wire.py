@@ -38,14 +38,14 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9 import request as produce_v9
 
-from oncelog.broker.dispatch import load_handlers
+from oncelog.broker.handlers import handler_table
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
 from oncelog.protocol.messages import is_flexible
 from oncelog.testing.process import BrokerProcess
 
 EXCHANGE_TIMEOUT = 10.0  # generous: two shared cores
-HANDLERS = load_handlers()
+HANDLERS = handler_table()
 KNOWN_KEYS = sorted(HANDLERS)
 # The message Rust's allocator prints when kio's native reader reserves an array
 # capacity taken from an untrusted length and the allocation fails (then it aborts).

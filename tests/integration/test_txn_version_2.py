@@ -293,7 +293,7 @@ def test_txn_offset_commit_v5_adds_the_group_to_the_transaction(tv2_broker, clie
     pid, epoch = init(client, "implicit-offsets")
     assert commit_offsets(client, "implicit-offsets", "g-implicit", pid, epoch, offset=42) == ACKED
     offsets_partition = tv2_broker.call(
-        lambda: tv2_broker.broker.coordinator_for(0).partition_for_group("g-implicit"))
+        lambda: tv2_broker.broker.group_coordinator.partition_for_group("g-implicit"))
     added = metadata_of(tv2_broker, "implicit-offsets")
     assert (added.state, added.partitions) == (S.ONGOING, {(CONSUMER_OFFSETS, offsets_partition)})
     assert committed_offset(client, "g-implicit")[0] == ErrorCode.unstable_offset_commit

@@ -27,8 +27,13 @@ from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.metrics import BrokerSnapshot, MetricsServer, PartitionSnapshot
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
+from oncelog.broker.topics import StandaloneTopics
 from oncelog.clock import now_ms
+from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
+from oncelog.cluster.producer_ids import ClusterProducerIds
+from oncelog.cluster.runtime import ClusterRuntime
 from oncelog.cluster.settings import cluster_settings
+from oncelog.cluster.topics import ClusterTopics
 from oncelog.coordinator.group import GroupCoordinator
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.coordinator.producer_ids import ProducerIdManager
@@ -41,9 +46,7 @@ from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 
 if TYPE_CHECKING:
-    from oncelog.cluster.producer_ids import ClusterProducerIds
-    from oncelog.cluster.replica_manager import ReplicaManager
-    from oncelog.cluster.runtime import ClusterRuntime
+    from oncelog.broker.node import Leadership, TopicAdmin
 
 log = logging.getLogger("oncelog.broker")
 
@@ -62,6 +65,7 @@ class Broker:
         self.logs: LogManager
         self.producer_ids: ProducerIdManager | ClusterProducerIds
         self.txn_coordinator: TransactionCoordinator
+        self.group_coordinator: GroupCoordinator
         self.cleaner: LogCleaner
         self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
@@ -69,11 +73,11 @@ class Broker:
         # broker, follows the metadata and replicates; None when standalone.
         self.cluster: ClusterRuntime | None = None
         self.cluster_settings = cluster_settings(config)
-        # Who leads what, and when a write is replicated (broker/leadership.py).
-        self.leadership: StandaloneLeadership | ReplicaManager = StandaloneLeadership(self)
-        # Coordinators by FindCoordinator key type (0 group, 1 transaction); each has
-        # find(key) -> ErrorCode. Set up in start() by the coordinator modules.
-        self.coordinators: dict[int, GroupCoordinator | TransactionCoordinator] = {}
+        # The components where standalone and cluster mode differ, chosen in start():
+        # who leads what and when a write is replicated, and topic administration.
+        self.leadership: Leadership = StandaloneLeadership(
+            self.node_id, lambda: self.logs, lambda: (self.host, self.port), self.partition_appended)
+        self.topics: TopicAdmin = StandaloneTopics(self.node_id, config, lambda: self.logs)
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics
@@ -108,15 +112,12 @@ class Broker:
         """Cluster membership (quorum member, cluster id) or standalone identity, and the
         producer-id source: what must exist before the logs are opened."""
         if self.cluster_settings is not None:
-            from oncelog.cluster.runtime import ClusterRuntime
-
             self.cluster = ClusterRuntime(self, self.cluster_settings)
             self.leadership = self.cluster.replicas
+            self.topics = ClusterTopics(self.cluster, self.config, self.logs)
             self.cluster.start_member()
             proposed_id = self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id()
             self.cluster_id = self._load_or_create_meta_properties(await self.cluster.cluster_id(proposed_id))
-            from oncelog.cluster.producer_ids import ClusterProducerIds
-
             self.producer_ids = ClusterProducerIds(self.cluster.store)
             await self.producer_ids.start()
         else:
@@ -129,8 +130,6 @@ class Broker:
             store.load()
             self.dynamic_configs = store
         else:  # the metadata image brings them, from the first image on
-            from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
-
             self.dynamic_configs = ClusterDynamicConfigStore(self.cluster, self.apply_dynamic_configs)
         self.cleaner = LogCleaner(self.logs, CleanerConfig(
             enabled=self.config["log.cleaner.enable"],
@@ -143,9 +142,8 @@ class Broker:
         # on load must find the pending transactional offsets. In cluster mode each
         # coordinator loads the partitions of its internal topic this broker leads, as
         # the leaderships arrive with the metadata (cluster.start below).
-        self.coordinators[0] = GroupCoordinator(self)
+        self.group_coordinator = GroupCoordinator(self)
         self.txn_coordinator = TransactionCoordinator(self)
-        self.coordinators[1] = self.txn_coordinator
         if self.cluster is None:
             self.txn_coordinator.load(now_ms())
         else:
@@ -233,10 +231,8 @@ class Broker:
         await asyncio.gather(*self._timers, return_exceptions=True)
         if self._cleaner_thread is not None:
             self._cleaner_thread.shutdown(wait=True)
-        groups = self.coordinators.get(0)
-        if groups is not None:
-            groups.close()  # no session or rebalance timer may fire while the logs close
-        if self.txn_coordinator is not None:
+        if hasattr(self, "txn_coordinator"):  # start() got as far as the coordinators
+            self.group_coordinator.close()  # no session or rebalance timer may fire while the logs close
             self.txn_coordinator.close()
         await self.server.close()
         if self.cluster is not None:
@@ -291,7 +287,7 @@ class Broker:
         """Drop producer state idle past producer.id.expiration.ms (open transactions stay)."""
         now = now_ms()
         for partition_log in self.logs.partitions():
-            expired = partition_log.producer_state.remove_expired(now)
+            expired = partition_log.expire_producers(now)
             if expired:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 
@@ -339,14 +335,11 @@ class Broker:
                 temporary.replace(path)
         return cluster_id
 
-    def coordinator_for(self, key_type: int):
-        return self.coordinators.get(key_type)
-
     def _coordinator_leadership(self, tp: TopicPartition, leader: bool, leader_epoch: int) -> None:
         """Cluster mode: a coordinator's partition moved to or away from this broker."""
         topic, partition = tp
         if topic == CONSUMER_OFFSETS:
-            self.coordinators[0].on_leadership(partition, leader, leader_epoch)
+            self.group_coordinator.on_leadership(partition, leader, leader_epoch)
         elif topic == TRANSACTION_STATE:
             self.txn_coordinator.on_leadership(partition, leader, leader_epoch)
 

@@ -1,23 +1,38 @@
-"""The handler registry: which APIs and versions the broker implements, and who handles each.
+"""What a request handler is and sees: `ApiHandler` (an API's key, name, versions and
+handling function), `RequestContext` (the request's header and the broker it reaches)
+and `BrokerServices` (the broker as handlers use it).
 
-A handler module declares itself with `@api(key, "Name", versions)`; ApiVersions is
-answered from this registry, so what the broker advertises is exactly what it handles.
-Versions that belong to KIP-890 part 2 (`first_transaction_v2_version`) are offered only
-by a broker whose finalized `transaction.version` is 2 (`load_handlers(level)`).
+A handler module declares its API with `@api(key, "Name", versions)`, which makes its
+`handle` function an `ApiHandler`; `oncelog.broker.handlers.HANDLERS` lists them all, in
+one table, and ApiVersions is answered from it, so what the broker advertises is
+exactly what it handles. Versions that belong to KIP-890 part 2
+(`first_transaction_v2_version`) are offered only by a broker whose finalized
+`transaction.version` is 2 (`handlers.handler_table(level)`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
+from oncelog.broker.node import Node
 from oncelog.protocol.messages import ResponseBuilder
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.dynamic_config_store import DynamicConfigStore
+    from oncelog.broker.topic_stats import TopicStats
+    from oncelog.cluster.runtime import ClusterRuntime
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+    from oncelog.names import TopicPartition
 
-Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+Handle = Callable[["RequestContext", Any], Awaitable[Any]]
+TRANSACTION_V2_LEVEL = 2
+
+
+class CloseConnection(Exception):
+    """The request is one Kafka answers by closing the connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,55 +41,54 @@ class ApiHandler:
     name: str
     min_version: int
     max_version: int
-    handle: Handler
+    handle: Handle
     first_transaction_v2_version: int | None = None
 
 
-REGISTRY: dict[int, ApiHandler] = {}
-TRANSACTION_V2_LEVEL = 2
-
-
 def api(api_key: int, name: str, versions: range, *,
-        first_transaction_v2_version: int | None = None) -> Callable[[Handler], Handler]:
-    """Register `handle` for `versions` (a range: `range(3, 12)` means v3 to v11).
-    `first_transaction_v2_version`: the versions from it on are KIP-890 part 2's."""
+        first_transaction_v2_version: int | None = None) -> Callable[[Handle], ApiHandler]:
+    """Declare `handle` as the handler of `versions` (a range: `range(3, 12)` means v3 to
+    v11). `first_transaction_v2_version`: the versions from it on are KIP-890 part 2's."""
 
-    def register(handle: Handler) -> Handler:
-        if api_key in REGISTRY:
-            raise RuntimeError(f"API {api_key} ({name}) registered twice")
-        REGISTRY[api_key] = ApiHandler(api_key, name, versions.start, versions.stop - 1, handle,
-                                       first_transaction_v2_version)
-        return handle
+    def declare(handle: Handle) -> ApiHandler:
+        return ApiHandler(api_key, name, versions.start, versions.stop - 1, handle, first_transaction_v2_version)
 
-    return register
+    return declare
+
+
+class BrokerServices(Node, Protocol):
+    """The broker as request handlers use it: the domain's `Node`, with the concrete
+    coordinators, the cluster runtime and what only the protocol layer needs."""
+
+    @property
+    def cluster_id(self) -> str: ...
+    @property
+    def cluster(self) -> ClusterRuntime | None: ...
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator: ...
+    @property
+    def group_coordinator(self) -> GroupCoordinator: ...
+    @property
+    def dynamic_configs(self) -> DynamicConfigStore | None: ...
+    @property
+    def topic_stats(self) -> TopicStats: ...
+    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float) -> None: ...
 
 
 @dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request it serves."""
 
-    broker: Broker
+    broker: BrokerServices
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     client_host: str
     response: ResponseBuilder
+    handlers: Mapping[int, ApiHandler]  # what this broker dispatches to (ApiVersions lists it)
+    finalized_features_epoch: int
 
     @property
     def version(self) -> int:
         return self.api_version
-
-
-def load_handlers(transaction_version: int = TRANSACTION_V2_LEVEL) -> dict[int, ApiHandler]:
-    """Import every handler module (each registers itself) and return the registry as a
-    broker with `transaction.version` finalized at `transaction_version` offers it."""
-    import oncelog.broker.handlers  # noqa: F401  (registration happens on import)
-
-    if transaction_version >= TRANSACTION_V2_LEVEL:
-        return REGISTRY
-    return {
-        key: replace(handler, max_version=handler.first_transaction_v2_version - 1)
-        if handler.first_transaction_v2_version is not None else handler
-        for key, handler in REGISTRY.items()
-    }

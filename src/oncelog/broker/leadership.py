@@ -9,13 +9,14 @@ cluster metadata; the handlers are the same in both modes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.storage.manager import LogManager
 
 STANDALONE_LEADER_EPOCH = 0
 
@@ -48,13 +49,20 @@ def check_epoch(current_leader_epoch: int, leader_epoch: int) -> ErrorCode:
 
 
 class StandaloneLeadership:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    """The `node.Leadership` of a standalone broker. `logs` and `address` (the advertised
+    host and port) are read when asked: the broker sets them up after this is made."""
+
+    def __init__(self, node_id: int, logs: Callable[[], LogManager], address: Callable[[], tuple[str, int]],
+                 wake_fetches: Callable[[str, int], None]) -> None:
+        self._node_id = node_id
+        self._logs = logs
+        self._address = address
+        self._wake_fetches = wake_fetches
 
     def leader_epoch(self, topic: str, partition: int, current_leader_epoch: int = -1) -> tuple[ErrorCode, int]:
         """(NONE, the leader epoch) when this broker leads the partition and the
         request's epoch matches; else the error to answer."""
-        if self._broker.logs.partition(topic, partition) is None:
+        if self._logs().partition(topic, partition) is None:
             return ErrorCode.unknown_topic_or_partition, -1
         return check_epoch(current_leader_epoch, STANDALONE_LEADER_EPOCH), STANDALONE_LEADER_EPOCH
 
@@ -64,11 +72,11 @@ class StandaloneLeadership:
 
     def has_partition(self, topic: str, partition: int) -> bool:
         """Whether the partition exists (in cluster mode: anywhere in the cluster)."""
-        return self._broker.logs.partition(topic, partition) is not None
+        return self._logs().partition(topic, partition) is not None
 
     def appended(self, topic: str, partition: int) -> None:
         """A leader appended to the partition: wake the fetches waiting for it."""
-        self._broker.partition_appended(topic, partition)
+        self._wake_fetches(topic, partition)
 
     async def wait_for_replication(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
         """Wait until the high watermark reaches `end_offset` (acks=all)."""
@@ -77,13 +85,16 @@ class StandaloneLeadership:
     def is_replica_fetch(self, replica_id: int) -> bool:
         return False
 
+    def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> ErrorCode:
+        return ErrorCode.not_leader_or_follower  # no followers: replica fetches are refused before this
+
     def describe_partition(self, topic: str, partition: int) -> PartitionView:
-        node = self._broker.node_id
+        node = self._node_id
         return PartitionView(node, STANDALONE_LEADER_EPOCH, (node,), (node,), ())
 
     def live_brokers(self) -> list[BrokerView]:
-        return [BrokerView(self._broker.node_id, self._broker.host, self._broker.port)]
+        return [BrokerView(self._node_id, *self._address())]
 
     @property
     def controller_id(self) -> int:
-        return self._broker.node_id
+        return self._node_id

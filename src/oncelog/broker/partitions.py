@@ -27,14 +27,12 @@ from oncelog.storage.errors import LogError, StorageError
 from oncelog.storage.log import AppendOrigin
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-    from oncelog.coordinator.txn.verification import VerificationGuard
+    from oncelog.broker.node import Node, RemoteVerification, VerificationGuard
 
 log = logging.getLogger("oncelog.partitions")
 
 ZSTD_MIN_PRODUCE_VERSION = 7
 FIRST_IMPLICIT_ADD_PRODUCE_VERSION = 12  # KIP-890 part 2
-TRANSACTION_KEY_TYPE = 1
 # Message-set framing shared by every magic: offset int64, size int32, then (magic 0/1)
 # crc int32 and magic int8, or (magic 2) leader epoch int32 and magic int8.
 LEGACY_RECORD_OVERHEAD_V0 = 14
@@ -52,7 +50,7 @@ class ProduceOutcome:
 
 
 def append_records(
-    broker: Broker,
+    broker: Node,
     topic: str,
     partition: int,
     records: bytes | memoryview | None,
@@ -206,7 +204,7 @@ def _refuse_keyless_record(buffer, batch, topic: str, partition: int) -> Produce
     )
 
 
-def _verify_transactional(broker: Broker, transactional_id: str | None, batch, topic: str,
+def _verify_transactional(broker: Node, transactional_id: str | None, batch, topic: str,
                           partition: int, produce_version: int, now_ms: int, leader_epoch: int,
                           verification_guard: VerificationGuard | None) -> ProduceOutcome | None:
     """KIP-890 part 1: a transactional batch is accepted only for a partition of the
@@ -216,7 +214,7 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
     producer id and epoch checks. Asked in-process when this broker coordinates the
     id; otherwise the Produce handler asked the coordinator before
     (`verify_with_remote_coordinator`) and only its guard is checked here."""
-    coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
+    coordinator = broker.txn_coordinator
     if transactional_id is None:
         return ProduceOutcome(
             ErrorCode.invalid_record, error_message="a transactional batch needs the request's transactional id"
@@ -256,7 +254,7 @@ def _verify_transactional(broker: Broker, transactional_id: str | None, batch, t
     )
 
 
-def _check_remote_verification(verifier, transactional_id: str, batch, topic: str, partition: int,
+def _check_remote_verification(verifier: RemoteVerification, transactional_id: str, batch, topic: str, partition: int,
                                leader_epoch: int, guard: VerificationGuard | None) -> ProduceOutcome | None:
     """The append side of a remote verification (Kafka's VerificationGuard check): the
     transaction is open here at the batch's epoch, or the coordinator's yes still holds."""
@@ -277,7 +275,7 @@ def _check_remote_verification(verifier, transactional_id: str, batch, topic: st
 
 
 async def verify_with_remote_coordinator(
-    broker: Broker, transactional_id: str | None, partition_records, produce_version: int
+    broker: Node, transactional_id: str | None, partition_records, produce_version: int
 ) -> dict[TopicPartition, ProduceOutcome | VerificationGuard]:
     """KIP-890 in cluster mode, for a Produce request whose transactional id is
     coordinated by another broker: ask that coordinator about every partition led here
@@ -286,8 +284,9 @@ async def verify_with_remote_coordinator(
     anything is appended. Answers per partition: the refusal for the producer, or the
     guard to append with. Only batch headers are read; partitions left out are checked
     by `append_records` as usual. `partition_records`: (topic, partition, records)."""
-    coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
-    if (transactional_id is None or broker.cluster is None or coordinator is None
+    coordinator = broker.txn_coordinator
+    # Standalone, the broker coordinates every transactional id: never remote.
+    if (transactional_id is None or coordinator is None
             or coordinator.owner_error(transactional_id) is ErrorCode.none):
         return {}
     verifier = coordinator.verification
@@ -334,10 +333,10 @@ async def verify_with_remote_coordinator(
     return answers
 
 
-def _release_verification(broker: Broker, topic: str, partition: int, producer_id: int) -> None:
+def _release_verification(broker: Node, topic: str, partition: int, producer_id: int) -> None:
     """The producer's marker or transactional batch is in the log: a verification still
     out for it on this partition no longer holds (see verification.py)."""
-    coordinator = broker.coordinator_for(TRANSACTION_KEY_TYPE)
+    coordinator = broker.txn_coordinator
     if coordinator is not None:
         coordinator.verification.release(topic, partition, producer_id)
 
@@ -351,7 +350,7 @@ class AppendRefused(Exception):
         self.code = code
 
 
-def append_internal(broker: Broker, topic: str, partition: int, batch: bytes, *, now_ms: int,
+def append_internal(broker: Node, topic: str, partition: int, batch: bytes, *, now_ms: int,
                     marker_transaction_version: int = 0):
     """Append a batch the broker built itself (coordinator records, control markers).
 
@@ -378,7 +377,7 @@ def append_internal(broker: Broker, topic: str, partition: int, batch: bytes, *,
     return result
 
 
-def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: int = 0, chunk_bytes: int = 1 << 20):
+def read_all_batches(broker: Node, topic: str, partition: int, from_offset: int = 0, chunk_bytes: int = 1 << 20):
     """Yield (buffer, header) for every batch from `from_offset` to the log end: how a
     coordinator loads its state from an internal partition it has just become leader of
     (everything the new leader holds is what the partition will keep)."""
@@ -394,7 +393,7 @@ def read_all_batches(broker: Broker, topic: str, partition: int, from_offset: in
             offset = header.next_offset
 
 
-def append_marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
+def append_marker(broker: Node, topic: str, partition: int, producer_id: int, producer_epoch: int,
                   coordinator_epoch: int, *, commit: bool, transaction_version: int = 0):
     """Write a COMMIT or ABORT control batch for `producer_id` (the coordinator's phase
     two, and WriteTxnMarkers). Raises the storage error if the partition refuses it.

@@ -30,9 +30,10 @@ import collections
 import logging
 import struct
 import time
-from typing import TYPE_CHECKING
 
-from oncelog.broker.dispatch import RequestContext, load_handlers
+from oncelog.broker.dispatch import BrokerServices, CloseConnection, RequestContext
+from oncelog.broker.handlers import handler_table
+from oncelog.broker.handlers.api_versions import unsupported_version_response
 from oncelog.broker.request_stats import RequestStats
 from oncelog.protocol import framing
 from oncelog.protocol.messages import (
@@ -42,9 +43,6 @@ from oncelog.protocol.messages import (
     is_flexible,
 )
 
-if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-
 log = logging.getLogger("oncelog.server")
 
 _WRITE_HIGH_WATER = 4 << 20
@@ -53,10 +51,6 @@ _RECEIVE_BUFFER = 64 << 10
 # keeps a pipelining client's next request in hand without unbounded buffering).
 _MAX_QUEUED_BYTES = 4 << 20
 _SIZE = struct.Struct(">i")
-
-
-class CloseConnection(Exception):
-    """The request is one Kafka answers by closing the connection."""
 
 
 class RequestMemoryPool:
@@ -345,9 +339,9 @@ class _Connection(asyncio.BufferedProtocol):
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
-        self.handlers = load_handlers(broker.config["transaction.version"])
+        self.handlers = handler_table(broker.config["transaction.version"])
         # ApiVersions' FinalizedFeaturesEpoch (Kafka: the metadata offset of the features).
         # The level can only change across a restart, so the start time orders them.
         self.finalized_features_epoch = time.time_ns() // 1_000_000
@@ -423,8 +417,6 @@ class KafkaServer:
             raise CloseConnection(f"unknown API key {api_key}")
         if not handler.min_version <= version <= handler.max_version:
             if api_key == framing.API_VERSIONS_KEY:
-                from oncelog.broker.handlers.api_versions import unsupported_version_response
-
                 return [framing.response_frame(
                     correlation_id, unsupported_version_response(self.handlers), flexible_header=False
                 )]
@@ -447,6 +439,8 @@ class KafkaServer:
             client_id=client_id,
             client_host=client_host,
             response=ResponseBuilder(api_key, version),
+            handlers=self.handlers,
+            finalized_features_epoch=self.finalized_features_epoch,
         )
         stats = self.request_stats.started(api_key)
         started = time.perf_counter()

@@ -1,19 +1,22 @@
 """Topic administration shared by Metadata (auto-create), CreateTopics, DeleteTopics,
-CreatePartitions and the config APIs: request-level checks and the mapping of storage
-errors to Kafka codes.
+CreatePartitions and the config APIs: request-level checks, the mapping of storage
+errors to Kafka codes, and the standalone broker's `node.TopicAdmin` (the cluster's is
+`oncelog.cluster.topics.ClusterTopics`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage import errors as storage_errors
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.node import OverridesChange
+    from oncelog.storage.manager import LogManager, TopicInfo
 
 log = logging.getLogger("oncelog.topics")
 
@@ -35,87 +38,83 @@ def error_code_for(error: Exception) -> ErrorCode:
     raise error
 
 
-def create_topic(
-    broker: Broker,
-    name: str,
-    num_partitions: int,
-    replication_factor: int,
-    configs: dict[str, str],
-    *,
-    validate_only: bool = False,
-):
-    """Create a topic (standalone) or raise TopicRequestError with Kafka's code for what
-    is wrong."""
-    num_partitions, replication_factor = _checked_counts(broker, num_partitions, replication_factor)
-    if replication_factor > 1:
-        raise TopicRequestError(
-            ErrorCode.invalid_replication_factor,
-            f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
-            f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
-        )
-    try:
+class StandaloneTopics:
+    """The `node.TopicAdmin` of a standalone broker: every change is made to the local
+    logs at once. Only this broker may hold replicas (replication factor 1)."""
+
+    def __init__(self, node_id: int, config: BrokerConfig, logs: Callable[[], LogManager]) -> None:
+        self._node_id = node_id
+        self._config = config
+        self._logs = logs  # read when asked: the broker opens its logs after making this
+
+    async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
+                     validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo:
+        if assignment is not None:
+            self._check_assignment(assignment)
+            num_partitions, replication_factor = len(assignment), 1
+        num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
+        if replication_factor > 1:
+            raise TopicRequestError(
+                ErrorCode.invalid_replication_factor,
+                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
+                f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
+            )
+        logs = self._logs()
+        try:
+            if validate_only:
+                return logs.validate_new_topic(name, num_partitions, configs)
+            info = logs.create_topic(name, num_partitions, configs)
+        except storage_errors.LogError as error:
+            raise TopicRequestError(error_code_for(error), str(error)) from None
+        log.info("created topic %s with %d partition(s)%s", name, num_partitions,
+                 f" and configs {configs}" if configs else "")
+        return info
+
+    async def delete(self, name: str) -> None:
+        try:
+            self._logs().delete_topic(name)
+        except storage_errors.LogError as error:
+            raise TopicRequestError(error_code_for(error), str(error)) from None
+
+    async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
+                                assignment: list[list[int]] | None = None) -> None:
+        self._check_assignment(assignment or [])
         if validate_only:
-            return broker.logs.validate_new_topic(name, num_partitions, configs)
-        info = broker.logs.create_topic(name, num_partitions, configs)
-    except storage_errors.LogError as error:
-        raise TopicRequestError(error_code_for(error), str(error)) from None
-    log.info("created topic %s with %d partition(s)%s", name, num_partitions,
-             f" and configs {configs}" if configs else "")
-    return info
+            return
+        try:
+            self._logs().create_partitions(name, new_total)
+        except storage_errors.LogError as error:
+            raise TopicRequestError(error_code_for(error), str(error)) from None
+
+    async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None:
+        logs = self._logs()
+        info = logs.topic(name)
+        if info is None:
+            raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
+        overrides = change(info.config_overrides)
+        try:
+            logs.alter_topic_config(name, overrides, replace=True, validate_only=validate_only)
+        except storage_errors.LogError as error:
+            raise TopicRequestError(error_code_for(error), str(error)) from None
+        if not validate_only:
+            log.info("topic %s configs are now %s", name, overrides or "the defaults")
+
+    def _check_assignment(self, assignment: list[list[int]]) -> None:
+        for replicas in assignment:
+            if replicas != [self._node_id]:
+                raise TopicRequestError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Replica assignment {replicas} names brokers other than {self._node_id}.",
+                )
 
 
-async def create_topic_for_request(
-    broker: Broker,
-    name: str,
-    num_partitions: int,
-    replication_factor: int,
-    configs: dict[str, str],
-    *,
-    validate_only: bool = False,
-    assignment: list[list[int]] | None = None,
-):
-    """Create a topic through the cluster metadata (cluster mode) or locally."""
-    if broker.cluster is None:
-        return create_topic(broker, name, num_partitions, replication_factor, configs, validate_only=validate_only)
-    from oncelog.cluster import topics as cluster_topics
-
-    if assignment is None:
-        num_partitions, replication_factor = _checked_counts(broker, num_partitions, replication_factor)
-    return await cluster_topics.create_topic(broker, name, num_partitions, replication_factor, configs,
-                                             validate_only=validate_only, assignment=assignment)
-
-
-# A topic's new override set, from its overrides now.
-OverridesChange = Callable[[Mapping[str, str]], dict[str, str]]
-
-
-async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange, *,
-                              validate_only: bool = False) -> None:
-    """Give a topic the override set `change` computes (checked as CreateTopics checks
-    configs), through the cluster metadata (cluster mode) or locally; raises
-    TopicRequestError with Kafka's code for what is wrong."""
-    if broker.cluster is not None:
-        from oncelog.cluster import topics as cluster_topics
-
-        await cluster_topics.alter_topic_configs(broker, name, change, validate_only=validate_only)
-        return
-    info = broker.logs.topic(name)
-    if info is None:
-        raise TopicRequestError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
-    overrides = change(info.config_overrides)
-    try:
-        broker.logs.alter_topic_config(name, overrides, replace=True, validate_only=validate_only)
-    except storage_errors.LogError as error:
-        raise TopicRequestError(error_code_for(error), str(error)) from None
-    if not validate_only:
-        log.info("topic %s configs are now %s", name, overrides or "the defaults")
-
-
-def _checked_counts(broker: Broker, num_partitions: int, replication_factor: int) -> tuple[int, int]:
+def checked_counts(config: BrokerConfig, num_partitions: int, replication_factor: int) -> tuple[int, int]:
+    """A request's partition count and replication factor, -1 meaning the broker's
+    default; TopicRequestError for values Kafka refuses."""
     if num_partitions == -1:
-        num_partitions = broker.config["num.partitions"]
+        num_partitions = config["num.partitions"]
     if replication_factor == -1:
-        replication_factor = broker.config["default.replication.factor"]
+        replication_factor = config["default.replication.factor"]
     if num_partitions > MAX_PARTITIONS_PER_REQUEST:
         raise TopicRequestError(ErrorCode.policy_violation, "Excessively large number of partitions per request.")
     if num_partitions <= 0:

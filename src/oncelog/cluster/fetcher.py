@@ -27,7 +27,7 @@ from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import UnexpectedAppendOffsetError
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
     from oncelog.storage.log import PartitionLog
 
 log = logging.getLogger("oncelog.cluster.fetcher")
@@ -50,7 +50,7 @@ class FetchState:
 class ReplicaFetchers:
     """The fetchers of this broker, one per leader it follows partitions of."""
 
-    def __init__(self, broker: Broker, broker_address) -> None:
+    def __init__(self, broker: Node, broker_address) -> None:
         self.broker = broker
         self._address_of = broker_address  # node id -> (host, port) or None
         self._fetchers: dict[int, ReplicaFetcher] = {}
@@ -80,7 +80,7 @@ class ReplicaFetchers:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Broker, leader_id: int, address_of) -> None:
+    def __init__(self, broker: Node, leader_id: int, address_of) -> None:
         self.broker = broker
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], FetchState] = {}

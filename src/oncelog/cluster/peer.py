@@ -30,9 +30,13 @@ import asyncio
 import logging
 import socket
 import struct
+from typing import TYPE_CHECKING, Protocol
 
 from oncelog.protocol import framing
 from oncelog.protocol.client import decode_response, encode_request
+
+if TYPE_CHECKING:
+    from oncelog.broker.node import BrokerDirectory
 
 log = logging.getLogger("oncelog.cluster.peer")
 
@@ -122,11 +126,21 @@ class PeerConnection:
         self._reader = self._writer = None
 
 
+class PeerHost(Protocol):
+    """What a PeerPool needs of its broker: its id, and the cluster's brokers (None
+    standalone, where there are no peers)."""
+
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def cluster(self) -> BrokerDirectory | None: ...
+
+
 class PeerPool:
     """One PeerConnection per broker, for one purpose (transaction markers, KIP-890
     verification), kept pointed at the broker's registered inter-broker address."""
 
-    def __init__(self, broker, purpose: str) -> None:
+    def __init__(self, broker: PeerHost, purpose: str) -> None:
         self._broker = broker
         self._client_id = f"broker-{broker.node_id}-{purpose}"
         self._peers: dict[int, PeerConnection] = {}

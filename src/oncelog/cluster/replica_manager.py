@@ -21,7 +21,7 @@ import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from oncelog.broker.leadership import BrokerView, PartitionView, check_epoch
 from oncelog.clock import now_ms
@@ -33,8 +33,9 @@ from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-    from oncelog.cluster.runtime import ClusterRuntime
+    from oncelog.broker.node import Node
+    from oncelog.cluster.fetcher import ReplicaFetchers
+    from oncelog.cluster.metadata_store import MetadataStore
     from oncelog.storage.log import PartitionLog
 
 log = logging.getLogger("oncelog.cluster.replicas")
@@ -53,8 +54,18 @@ class LocalReplica:
         return self.leader is not None
 
 
+class ReplicationParts(Protocol):
+    """What the replica manager uses of the cluster runtime that owns it: the metadata
+    store (ISR changes) and the fetchers (following leaders)."""
+
+    @property
+    def store(self) -> MetadataStore: ...
+    @property
+    def fetchers(self) -> ReplicaFetchers: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker: Broker, runtime: ClusterRuntime) -> None:
+    def __init__(self, broker: Node, runtime: ReplicationParts) -> None:
         self.broker = broker
         self.runtime = runtime
         self.node_id = broker.node_id
@@ -305,8 +316,7 @@ class ReplicaManager:
         if replica is not None and replica.waiters is not None:
             replica.waiters.fail_all(ErrorCode.not_leader_or_follower)
         self.runtime.fetchers.remove_partition(tp)
-        start = partition_log.log_end_offset
-        partition_log.leader_epoch_cache.assign(record.leader_epoch, start)
+        start = partition_log.begin_leader_epoch(record.leader_epoch)
         state = LeaderReplicaState(
             self.node_id, record.replicas, record.isr, record.leader_epoch, start,
             now_ms=now_ms(), replica_lag_time_max_ms=self._lag_time_max_ms,

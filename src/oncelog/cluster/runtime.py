@@ -68,7 +68,7 @@ from oncelog.cluster.settings import ClusterSettings
 from oncelog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
 
 log = logging.getLogger("oncelog.cluster")
 
@@ -84,7 +84,7 @@ def member_name(node_id: int) -> str:
 
 
 class ClusterRuntime:
-    def __init__(self, broker: Broker, settings: ClusterSettings) -> None:
+    def __init__(self, broker: Node, settings: ClusterSettings) -> None:
         self.broker = broker
         self.settings = settings
         self.node_id = settings.node_id

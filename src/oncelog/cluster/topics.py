@@ -14,7 +14,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from oncelog.broker.topics import OverridesChange, TopicRequestError
+from oncelog.broker.topics import TopicRequestError, checked_counts
 from oncelog.cluster.etcd import EtcdUnavailable
 from oncelog.cluster.image import TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
@@ -24,16 +24,44 @@ from oncelog.storage.errors import InvalidConfigError, InvalidTopicError
 from oncelog.storage.manager import TopicInfo, validate_topic_name
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.node import OverridesChange
+    from oncelog.cluster.runtime import ClusterRuntime
+    from oncelog.storage.manager import LogManager
 
 log = logging.getLogger("oncelog.cluster.topics")
+CONFIG_WRITE_ATTEMPTS = 5
 
 
-async def create_topic(broker: Broker, name: str, num_partitions: int, replication_factor: int,
-                       configs: dict[str, str], *, validate_only: bool = False,
-                       assignment: list[list[int]] | None = None) -> TopicInfo:
-    runtime = broker.cluster
-    assert runtime is not None  # cluster mode
+class ClusterTopics:
+    """The `node.TopicAdmin` of a broker in a cluster."""
+
+    def __init__(self, runtime: ClusterRuntime, config: BrokerConfig, logs: LogManager) -> None:
+        self._runtime = runtime
+        self._config = config
+        self._logs = logs
+
+    async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
+                     validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo:
+        if assignment is None:
+            num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
+        return await _create_topic(self._runtime, self._logs, name, num_partitions, replication_factor, configs,
+                                   validate_only=validate_only, assignment=assignment)
+
+    async def delete(self, name: str) -> None:
+        await _delete_topic(self._runtime, name)
+
+    async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
+                                assignment: list[list[int]] | None = None) -> None:
+        await _create_partitions(self._runtime, name, new_total, validate_only=validate_only, assignment=assignment)
+
+    async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None:
+        await _alter_topic_configs(self._runtime, self._logs, name, change, validate_only=validate_only)
+
+
+async def _create_topic(runtime: ClusterRuntime, logs: LogManager, name: str, num_partitions: int,
+                        replication_factor: int, configs: dict[str, str], *, validate_only: bool = False,
+                        assignment: list[list[int]] | None = None) -> TopicInfo:
     image = runtime.image
     try:
         validate_topic_name(name)
@@ -48,7 +76,7 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
                                     f"Topic '{name}' collides with existing topic: {existing}")
     overrides = {key: str(value) for key, value in configs.items() if value is not None}
     try:
-        config = broker.logs.default_config.with_overrides(overrides)
+        config = logs.default_config.with_overrides(overrides)
     except (InvalidConfigError, ValueError) as error:
         raise TopicRequestError(ErrorCode.invalid_config, str(error)) from None
     live = sorted(image.live_broker_ids())
@@ -73,13 +101,11 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
         raise TopicRequestError(ErrorCode.request_timed_out, f"the metadata quorum did not answer: {error}") from None
     await runtime.wait_for_revision(revision)
     log.info("created topic %s with %d partition(s), replicas %s", name, len(replicas), replicas)
-    info = broker.logs.topic(name)
+    info = logs.topic(name)
     return info if info is not None else TopicInfo(name, topic.topic_id, len(replicas), overrides, config)
 
 
-async def delete_topic(broker: Broker, name: str) -> None:
-    runtime = broker.cluster
-    assert runtime is not None  # cluster mode
+async def _delete_topic(runtime: ClusterRuntime, name: str) -> None:
     topic = runtime.image.topics.get(name)
     if topic is None:
         raise TopicRequestError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
@@ -93,10 +119,8 @@ async def delete_topic(broker: Broker, name: str) -> None:
     await runtime.wait_for_revision(revision)
 
 
-async def create_partitions(broker: Broker, name: str, new_total: int, *, validate_only: bool = False,
-                            assignment: list[list[int]] | None = None) -> None:
-    runtime = broker.cluster
-    assert runtime is not None  # cluster mode
+async def _create_partitions(runtime: ClusterRuntime, name: str, new_total: int, *, validate_only: bool = False,
+                             assignment: list[list[int]] | None = None) -> None:
     image = runtime.image
     topic = image.topics.get(name)
     if topic is None:
@@ -137,16 +161,11 @@ async def create_partitions(broker: Broker, name: str, new_total: int, *, valida
     await runtime.wait_for_revision(revision)
 
 
-CONFIG_WRITE_ATTEMPTS = 5
-
-
-async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange, *,
-                              validate_only: bool = False) -> None:
+async def _alter_topic_configs(runtime: ClusterRuntime, logs: LogManager, name: str, change: OverridesChange, *,
+                               validate_only: bool = False) -> None:
     """Write the topic's new override set, computed from the stored one; a concurrent
     change of the topic (another alteration, CreatePartitions) is read again and the
     change computed anew, as a read-modify-write under etcd's compare."""
-    runtime = broker.cluster
-    assert runtime is not None  # cluster mode
     for _ in range(CONFIG_WRITE_ATTEMPTS):
         try:
             stored = await runtime.client.get(runtime.keys.topic(name))
@@ -158,7 +177,7 @@ async def alter_topic_configs(broker: Broker, name: str, change: OverridesChange
         topic = TopicRecord.decode(stored)
         overrides = change(dict(topic.configs))
         try:
-            broker.logs.default_config.with_overrides(overrides)
+            logs.default_config.with_overrides(overrides)
         except InvalidConfigError as error:
             raise TopicRequestError(ErrorCode.invalid_config, str(error)) from None
         if validate_only:

@@ -27,7 +27,7 @@ from oncelog.coordinator.internal_topics import partition_for
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
 
 # How Kafka's coordinators answer a client whose write failed (TransactionStateManager
 # and GroupMetadataManager): lost leadership sends it to find the coordinator again, a
@@ -61,7 +61,7 @@ def append_failure(error: Exception) -> ErrorCode:
 
 
 class CoordinatorLog:
-    def __init__(self, broker: Broker, topic: str, timeout_ms: int, configured_partitions: int) -> None:
+    def __init__(self, broker: Node, topic: str, timeout_ms: int, configured_partitions: int) -> None:
         self._broker = broker
         self.topic = topic
         self.standalone = broker.cluster is None

@@ -25,7 +25,7 @@ from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import TopicExistsError
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
     from oncelog.storage.manager import TopicInfo
 
 log = logging.getLogger("oncelog.coordinator")
@@ -52,7 +52,7 @@ def partition_for(key: str, partitions: int) -> int:
     return 0 if hash_code == -(1 << 31) else abs(hash_code) % partitions
 
 
-def ensure_internal_topic(broker: Broker, name: str, partitions: int, segment_bytes: int) -> TopicInfo:
+def ensure_internal_topic(broker: Node, name: str, partitions: int, segment_bytes: int) -> TopicInfo:
     """The internal topic, created compacted with `partitions` partitions if missing."""
     existing = broker.logs.topic(name)
     if existing is not None:
@@ -67,7 +67,7 @@ def ensure_internal_topic(broker: Broker, name: str, partitions: int, segment_by
         return created
 
 
-def _cluster_spec(broker: Broker, name: str) -> tuple[int, int, dict[str, str]]:
+def _cluster_spec(broker: Node, name: str) -> tuple[int, int, dict[str, str]]:
     """(partitions, replication factor, topic configs) of an internal topic, as Kafka sets them."""
     config = broker.config
     if name == CONSUMER_OFFSETS:
@@ -79,20 +79,18 @@ def _cluster_spec(broker: Broker, name: str) -> tuple[int, int, dict[str, str]]:
              "min.insync.replicas": str(config["transaction.state.log.min.isr"])})
 
 
-async def ensure_cluster_internal_topic(broker: Broker, name: str) -> tuple[ErrorCode, str | None]:
+async def ensure_cluster_internal_topic(broker: Node, name: str) -> tuple[ErrorCode, str | None]:
     """Cluster mode: create the internal topic through the metadata quorum if it is not
     in the image. NONE once it is there; COORDINATOR_NOT_AVAILABLE when it cannot be
     created yet (too few brokers, quorum unavailable), which clients retry, with the
     reason for FindCoordinator's error message (a command-line tool shows it)."""
-    from oncelog.cluster.topics import create_topic
-
     cluster = broker.cluster
     assert cluster is not None
     if name in cluster.image.topics:
         return ErrorCode.none, None
     partitions, replication_factor, configs = _cluster_spec(broker, name)
     try:
-        await create_topic(broker, name, partitions, replication_factor, configs)
+        await broker.topics.create(name, partitions, replication_factor, configs)
     except TopicRequestError as error:
         if error.code is not ErrorCode.topic_already_exists:
             log.warning("cannot create %s yet: %s", name, error)

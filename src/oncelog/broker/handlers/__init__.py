@@ -1,10 +1,15 @@
-"""One module per Kafka API. Importing this package registers them all with the dispatcher.
+"""One module per Kafka API, and the table of them all.
 
 Each module opens with the API's name and versions, what it does, and where it
-deliberately differs from Apache Kafka.
+deliberately differs from Apache Kafka, and declares its `handle` with
+`@dispatch.api(key, "Name", versions)`. To add an API: write its module, then add its
+`handle` to HANDLERS below.
 """
 
-from oncelog.broker.handlers import (  # noqa: F401
+from dataclasses import replace
+
+from oncelog.broker.dispatch import TRANSACTION_V2_LEVEL, ApiHandler
+from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
@@ -47,3 +52,61 @@ from oncelog.broker.handlers import (  # noqa: F401
     txn_offset_commit,
     write_txn_markers,
 )
+
+HANDLERS: tuple[ApiHandler, ...] = (
+    add_offsets_to_txn.handle,
+    add_partitions_to_txn.handle,
+    alter_configs.handle,
+    alter_partition_reassignments.handle,
+    alter_replica_log_dirs.handle,
+    api_versions.handle,
+    create_partitions.handle,
+    create_topics.handle,
+    delete_groups.handle,
+    delete_records.handle,
+    delete_topics.handle,
+    describe_cluster.handle,
+    describe_configs.handle,
+    describe_groups.handle,
+    describe_log_dirs.handle,
+    describe_producers.handle,
+    describe_topic_partitions.handle,
+    describe_transactions.handle,
+    elect_leaders.handle,
+    end_txn.handle,
+    fetch.handle,
+    find_coordinator.handle,
+    heartbeat.handle,
+    incremental_alter_configs.handle,
+    init_producer_id.handle,
+    join_group.handle,
+    leave_group.handle,
+    list_config_resources.handle,
+    list_groups.handle,
+    list_offsets.handle,
+    list_partition_reassignments.handle,
+    list_transactions.handle,
+    metadata.handle,
+    offset_commit.handle,
+    offset_delete.handle,
+    offset_fetch.handle,
+    offset_for_leader_epoch.handle,
+    produce.handle,
+    sync_group.handle,
+    txn_offset_commit.handle,
+    write_txn_markers.handle,
+)
+
+
+def handler_table(transaction_version: int = TRANSACTION_V2_LEVEL) -> dict[int, ApiHandler]:
+    """Every handler by API key, as a broker with `transaction.version` finalized at
+    `transaction_version` offers them (below 2, without KIP-890 part 2's versions)."""
+    table: dict[int, ApiHandler] = {}
+    for declared in HANDLERS:
+        if declared.api_key in table:
+            raise RuntimeError(f"API {declared.api_key} ({declared.name}) declared twice")
+        first_v2 = declared.first_transaction_v2_version
+        offered = declared if transaction_version >= TRANSACTION_V2_LEVEL or first_v2 is None \
+            else replace(declared, max_version=first_v2 - 1)
+        table[declared.api_key] = offered
+    return table

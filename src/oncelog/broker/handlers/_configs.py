@@ -29,7 +29,7 @@ from oncelog.broker import dynamic_config
 from oncelog.broker.config import SETTINGS
 from oncelog.broker.config_changes import ConfigChangeError
 from oncelog.broker.dispatch import RequestContext
-from oncelog.broker.topics import TopicRequestError, alter_topic_configs
+from oncelog.broker.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.config import TOPIC_CONFIGS, TOPIC_LIST_KEYS, LogConfig
 from oncelog.storage.errors import InvalidTopicError, LogError
@@ -77,9 +77,9 @@ async def _alter(ctx: RequestContext, resource, change: Change, validate_only: b
     try:
         if kind == TOPIC:
             validate_topic_name(name)
-            await alter_topic_configs(ctx.broker, name,
-                                      lambda current: change(current, TOPIC_DEFAULTS, TOPIC_LIST_KEYS),
-                                      validate_only=validate_only)
+            await ctx.broker.topics.alter_configs(name,
+                                                  lambda current: change(current, TOPIC_DEFAULTS, TOPIC_LIST_KEYS),
+                                                  validate_only=validate_only)
         elif kind == BROKER:
             await _alter_broker(ctx, name, change, validate_only)
         else:

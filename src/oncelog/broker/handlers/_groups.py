@@ -7,16 +7,14 @@ from collections.abc import Hashable
 from typing import TypeVar
 
 from oncelog.broker.dispatch import RequestContext
+from oncelog.coordinator.group.coordinator import CommitOffset, GroupCoordinator
 from oncelog.protocol.messages import ErrorCode
 
 Key = TypeVar("Key", bound=Hashable)
 
-GROUP_KEY_TYPE = 0
-
-
-def group_coordinator(ctx: RequestContext):
-    """The broker's GroupCoordinator (registered as FindCoordinator key type 0)."""
-    return ctx.broker.coordinator_for(GROUP_KEY_TYPE)
+def group_coordinator(ctx: RequestContext) -> GroupCoordinator:
+    """The broker's GroupCoordinator."""
+    return ctx.broker.group_coordinator
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -39,9 +37,6 @@ def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
 def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_required: bool = False):
     """The partitions of an OffsetCommit/TxnOffsetCommit split into the offsets to hand to
     the coordinator and the per-partition errors answered without it."""
-    from oncelog.coordinator.group.coordinator import CommitOffset
-    from oncelog.protocol.messages import ErrorCode
-
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], CommitOffset] = {}
     for topic in request.topics:

@@ -20,6 +20,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from oncelog.broker.config import MAX_TRANSACTION_VERSION
 from oncelog.broker.dispatch import ApiHandler, RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode, ResponseBuilder, encode_response
@@ -38,7 +40,7 @@ async def handle(ctx: RequestContext, request) -> object:
             make("SupportedFeatureKey", name=TRANSACTION_VERSION_FEATURE, min_version=0,
                  max_version=MAX_TRANSACTION_VERSION),
         )
-        fields["finalized_features_epoch"] = ctx.broker.server.finalized_features_epoch
+        fields["finalized_features_epoch"] = ctx.finalized_features_epoch
         fields["finalized_features"] = () if level == 0 else (
             make("FinalizedFeatureKey", name=TRANSACTION_VERSION_FEATURE, max_version_level=level,
                  min_version_level=level),
@@ -46,13 +48,13 @@ async def handle(ctx: RequestContext, request) -> object:
     return make(
         "ApiVersionsResponse",
         error_code=ErrorCode.none,
-        api_keys=_api_keys(ctx.response, ctx.broker.server.handlers),  # what requests dispatch to
+        api_keys=_api_keys(ctx.response, ctx.handlers),  # what requests dispatch to
         throttle_time=NO_THROTTLE,
         **fields,
     )
 
 
-def _api_keys(builder: ResponseBuilder, registry: dict[int, ApiHandler]) -> tuple:
+def _api_keys(builder: ResponseBuilder, registry: Mapping[int, ApiHandler]) -> tuple:
     return tuple(
         builder.make("ApiVersion", api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
         for h in sorted(registry.values(), key=lambda h: h.api_key)

@@ -15,10 +15,9 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError, error_code_for
+from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
-from oncelog.storage.errors import LogError
 
 
 @api(37, "CreatePartitions", range(0, 4))
@@ -48,25 +47,10 @@ async def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[Erro
         return ErrorCode.invalid_partitions, f"Topic already has {info.num_partitions} partitions."
     if topic.count - info.num_partitions > MAX_PARTITIONS_PER_REQUEST:
         return ErrorCode.policy_violation, "Excessively large number of partitions per request."
-    if ctx.broker.cluster is not None:
-        from oncelog.cluster import topics as cluster_topics
-
-        assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
-        try:
-            await cluster_topics.create_partitions(ctx.broker, topic.name, topic.count,
-                                                   validate_only=validate_only, assignment=assignment)
-        except TopicRequestError as error:
-            return error.code, str(error)
-        return ErrorCode.none, None
-    for assignment in topic.assignments or ():
-        if list(assignment.broker_ids) != [ctx.broker.node_id]:
-            return ErrorCode.invalid_replica_assignment, (
-                f"Replica assignment {list(assignment.broker_ids)} names brokers other than {ctx.broker.node_id}."
-            )
-    if validate_only:
-        return ErrorCode.none, None
+    assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
     try:
-        logs.create_partitions(topic.name, topic.count)
-    except LogError as error:
-        return error_code_for(error), str(error)
+        await ctx.broker.topics.create_partitions(topic.name, topic.count, validate_only=validate_only,
+                                                  assignment=assignment)
+    except TopicRequestError as error:
+        return error.code, str(error)
     return ErrorCode.none, None

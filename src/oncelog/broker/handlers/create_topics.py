@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import TopicRequestError, create_topic_for_request
+from oncelog.broker.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 CONFIG_SOURCE_TOPIC = 1
@@ -44,8 +44,8 @@ async def handle(ctx: RequestContext, request) -> object:
             if topic.assignments:
                 replication_factor, num_partitions, assignment = _from_assignments(ctx, topic)
             configs = {c.name: c.value for c in topic.configs}
-            info = await create_topic_for_request(
-                ctx.broker, topic.name, num_partitions, replication_factor, configs,
+            info = await ctx.broker.topics.create(
+                topic.name, num_partitions, replication_factor, configs,
                 validate_only=request.validate_only, assignment=assignment,
             )
             if replication_factor == -1:
@@ -86,15 +86,8 @@ def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int, list[list[i
             ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps."
         )
     assignments = sorted(topic.assignments, key=lambda a: a.partition_index)
-    if ctx.broker.cluster is not None:  # checked against the registered brokers there
-        return len(assignments[0].broker_ids), len(indexes), [list(a.broker_ids) for a in assignments]
-    for assignment in assignments:
-        if any(b != ctx.broker.node_id for b in assignment.broker_ids) or len(assignment.broker_ids) != 1:
-            raise TopicRequestError(
-                ErrorCode.invalid_replica_assignment,
-                f"Replica assignment {list(assignment.broker_ids)} names brokers other than {ctx.broker.node_id}.",
-            )
-    return 1, len(indexes), None
+    # Checked against the brokers that may hold replicas by the topic admin.
+    return len(assignments[0].broker_ids), len(indexes), [list(a.broker_ids) for a in assignments]
 
 
 def _configs(make, info) -> tuple:

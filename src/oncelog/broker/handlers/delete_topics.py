@@ -18,10 +18,9 @@ from __future__ import annotations
 import logging
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import TopicRequestError, error_code_for
+from oncelog.broker.topics import TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
-from oncelog.storage.errors import LogError
 
 log = logging.getLogger("oncelog.topics")
 
@@ -53,18 +52,9 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id) -> tuple[Erro
         name = info.name
     if name in INTERNAL_TOPICS:
         return ErrorCode.invalid_topic_exception, f"Cannot delete internal topic {name}."
-    if broker.cluster is not None:
-        from oncelog.cluster import topics as cluster_topics
-
-        try:
-            await cluster_topics.delete_topic(broker, name)
-        except TopicRequestError as error:
-            return error.code, str(error)
-        log.info("deleted topic %s", name)
-        return ErrorCode.none, None
     try:
-        broker.logs.delete_topic(name)
-    except LogError as error:
-        return error_code_for(error), str(error)
+        await broker.topics.delete(name)
+    except TopicRequestError as error:
+        return error.code, str(error)
     log.info("deleted topic %s", name)
     return ErrorCode.none, None

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.errors import OffsetOutOfRangeError
 
@@ -97,7 +96,6 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
                     failed = True  # answer at once: the follower truncates before fetching on
                     partitions.append(_diverged(make, log_, wanted.partition, *diverging))
                     continue
-                assert not isinstance(leadership, StandaloneLeadership)  # replicas fetch in cluster mode only
                 code = leadership.follower_fetched(topic.topic, wanted.partition, replica_id, wanted.fetch_offset)
                 if code is not ErrorCode.none:
                     failed = True

@@ -53,9 +53,7 @@ async def handle(ctx: RequestContext, request) -> object:
 async def _locate(broker, key_type: int, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
     if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.invalid_request, f"Unsupported key type {key_type}", NOWHERE
-    coordinator = broker.coordinator_for(key_type)
-    if coordinator is None:
-        return ErrorCode.coordinator_not_available, "This coordinator type is not available.", NOWHERE
+    coordinator = broker.group_coordinator if key_type == GROUP else broker.txn_coordinator
     if not key and key_type == TRANSACTION:
         return ErrorCode.invalid_request, "Transactional id must not be empty.", NOWHERE
     reason = None

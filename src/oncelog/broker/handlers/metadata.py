@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import TopicRequestError, create_topic_for_request
+from oncelog.broker.topics import TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.storage.errors import InvalidTopicError
@@ -55,7 +55,7 @@ async def handle(ctx: RequestContext, request) -> object:
             info = topics.get(name)
         if info is None and auto_create and name not in INTERNAL_TOPICS:
             try:
-                info = await create_topic_for_request(broker, name, -1, -1, {})
+                info = await broker.topics.create(name, -1, -1, {})
             except TopicRequestError as error:
                 code = error.code
                 if code == ErrorCode.topic_already_exists:

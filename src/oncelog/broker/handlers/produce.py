@@ -48,9 +48,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 
-from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.dispatch import CloseConnection, RequestContext, api
 from oncelog.broker.partitions import ProduceOutcome, append_records, verify_with_remote_coordinator
-from oncelog.broker.server import CloseConnection
 from oncelog.clock import now_ms
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 

@@ -69,8 +69,8 @@ from oncelog.protocol.record_batch import ControlType, Record
 from oncelog.storage.errors import LogError, RecordBatchTooLargeError, RecordTooLargeError
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
     from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.node import Node
 
 log = logging.getLogger("oncelog.group")
 
@@ -214,7 +214,7 @@ def _resolve(waiter: asyncio.Future | None, result) -> None:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, *, settings: GroupSettings | None = None, scheduler=None) -> None:
+    def __init__(self, broker: Node, *, settings: GroupSettings | None = None, scheduler=None) -> None:
         self.settings = settings or GroupSettings.from_config(broker.config)
         self._scheduler = scheduler or LoopScheduler()
         self._offsets_topic = OffsetsTopic(

@@ -31,7 +31,7 @@ from oncelog.protocol.record_batch import (
 )
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
 
 log = logging.getLogger("oncelog.group")
 
@@ -46,7 +46,7 @@ class LoadedBatch:
 
 
 class OffsetsTopic:
-    def __init__(self, broker: Broker, configured_partitions: int, segment_bytes: int) -> None:
+    def __init__(self, broker: Node, configured_partitions: int, segment_bytes: int) -> None:
         self._broker = broker
         self._configured_partitions = configured_partitions
         self._segment_bytes = segment_bytes

@@ -78,12 +78,11 @@ from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
 
 log = logging.getLogger("oncelog.txn")
 
 S = TransactionState
-GROUP_KEY_TYPE = 0
 MARKER_RETRY_S = 1.0
 
 
@@ -121,7 +120,7 @@ def _completing(metadata: TransactionMetadata) -> bool:
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Node) -> None:
         self.broker = broker
         config = broker.config
         self.num_partitions: int = config["transaction.state.log.num.partitions"]
@@ -344,8 +343,8 @@ class TransactionCoordinator:
         return self.add_partitions(transactional_id, producer_id, epoch, {(CONSUMER_OFFSETS, offsets_partition)}, now)
 
     def offsets_partition_for(self, group_id: str) -> int:
-        groups = self.broker.coordinator_for(GROUP_KEY_TYPE)
-        if groups is not None and hasattr(groups, "partition_for_group"):
+        groups = self.broker.group_coordinator
+        if groups is not None:
             # Standalone, the offsets topic must exist before its marker is written; in
             # cluster mode FindCoordinator created it through the quorum.
             groups.find(group_id)

@@ -36,11 +36,10 @@ from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import LogError
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
 
 log = logging.getLogger("oncelog.txn.markers")
 
-GROUP_KEY_TYPE = 0
 WRITE_TXN_MARKERS_VERSION = 2  # carries the transaction version (KIP-890 part 2)
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
@@ -61,7 +60,7 @@ class TxnMarker:
         return "COMMIT" if self.commit else "ABORT"
 
 
-def append_marker_here(broker: Broker, topic: str, partition: int, marker: TxnMarker) -> tuple[ErrorCode, int]:
+def append_marker_here(broker: Node, topic: str, partition: int, marker: TxnMarker) -> tuple[ErrorCode, int]:
     """Append `marker` to a partition this broker leads: (NONE, the end offset to wait
     for) or (the error, -1). Synchronous, so a standalone broker's markers are in the
     log before anything else runs on the loop."""
@@ -76,13 +75,13 @@ def append_marker_here(broker: Broker, topic: str, partition: int, marker: TxnMa
     except LogError as error:
         return error_code_for(error), -1
     if topic == CONSUMER_OFFSETS:
-        groups = broker.coordinator_for(GROUP_KEY_TYPE)
+        groups = broker.group_coordinator
         if groups is not None:
             groups.complete_transaction(partition, marker.producer_id, marker.commit)
     return ErrorCode.none, result.last_offset + 1
 
 
-async def write_marker_locally(broker: Broker, topic: str, partition: int, marker: TxnMarker,
+async def write_marker_locally(broker: Node, topic: str, partition: int, marker: TxnMarker,
                                timeout_s: float) -> ErrorCode:
     """Append `marker` to a partition this broker leads and wait until it is on the ISR."""
     code, end_offset = append_marker_here(broker, topic, partition, marker)
@@ -92,7 +91,7 @@ async def write_marker_locally(broker: Broker, topic: str, partition: int, marke
 
 
 class MarkerChannel:
-    def __init__(self, broker: Broker, timeout_ms: int) -> None:
+    def __init__(self, broker: Node, timeout_ms: int) -> None:
         self._broker = broker
         self._timeout_s = timeout_ms / 1000
         self._peers = PeerPool(broker, "txn-markers")

@@ -34,25 +34,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.node import VerificationGuard
 from oncelog.cluster.peer import PeerPool
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode, request_class
 
 if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+    from oncelog.broker.node import Node
 
 log = logging.getLogger("oncelog.txn.verification")
 
 ADD_PARTITIONS_TO_TXN_KEY = 24
 ADD_PARTITIONS_TO_TXN_VERSION = 5  # the broker-to-coordinator form, with TRANSACTION_ABORTABLE
-
-
-@dataclass(eq=False, slots=True)
-class VerificationGuard:
-    """Held while a partition's verification is out; compared by identity."""
-
-    leader_epoch: int
 
 
 @dataclass(slots=True)
@@ -67,7 +61,7 @@ class _Entry:
 
 
 class TransactionVerifier:
-    def __init__(self, broker: Broker, timeout_ms: int) -> None:
+    def __init__(self, broker: Node, timeout_ms: int) -> None:
         self._broker = broker
         self._timeout_s = timeout_ms / 1000
         self._peers = PeerPool(broker, "txn-verification")

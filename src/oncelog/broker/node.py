@@ -1,0 +1,162 @@
+"""The broker as its parts see it: the narrow, typed seams between the composition root
+(`oncelog.broker.broker.Broker`) and the code it runs.
+
+The coordinators, the replication (oncelog.cluster), the append path
+(oncelog.broker.partitions) and the topic administration never import `Broker`: they
+are given a `Node`, and ask it only what is named here. `Broker` has every attribute
+below; a test may hand in anything else that has them. Each protocol is what one
+collaborator needs, in its own verbs:
+
+- `Leadership`: who leads a partition here and when a write is replicated (standalone:
+  `broker.leadership.StandaloneLeadership`; cluster: `cluster.replica_manager`);
+- `TopicAdmin`: creating, deleting, growing and reconfiguring topics (standalone:
+  `broker.topics.StandaloneTopics`; cluster: `cluster.topics.ClusterTopics`), the one
+  component chosen at start-up where the modes differ for topics;
+- `ClusterView`: the cluster metadata as the domain reads it (None standalone);
+- `TransactionGate` and `RemoteVerification`: what the append path asks the transaction
+  coordinator (KIP-890), implemented by `coordinator.txn`;
+- `TransactionalOffsets`: what the transaction coordinator asks the group coordinator.
+
+Nothing here imports the modules that implement these, so every module may depend on
+this one without closing a loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.leadership import BrokerView, PartitionView
+    from oncelog.cluster.image import MetadataDelta, MetadataImage
+    from oncelog.names import TopicPartition
+    from oncelog.protocol.messages import ErrorCode
+    from oncelog.storage.manager import LogManager, TopicInfo
+
+# A topic's new override set, from its overrides now (the config APIs' read-modify-write).
+OverridesChange = Callable[[Mapping[str, str]], dict[str, str]]
+
+
+@dataclass(eq=False, slots=True)
+class VerificationGuard:
+    """Held while a partition's KIP-890 verification at a remote transaction coordinator
+    is out; compared by identity (see coordinator/txn/verification.py)."""
+
+    leader_epoch: int
+
+
+class Leadership(Protocol):
+    """Who leads a partition here, and when a write is replicated."""
+
+    def leader_epoch(self, topic: str, partition: int, current_leader_epoch: int = -1) -> tuple[ErrorCode, int]: ...
+    def check_min_isr(self, topic: str, partition: int) -> ErrorCode: ...
+    def has_partition(self, topic: str, partition: int) -> bool: ...
+    def appended(self, topic: str, partition: int) -> None: ...
+    async def wait_for_replication(self, topic: str, partition: int, end_offset: int,
+                                   timeout_s: float) -> ErrorCode: ...
+    def is_replica_fetch(self, replica_id: int) -> bool: ...
+    def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> ErrorCode: ...
+    def describe_partition(self, topic: str, partition: int) -> PartitionView: ...
+    def live_brokers(self) -> list[BrokerView]: ...
+    @property
+    def controller_id(self) -> int: ...
+
+
+class TopicAdmin(Protocol):
+    """Topic administration; every failure is a `broker.topics.TopicRequestError` with
+    Kafka's code and message. A call returns once this broker can use the change."""
+
+    async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
+                     validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo: ...
+    async def delete(self, name: str) -> None: ...
+    async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
+                                assignment: list[list[int]] | None = None) -> None: ...
+    async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None: ...
+
+
+class BrokerDirectory(Protocol):
+    """Where the other brokers of the cluster are, and word when that changes."""
+
+    def add_listener(self, listener: Callable[[MetadataImage, MetadataDelta], None]) -> None: ...
+    def inter_broker_address(self, node_id: int) -> tuple[str, int] | None: ...
+
+
+class ClusterView(BrokerDirectory, Protocol):
+    """The cluster metadata as the coordinators read it."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+
+class ProducerIdSource(Protocol):
+    def next_producer_id(self) -> int: ...
+
+
+class RemoteVerification(Protocol):
+    """KIP-890 with the transaction coordinator on another broker: the guards the append
+    path holds while the coordinator is asked."""
+
+    def needs_verification(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool: ...
+    def guard(self, topic: str, partition: int, producer_id: int, leader_epoch: int) -> VerificationGuard: ...
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: set[TopicPartition], *, verify_only: bool) -> dict[TopicPartition, ErrorCode]: ...
+    def holds(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+              guard: VerificationGuard | None, leader_epoch: int) -> bool: ...
+    def drop(self, topic: str, partition: int, producer_id: int, guard: VerificationGuard) -> None: ...
+    def release(self, topic: str, partition: int, producer_id: int) -> None: ...
+
+
+class TransactionGate(Protocol):
+    """What the append path asks the transaction coordinator before a transactional
+    batch is written (KIP-890 parts 1 and 2)."""
+
+    @property
+    def verification(self) -> RemoteVerification: ...
+    def owner_error(self, transactional_id: str) -> ErrorCode: ...
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int, partitions: set[TopicPartition],
+                       now: int, *, transaction_version: int = 0) -> ErrorCode: ...
+    def verify_partition(self, transactional_id: str, producer_id: int, epoch: int,
+                         tp: TopicPartition) -> ErrorCode: ...
+
+
+class TransactionalOffsets(Protocol):
+    """What the transaction coordinator asks the group coordinator: where a group's
+    offsets live, and the end of a transaction's offsets in it."""
+
+    def find(self, group_id: str) -> ErrorCode: ...
+    def partition_for_group(self, group_id: str) -> int: ...
+    def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None: ...
+
+
+class Node(Protocol):
+    """The broker a part runs in: its identity, configuration, logs and components."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...  # advertised to clients
+    @property
+    def port(self) -> int: ...
+    @property
+    def bound_port(self) -> int: ...
+    @property
+    def inter_broker_host(self) -> str: ...
+    @property
+    def logs(self) -> LogManager: ...
+    @property
+    def leadership(self) -> Leadership: ...
+    @property
+    def topics(self) -> TopicAdmin: ...
+    @property
+    def cluster(self) -> ClusterView | None: ...
+    @property
+    def producer_ids(self) -> ProducerIdSource: ...
+    @property
+    def txn_coordinator(self) -> TransactionGate | None: ...
+    @property
+    def group_coordinator(self) -> TransactionalOffsets | None: ...
+    def partition_appended(self, topic: str, partition: int) -> None: ...
