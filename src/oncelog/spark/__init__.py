@@ -11,31 +11,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from typing import Any
 
 __all__ = ["FORMAT_NAME", "OncelogDataSource", "build_session", "register"]
 
 FORMAT_NAME = "oncelog"
 
 
-def register(spark: SparkSession) -> None:
-    """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work."""
-    from oncelog.spark.source import OncelogDataSource
-
-    spark.dataSource.register(OncelogDataSource)
-
-
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # Lazy: importing oncelog.spark must not import pyspark until it is used.
     if name == "OncelogDataSource":
         from oncelog.spark.source import OncelogDataSource
 
         return OncelogDataSource
-    if name == "build_session":
-        from oncelog.spark.session import build_session
+    if name in ("build_session", "register"):
+        from oncelog.spark import session
 
-        return build_session
+        return getattr(session, name)
     raise AttributeError(name)

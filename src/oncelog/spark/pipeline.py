@@ -388,7 +388,7 @@ def start_session(spec: PipelineSpec, log_file: Path | None = None) -> SparkSess
     """A session for the pipeline. Under spark-submit (PYSPARK_GATEWAY_PORT is set) the
     cluster's master and settings are used as they are; otherwise a local session
     (`--master`, default local[*]) with oncelog's local defaults, logging to `log_file`."""
-    from oncelog.spark import register
+    from oncelog.spark.session import register
 
     conf = dict(spec.spark_conf)
     app_name = spec.app_name or f"oncelog-pipeline {spec.source_topic} -> {spec.sink_topic}"

@@ -22,8 +22,12 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.testing.java import JavaNotFound, java_home  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Small and quiet by default: local pipelines and tests, not a cluster.
 DEFAULT_CONF = {
@@ -132,8 +136,6 @@ def build_session(
     With `log_file`, the driver's JVM logs there (log4j2) instead of on stderr."""
     from pyspark.sql import SparkSession
 
-    from oncelog.spark import register
-
     use_java()
     spark_home()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -153,3 +155,10 @@ def build_session(
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
     return spark
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work."""
+    from oncelog.spark.source import OncelogDataSource  # imports pyspark: only when used
+
+    spark.dataSource.register(OncelogDataSource)
