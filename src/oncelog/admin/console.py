@@ -53,6 +53,7 @@ from oncelog.admin.clients import (
     parse_key_value,
     topic_partitions,
 )
+from oncelog.admin.formatters import ApiRecordFormatter, record_formatter
 from oncelog.errors import CommandError
 
 # The consumer wakes up this often to check --timeout-ms and signals.
@@ -117,6 +118,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     consume.add_argument("--partition", type=int, help="read only this partition")
     consume.add_argument(
         "--offset", help="with --partition: earliest, latest, or an offset (default: latest)"
+    )
+    consume.add_argument(
+        "--formatter", default="default", metavar="NAME",
+        help="default (Kafka's DefaultMessageFormatter), transaction-state (__transaction_state "
+        "records as JSON), offsets (__consumer_offsets commits as JSON); Kafka's class names "
+        "for these are accepted too",
     )
     consume.add_argument(
         "--property",
@@ -419,6 +426,9 @@ class MessageFormatter:
         return field.encode() if isinstance(field, str) else field
 
 
+RecordFormatter = MessageFormatter | ApiRecordFormatter  # what --formatter selects
+
+
 def _start_offset(args: argparse.Namespace) -> int:
     if args.offset is None:
         return OFFSET_BEGINNING if args.from_beginning else OFFSET_END
@@ -474,7 +484,7 @@ class _Progress:
 
 def run_consume(args: argparse.Namespace) -> int:
     _validate_consume_options(args)
-    formatter = MessageFormatter.from_properties(_properties(args.property))
+    formatter = _formatter(args)
     start_offset = _start_offset(args)
     defaults: dict[str, Any] = {
         "group.id": args.group or f"oncelog-console-consumer-{uuid.uuid4().hex[:8]}",
@@ -514,6 +524,17 @@ def run_consume(args: argparse.Namespace) -> int:
     return 128 + stop.signal_number if stop.signal_number is not None else 0
 
 
+DEFAULT_FORMATTER_NAMES = frozenset({
+    "default", "kafka.tools.DefaultMessageFormatter", "org.apache.kafka.tools.consumer.DefaultMessageFormatter",
+})
+
+
+def _formatter(args: argparse.Namespace) -> RecordFormatter:
+    if args.formatter in DEFAULT_FORMATTER_NAMES:
+        return MessageFormatter.from_properties(_properties(args.property))
+    return record_formatter(args.formatter)
+
+
 def _require_group_support(args: argparse.Namespace) -> None:
     """librdkafka waits silently forever for a group coordinator the broker cannot
     provide; ask first (ListGroups is part of every broker's group API) and say so."""
@@ -544,7 +565,7 @@ def _require_group_coordinator(args: argparse.Namespace) -> None:
 def _consume_loop(
     consumer: Consumer,
     args: argparse.Namespace,
-    formatter: MessageFormatter,
+    formatter: RecordFormatter,
     out: IO[bytes],
     progress: _Progress,
     stop: _StopRequest,
