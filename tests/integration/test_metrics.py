@@ -5,6 +5,7 @@ offline are in tests/cluster/test_log_dir_failure.py (a full disk, as root)."""
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 
 import pytest
@@ -147,3 +148,40 @@ def test_per_topic_traffic_counts_records_in_and_out_and_refused_batches(tmp_pat
     assert counter("kafka_server_brokertopicmetrics_bytes_out") >= counter("kafka_server_brokertopicmetrics_bytes_in")
     assert counter("kafka_server_brokertopicmetrics_failed_produce_requests") >= 1
     assert counter("kafka_server_brokertopicmetrics_failed_fetch_requests") == 0
+
+
+def test_a_transaction_open_past_its_timeout_is_counted_late_with_its_age_and_producers(tmp_path):
+    """A transactional batch stamped an hour ago (CreateTime) and never ended: its age is
+    measured from that first batch, past transaction.max.timeout.ms (15 min) plus Kafka's
+    5-minute buffer, so the partition counts as having a late transaction."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    an_hour_ago_ms = int(time.time() * 1000) - 3600_000
+    with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
+        host, port = running.broker.metrics.address
+        url = f"http://{host}:{port}/metrics"
+        admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
+        admin.create_topics([NewTopic("hanging", 1, 1)])["hanging"].result(10)
+        before = scrape(url)
+        txn = Producer({"bootstrap.servers": running.bootstrap_servers, "transactional.id": "late-one"})
+        txn.init_transactions(10)
+        txn.begin_transaction()
+        txn.produce("hanging", b"stale", timestamp=an_hour_ago_ms)
+        txn.flush(10)
+        during = scrape(url)
+        txn.abort_transaction(10)
+        after = scrape(url)
+    key = {"topic": "hanging", "partition": "0"}
+    assert (key, 0.0) in before["oncelog_log_oldest_transaction_age_seconds"]
+    assert before["kafka_server_replicamanager_partitions_with_late_transactions_count"] == [({}, 0.0)]
+    (age,) = [value for labels, value in during["oncelog_log_oldest_transaction_age_seconds"] if labels == key]
+    assert 3600 <= age < 3700
+    assert during["kafka_server_replicamanager_partitions_with_late_transactions_count"] == [({}, 1.0)]
+    assert (key, 1.0) in during["oncelog_log_producers"]
+    assert during["kafka_server_replicamanager_producer_id_count"][0][1] >= 1
+    assert (key, 0.0) in after["oncelog_log_oldest_transaction_age_seconds"]
+    assert after["kafka_server_replicamanager_partitions_with_late_transactions_count"] == [({}, 0.0)]
+    assert after["oncelog_producers_expired"] == [({}, 0.0)]
+    # The process collectors of prometheus_client: CPU, memory, open files.
+    assert during["process_cpu_seconds"][0][1] > 0 and during["process_open_fds"][0][1] > 0

@@ -24,7 +24,7 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
-from oncelog.broker.metrics import BrokerSnapshot, MetricsServer, PartitionSnapshot
+from oncelog.broker.metrics import LATE_TRANSACTION_BUFFER_MS, BrokerSnapshot, MetricsServer, PartitionSnapshot
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
 from oncelog.broker.topics import StandaloneTopics
@@ -82,6 +82,7 @@ class Broker:
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics
         self.topic_stats = TopicStats()  # per-topic traffic, counted by Produce and Fetch
+        self.producers_expired = 0  # by the producer-expiry timer, for /metrics
         # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
         self.dynamic_configs: DynamicConfigStore | None = None
         self._stopped = asyncio.Event()
@@ -206,7 +207,9 @@ class Broker:
         offline = self.logs.offline_dirs
         partitions = [
             PartitionSnapshot(log.topic, log.partition, log.log_start_offset, log.log_end_offset,
-                              log.high_watermark, log.last_stable_offset, log.size_in_bytes, len(log.segments))
+                              log.high_watermark, log.last_stable_offset, log.size_in_bytes, len(log.segments),
+                              len(log.producer_state.producers),
+                              log.producer_state.oldest_open_transaction_started_ms())
             for log in self.logs.partitions()
         ]
         transactions: dict[str, int] = {}
@@ -218,7 +221,9 @@ class Broker:
         txn_stats = self.txn_coordinator.stats.snapshot() if self.txn_coordinator is not None else None
         return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
                               partitions, transactions, self.server.request_stats.snapshot(names), txn_stats,
-                              self.topic_stats.snapshot())
+                              self.topic_stats.snapshot(), now_ms(),
+                              self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
+                              self.producers_expired)
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""
@@ -288,6 +293,7 @@ class Broker:
         now = now_ms()
         for partition_log in self.logs.partitions():
             expired = partition_log.expire_producers(now)
+            self.producers_expired += len(expired)
             if expired:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 

@@ -11,10 +11,12 @@ docs/metrics.md maps each to Kafka's.
 What is exported so far: the log directories (Kafka's LogManager OfflineLogDirectoryCount
 and LogDirectoryOffline), each local partition's log (start and end offsets, size,
 segments, as Kafka's Log metrics; high watermark, last stable offset and Kafka's
-Partition LastStableOffsetLag), the transactions this broker coordinates (by state;
-completed by result, marker latency, timeouts, fencing), requests per API and each
-topic's traffic (Kafka's BrokerTopicMetrics). Families without a Kafka counterpart are
-named `oncelog_*`.
+Partition LastStableOffsetLag), producer state (producer ids per partition, the age of
+the oldest open transaction, Kafka's PartitionsWithLateTransactionsCount, expirations),
+the transactions this broker coordinates (by state; completed by result, marker latency,
+timeouts, fencing), requests per API, each topic's traffic (Kafka's BrokerTopicMetrics)
+and the process (prometheus_client's collectors). Families without a Kafka counterpart
+are named `oncelog_*`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import start_http_server
+from prometheus_client import PlatformCollector, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -49,6 +51,8 @@ class PartitionSnapshot:
     last_stable_offset: int
     size_bytes: int
     segments: int
+    producers: int = 0  # producer ids with state here
+    oldest_transaction_started_ms: int | None = None  # None: no transaction open here
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,9 @@ class BrokerSnapshot:
     requests: list[ApiSnapshot] = field(default_factory=list)
     txn_stats: TxnStatsSnapshot | None = None  # None: no transaction coordinator
     topics: list[TopicSnapshot] = field(default_factory=list)
+    now_ms: int = 0  # when the snapshot was taken (the transaction ages are measured to it)
+    late_transaction_ms: int = 0  # an open transaction older than this is late
+    producers_expired: int = 0
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -102,6 +109,7 @@ class _BrokerCollector(Collector):
             per_dir.add_metric([directory], 1 if is_offline else 0)
         yield per_dir
         yield from _partition_families(snapshot.partitions)
+        yield from _producer_families(snapshot)
         transactions = GaugeMetricFamily(
             "oncelog_transactions",
             "Transactional ids this broker coordinates, by the state of their transaction.",
@@ -201,12 +209,52 @@ def _partition_families(partitions: list[PartitionSnapshot]) -> Iterator[GaugeMe
     yield lag
 
 
+# Kafka's ProducerStateManager.LATE_TRANSACTION_BUFFER_MS: a transaction open this long
+# past transaction.max.timeout.ms is late (its coordinator should have aborted it).
+LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
+
+
+def _producer_families(snapshot: BrokerSnapshot) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    labels = ["topic", "partition"]
+    producers = GaugeMetricFamily("oncelog_log_producers",
+                                  "Producer ids with state in the partition (idempotence and transactions).",
+                                  labels=labels)
+    age = GaugeMetricFamily(
+        "oncelog_log_oldest_transaction_age_seconds",
+        "Age of the oldest transaction open in the partition (0: none): from its first batch here. It holds "
+        "the last stable offset back for its whole life.", labels=labels)
+    late = 0
+    for each in snapshot.partitions:
+        key = [each.topic, str(each.partition)]
+        producers.add_metric(key, each.producers)
+        started = each.oldest_transaction_started_ms
+        age_ms = 0 if started is None else max(snapshot.now_ms - started, 0)
+        age.add_metric(key, age_ms / 1000)
+        late += started is not None and age_ms > snapshot.late_transaction_ms
+    yield producers
+    yield age
+    yield GaugeMetricFamily("kafka_server_replicamanager_producer_id_count",
+                            "Producer ids with state, over every partition here (Kafka's ReplicaManager "
+                            "ProducerIdCount).", value=sum(each.producers for each in snapshot.partitions))
+    yield GaugeMetricFamily(
+        "kafka_server_replicamanager_partitions_with_late_transactions_count",
+        "Partitions whose oldest open transaction is older than transaction.max.timeout.ms plus 5 minutes: "
+        "a hanging transaction (Kafka's ReplicaManager PartitionsWithLateTransactionsCount).", value=late)
+    yield CounterMetricFamily("oncelog_producers_expired",
+                              "Producer ids forgotten after producer.id.expiration.ms without a write.",
+                              value=snapshot.producers_expired)
+
+
 class MetricsServer:
     """`/metrics` on its own thread; `address` once started."""
 
     def __init__(self, host: str, port: int, loop: asyncio.AbstractEventLoop, source: MetricsSource) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_BrokerCollector(loop, source))
+        # The process itself: CPU seconds, resident memory, open files (process_*), and
+        # the Python version (python_info), as every prometheus_client program has them.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self._host, self._port = host, port
         self._server: WSGIServer | None = None
         self.address: tuple[str, int] | None = None

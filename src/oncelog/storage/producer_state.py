@@ -183,6 +183,9 @@ class ProducerStateManager:
         # producer id -> first offset of its open transaction: derived from the entries'
         # current_txn_first_offset, kept beside them so the LSO is cheap to read.
         self._open_txns: dict[int, int] = {}
+        # producer id -> the timestamp of its open transaction's first batch here (after a
+        # restart, of the producer's last batch: the first is not in the snapshot).
+        self._open_txn_started_ms: dict[int, int] = {}
         # (marker offset, first offset) of transactions completed by a marker that may not
         # be below the high watermark yet, in offset order (Kafka's unreplicatedTxns):
         # until it is, a leader that fails could lose the marker, so they stay unstable.
@@ -197,6 +200,7 @@ class ProducerStateManager:
         self._open_txns = {
             pid: e.current_txn_first_offset for pid, e in entries.items() if e.current_txn_first_offset is not None
         }
+        self._open_txn_started_ms = {pid: entries[pid].last_timestamp for pid in self._open_txns}
         self._unreplicated = []
         self._evict_over_cap()
 
@@ -209,6 +213,14 @@ class ProducerStateManager:
             if marker_offset >= high_watermark:
                 first = first_offset if first is None else min(first, first_offset)
         return first
+
+    def oldest_open_transaction_started_ms(self) -> int | None:
+        """When the open transaction with the lowest first offset began here (its first
+        batch's timestamp), or None when no transaction is open: for /metrics."""
+        if not self._open_txns:
+            return None
+        oldest = min(self._open_txns, key=self._open_txns.__getitem__)
+        return self._open_txn_started_ms.get(oldest)
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Forget completed transactions whose marker is now below the high watermark
@@ -343,6 +355,7 @@ class ProducerStateManager:
                 return None
             entry.current_txn_first_offset = None
             del self._open_txns[batch.producer_id]
+            self._open_txn_started_ms.pop(batch.producer_id, None)
             self._unreplicated.append((batch.first_offset, first_offset))
             return CompletedTxn(batch.producer_id, first_offset, batch.first_offset, batch.control_type == 0)
         if batch.first_seq != NO_SEQUENCE:
@@ -353,6 +366,7 @@ class ProducerStateManager:
         if batch.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = batch.first_offset
             self._open_txns[batch.producer_id] = batch.first_offset
+            self._open_txn_started_ms[batch.producer_id] = batch.max_timestamp
         return None
 
     def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
