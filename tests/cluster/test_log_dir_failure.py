@@ -69,13 +69,22 @@ def log_dir_errors(cluster: ClusterProcess, node: int) -> list[int]:
     return [result.error_code for result in response.results]
 
 
-def offline_log_dirs(cluster: ClusterProcess, node: int) -> tuple[float, dict[str, float]]:
-    """The node's Prometheus figures: the offline log dir count, and each dir's flag."""
+def figures(cluster: ClusterProcess, node: int) -> dict:
+    """The node's Prometheus families: {name: samples}."""
     found = re.search(r"metrics at (http://\S+/metrics)", cluster.nodes[node].log_path.read_text())
     assert found is not None, "the broker logged no metrics address"
-    url = found.group(1)
-    with urllib.request.urlopen(url, timeout=10) as response:
-        families = {f.name: f.samples for f in text_string_to_metric_families(response.read().decode())}
+    with urllib.request.urlopen(found.group(1), timeout=10) as response:
+        return {f.name: f.samples for f in text_string_to_metric_families(response.read().decode())}
+
+
+def cluster_figure(cluster: ClusterProcess, nodes, name: str) -> float:
+    """One replication family summed over `nodes`."""
+    return sum(sample.value for node in nodes for sample in figures(cluster, node)[name])
+
+
+def offline_log_dirs(cluster: ClusterProcess, node: int) -> tuple[float, dict[str, float]]:
+    """The node's Prometheus figures: the offline log dir count, and each dir's flag."""
+    families = figures(cluster, node)
     (count,) = families["kafka_log_offline_log_directory_count"]
     return count.value, {s.labels["log_directory"]: s.value for s in families["kafka_log_log_directory_offline"]}
 
@@ -122,6 +131,11 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
     assert moved < 5, f"the node left the ISRs only after {moved:.1f}s"
     assert ErrorCode.kafka_storage_error in log_dir_errors(cluster, FULL)
     assert offline_log_dirs(cluster, FULL) == (1, {str(cluster.nodes[FULL].data_dir): 1})
+    healthy = [n for n in cluster.nodes if n != FULL]
+    assert cluster_figure(cluster, healthy, "kafka_server_replicamanager_under_replicated_partitions") > 0
+    assert cluster_figure(cluster, healthy, "kafka_server_replicamanager_under_min_isr_partition_count") == 0
+    assert cluster_figure(cluster, [FULL], "oncelog_cluster_session_active") == 0
+    assert cluster_figure(cluster, cluster.nodes, "kafka_controller_kafkacontroller_active_controller_count") == 1
     # acks=all keeps working on the two healthy nodes.
     for _ in range(20):
         send_round()
@@ -135,6 +149,11 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
                       "every ISR whole again after space returned")
     assert log_dir_errors(cluster, FULL) == [ErrorCode.none]
     assert offline_log_dirs(cluster, FULL) == (0, {str(cluster.nodes[FULL].data_dir): 0})
+    everyone = list(cluster.nodes)
+    assert cluster_figure(cluster, everyone, "kafka_server_replicamanager_under_replicated_partitions") == 0
+    assert cluster_figure(cluster, everyone, "kafka_server_replicamanager_isr_expands") > 0
+    assert cluster_figure(cluster, [FULL], "oncelog_cluster_session_active") == 1
+    assert cluster_figure(cluster, everyone, "kafka_server_replicamanager_leader_count") >= PARTITIONS
     print(f"node {FULL} left the ISRs {moved:.1f}s after its disk filled, and was back in all of them "
           f"{back:.1f}s after space returned")
     for _ in range(20):

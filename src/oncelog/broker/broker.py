@@ -24,7 +24,13 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
-from oncelog.broker.metrics import LATE_TRANSACTION_BUFFER_MS, BrokerSnapshot, MetricsServer, PartitionSnapshot
+from oncelog.broker.metrics import (
+    LATE_TRANSACTION_BUFFER_MS,
+    BrokerSnapshot,
+    ClusterSnapshot,
+    MetricsServer,
+    PartitionSnapshot,
+)
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
 from oncelog.broker.topics import StandaloneTopics
@@ -223,7 +229,14 @@ class Broker:
                               partitions, transactions, self.server.request_stats.snapshot(names), txn_stats,
                               self.topic_stats.snapshot(), now_ms(),
                               self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
-                              self.producers_expired)
+                              self.producers_expired, self._cluster_snapshot())
+
+    def _cluster_snapshot(self) -> ClusterSnapshot | None:
+        cluster = self.cluster
+        if cluster is None:
+            return None
+        return ClusterSnapshot(cluster.replicas.snapshot(), cluster.image.controller_id == self.node_id,
+                               bool(cluster.lease) and not cluster.isolated, cluster.leader_elections)
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""

@@ -14,8 +14,9 @@ segments, as Kafka's Log metrics; high watermark, last stable offset and Kafka's
 Partition LastStableOffsetLag), producer state (producer ids per partition, the age of
 the oldest open transaction, Kafka's PartitionsWithLateTransactionsCount, expirations),
 the transactions this broker coordinates (by state; completed by result, marker latency,
-timeouts, fencing), requests per API, each topic's traffic (Kafka's BrokerTopicMetrics)
-and the process (prometheus_client's collectors). Families without a Kafka counterpart
+timeouts, fencing), requests per API, each topic's traffic (Kafka's BrokerTopicMetrics),
+replication in cluster mode (Kafka's ReplicaManager gauges, follower lag, the controller,
+this broker's session) and the process (prometheus_client's collectors). Families without a Kafka counterpart
 are named `oncelog_*`.
 """
 
@@ -33,6 +34,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from oncelog.broker.request_stats import ApiSnapshot
 from oncelog.broker.topic_stats import TopicSnapshot
+from oncelog.cluster.replica_manager import ReplicationSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
 from oncelog.stats import BUCKETS_S
 
@@ -56,6 +58,16 @@ class PartitionSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Cluster mode: replication here, and this broker's standing in the cluster."""
+
+    replication: ReplicationSnapshot
+    active_controller: bool
+    session_active: bool  # registered, and the lease confirmed in time (not isolated)
+    leader_elections: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSnapshot:
     """What the loop saw at one moment: each log directory with whether it is offline,
     each local partition's log, and the coordinated transactions by state name."""
@@ -69,6 +81,7 @@ class BrokerSnapshot:
     now_ms: int = 0  # when the snapshot was taken (the transaction ages are measured to it)
     late_transaction_ms: int = 0  # an open transaction older than this is late
     producers_expired: int = 0
+    cluster: ClusterSnapshot | None = None  # None: standalone
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -110,6 +123,8 @@ class _BrokerCollector(Collector):
         yield per_dir
         yield from _partition_families(snapshot.partitions)
         yield from _producer_families(snapshot)
+        if snapshot.cluster is not None:
+            yield from _cluster_families(snapshot.cluster)
         transactions = GaugeMetricFamily(
             "oncelog_transactions",
             "Transactional ids this broker coordinates, by the state of their transaction.",
@@ -243,6 +258,45 @@ def _producer_families(snapshot: BrokerSnapshot) -> Iterator[GaugeMetricFamily |
     yield CounterMetricFamily("oncelog_producers_expired",
                               "Producer ids forgotten after producer.id.expiration.ms without a write.",
                               value=snapshot.producers_expired)
+
+
+def _cluster_families(cluster: ClusterSnapshot) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    replication = cluster.replication
+    gauges = (  # (name, help, value): Kafka's ReplicaManager and KafkaController gauges
+        ("kafka_server_replicamanager_partition_count", "Replicas on this broker (Kafka's PartitionCount).",
+         replication.partitions),
+        ("kafka_server_replicamanager_leader_count", "Partitions this broker leads (Kafka's LeaderCount).",
+         replication.leaders),
+        ("kafka_server_replicamanager_under_replicated_partitions",
+         "Partitions led here whose ISR is smaller than their replica set (Kafka's UnderReplicatedPartitions).",
+         replication.under_replicated),
+        ("kafka_server_replicamanager_under_min_isr_partition_count",
+         ("Partitions led here whose ISR is below min.insync.replicas: acks=all writes and transaction markers "
+         "fail (Kafka's UnderMinIsrPartitionCount)."), replication.under_min_isr),
+        ("kafka_controller_kafkacontroller_active_controller_count",
+         "1 on the active controller, else 0 (Kafka's ActiveControllerCount).", int(cluster.active_controller)),
+        ("oncelog_cluster_session_active",
+         ("1 while this broker is registered and its session confirmed by the metadata quorum; 0 while it is "
+         "fenced or cannot reach the quorum (it then leads and coordinates nothing)."), int(cluster.session_active)),
+    )
+    for name, documentation, value in gauges:
+        yield GaugeMetricFamily(name, documentation, value=value)
+    yield CounterMetricFamily("kafka_server_replicamanager_isr_shrinks",
+                              "ISR shrinks this broker wrote as leader (Kafka's IsrShrinksPerSec).",
+                              value=replication.isr_shrinks)
+    yield CounterMetricFamily("kafka_server_replicamanager_isr_expands",
+                              "ISR expansions this broker wrote as leader (Kafka's IsrExpandsPerSec).",
+                              value=replication.isr_expands)
+    yield CounterMetricFamily("oncelog_controller_leader_elections",
+                              "Partition leaders this broker moved while it was the active controller.",
+                              value=cluster.leader_elections)
+    lag = GaugeMetricFamily(
+        "oncelog_replica_lag_records",
+        "On the leader: its log end offset minus the follower's, as of the follower's last fetch (-1: none yet).",
+        labels=["topic", "partition", "replica"])
+    for each in replication.follower_lags:
+        lag.add_metric([each.topic, str(each.partition), str(each.replica)], each.records)
+    yield lag
 
 
 class MetricsServer:

@@ -54,6 +54,27 @@ class LocalReplica:
         return self.leader is not None
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerLag:
+    topic: str
+    partition: int
+    replica: int
+    records: int  # the leader's log end offset minus the follower's, as last fetched (-1: not yet)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSnapshot:
+    """Replication as /metrics reports it (Kafka's ReplicaManager and controller gauges)."""
+
+    partitions: int  # local replicas
+    leaders: int
+    under_replicated: int  # led here, ISR smaller than the replica set
+    under_min_isr: int  # led here, ISR below min.insync.replicas
+    isr_shrinks: int
+    isr_expands: int
+    follower_lags: tuple[FollowerLag, ...]
+
+
 class ReplicationParts(Protocol):
     """What the replica manager uses of the cluster runtime that owns it: the metadata
     store (ISR changes) and the fetchers (following leaders)."""
@@ -73,6 +94,7 @@ class ReplicaManager:
         self.image = MetadataImage.empty()
         self._lag_time_max_ms = broker.config["replica.lag.time.max.ms"]
         self._isr_writes: set[TopicPartition] = set()
+        self.isr_shrinks = self.isr_expands = 0  # ISR changes this broker wrote, for /metrics
         self._listeners: list = []  # called with (tp, became_leader: bool, leader_epoch) on changes
 
     def add_leadership_listener(self, listener) -> None:
@@ -228,7 +250,29 @@ class ReplicaManager:
             self._check_min_isr(replica)
         else:
             log.info("%s-%d: ISR %s -> %s", *tp, list(expected.isr), list(stored.isr))
+            if len(stored.isr) < len(expected.isr):
+                self.isr_shrinks += 1
+            elif len(stored.isr) > len(expected.isr):
+                self.isr_expands += 1
             self._apply_partition(stored)
+
+    def snapshot(self) -> ReplicationSnapshot:
+        leaders = under_replicated = under_min_isr = 0
+        lags: list[FollowerLag] = []
+        for (topic, partition), replica in self.replicas.items():
+            state = replica.leader
+            if state is None:
+                continue
+            leaders += 1
+            under_replicated += len(state.isr) < len(state.replicas)
+            under_min_isr += len(state.isr) < replica.log.config.min_insync_replicas
+            end = replica.log.log_end_offset
+            for follower in state.followers.values():
+                known = follower.log_end_offset >= 0
+                lags.append(FollowerLag(topic, partition, follower.replica_id,
+                                        end - follower.log_end_offset if known else -1))
+        return ReplicationSnapshot(len(self.replicas), leaders, under_replicated, under_min_isr,
+                                   self.isr_shrinks, self.isr_expands, tuple(lags))
 
     # ---- metadata changes ----------------------------------------------------------------
 

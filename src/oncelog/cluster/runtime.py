@@ -96,6 +96,7 @@ class ClusterRuntime:
         self.confirmed = MetadataImage.empty()  # the store's image, as far as the watch got
         self.image = MetadataImage.empty()  # what this broker acts on: `confirmed`, or its fenced view
         self.isolated = False  # the session could not be confirmed in time
+        self.leader_elections = 0  # partition leaders this broker changed as controller, for /metrics
         self._session_deadline = 0.0  # loop time until which the lease is surely alive
         self._quorum_lost = False  # the voters showed that no quorum can exist (_probe_quorum)
         self._quorum_probe: asyncio.Task | None = None
@@ -524,6 +525,7 @@ class ClusterRuntime:
 
             stored = await self.store.change_partition(record, change, controller_revision=self.controller_revision)
             if stored is not None:
+                self.leader_elections += stored.leader != record.leader
                 log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", stored.topic, stored.partition, record.leader,
                          stored.leader, stored.leader_epoch, list(stored.isr))
 
