@@ -12,12 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from oncelog.broker.broker import Broker, data_dir_config
 from oncelog.broker.config import BrokerConfig
-from oncelog.coordinator.group.coordinator import (
-    GroupCoordinator,
-    GroupSettings,
-    JoinRequest,
-    JoinResult,
-)
+from oncelog.coordinator.group.api import GroupSettings, JoinRequest, JoinResult
+from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.scheduler import ManualScheduler
 from oncelog.coordinator.group.state import PREPARING_REBALANCE, STABLE, Group, GroupState
 from oncelog.storage.config import LogConfig

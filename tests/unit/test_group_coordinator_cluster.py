@@ -22,7 +22,8 @@ from kio.schema.errors import ErrorCode
 from oncelog.broker.broker import Broker, data_dir_config
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers._groups import once_replicated
-from oncelog.coordinator.group.coordinator import CommitOffset, GroupCoordinator
+from oncelog.coordinator.group.api import CommitOffset
+from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.storage.config import LogConfig

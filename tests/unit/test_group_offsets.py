@@ -7,7 +7,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog.broker.partitions import append_internal
-from oncelog.coordinator.group.coordinator import CommitOffset, FetchedOffset
+from oncelog.coordinator.group.api import CommitOffset, FetchedOffset
 from oncelog.coordinator.group.state import EMPTY
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.record_batch import ControlType, build_control_batch

@@ -7,7 +7,8 @@ from collections.abc import Hashable
 from typing import TypeVar
 
 from oncelog.broker.dispatch import RequestContext
-from oncelog.coordinator.group.coordinator import CommitOffset, GroupCoordinator
+from oncelog.coordinator.group.api import CommitOffset
+from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.protocol.messages import ErrorCode
 
 Key = TypeVar("Key", bound=Hashable)

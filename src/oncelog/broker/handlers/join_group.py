@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import client_host, duration_ms, group_coordinator
-from oncelog.coordinator.group.coordinator import JoinRequest, JoinResult
+from oncelog.coordinator.group.api import JoinRequest, JoinResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 

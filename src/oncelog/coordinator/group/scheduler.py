@@ -13,8 +13,10 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from oncelog import clock
+from oncelog.coordinator.group.state import Cancellable
 
 log = logging.getLogger("oncelog.group")
 
@@ -24,6 +26,13 @@ def _run_safely(callback: Callable[[], None]) -> None:
         callback()
     except Exception:
         log.exception("group coordinator timer %s failed", getattr(callback, "__qualname__", callback))
+
+
+class Scheduler(Protocol):
+    """What the coordinator's parts need of a scheduler (either of the two below)."""
+
+    def now_ms(self) -> int: ...
+    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> Cancellable: ...
 
 
 class LoopScheduler:
