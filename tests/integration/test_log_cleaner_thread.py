@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.record_batch import Record, build_batch, parse_batches
-from oncelog.storage import cleaner as cleaner_module
+from oncelog.storage import cleaner_work
 from oncelog.storage.cleaner import CleaningInProgress
 from oncelog.testing.process import wait_until
 
@@ -135,7 +135,7 @@ class CleanerThreadGate:
         self.entered = threading.Event()
         self.released = threading.Event()
         self.aborted = threading.Event()
-        real_write = cleaner_module._write_all
+        real_write = cleaner_work._write_all
         real_abort = CleaningInProgress.abort
 
         def gated_write(fd, data, path):
@@ -148,7 +148,7 @@ class CleanerThreadGate:
             real_abort(in_progress, reason)
             self.aborted.set()
 
-        monkeypatch.setattr(cleaner_module, "_write_all", gated_write)
+        monkeypatch.setattr(cleaner_work, "_write_all", gated_write)
         monkeypatch.setattr(CleaningInProgress, "abort", observed_abort)
 
 

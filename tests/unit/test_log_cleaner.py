@@ -20,7 +20,7 @@ from oncelog.protocol.record_batch import (
     iter_records,
     parse_batches,
 )
-from oncelog.storage import AppendOrigin, LogConfig, PartitionLog, producer_snapshot
+from oncelog.storage import AppendOrigin, LogConfig, PartitionLog, cleaner_work, producer_snapshot
 from oncelog.storage import cleaner as cleaner_module
 from oncelog.storage.batch_records import DELETE_HORIZON_BIT
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
@@ -359,7 +359,7 @@ def test_a_crash_anywhere_in_a_swap_loses_and_duplicates_nothing(tmp_path, monke
     monkeypatch.setattr(cleaner_module, "unlink_segment_files", crashing_unlink)
     monkeypatch.setattr(cleaner_module, "rename", crashing_rename)
     if crash_point == "writing":
-        monkeypatch.setattr(cleaner_module, "_write_all", crashing_write)
+        monkeypatch.setattr(cleaner_work, "_write_all", crashing_write)
     with pytest.raises(_Crash):
         clean(log)
     log.close_without_flush()  # kill -9: nothing more is written

@@ -106,14 +106,14 @@ def test_offset_index_gets_an_entry_after_each_interval_of_bytes(segment):
 def test_indexes_written_at_close_load_back_unchanged(tmp_path, segment):
     fill(segment, 40, first_offset=100, timestamps=[5_000 + (i * 37) % 11 * 100 for i in range(40)])
     segment.close()  # also records the final largest timestamp in the time index
-    expected = (list(segment._index_offsets), list(segment._index_positions),
-                list(segment._time_timestamps), list(segment._time_offsets),
+    expected = (list(segment._offset_index.relative_offsets), list(segment._offset_index.positions),
+                list(segment._time_index.timestamps), list(segment._time_index.relative_offsets),
                 segment.max_timestamp, segment.offset_of_max_timestamp, segment.next_offset)
     reopened = LogSegment.open(tmp_path, 100)
     try:
         assert reopened.load_indexes(INTERVAL, NOW_MS)
-        assert (list(reopened._index_offsets), list(reopened._index_positions),
-                list(reopened._time_timestamps), list(reopened._time_offsets),
+        assert (list(reopened._offset_index.relative_offsets), list(reopened._offset_index.positions),
+                list(reopened._time_index.timestamps), list(reopened._time_index.relative_offsets),
                 reopened.max_timestamp, reopened.offset_of_max_timestamp, reopened.next_offset) == expected
         assert reopened.locate(150)[1] == 150
     finally:
@@ -144,14 +144,14 @@ def test_load_indexes_refuses_missing_or_damaged_index_files(tmp_path, segment, 
 
 def test_recover_rebuilds_the_same_indexes_that_appends_built(tmp_path, segment):
     fill(segment, 60, first_offset=100, timestamps=[(i * 7919) % 1000 for i in range(60)])
-    built = (list(segment._index_offsets), list(segment._index_positions),
-             list(segment._time_timestamps), list(segment._time_offsets))
+    built = (list(segment._offset_index.relative_offsets), list(segment._offset_index.positions),
+             list(segment._time_index.timestamps), list(segment._time_index.relative_offsets))
     segment.flush(write_indexes=False)
     rebuilt = LogSegment.open(tmp_path, 100)
     try:
         assert rebuilt.recover(INTERVAL, NOW_MS) == 0
-        assert (list(rebuilt._index_offsets), list(rebuilt._index_positions),
-                list(rebuilt._time_timestamps), list(rebuilt._time_offsets)) == built
+        assert (list(rebuilt._offset_index.relative_offsets), list(rebuilt._offset_index.positions),
+                list(rebuilt._time_index.timestamps), list(rebuilt._time_index.relative_offsets)) == built
     finally:
         rebuilt.close_without_flush()
 

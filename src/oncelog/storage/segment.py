@@ -1,26 +1,25 @@
 """One log segment: a `.log` file of whole record batches and its two sparse indexes.
 
+This module owns a segment's files (their names, opening, appending, reading, recovery,
+truncation, flushing) and when its indexes get entries; the indexes' entries, searches
+and file format are index.py's.
+
 Files, named after the segment's base offset zero-padded to 20 digits (as in Kafka):
 
     00000000000000000000.log        record batches, exactly as produced (offsets assigned)
     00000000000000000000.index      offset index: (relative offset int32, position int32)
     00000000000000000000.timeindex  time index: (timestamp int64, relative offset int32)
 
-All integers big-endian. Both indexes get an entry at most every `index.interval.bytes`
-of log (the first batch of a segment never needs one: position 0 is implied).
+Both indexes get an entry at most every `index.interval.bytes` of log (the first batch
+of a segment never needs one: position 0 is implied); the time index gets one with each
+offset-index entry when the largest timestamp grew, and once more when the segment
+stops being active.
 
-- An offset-index entry is (base offset of a batch - segment base, batch position): the
-  largest entry at or below a target offset gives a batch boundary at or before the batch
-  holding the target; batch headers are scanned forward from there. (Kafka keys entries
-  on the batch's last offset; keying on the base offset lands on the holding batch.)
-- A time-index entry is (largest timestamp so far, base offset of the batch carrying it),
-  added with each offset-index entry when the largest timestamp grew, and once more when
-  the segment stops being active. Timestamps are strictly increasing.
-
-The indexes live in memory (`array`s) and are written to disk, whole, when the segment
-stops being active (roll), on flush of a rolled segment, and on close. The active
-segment's index files are not rewritten on flush: after a crash the active segment is
-always rescanned by recovery, so only a clean close needs them.
+The indexes live in memory (index.py's `OffsetIndex` and `TimeIndex`, over `array`s)
+and are written to disk, whole, when the segment stops being active (roll), on flush of
+a rolled segment, and on close. The active segment's index files are not rewritten on
+flush: after a crash the active segment is always rescanned by recovery, so only a
+clean close needs them.
 
 A segment moves batches as opaque bytes and reads batch headers only (the 43 bytes up to
 and including maxTimestamp), with one exception off the produce/fetch path: a lookup by
@@ -33,9 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import sys
-from array import array
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -54,6 +50,7 @@ from oncelog.protocol.record_batch import (
 )
 from oncelog.storage.batch_records import decode_records
 from oncelog.storage.errors import CorruptLogError, StorageError
+from oncelog.storage.index import INDEX_ENTRY_SIZE, NO_TIMESTAMP, TIME_INDEX_ENTRY_SIZE, OffsetIndex, TimeIndex
 from oncelog.storage.producer_state import ProducerBatch
 
 logger = logging.getLogger("oncelog.storage")
@@ -61,10 +58,7 @@ logger = logging.getLogger("oncelog.storage")
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-INDEX_ENTRY_SIZE = 8
-TIME_INDEX_ENTRY_SIZE = 12
 INT32_MAX = 2**31 - 1
-NO_TIMESTAMP = -1
 
 # baseOffset, batchLength, (leader epoch, magic, crc skipped), attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence: what a segment and
@@ -81,7 +75,6 @@ _SCAN_CHUNK = 16 * 1024
 # Recovery reads the log in chunks of this size (a larger batch is read whole).
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 
-_BIG_ENDIAN_HOST = sys.byteorder == "big"
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -97,48 +90,6 @@ def parse_segment_base_offset(file_name: str, suffix: str = LOG_SUFFIX) -> int |
     return None
 
 
-def _to_big_endian(values: array) -> bytes:
-    if _BIG_ENDIAN_HOST:
-        return values.tobytes()
-    swapped = array(values.typecode, values)
-    swapped.byteswap()
-    return swapped.tobytes()
-
-
-def _from_big_endian(typecode: str, data: bytes) -> array:
-    values = array(typecode)
-    values.frombytes(data)
-    if not _BIG_ENDIAN_HOST:
-        values.byteswap()
-    return values
-
-
-def _interleave(columns: Sequence[tuple[bytes, int]], count: int) -> bytes:
-    """Fixed-width columns (data, width) joined into rows, with strided copies in C."""
-    row = sum(width for _, width in columns)
-    out = bytearray(row * count)
-    column_start = 0
-    for data, width in columns:
-        for byte in range(width):
-            out[column_start + byte :: row] = data[byte::width]
-        column_start += width
-    return bytes(out)
-
-
-def _deinterleave(data: bytes, widths: Sequence[int]) -> list[bytes]:
-    row = sum(widths)
-    count = len(data) // row
-    columns = []
-    column_start = 0
-    for width in widths:
-        column = bytearray(width * count)
-        for byte in range(width):
-            column[byte::width] = data[column_start + byte :: row]
-        columns.append(bytes(column))
-        column_start += width
-    return columns
-
-
 def _storage_error(path: Path, action: str, exc: OSError) -> StorageError:
     return StorageError(str(path), f"cannot {action}: {exc.strerror}", exc.errno)
 
@@ -149,12 +100,10 @@ class LogSegment:
     __slots__ = (
         "_bytes_since_index_entry",
         "_fd",
-        "_index_offsets",
-        "_index_positions",
         "_indexes_dirty",
         "_log_dirty",
-        "_time_offsets",
-        "_time_timestamps",
+        "_offset_index",
+        "_time_index",
         "base_offset",
         "directory",
         "index_path",
@@ -191,10 +140,8 @@ class LogSegment:
         self.time_index_path = directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix)
 
     def _reset_indexes(self) -> None:
-        self._index_offsets = array("i")
-        self._index_positions = array("i")
-        self._time_timestamps = array("q")
-        self._time_offsets = array("i")
+        self._offset_index = OffsetIndex()
+        self._time_index = TimeIndex()
         self._bytes_since_index_entry = 0
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -253,33 +200,25 @@ class LogSegment:
             raise _storage_error(self.index_path, "read index", exc) from exc
         if len(index_data) % INDEX_ENTRY_SIZE or len(time_data) % TIME_INDEX_ENTRY_SIZE:
             return False
-        offsets_bytes, positions_bytes = _deinterleave(index_data, (4, 4))
-        timestamps_bytes, time_offsets_bytes = _deinterleave(time_data, (8, 4))
         self._reset_indexes()
-        self._index_offsets = _from_big_endian("i", offsets_bytes)
-        self._index_positions = _from_big_endian("i", positions_bytes)
-        self._time_timestamps = _from_big_endian("q", timestamps_bytes)
-        self._time_offsets = _from_big_endian("i", time_offsets_bytes)
-        # Sanity checks in the spirit of Kafka's: cheap, catching truncated or foreign files.
-        if self._index_offsets:
-            if self._index_offsets[0] < 0 or self._index_positions[0] < 0:
-                return False
-            if self._index_positions[-1] >= self.size:
-                return False
-        if self._time_offsets and self._time_offsets[0] < 0:
+        self._offset_index = OffsetIndex.from_bytes(index_data)
+        self._time_index = TimeIndex.from_bytes(time_data)
+        if not self._offset_index.is_sane(self.size) or not self._time_index.is_sane():
             return False
-        if self._time_timestamps:
-            self.max_timestamp = self._time_timestamps[-1]
-            self.offset_of_max_timestamp = self.base_offset + self._time_offsets[-1]
+        last_time_entry = self._time_index.last()
+        if last_time_entry is not None:
+            self.max_timestamp = last_time_entry[0]
+            self.offset_of_max_timestamp = self.base_offset + last_time_entry[1]
         # Re-index the tail from the last entry: finds next_offset and heals a short index.
-        if self._index_positions:
-            position = self._index_positions[-1]
-            expected_first = self.base_offset + self._index_offsets[-1]
+        last_entry = self._offset_index.last()
+        if last_entry is not None:
+            position = last_entry[1]
+            expected_first: int | None = self.base_offset + last_entry[0]
         else:
             position = 0
             expected_first = None
         self.next_offset = self.base_offset
-        entry_counts = (len(self._index_offsets), len(self._time_timestamps))
+        entry_counts = (len(self._offset_index), len(self._time_index))
         try:
             for batch_position, base, last, size, _attributes, _base_ts, max_ts, *_ in self._scan(position):
                 if expected_first is not None:
@@ -291,7 +230,7 @@ class LogSegment:
                 self.next_offset = last + 1
         except CorruptLogError:
             return False
-        self._indexes_dirty = entry_counts != (len(self._index_offsets), len(self._time_timestamps))
+        self._indexes_dirty = entry_counts != (len(self._offset_index), len(self._time_index))
         self._set_rolling_base(now_ms)
         return True
 
@@ -427,33 +366,26 @@ class LogSegment:
             # Rescanning the batch an existing entry points at: restart the interval there.
             self._bytes_since_index_entry = 0
         elif self._bytes_since_index_entry > index_interval_bytes:
-            self._index_offsets.append(base_offset - self.base_offset)
-            self._index_positions.append(position)
+            self._offset_index.append(base_offset - self.base_offset, position)
             self._maybe_append_time_entry()
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += size
         self._indexes_dirty = True
 
     def _maybe_append_time_entry(self) -> None:
-        last = self._time_timestamps[-1] if self._time_timestamps else NO_TIMESTAMP
-        if self.max_timestamp > last:
-            self._time_timestamps.append(self.max_timestamp)
-            self._time_offsets.append(self.offset_of_max_timestamp - self.base_offset)
+        if self._time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp - self.base_offset):
             self._indexes_dirty = True
 
     def index_is_full(self, segment_index_bytes: int) -> bool:
-        return (
-            len(self._index_offsets) >= segment_index_bytes // INDEX_ENTRY_SIZE
-            or len(self._time_timestamps) >= segment_index_bytes // TIME_INDEX_ENTRY_SIZE
-        )
+        return self._offset_index.is_full(segment_index_bytes) or self._time_index.is_full(segment_index_bytes)
 
     @property
     def index_entry_count(self) -> int:
-        return len(self._index_offsets)
+        return len(self._offset_index)
 
     @property
     def time_index_entry_count(self) -> int:
-        return len(self._time_timestamps)
+        return len(self._time_index)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -536,8 +468,7 @@ class LogSegment:
         offset is >= `offset` (the batch holding it), or None past the end."""
         if offset >= self.next_offset:
             return None
-        entry = bisect_right(self._index_offsets, offset - self.base_offset) - 1
-        position = self._index_positions[entry] if entry >= 0 else 0
+        position = self._offset_index.position_at_or_before(offset - self.base_offset)
         for batch_position, base, last, size, *_ in self._scan(position):
             if last >= offset:
                 return batch_position, base, last, size
@@ -615,8 +546,7 @@ class LogSegment:
 
     def _last_boundary_at_or_before(self, start: int, limit: int) -> int:
         """The largest batch boundary in [start, limit], scanning from the nearest entry."""
-        entry = bisect_right(self._index_positions, limit) - 1
-        position = max(self._index_positions[entry], start) if entry >= 0 else start
+        position = max(self._offset_index.indexed_position_at_or_below(limit), start)
         for batch_position, _base, _last, size, *_ in self._scan(position):
             if batch_position + size > limit:
                 return batch_position
@@ -668,8 +598,7 @@ class LogSegment:
         if self.max_timestamp < timestamp or self.next_offset <= start_offset:
             return None
         # Every batch up to the entry before the first entry >= timestamp is older.
-        entry = bisect_left(self._time_timestamps, timestamp) - 1
-        scan_from = self.base_offset + self._time_offsets[entry] if entry >= 0 else self.base_offset
+        scan_from = self.base_offset + self._time_index.offset_before(timestamp)
         first = self.locate(max(scan_from, start_offset))
         if first is None:
             return None
@@ -742,21 +671,19 @@ class LogSegment:
         self.size = position
         self.next_offset = base
         self._log_dirty = True
-        kept = bisect_left(self._index_positions, position)
-        del self._index_offsets[kept:]
-        del self._index_positions[kept:]
-        kept_time = bisect_left(self._time_offsets, base - self.base_offset)
-        del self._time_timestamps[kept_time:]
-        del self._time_offsets[kept_time:]
+        self._offset_index.truncate_to_position(position)
+        self._time_index.truncate_to_offset(base - self.base_offset)
         # Batches before the last offset-index entry are covered by the time index;
         # the ones after it are rescanned to restore the largest timestamp.
-        if self._time_timestamps:
-            self.max_timestamp = self._time_timestamps[-1]
-            self.offset_of_max_timestamp = self.base_offset + self._time_offsets[-1]
+        last_time_entry = self._time_index.last()
+        if last_time_entry is not None:
+            self.max_timestamp = last_time_entry[0]
+            self.offset_of_max_timestamp = self.base_offset + last_time_entry[1]
         else:
             self.max_timestamp = NO_TIMESTAMP
             self.offset_of_max_timestamp = -1
-        tail_start = self._index_positions[-1] if self._index_positions else 0
+        last_entry = self._offset_index.last()
+        tail_start = last_entry[1] if last_entry is not None else 0
         for _position, batch_base, _last, _size, _attributes, _base_ts, max_ts, *_ in self._scan(tail_start):
             if max_ts > self.max_timestamp:
                 self.max_timestamp = max_ts
@@ -775,14 +702,8 @@ class LogSegment:
         """Write both index files whole: through a temp file renamed into place, or, with
         `open_file`, straight into the descriptor it opens for each index path (the log
         cleaner's `.cleaned` files, which nothing reads before its swap renames them)."""
-        count = len(self._index_offsets)
-        index_data = _interleave(
-            ((_to_big_endian(self._index_offsets), 4), (_to_big_endian(self._index_positions), 4)), count
-        )
-        time_count = len(self._time_timestamps)
-        time_data = _interleave(
-            ((_to_big_endian(self._time_timestamps), 8), (_to_big_endian(self._time_offsets), 4)), time_count
-        )
+        index_data = self._offset_index.to_bytes()
+        time_data = self._time_index.to_bytes()
         for path, data in ((self.index_path, index_data), (self.time_index_path, time_data)):
             temp = path.with_name(path.name + ".tmp") if open_file is None else path
             try:
