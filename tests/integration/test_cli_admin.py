@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.kafka import create_topic
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
 COMMAND_TIMEOUT_S = 60
@@ -73,11 +74,6 @@ def cli(shared_broker) -> Cli:
 def topic(request) -> str:
     """A topic name unique to the test (tests share one broker)."""
     return re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:200]
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def read_values(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes | None]:

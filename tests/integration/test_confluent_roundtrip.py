@@ -4,15 +4,10 @@ import time
 from collections import defaultdict
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.kafka import create_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-def create_topic(bootstrap, name, partitions, **config):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config={k: str(v) for k, v in config.items()})])
-    futures[name].result(10)
 
 
 def consume_all(bootstrap, topic, expected, *, isolation="read_uncommitted", timeout=60):
@@ -132,7 +127,7 @@ def test_produce_to_missing_topic_with_auto_create_off_fails(tmp_path):
 
 def test_large_message_limits(broker):
     bootstrap = broker.bootstrap_servers
-    create_topic(bootstrap, "small", 1, **{"max.message.bytes": 2000})
+    create_topic(bootstrap, "small", 1, config={"max.message.bytes": 2000})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "message.max.bytes": 1_000_000})
     errors = []
     producer.produce("small", b"x" * 5000, on_delivery=lambda e, m: errors.append(e))

@@ -14,7 +14,6 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
 from kio.schema.types import TopicName
@@ -23,6 +22,7 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 from oncelog import EmbeddedBroker
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
+from tests.support.kafka import create_topic
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 BIG = 50 * 1024 * 1024
@@ -30,11 +30,6 @@ BIG = 50 * 1024 * 1024
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, **config) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1, config={k: str(v) for k, v in config.items()})])[name].result(10)
 
 
 def batch(count: int = 1, value_size: int = 100) -> bytes:
@@ -282,7 +277,7 @@ def test_read_committed_fetch_stops_at_the_last_stable_offset(shared_broker):
 def test_zstd_topic_is_unsupported_compression_type_below_fetch_v10(shared_broker):
     bootstrap = shared_broker.bootstrap_servers
     topic = unique("zstd-topic")
-    create_topic(bootstrap, topic, **{"compression.type": "zstd"})
+    create_topic(bootstrap, topic, config={"compression.type": "zstd"})
     produce(bootstrap, topic, compressed_batch(4))
     with WireClient.connect(bootstrap) as client:
         old = fetch_one(client, topic, 0, version=9)

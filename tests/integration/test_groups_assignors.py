@@ -8,12 +8,12 @@ import threading
 
 import pytest
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from oncelog import EmbeddedBroker
 from oncelog.testing.process import wait_until
-
-from .test_groups_confluent import PARTITIONS, consumer_config, describe, wait_for_stable
+from tests.support.groups import PARTITIONS, consumer_config, describe, wait_for_stable
+from tests.support.kafka import create_topic
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +63,10 @@ class RecordingConsumer:
             self.consumer.close()  # LeaveGroup; the revoke callback runs here
 
 
-def create_topic(broker: EmbeddedBroker, topic: str) -> AdminClient:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
-    return admin
-
-
 def test_roundrobin_deals_partitions_out_in_member_id_order(assignor_broker):
     topic, group = "rr-topic", "rr-group"
-    admin = create_topic(assignor_broker, topic)
+    create_topic(assignor_broker.bootstrap_servers, topic, PARTITIONS)
+    admin = AdminClient({"bootstrap.servers": assignor_broker.bootstrap_servers})
     members = [RecordingConsumer(consumer_config(assignor_broker.bootstrap_servers, group, "roundrobin", None), topic)
                for _ in range(3)]
     try:
@@ -87,7 +82,8 @@ def test_roundrobin_deals_partitions_out_in_member_id_order(assignor_broker):
 
 def test_cooperative_sticky_never_revokes_a_partition_that_stays(assignor_broker):
     topic, group = "coop-topic", "coop-group"
-    admin = create_topic(assignor_broker, topic)
+    create_topic(assignor_broker.bootstrap_servers, topic, PARTITIONS)
+    admin = AdminClient({"bootstrap.servers": assignor_broker.bootstrap_servers})
     config = consumer_config(assignor_broker.bootstrap_servers, group, "cooperative-sticky", None)
     first = RecordingConsumer(config, topic)
     second = None

@@ -17,71 +17,28 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from oncelog import EmbeddedBroker
 from oncelog.testing.process import wait_until
-
-PARTITIONS = 6
-SESSION_TIMEOUT_MS = 6000
+from tests.support.groups import (
+    PARTITIONS,
+    SESSION_TIMEOUT_MS,
+    ConsumerThread,
+    consume_loop,
+    consumer_config,
+    describe,
+    stable_assignment,
+    wait_for_stable,
+)
+from tests.support.kafka import create_topic, produce_to_partitions
 
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory):
     with EmbeddedBroker(tmp_path_factory.mktemp("groups"), {"group.initial.rebalance.delay.ms": "200"}) as broker:
         yield broker
-
-
-def consumer_config(bootstrap: str, group: str, strategy: str, instance: str | None) -> dict:
-    config = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "heartbeat.interval.ms": 300,
-        "partition.assignment.strategy": strategy,
-        "topic.metadata.refresh.interval.ms": 1000,
-    }
-    if instance is not None:
-        config["group.instance.id"] = instance
-    return config
-
-
-def consume_loop(consumer: Consumer, topic: str, stop: threading.Event, on_message, on_assign=None) -> None:
-    """Poll, record, commit each message synchronously (so nothing committed is redelivered).
-    A consumer is used from this one thread only: librdkafka's handle is not shared."""
-    if on_assign is None:
-        consumer.subscribe([topic])
-    else:
-        consumer.subscribe([topic], on_assign=lambda _, partitions: on_assign(partitions))
-    while not stop.is_set():
-        message = consumer.poll(0.1)
-        if message is None or message.error():
-            continue
-        on_message(message.partition(), message.offset())
-        consumer.commit(message=message, asynchronous=False)
-
-
-class ConsumerThread:
-    def __init__(self, config: dict, topic: str) -> None:
-        self.consumer = Consumer(config)
-        self.received: list[tuple[int, int]] = []
-        self.assignments: list[list[int]] = []  # each assignment the consumer got (eager assignors)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=consume_loop,
-            args=(self.consumer, topic, self._stop, lambda p, o: self.received.append((p, o)),
-                  lambda partitions: self.assignments.append(sorted(tp.partition for tp in partitions))),
-            daemon=True,
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.consumer.close()
 
 
 class ConsumerProcess:
@@ -107,37 +64,8 @@ class ConsumerProcess:
 
 
 def produce(bootstrap: str, topic: str, per_partition: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for partition in range(PARTITIONS):
-        for i in range(per_partition):
-            producer.produce(topic, f"{partition}-{i}".encode(), partition=partition)
-    assert producer.flush(10) == 0
-
-
-def describe(admin: AdminClient, group: str):
-    return admin.describe_consumer_groups([group])[group].result(10)
-
-
-def stable_assignment(admin: AdminClient, group: str, members: int) -> dict[str, list[int]] | None:
-    """member client host/id -> partitions, when the group is Stable with `members`
-    members owning every partition exactly once; else None."""
-    description = describe(admin, group)
-    if description.state != ConsumerGroupState.STABLE or len(description.members) != members:
-        return None
-    owned = {m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions) for m in description.members}
-    every = sorted(p for partitions in owned.values() for p in partitions)
-    return owned if every == list(range(PARTITIONS)) else None
-
-
-def wait_for_stable(admin, group, members, timeout=20.0) -> dict[str, list[int]]:
-    found: dict = {}
-
-    def check():
-        found["owned"] = stable_assignment(admin, group, members)
-        return found["owned"] is not None
-
-    wait_until(check, timeout=timeout, interval=0.2, message=f"{members} members owning all partitions once")
-    return found["owned"]
+    produce_to_partitions(bootstrap, topic, [(partition, f"{partition}-{i}".encode())
+                                             for partition in range(PARTITIONS) for i in range(per_partition)])
 
 
 def committed(admin_consumer: Consumer, topic: str) -> list[int]:
@@ -150,8 +78,8 @@ def test_three_consumers_share_partitions_survive_leave_and_kill_and_resume(grou
     topic, group = f"orders-{strategy}", f"group-{strategy}"
     static = strategy == "static"
     assignor = "range" if static else strategy
+    create_topic(bootstrap, topic, PARTITIONS)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
     produce(bootstrap, topic, 10)
 
     def config(name):
@@ -218,8 +146,8 @@ def test_three_consumers_share_partitions_survive_leave_and_kill_and_resume(grou
 def test_static_member_restart_keeps_its_partitions_without_rebalance(group_broker):
     bootstrap = group_broker.bootstrap_servers
     topic, group = "static-restart", "static-restart-group"
+    create_topic(bootstrap, topic, PARTITIONS)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
     consumers = [ConsumerThread(consumer_config(bootstrap, group, "range", f"s-{i}"), topic) for i in range(3)]
     replacement = None
     try:

@@ -8,11 +8,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from oncelog import EmbeddedBroker
 from oncelog.testing.process import wait_until
+from tests.support.kafka import create_topic, produce_to_partitions
 
 PARTITIONS = 4
 
@@ -26,13 +26,10 @@ def group_broker(tmp_path_factory):
 def create_and_fill(bootstrap: str, topic: str, start: int, count: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic not in admin.list_topics(timeout=10).topics:
-        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(10)
-    if not count:
-        return
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(start, start + count):
-        producer.produce(topic, str(i).encode(), partition=i % PARTITIONS)
-    assert producer.flush(10) == 0
+        create_topic(bootstrap, topic, PARTITIONS)
+    if count:
+        numbers = range(start, start + count)
+        produce_to_partitions(bootstrap, topic, [(i % PARTITIONS, str(i).encode()) for i in numbers])
 
 
 def test_kafka_python_group_consumers_share_commit_and_resume(group_broker):

@@ -5,20 +5,18 @@ resumes where it was; an empty group keeps its offsets."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import ConsumerGroupState, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import ConsumerGroupState, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from oncelog.testing.process import BrokerProcess, wait_until
-from tests.integration.test_groups_confluent import ConsumerThread, consumer_config, describe
+from tests.support.groups import ConsumerThread, consumer_config, describe
+from tests.support.kafka import create_topic, produce_to_partitions
 
 PARTITIONS = 3
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(start, start + count):
-        producer.produce(topic, str(i).encode(), partition=i % PARTITIONS)
-    assert producer.flush(10) == 0
+    produce_to_partitions(bootstrap, topic, [(i % PARTITIONS, str(i).encode()) for i in range(start, start + count)])
 
 
 def group_offsets(admin: AdminClient, group: str, topic: str) -> list[int]:
@@ -33,8 +31,8 @@ def group_offsets(admin: AdminClient, group: str, topic: str) -> list[int]:
 def test_group_membership_and_offsets_survive_broker_restart(tmp_path, how):
     with BrokerProcess(tmp_path / "data", {"group.initial.rebalance.delay.ms": "100"}) as broker:
         bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, "events", PARTITIONS)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("events", PARTITIONS, 1)])["events"].result(10)
         produce(bootstrap, "events", 0, 30)
 
         # A group whose only consumer finished and left: Empty, with offsets.

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from oncelog.testing.checker import check
 from oncelog.testing.history import (
@@ -22,18 +22,12 @@ from oncelog.testing.history import (
     observe_group_offsets,
     read_all,
 )
-
-
-def create_topics(bootstrap, partitions, *names):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1) for name in names])
-    for future in futures.values():
-        future.result(10)
+from tests.support.kafka import create_topics
 
 
 def test_idempotent_sends_and_final_reads_are_recorded_and_check_clean(broker):
     bootstrap = broker.bootstrap_servers
-    create_topics(bootstrap, 3, "events")
+    create_topics(bootstrap, ("events", 3))
     history = History()
     with RecordingProducer(history, {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2},
                            client="p1") as producer:
@@ -58,7 +52,7 @@ def test_idempotent_sends_and_final_reads_are_recorded_and_check_clean(broker):
 
 def test_transactional_outcomes_are_recorded_and_aborted_records_stay_invisible(broker):
     bootstrap = broker.bootstrap_servers
-    create_topics(bootstrap, 2, "orders")
+    create_topics(bootstrap, ("orders", 2))
     history = History()
     producer = RecordingTransactionalProducer(
         history, {"bootstrap.servers": bootstrap, "transactional.id": "orders-writer", "linger.ms": 1}, client="tx")
@@ -91,7 +85,7 @@ def test_transactional_outcomes_are_recorded_and_aborted_records_stay_invisible(
 
 def test_checker_reports_acknowledged_records_lost_when_the_topic_is_recreated(broker):
     bootstrap = broker.bootstrap_servers
-    create_topics(bootstrap, 1, "fragile")
+    create_topics(bootstrap, ("fragile", 1))
     history = History()
     with RecordingProducer(history, {"bootstrap.servers": bootstrap}, client="p1") as producer:
         for _ in range(20):
@@ -99,7 +93,7 @@ def test_checker_reports_acknowledged_records_lost_when_the_topic_is_recreated(b
         assert producer.flush(30) == 0
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.delete_topics(["fragile"])["fragile"].result(10)
-    create_topics(bootstrap, 1, "fragile")
+    create_topics(bootstrap, ("fragile", 1))
 
     read_all(history, bootstrap, ["fragile"], "read_uncommitted")
     report = check(history)
@@ -109,7 +103,7 @@ def test_checker_reports_acknowledged_records_lost_when_the_topic_is_recreated(b
 
 def test_consume_transform_produce_keeps_group_offsets_atomic_with_outputs(broker):
     bootstrap = broker.bootstrap_servers
-    create_topics(bootstrap, 1, "ctp-in", "ctp-out")
+    create_topics(bootstrap, ("ctp-in", 1), ("ctp-out", 1))
     history = History()
     with RecordingProducer(history, {"bootstrap.servers": bootstrap}, client="src") as source:
         inputs = [source.send("ctp-in") for _ in range(12)]

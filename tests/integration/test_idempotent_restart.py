@@ -6,7 +6,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog.testing.process import BrokerProcess
-from tests.support.idempotent import create_topic, idempotent_batch, init_producer_id, produce
+from tests.support.idempotent import idempotent_batch, init_producer_id, produce
+from tests.support.kafka import create_topic
 
 
 @pytest.mark.parametrize("how", ["clean_restart", "kill_9", "kill_9_after_roll"])
@@ -15,7 +16,7 @@ def test_retry_after_restart_is_deduplicated(tmp_path, how):
     if how == "kill_9_after_roll":
         config["log.segment.bytes"] = "300"  # several segments: replay crosses a snapshot
     with BrokerProcess(tmp_path / "data", config) as broker:
-        create_topic(broker.bootstrap_servers)
+        create_topic(broker.bootstrap_servers, "idem")
         producer_id, epoch = init_producer_id(broker.bootstrap_servers)
         offsets = []
         for sequence in range(0, 15, 3):
@@ -49,7 +50,7 @@ def test_retry_after_restart_is_deduplicated(tmp_path, how):
 
 def test_validation_errors_on_the_wire(tmp_path):
     with BrokerProcess(tmp_path / "data", {"num.partitions": "1"}) as broker:
-        create_topic(broker.bootstrap_servers)
+        create_topic(broker.bootstrap_servers, "idem")
         producer_id, _ = init_producer_id(broker.bootstrap_servers)
         assert produce(broker.bootstrap_servers, idempotent_batch(producer_id, 2, 0)).error_code == ErrorCode.none
         stale = produce(broker.bootstrap_servers, idempotent_batch(producer_id, 1, 3))
@@ -72,7 +73,7 @@ def test_duplicate_on_a_log_append_time_topic_returns_the_original_append_time(t
     client's own timestamp."""
     client_timestamp = 1_000  # long past: were it kept, the producer would count as expired
     with BrokerProcess(tmp_path / "data", {"log.flush.interval.messages": "1"}) as broker:
-        create_topic(broker.bootstrap_servers, "stamped", {"message.timestamp.type": "LogAppendTime"})
+        create_topic(broker.bootstrap_servers, "stamped", config={"message.timestamp.type": "LogAppendTime"})
         producer_id, epoch = init_producer_id(broker.bootstrap_servers)
         first = produce(broker.bootstrap_servers, idempotent_batch(producer_id, epoch, 0, timestamp=client_timestamp),
                         topic="stamped")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.kafka import create_topic
 
 KCAT_TIMEOUT_S = 60
 
@@ -30,11 +31,6 @@ def kcat() -> str:
 @pytest.fixture
 def topic(request) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:200]
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def run_kcat(kcat: str, bootstrap: str, *args: str,

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v6 import request as list_v6
@@ -21,6 +21,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.protocol.client import WireClient
+from tests.support.kafka import create_topic
 
 T0 = 1_700_000_000_000
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -29,11 +30,6 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, **config) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1, config={k: str(v) for k, v in config.items()})])[name].result(10)
 
 
 def records_batch(timestamps: list[int], *, codec: int = 0) -> bytes:
@@ -123,7 +119,7 @@ def test_wire_lookup_answers_the_first_record_at_or_after_the_target_with_its_ti
 
 def test_log_append_time_topic_answers_the_first_record_with_the_append_time(shared_broker):
     topic = unique("append-time")
-    create_topic(shared_broker.bootstrap_servers, topic, **{"message.timestamp.type": "LogAppendTime"})
+    create_topic(shared_broker.bootstrap_servers, topic, config={"message.timestamp.type": "LogAppendTime"})
     with WireClient.connect(shared_broker.bootstrap_servers) as client:
         produce(client, topic, records_batch([T0, T0 + 10, T0 + 20], codec=2))
         error, offset, timestamp = lookup(client, topic, -3)

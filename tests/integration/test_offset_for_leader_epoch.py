@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_for_leader_epoch.v2 import request as epoch_v2
@@ -23,17 +22,13 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
+from tests.support.kafka import create_topic
 
 VERSIONS = {2: epoch_v2, 3: epoch_v3, 4: epoch_v4}
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
 
 
 def produce(client: WireClient, topic: str, count: int) -> None:

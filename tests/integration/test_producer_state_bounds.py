@@ -12,12 +12,8 @@ from kio.schema.errors import ErrorCode
 from oncelog.broker.embedded import EmbeddedBroker
 from oncelog.protocol.client import WireClient
 from oncelog.testing.process import BrokerProcess, wait_until
-from tests.support.idempotent import (
-    create_topic,
-    idempotent_batch,
-    init_producer_id,
-    produce,
-)
+from tests.support.idempotent import idempotent_batch, init_producer_id, produce
+from tests.support.kafka import create_topic
 
 
 def active_producers(bootstrap, topic="idem", partition=0):
@@ -41,7 +37,7 @@ def test_producer_expired_before_a_restart_stays_expired_after_it(tmp_path, how)
         config["log.segment.bytes"] = "200"  # a roll per batch: snapshots taken while it was alive
     with BrokerProcess(tmp_path / "data", config) as broker:
         bootstrap = broker.bootstrap_servers
-        create_topic(bootstrap)
+        create_topic(bootstrap, "idem")
         producer_id, epoch = init_producer_id(bootstrap)
         for sequence in range(0, 9, 3):
             assert produce(bootstrap, idempotent_batch(producer_id, epoch, sequence)).error_code == ErrorCode.none
@@ -69,7 +65,7 @@ def test_producer_expired_before_a_restart_stays_expired_after_it(tmp_path, how)
 def test_producer_entries_per_partition_are_capped(tmp_path):
     with BrokerProcess(tmp_path / "data", {"producer.id.max.entries.per.partition": "3"}) as broker:
         bootstrap = broker.bootstrap_servers
-        create_topic(bootstrap)
+        create_topic(bootstrap, "idem")
         producer_ids = [init_producer_id(bootstrap)[0] for _ in range(10)]
         for offset, producer_id in enumerate(producer_ids):
             result = produce(bootstrap, idempotent_batch(producer_id, 0, 0, count=1))
@@ -90,7 +86,7 @@ def test_producer_entries_per_partition_are_capped(tmp_path):
 def test_an_ongoing_transaction_is_never_evicted_by_the_cap(tmp_path):
     with EmbeddedBroker(tmp_path / "data", {"producer.id.max.entries.per.partition": "2"}) as broker:
         bootstrap = broker.bootstrap_servers
-        create_topic(bootstrap)
+        create_topic(bootstrap, "idem")
         transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": "capped-txn", "linger.ms": 0})
         transactional.init_transactions(10)
         transactional.begin_transaction()

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v4 import request as fetch_v4
@@ -30,15 +29,11 @@ from oncelog.protocol import framing
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
 from oncelog.testing.process import BrokerProcess, wait_until
+from tests.support.kafka import create_topic
 
 MIB = 1 << 20
 TIMEOUT = 30.0
 TOPIC = "limits"
-
-
-def create_topic(bootstrap: str, config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 1, 1, config=config or {})])[TOPIC].result(TIMEOUT)
 
 
 def rss_bytes(broker: BrokerProcess) -> int:
@@ -182,7 +177,7 @@ def test_many_slow_large_frames_hold_no_more_than_queued_max_request_bytes(tmp_p
     config = {"socket.request.max.bytes": str(4 * MIB), "message.max.bytes": str(4 * MIB),
               "queued.max.request.bytes": bound}
     with BrokerProcess(tmp_path / "data", config) as broker:
-        create_topic(broker.bootstrap_servers)
+        create_topic(broker.bootstrap_servers, TOPIC)
         before = rss_bytes(broker)
         growth, answers = slow_large_frames(broker.port, 32, 2 * MIB, settle=3.0,
                                             measure=lambda: rss_bytes(broker) - before)
@@ -198,7 +193,7 @@ def test_accounted_request_bytes_stay_within_the_bound_and_all_return_when_conne
     config = {"socket.request.max.bytes": str(MIB), "message.max.bytes": str(MIB),
               "queued.max.request.bytes": str(MIB)}
     with EmbeddedBroker(tmp_path / "b", config) as broker:
-        create_topic(broker.bootstrap_servers)
+        create_topic(broker.bootstrap_servers, TOPIC)
         pool = broker.broker.server.request_memory
 
         def snapshot():
@@ -255,7 +250,7 @@ def test_a_client_that_pipelines_without_reading_is_pushed_back_and_answered_in_
     writer; once the client reads, every answer comes, in request order."""
     config = {"message.max.bytes": str(2 * MIB), "socket.request.max.bytes": str(4 * MIB)}
     with BrokerProcess(tmp_path / "data", config) as broker:
-        create_topic(broker.bootstrap_servers)
+        create_topic(broker.bootstrap_servers, TOPIC)
         with socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT) as sock:
             # 1 MiB of data for every Fetch to return, and a warm-up round.
             sock.sendall(produce_frame(0, MIB))

@@ -3,20 +3,13 @@
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException, Producer
 
 from oncelog import EmbeddedBroker
 from oncelog.testing.process import BrokerProcess
+from tests.support.kafka import create_topics, last_stable_offset, read_values
 
 FAST_TIMEOUTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
-
-
-def create_topics(bootstrap, *specs, **config):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config) for name, partitions in specs])
-    for future in futures.values():
-        future.result(10)
 
 
 def transactional_producer(bootstrap, transactional_id, **settings):
@@ -24,33 +17,6 @@ def transactional_producer(bootstrap, transactional_id, **settings):
                          **settings})
     producer.init_transactions(30)
     return producer
-
-
-def read(bootstrap, partitions, isolation, *, settle=1.5):
-    """Everything readable now: polls until no new message arrived for `settle` seconds."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
-        "enable.auto.commit": False, "isolation.level": isolation, "fetch.wait.max.ms": 50,
-    })
-    consumer.assign([TopicPartition(topic, partition, 0) for topic, partition in partitions])
-    values = []
-    quiet_since = time.monotonic()
-    while time.monotonic() - quiet_since < settle:
-        batch = consumer.consume(1000, timeout=0.1)
-        for message in batch:
-            assert message.error() is None, message.error()
-            values.append(message.value().decode())
-        if batch:
-            quiet_since = time.monotonic()
-    consumer.close()
-    return values
-
-
-def last_stable_offset(bootstrap, topic, partition):
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
-    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
-    consumer.close()
-    return high
 
 
 SIX = [(topic, p) for topic in ("orders", "payments") for p in range(3)]
@@ -71,7 +37,7 @@ def test_commit_across_two_topics_is_seen_whole_by_read_committed(txn_broker):
         topic, partition = SIX[i % 6]
         producer.produce(topic, f"c{i}".encode(), partition=partition)
     producer.commit_transaction(30)
-    assert sorted(read(bootstrap, SIX, "read_committed")) == sorted(f"c{i}" for i in range(60))
+    assert sorted(read_values(bootstrap, SIX, "read_committed")) == sorted(f"c{i}" for i in range(60))
 
 
 def test_abort_is_invisible_to_read_committed_and_visible_to_read_uncommitted(txn_broker):
@@ -86,8 +52,8 @@ def test_abort_is_invisible_to_read_committed_and_visible_to_read_uncommitted(tx
     producer.begin_transaction()
     producer.produce("orders", b"after", partition=0)
     producer.commit_transaction(30)
-    assert read(bootstrap, SIX, "read_committed") == ["after"]
-    uncommitted = read(bootstrap, SIX, "read_uncommitted")
+    assert read_values(bootstrap, SIX, "read_committed") == ["after"]
+    uncommitted = read_values(bootstrap, SIX, "read_uncommitted")
     assert sorted(uncommitted) == sorted([f"a{i}" for i in range(60)] + ["after"])
 
 
@@ -106,11 +72,11 @@ def test_open_transaction_holds_the_last_stable_offset(txn_broker):
     plain.flush(10)
 
     assert last_stable_offset(bootstrap, "orders", 0) == 0, "the LSO stays at the open transaction's first offset"
-    assert read(bootstrap, [("orders", 0)], "read_committed") == []
-    assert read(bootstrap, [("orders", 0)], "read_uncommitted") == ["held-1", "other-committed", "plain"]
+    assert read_values(bootstrap, [("orders", 0)], "read_committed") == []
+    assert read_values(bootstrap, [("orders", 0)], "read_uncommitted") == ["held-1", "other-committed", "plain"]
 
     holder.commit_transaction(30)
-    assert read(bootstrap, [("orders", 0)], "read_committed") == ["held-1", "other-committed", "plain"]
+    assert read_values(bootstrap, [("orders", 0)], "read_committed") == ["held-1", "other-committed", "plain"]
     # The commit marker takes an offset too: the LSO is past it.
     assert last_stable_offset(bootstrap, "orders", 0) == 5
 
@@ -134,8 +100,8 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction(txn_broker)
     assert error.fatal() or error.txn_requires_abort(), error
     assert error.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), error
 
-    assert read(bootstrap, [("orders", 1)], "read_committed") == ["successor-data"]
-    assert "zombie-data" in read(bootstrap, [("orders", 1)], "read_uncommitted")
+    assert read_values(bootstrap, [("orders", 1)], "read_committed") == ["successor-data"]
+    assert "zombie-data" in read_values(bootstrap, [("orders", 1)], "read_uncommitted")
 
 
 def test_a_producer_that_stops_mid_transaction_is_aborted_after_its_timeout(txn_broker):
@@ -147,7 +113,7 @@ def test_a_producer_that_stops_mid_transaction_is_aborted_after_its_timeout(txn_
     assert last_stable_offset(bootstrap, "payments", 2) == 0
     time.sleep(2.5)  # the timeout, plus the 200 ms cleanup interval, plus margin
     assert last_stable_offset(bootstrap, "payments", 2) == 2, "data and the ABORT marker are stable now"
-    assert read(bootstrap, [("payments", 2)], "read_committed") == []
+    assert read_values(bootstrap, [("payments", 2)], "read_committed") == []
     with pytest.raises(KafkaException):
         stalled.commit_transaction(10)  # the stalled producer was fenced by the abort
 
@@ -155,7 +121,7 @@ def test_a_producer_that_stops_mid_transaction_is_aborted_after_its_timeout(txn_
 def test_fetch_of_only_aborted_batches_yields_nothing_to_read_committed(tmp_path):
     with EmbeddedBroker(tmp_path / "b") as broker:
         bootstrap = broker.bootstrap_servers
-        create_topics(bootstrap, ("tiny", 1), **{"max.message.bytes": "1024"})
+        create_topics(bootstrap, ("tiny", 1), config={"max.message.bytes": "1024"})
         producer = transactional_producer(bootstrap, "tiny-writer", **{"batch.size": 512})
         for round_ in range(20):
             producer.begin_transaction()
@@ -163,12 +129,12 @@ def test_fetch_of_only_aborted_batches_yields_nothing_to_read_committed(tmp_path
                 producer.produce("tiny", f"r{round_}-{i}".encode().ljust(150, b"."), partition=0)
             producer.flush(10)
             producer.abort_transaction(30)
-        assert read(bootstrap, [("tiny", 0)], "read_committed") == []
-        assert len(read(bootstrap, [("tiny", 0)], "read_uncommitted")) == 100
+        assert read_values(bootstrap, [("tiny", 0)], "read_committed") == []
+        assert len(read_values(bootstrap, [("tiny", 0)], "read_uncommitted")) == 100
         producer.begin_transaction()
         producer.produce("tiny", b"finally", partition=0)
         producer.commit_transaction(30)
-        assert read(bootstrap, [("tiny", 0)], "read_committed") == ["finally"]
+        assert read_values(bootstrap, [("tiny", 0)], "read_committed") == ["finally"]
 
 
 def test_end_txn_retries_and_mismatches_get_kafkas_answers(txn_broker):
@@ -209,7 +175,8 @@ def test_commit_acknowledged_before_kill_9_is_fully_visible_after_restart(tmp_pa
         producer.commit_transaction(30)
         broker.kill()
         broker.start()
-        assert sorted(read(broker.bootstrap_servers, SIX, "read_committed")) == sorted(f"d{i}" for i in range(30))
+        committed = read_values(broker.bootstrap_servers, SIX, "read_committed")
+        assert sorted(committed) == sorted(f"d{i}" for i in range(30))
 
 
 def test_transaction_open_at_kill_9_is_aborted_after_its_timeout(tmp_path):
@@ -225,7 +192,7 @@ def test_transaction_open_at_kill_9_is_aborted_after_its_timeout(tmp_path):
         del producer
         broker.start()
         time.sleep(3)
-        assert read(broker.bootstrap_servers, SIX, "read_committed") == []
+        assert read_values(broker.bootstrap_servers, SIX, "read_committed") == []
         for topic, partition in SIX:
             assert last_stable_offset(broker.bootstrap_servers, topic, partition) == 3  # 2 records + ABORT
 
@@ -246,14 +213,14 @@ def test_coordinator_finishes_a_commit_interrupted_between_prepare_and_markers(t
         producer.flush(10)
         producer.commit_transaction(10)  # answered once PrepareCommit is durable, as in Kafka
         assert broker.call(lambda: coordinator.describe("two-phase").state.display_name) == "PrepareCommit"
-        assert read(broker.bootstrap_servers, SIX, "read_committed", settle=0.5) == []
+        assert read_values(broker.bootstrap_servers, SIX, "read_committed", settle=0.5) == []
     with EmbeddedBroker(data) as restarted:
         coordinator = restarted.broker.txn_coordinator
         deadline = time.monotonic() + 10  # phase two runs in the background after the load
         while restarted.call(lambda: coordinator.describe("two-phase").state.display_name) != "CompleteCommit":
             assert time.monotonic() < deadline, "the interrupted commit was not completed"
             time.sleep(0.05)
-        assert sorted(read(restarted.bootstrap_servers, SIX, "read_committed")) == [f"p{i}" for i in range(6)]
+        assert sorted(read_values(restarted.bootstrap_servers, SIX, "read_committed")) == [f"p{i}" for i in range(6)]
 
 
 def test_late_write_of_an_aborted_transaction_cannot_land_in_the_next(txn_broker):
@@ -285,7 +252,7 @@ def test_late_write_of_an_aborted_transaction_cannot_land_in_the_next(txn_broker
     producer.begin_transaction()
     producer.produce("orders", b"second", partition=0)
     producer.commit_transaction(30)
-    assert read(txn_broker.bootstrap_servers, [("orders", 0)], "read_committed") == ["second"]
+    assert read_values(txn_broker.bootstrap_servers, [("orders", 0)], "read_committed") == ["second"]
 
 
 def test_late_end_txn_of_a_timed_out_transaction_does_not_touch_the_successors(txn_broker):
@@ -314,9 +281,9 @@ def test_late_end_txn_of_a_timed_out_transaction_does_not_touch_the_successors(t
                                              producer_epoch=stale.producer_epoch, committed=True))
     assert late.error_code == ErrorCode.producer_fenced
     assert txn_broker.call(lambda: coordinator.describe("late-end").state.display_name) == "Ongoing"
-    assert read(bootstrap, [("orders", 2)], "read_committed", settle=0.5) == []
+    assert read_values(bootstrap, [("orders", 2)], "read_committed", settle=0.5) == []
     successor.commit_transaction(30)
-    assert read(bootstrap, [("orders", 2)], "read_committed") == ["new"]
+    assert read_values(bootstrap, [("orders", 2)], "read_committed") == ["new"]
 
 
 def test_transactional_id_expires_after_transactional_id_expiration_ms(tmp_path):
@@ -388,13 +355,13 @@ def test_coordinator_finishes_an_abort_interrupted_between_prepare_and_markers_a
         for topic, partition in SIX:
             assert last_stable_offset(bootstrap, topic, partition) == 2  # the record + the ABORT marker
             assert latest_coordinator_epoch(bootstrap, topic, partition, stuck.producer_id) == first_epoch + 1
-        assert read(bootstrap, SIX, "read_committed") == []
-        assert sorted(read(bootstrap, SIX, "read_uncommitted")) == [f"x{i}" for i in range(6)]
+        assert read_values(bootstrap, SIX, "read_committed") == []
+        assert sorted(read_values(bootstrap, SIX, "read_uncommitted")) == [f"x{i}" for i in range(6)]
         successor = transactional_producer(bootstrap, "abort-two-phase")
         successor.begin_transaction()
         successor.produce("orders", b"after-restart", partition=0)
         successor.commit_transaction(30)
-        assert read(bootstrap, [("orders", 0)], "read_committed") == ["after-restart"]
+        assert read_values(bootstrap, [("orders", 0)], "read_committed") == ["after-restart"]
 
 
 def test_coordinator_epoch_grows_with_every_restart_and_fences_older_markers(tmp_path):
@@ -439,4 +406,4 @@ def test_coordinator_epoch_grows_with_every_restart_and_fences_older_markers(tmp
 
         assert write_marker(epochs[-1]) == ErrorCode.transaction_coordinator_fenced
         assert write_marker(current) == ErrorCode.none
-        assert read(bootstrap, [("orders", 0)], "read_committed") == ["x"]
+        assert read_values(bootstrap, [("orders", 0)], "read_committed") == ["x"]

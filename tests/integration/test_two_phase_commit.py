@@ -13,8 +13,7 @@ from kio.schema.init_producer_id.v6.request import InitProducerIdRequest
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
-
-from .test_transactions import create_topics, last_stable_offset, read
+from tests.support.kafka import create_topics, last_stable_offset, read_values
 
 
 def init_2pc(bootstrap, transactional_id, keep_prepared=True):
@@ -66,12 +65,12 @@ def test_kept_prepared_transaction_outlives_its_timeout_and_is_ended_by_the_new_
     assert kept.producer_epoch == original_epoch + 1
 
     time.sleep(1.8)  # past the writer's 1 s transaction.timeout.ms: a 2PC transaction waits
-    assert read(bootstrap, [("prepared", 0)], "read_committed", settle=0.3) == []
+    assert read_values(bootstrap, [("prepared", 0)], "read_committed", settle=0.3) == []
     assert last_stable_offset(bootstrap, "prepared", 0) == 0
 
     assert end_txn(bootstrap, "task-0", kept.producer_id, kept.producer_epoch, commit) == ErrorCode.none
     expected = ["a", "b", "c"] if commit else []
-    assert read(bootstrap, [("prepared", 0)], "read_committed") == expected
+    assert read_values(bootstrap, [("prepared", 0)], "read_committed") == expected
     del writer
 
 
@@ -81,7 +80,7 @@ def test_the_instance_that_prepared_cannot_end_it_after_the_handover(two_phase_b
     init_2pc(bootstrap, "task-1")
     with pytest.raises(KafkaException):
         writer.commit_transaction(5)
-    assert read(bootstrap, [("prepared", 0)], "read_committed", settle=0.3) == []
+    assert read_values(bootstrap, [("prepared", 0)], "read_committed", settle=0.3) == []
 
 
 def test_keep_prepared_without_an_open_transaction_reports_none(two_phase_broker):

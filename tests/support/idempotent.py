@@ -4,7 +4,6 @@ sequence numbers, Produce v9 (acks=all), for the restart and producer-state test
 import datetime
 import time
 
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.produce.v9 import request as produce_v9
@@ -21,11 +20,6 @@ def produce(bootstrap, batch, partition=0, topic="idem"):
     )
     with WireClient.connect(bootstrap) as client:
         return client.request(request).responses[0].partition_responses[0]
-
-
-def create_topic(bootstrap, name="idem", config=None):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1, config=config or {})])[name].result(10)
 
 
 def init_producer_id(bootstrap):
