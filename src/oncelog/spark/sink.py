@@ -20,9 +20,10 @@ Two modes (option `mode`):
   them are committed, so a read_committed consumer sees a micro-batch's records of a
   partition all at once.
 
-Tasks write through oncelog.client: rows become record batches a column at a time
-(oncelog.spark.sink_rows) and go out through a TransactionalProducer that speaks the
-standard transaction APIs; connections are kept by the Python worker for its next task.
+Tasks write through oncelog.client (oncelog.spark.sink_write, one function per mode): rows
+become record batches a column at a time (oncelog.spark.sink_rows) and go out through a
+TransactionalProducer that speaks the standard transaction APIs; connections are kept by
+the Python worker for its next task.
 
 Where code runs:
 - `OncelogDataSource.streamWriter()` / `writer()` (source.py) call `stream_writer()` /
@@ -37,7 +38,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -48,9 +49,7 @@ from pyspark.sql.types import StructType
 
 from oncelog.client.cluster import shared_cluster
 from oncelog.client.config import ClientConfig
-from oncelog.client.errors import ClientError, ConnectionLost, Fenced, NoAnswer
-from oncelog.client.groups import committed_offset
-from oncelog.client.producer import TransactionalProducer
+from oncelog.client.errors import ClientError
 from oncelog.spark import trace
 from oncelog.spark.errors import ClusterUnreachable, TwoPhaseCommitUnavailable
 from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV, pause_point
@@ -58,7 +57,6 @@ from oncelog.spark.sink_commit import (
     GATE_HEADER,
     BatchCommitter,
     abandon_query,
-    batch_transactional_prefix,
 )
 from oncelog.spark.sink_options import (
     BATCH_MODE,
@@ -69,8 +67,9 @@ from oncelog.spark.sink_options import (
     check_client_settings,
     parse_sink_options,
 )
-from oncelog.spark.sink_rows import RowWriter, check_input_schema, first_topic, nonempty_batches
+from oncelog.spark.sink_rows import RowWriter, check_input_schema, nonempty_batches
 from oncelog.spark.sink_task import TaskIdentity, TaskResult, read_query_id
+from oncelog.spark.sink_write import abort_quietly, describe_error, new_producer, write_batch_mode, write_partition_mode
 from oncelog.spark.twophase import TwoPhaseClient
 from oncelog.spark.worker import settle
 
@@ -201,160 +200,6 @@ def _results(messages: list) -> list[TaskResult]:
     return [message for message in messages if isinstance(message, TaskResult)]
 
 
-def _producer(options: SinkOptions, transactional_id: str) -> TransactionalProducer:
-    return TransactionalProducer(shared_cluster(options.client), transactional_id, options.producer_settings,
-                                 timeout_s=options.cluster_timeout_s)
-
-
-# -- partition mode (executor) ------------------------------------------------------------------
-
-
-def partition_transactional_id(options: SinkOptions, query_id: str, partition_id: int) -> str:
-    return f"{options.transactional_id_prefix}-{query_id}-{partition_id}"
-
-
-def _timed_rows(batches: Iterable, waiting: trace.Stopwatch) -> Iterator:
-    """The task's non-empty Arrow batches; `waiting` times how long each took to come
-    (the read, the transform and Spark's conversions upstream of this writer)."""
-    upstream = iter(batches)
-    while True:
-        waiting.start()
-        batch = next(upstream, None)
-        waiting.stop()
-        if batch is None:
-            return
-        if batch.num_rows:
-            yield batch
-
-
-def _write_rows(writer: RowWriter, first, rows, where: dict) -> None:
-    writing = trace.Stopwatch("sink.rows", **where)
-    writing.start()
-    writer.write(first)
-    writing.stop()
-    for batch in rows:
-        writing.start()
-        writer.write(batch)
-        writing.stop()
-    writing.record(records=writer.count)
-
-
-def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iterable) -> TaskResult:
-    where = {"batch": task.batch_id, "task": task.partition_id}
-    waiting = trace.Stopwatch("sink.upstream_wait", **where)
-    rows = _timed_rows(batches, waiting)
-    first = next(rows, None)
-    result = TaskResult(PARTITION_MODE, task.query_id, task.batch_id, task.partition_id, task.attempt, 0)
-    if first is None:
-        return result
-    transactional_id = partition_transactional_id(options, task.query_id, task.partition_id)
-    marker_topic = options.topic or first_topic(first, None)
-    producer = _producer(options, transactional_id)
-    began = False
-    try:
-        with trace.step("sink.init", **where):  # fences every earlier attempt of this partition
-            producer.init()
-        with trace.step("sink.marker_check", **where):
-            committed = committed_offset(producer.cluster, transactional_id, marker_topic, 0,
-                                         deadline=time.monotonic() + options.cluster_timeout_s)
-        if committed > task.batch_id:
-            for _ in rows:  # an earlier attempt or run committed this batch's rows
-                pass
-            return TaskResult(**{**asdict(result), "skipped": True})
-        producer.begin()
-        began = True
-        writer = RowWriter(producer, producer.cluster, options)
-        _write_rows(writer, first, rows, where)
-        with trace.step("sink.flush", **where):
-            producer.flush()
-        pause_point("partition:before-task-commit")  # every row is in the open transaction
-        with trace.step("sink.send_offsets", **where):
-            producer.send_offsets(transactional_id, {(marker_topic, 0): task.batch_id + 1})
-        with trace.step("sink.commit", **where):
-            producer.commit()
-        began = False
-        pause_point("partition:after-task-commit")
-        return TaskResult(**{**asdict(result), "records": writer.count, "topics": tuple(sorted(writer.topics))})
-    except ClientError as error:
-        raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
-    finally:
-        waiting.record()
-        if began:
-            _abort_quietly(producer)
-
-
-def _abort_quietly(producer: TransactionalProducer) -> None:
-    try:
-        producer.abort()
-    except ClientError:  # fenced or unreachable: the next InitProducerId of the id aborts it
-        pass
-
-
-def describe_error(error: ClientError, options: SinkOptions, where: str) -> str:
-    if isinstance(error, Fenced):
-        return f"{where} was fenced by a newer attempt of the same task (a retry or speculative copy)"
-    if isinstance(error, (NoAnswer, ConnectionLost)):
-        return (
-            f"{where}: kafka.bootstrap.servers={options.bootstrap_servers} did not answer within "
-            f"clusterTimeoutMs={options.cluster_timeout_ms}: {error}"
-        )
-    return f"{where}: {error}"
-
-
-# -- batch mode (executor) --------------------------------------------------------------------
-
-
-def batch_transactional_id(options: SinkOptions, task: TaskIdentity, run_token: str) -> str:
-    return (
-        f"{batch_transactional_prefix(options, task.query_id)}{task.batch_id}-{run_token}-"
-        f"{task.partition_id}-{task.attempt}"
-    )
-
-
-def write_batch_mode(options: SinkOptions, task: TaskIdentity, run_token: str, batches: Iterable) -> TaskResult:
-    transactional_id = batch_transactional_id(options, task, run_token)
-    result = TaskResult(BATCH_MODE, task.query_id, task.batch_id, task.partition_id, task.attempt, 0)
-    where = {"batch": task.batch_id, "task": task.partition_id}
-    waiting = trace.Stopwatch("sink.upstream_wait", **where)
-    rows = _timed_rows(batches, waiting)
-    first = next(rows, None)
-    if first is None:
-        waiting.record()
-        return result
-    producer = _producer(options, transactional_id)
-    handed_over = False
-    try:
-        with trace.step("sink.init", **where):
-            producer.init()
-        producer.begin()
-        writer = RowWriter(producer, producer.cluster, options)
-        _write_rows(writer, first, rows, where)
-        with trace.step("sink.flush", **where):
-            producer.flush()
-        pause_point("batch:before-handover")  # every row is in the open transaction
-        with (trace.step("sink.handover", **where),
-              TwoPhaseClient(options.client, options.cluster_timeout_s) as client):
-            kept = client.keep_prepared(transactional_id)
-        handed_over = True
-        if not kept.has_ongoing:
-            raise SinkWriteError(
-                f"the transaction of {transactional_id!r} ended before it was handed over "
-                "(did the task run longer than kafka.transaction.timeout.ms?)"
-            )
-        pause_point("batch:after-handover")
-        return TaskResult(
-            **{**asdict(result), "records": writer.count, "transactional_id": transactional_id,
-               "producer_id": kept.producer_id, "producer_epoch": kept.producer_epoch,
-               "topics": tuple(sorted(writer.topics))},
-        )
-    except ClientError as error:
-        raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
-    finally:
-        waiting.record()
-        if not handed_over:
-            _abort_quietly(producer)
-
-
 # -- batch DataFrame writes ---------------------------------------------------------------------
 
 
@@ -386,7 +231,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
         if first is None:
             return BatchWriteResult(partition_id, 0)
         task = TaskIdentity("write-" + self.job_token, 0, partition_id, context.attemptNumber())
-        producer = _producer(self.options, transactional_id)
+        producer = new_producer(self.options, transactional_id)
         began = False
         try:
             producer.init()
@@ -402,7 +247,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
             raise SinkWriteError(describe_error(error, self.options, task.describe(transactional_id))) from None
         finally:
             if began:
-                _abort_quietly(producer)
+                abort_quietly(producer)
 
     def commit(self, messages: list) -> None:
         """Driver: every task committed its own transaction already."""
@@ -425,4 +270,6 @@ __all__ = [
     "abandon_query",
     "batch_writer",
     "stream_writer",
+    "write_batch_mode",
+    "write_partition_mode",
 ]

@@ -1,0 +1,163 @@
+"""The checks the runner makes before Spark starts, in about a second where Spark takes ten
+to start before saying the same in a long trace: the source's and the sink's options as
+they will parse them, the broker and both topics (`check_cluster`), and for --mode batch
+the cluster's two-phase commit. Also the transform's reference (`TransformReference`):
+located here, imported on the driver once the session runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from oncelog.spark.pipeline_failure import one_line
+from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options, source_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# How long the broker may take to answer the start-up check before it counts as unreachable.
+BROKER_CHECK_TIMEOUT_S = 10.0
+BROKER_REFUSED_GRACE_S = 3.0
+
+Transform = Callable[["DataFrame"], "DataFrame"]
+
+
+@dataclass(frozen=True)
+class TransformReference:
+    """`--transform module:function` or `path/to/file.py:function`, found but not yet
+    imported: a module may build UDFs at import time, which needs a running SparkContext."""
+
+    name: str  # as given
+    module: str
+    attribute: str
+    file: str | None  # the file to ship to executors, for path.py:function
+
+    @classmethod
+    def locate(cls, reference: str) -> TransformReference:
+        """Before Spark starts: the syntax is right and the file or module exists."""
+        target, sep, attribute = reference.rpartition(":")
+        if not sep or not target or not attribute:
+            raise PipelineError(f"--transform {reference!r}: use module:function or path/to/file.py:function")
+        if target.endswith(".py") or os.sep in target:
+            path = Path(target).expanduser().resolve()
+            if not path.is_file():
+                raise PipelineError(f"--transform {reference!r}: no file {str(path)!r}")
+            return cls(reference, path.stem, attribute, str(path))
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as error:
+            found = None
+            reason = one_line(error)
+        else:
+            reason = f"No module named {target!r}"
+        if found is None:
+            raise PipelineError(f"--transform {reference!r}: cannot import {target!r}: {reason}")
+        return cls(reference, target, attribute, None)
+
+    def load(self) -> Transform:
+        """On the driver, once the session runs: import the module and find the function."""
+        try:
+            if self.file is not None:
+                spec = importlib.util.spec_from_file_location(self.module, self.file)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                # Under its file name: executors import it by that name from addPyFile.
+                sys.modules[self.module] = module
+                spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(self.module)
+        except Exception as error:  # noqa: BLE001 (the user's module: anything can go wrong while importing it)
+            target = self.file or self.module
+            raise PipelineError(f"--transform {self.name!r}: cannot import {target!r}: {one_line(error)}") from None
+        function = getattr(module, self.attribute, None)
+        if function is None:
+            raise PipelineError(f"--transform {self.name!r}: {self.module!r} has no attribute {self.attribute!r}")
+        if not callable(function):
+            raise PipelineError(f"--transform {self.name!r}: {self.attribute!r} is not a function")
+        return function
+
+
+def check_options(spec: PipelineSpec) -> None:
+    """The source's and the sink's options as they will get them, checked as they will
+    check them (kafka.* names by librdkafka too), before Spark starts."""
+    from oncelog.spark.errors import SourceError
+    from oncelog.spark.options import parse_options
+    from oncelog.spark.sink_options import check_client_settings, parse_sink_options
+
+    try:
+        parse_options(source_options(spec), streaming=True)
+    except SourceError as error:
+        raise PipelineError(f"--source-option: {error}") from None
+    try:
+        check_client_settings(parse_sink_options(sink_options(spec), streaming=True))
+    except SourceError as error:  # the sink's errors derive from the source's
+        raise PipelineError(f"--sink-option: {error}") from None
+
+
+def check_two_phase_commit(spec: PipelineSpec) -> None:
+    """--mode batch: the cluster keeps prepared transactions (KIP-939), asked with the
+    hand-over call the sink's tasks make, on an id of the pipeline's own; before Spark
+    starts, and before anything is written."""
+    from oncelog.spark.errors import TwoPhaseError
+    from oncelog.spark.sink_options import parse_sink_options
+    from oncelog.spark.twophase import TwoPhaseClient
+
+    options = parse_sink_options(sink_options(spec), streaming=True)
+    try:
+        with TwoPhaseClient(options.client, min(options.cluster_timeout_s, BROKER_CHECK_TIMEOUT_S)) as client:
+            client.check_two_phase_commit()
+            client.keep_prepared(f"{spec.transactional_id}-check")
+    except TwoPhaseError as error:
+        raise PipelineError(f"--mode batch: {error}") from None
+
+
+def check_cluster(spec: PipelineSpec) -> None:
+    """The broker answers and both topics exist, or a one-line PipelineError, in seconds
+    (Spark would take ten seconds to start before saying the same in a long trace)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    refused_codes = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
+    settings: dict[str, str | int | float | bool] = {
+        key[len("kafka."):]: value for key, value in spec.source_options if key.startswith("kafka.")
+    }
+    # No librdkafka log lines (refused connections...): the outcome is reported as one line.
+    settings.update({"bootstrap.servers": spec.bootstrap_servers, "log_level": 0})
+    try:
+        admin = AdminClient(settings)
+    except (KafkaException, ValueError, TypeError) as error:
+        raise PipelineError(f"--source-option: invalid client setting: {one_line(error)}") from None
+    started = time.monotonic()
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=1.0)
+            break
+        except KafkaException as error:
+            waited = time.monotonic() - started
+            # A refused connection gets a short grace (a broker still starting), a slow one longer.
+            refused = _error_code(error) in refused_codes
+            if waited >= BROKER_CHECK_TIMEOUT_S or (refused and waited >= BROKER_REFUSED_GRACE_S):
+                raise PipelineError(
+                    f"cannot reach the broker at --bootstrap-server {spec.bootstrap_servers}: {one_line(error)}"
+                ) from None
+    for option, topic in (("--source", spec.source_topic), ("--sink", spec.sink_topic)):
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise PipelineError(
+                f"{option} topic {topic!r} does not exist on {spec.bootstrap_servers} "
+                f"(create it: oncelog topics create --bootstrap-server {spec.bootstrap_servers} --topic {topic})"
+            )
+
+
+def _error_code(error: Exception) -> int | None:
+    from confluent_kafka import KafkaError
+
+    return error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None

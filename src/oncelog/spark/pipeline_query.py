@@ -1,0 +1,101 @@
+"""The pipeline's query: the `format("oncelog")` source (read_committed) -> the transform
+(functions, or --sql over the view `source`) -> the `format("oncelog")` exactly-once sink,
+with Spark's checkpoint holding the progress. The transform's result is reduced to the
+sink's columns and checked before the query starts.
+
+Driver only: each transform function is called once here, to build the plan; a transform
+given as a file is shipped to executors with `SparkContext.addPyFile`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from oncelog.spark.pipeline_checks import TransformReference
+from oncelog.spark.pipeline_failure import one_line, spark_error_line
+from oncelog.spark.pipeline_spec import SOURCE_VIEW, PipelineError, PipelineSpec, sink_options, source_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+FORMAT_NAME = "oncelog"
+# The columns the sink reads from the transform's result; any other column is dropped.
+SINK_COLUMNS = ("key", "value", "headers", "partition")
+
+
+def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[TransformReference]) -> DataFrame:
+    """The transformed stream, reduced to the sink's columns; checked before it starts."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import DataFrame
+
+    source = build_source(spark, spec)
+    if spec.sql is not None:
+        source.createOrReplaceTempView(SOURCE_VIEW)
+        try:
+            result = spark.sql(spec.sql)
+        except PySparkException as error:
+            raise PipelineError(f"--sql: {spark_error_line(str(error))}") from None
+    else:
+        result = source
+        for transform in transforms:
+            if transform.file is not None:
+                spark.sparkContext.addPyFile(transform.file)
+            function = transform.load()
+            try:
+                result = function(result)
+            except Exception as error:  # noqa: BLE001 (the user's code, on the driver, building the plan)
+                raise PipelineError(
+                    f"--transform {transform.name} raised while building the query: {one_line(error)}"
+                ) from None
+            if not isinstance(result, DataFrame):
+                raise PipelineError(
+                    f"--transform {transform.name} returned {type(result).__name__}, not a DataFrame"
+                )
+    return sink_columns(result, spec)
+
+
+def build_source(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
+    reader = spark.readStream.format(FORMAT_NAME)
+    for key, value in source_options(spec).items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Keep what the sink writes: value (required, string or binary), key, headers,
+    partition. Everything else (offset, timestamp, a `topic` column...) is dropped: the
+    runner writes to --sink only."""
+    from pyspark.sql.types import BinaryType, StringType
+
+    if not result.isStreaming:
+        raise PipelineError(
+            f"the transform ({spec.describe_transform()}) returned a batch DataFrame: build it from "
+            f"the source DataFrame (or the view {SOURCE_VIEW!r})"
+        )
+    types = {f.name: f.dataType for f in result.schema.fields}
+    if "value" not in types:
+        raise PipelineError(
+            f"the transform's result has no value column (columns: {', '.join(types) or 'none'}); "
+            "the sink writes value, and key, headers, partition when present"
+        )
+    if not isinstance(types["value"], (BinaryType, StringType)):
+        raise PipelineError(
+            f"the transform's value column is {types['value'].simpleString()}; make it string or binary "
+            "(e.g. to_json(struct(...)) AS value)"
+        )
+    return result.select(*[name for name in SINK_COLUMNS if name in types])
+
+
+def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
+    writer = output.writeStream.format(FORMAT_NAME)
+    for key, value in sink_options(spec).items():
+        writer = writer.option(key, value)
+    if spec.trigger.kind == "available-now":
+        writer = writer.trigger(availableNow=True)
+    elif spec.trigger.kind == "once":
+        writer = writer.trigger(once=True)
+    else:
+        writer = writer.trigger(processingTime=f"{spec.trigger.interval_ms} milliseconds")
+    return writer.start()

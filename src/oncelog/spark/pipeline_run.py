@@ -1,0 +1,209 @@
+"""Running a pipeline (`run_pipeline`): check, start the session, build and start the
+query, then watch it until its trigger ends it, `stop` is set (SIGTERM, SIGINT) or it fails
+(a PipelineError, one line). And its progress: one line per finished micro-batch (text or
+JSON lines, `ProgressWatch`) and the run's totals (`RunResult`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from oncelog.spark.pipeline_checks import TransformReference, check_cluster, check_options, check_two_phase_commit
+from oncelog.spark.pipeline_failure import describe_failure, describe_ranges, spark_error_line
+from oncelog.spark.pipeline_query import build_output, start_query
+from oncelog.spark.pipeline_session import spark_log_path, start_session
+from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+PROGRESS_POLL_S = 0.2
+KEPT_BATCHES = 10_000
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One finished micro-batch, from Spark's StreamingQueryProgress."""
+
+    batch_id: int
+    records: int
+    duration_ms: int  # the whole trigger: plan, read, transform, write, sink commit, offset commit
+    add_batch_ms: int  # reading, transforming, writing and the sink's commit of this batch
+    start_offsets: dict | None
+    end_offsets: dict | None
+    timestamp: str
+    phases_ms: dict[str, int] = field(default_factory=dict)  # all of Spark's durationMs
+
+    @classmethod
+    def from_progress(cls, progress: dict) -> BatchProgress:
+        durations = progress.get("durationMs") or {}
+        sources = progress.get("sources") or [{}]
+        return cls(
+            batch_id=int(progress["batchId"]),
+            records=int(progress.get("numInputRows") or 0),
+            duration_ms=int(durations.get("triggerExecution", 0)),
+            add_batch_ms=int(durations.get("addBatch", 0)),
+            start_offsets=_offsets(sources[0].get("startOffset")),
+            end_offsets=_offsets(sources[0].get("endOffset")),
+            timestamp=str(progress.get("timestamp", "")),
+            phases_ms={str(k): int(v) for k, v in durations.items()},
+        )
+
+    def as_json(self) -> dict:
+        return {
+            "event": "batch", "batch": self.batch_id, "records": self.records,
+            "duration_ms": self.duration_ms, "add_batch_ms": self.add_batch_ms,
+            "start_offsets": self.start_offsets, "end_offsets": self.end_offsets,
+            "timestamp": self.timestamp, "phases_ms": self.phases_ms,
+        }
+
+    def as_text(self, source_topic: str) -> str:
+        rate = f", {self.records * 1000 / self.duration_ms:,.0f} records/s" if self.duration_ms else ""
+        return (
+            f"batch {self.batch_id}: {self.records:,} records in {self.duration_ms} ms{rate}; "
+            f"{source_topic} {describe_ranges(self.start_offsets, self.end_offsets)}"
+        )
+
+
+def _offsets(raw: Any) -> dict | None:
+    if raw is None or isinstance(raw, dict):
+        return raw
+    try:
+        return json.loads(raw)
+    except (TypeError, json.JSONDecodeError):
+        return None
+
+
+@dataclass
+class RunResult:
+    batch_count: int = 0
+    records: int = 0
+    # The latest micro-batches (all of them in short runs; a long-running pipeline keeps
+    # only the last KEPT_BATCHES).
+    batches: deque[BatchProgress] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
+    stopped_by_signal: bool = False
+
+    def add(self, batch: BatchProgress) -> None:
+        self.batch_count += 1
+        self.records += batch.records
+        self.batches.append(batch)
+
+
+class ProgressWatch:
+    """Reports each finished micro-batch once. Polls the query's last progress (one py4j
+    call) and reads the recent ones only when it changed: converting all of Spark's recent
+    progress objects through py4j on every poll would cost the driver real CPU. No listener
+    callbacks into Python: nothing to go wrong in a py4j callback thread."""
+
+    def __init__(self, spec: PipelineSpec, emit: Callable[[str], None], result: RunResult) -> None:
+        self.spec = spec
+        self.emit = emit
+        self.result = result
+        self.seen: set[tuple[int, str]] = set()
+        self.last_seen: str | None = None
+
+    def poll(self, query: StreamingQuery) -> None:
+        try:
+            last = query._jsq.lastProgress()
+            if last is None:
+                return
+            last_json = last.json()
+            if last_json == self.last_seen:
+                return
+            self.last_seen = last_json
+            recent = [json.loads(progress.json()) for progress in query._jsq.recentProgress()]
+        except Exception:  # noqa: BLE001 (the JVM may be gone while stopping; progress is best effort)
+            return
+        keys = []
+        for progress in recent:
+            key = (int(progress.get("batchId", -1)), str(progress.get("timestamp")))
+            keys.append(key)
+            # Idle reports (no micro-batch ran) carry no addBatch.
+            if key in self.seen or "addBatch" not in (progress.get("durationMs") or {}):
+                continue
+            batch = BatchProgress.from_progress(progress)
+            self.result.add(batch)
+            if self.spec.progress == "json":
+                self.emit(json.dumps(batch.as_json(), sort_keys=True))
+            elif self.spec.progress == "text":
+                self.emit(batch.as_text(self.spec.source_topic))
+        self.seen = set(keys)  # Spark keeps the last 100: older keys can never come back
+
+
+def run_pipeline(
+    spec: PipelineSpec,
+    spark: SparkSession | None = None,
+    *,
+    emit: Callable[[str], None] | None = None,
+    stop: threading.Event | None = None,
+) -> RunResult:
+    """Check, build, start and watch the pipeline until its trigger ends it, `stop` is
+    set, or it fails (PipelineError, one line). `spark`: a session to use (tests); by
+    default one is started per `start_session`."""
+    emit = emit or _print_line
+    transforms = [TransformReference.locate(reference) for reference in spec.transforms]
+    check_options(spec)
+    check_cluster(spec)
+    if spec.mode == "batch":
+        check_two_phase_commit(spec)
+    log_file = None
+    if spark is None:
+        log_file = spark_log_path(spec)
+        spark = start_session(spec, log_file)
+    if stop is not None and threading.current_thread() is threading.main_thread():
+        # PySpark's SparkContext answers SIGINT with its own handler (cancel every job,
+        # raise KeyboardInterrupt in whatever py4j call is running): Ctrl-C stops the
+        # pipeline as SIGTERM does instead.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    see_log = f" (Spark's log: {log_file})" if log_file is not None else ""
+    try:
+        output = build_output(spark, spec, transforms)
+    except PipelineError as error:
+        raise PipelineError(f"{error}{see_log}") from None
+    from pyspark.errors import PySparkException, StreamingQueryException
+
+    try:
+        query = start_query(output, spec)
+    except PySparkException as error:
+        raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}{see_log}") from None
+    result = RunResult()
+    watch = ProgressWatch(spec, emit, result)
+    if spec.progress == "json":
+        emit(json.dumps({"event": "started", "id": str(query.id), "run_id": str(query.runId),
+                         "checkpoint": spec.checkpoint_location, "transactional_id_prefix": spec.transactional_id,
+                         "spark_log": None if log_file is None else str(log_file)}))
+    try:
+        while query.isActive:
+            if stop is not None and stop.is_set():
+                query.stop()
+                result.stopped_by_signal = True
+                break
+            try:
+                # PySpark takes float seconds (it waits int(timeout * 1000) ms); its annotation says int.
+                query.awaitTermination(PROGRESS_POLL_S)  # type: ignore[arg-type]
+            except StreamingQueryException:
+                break  # reported from query.exception() below
+            watch.poll(query)
+        watch.poll(query)
+        failure = query.exception()
+    finally:
+        if query.isActive:
+            query.stop()
+    if failure is not None:
+        raise PipelineError(describe_failure(spec, query, str(failure), spark) + see_log)
+    if spec.progress == "json":
+        emit(json.dumps({"event": "finished", "batches": result.batch_count, "records": result.records,
+                         "stopped": result.stopped_by_signal}))
+    return result
+
+
+def _print_line(line: str) -> None:
+    print(line, flush=True)
