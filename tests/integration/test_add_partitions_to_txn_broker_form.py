@@ -19,6 +19,7 @@ from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from oncelog import EmbeddedBroker
 from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol.client import WireClient
+from tests.support.coordinators import find_coordinators
 
 S = TransactionState
 TOPIC = "verified"
@@ -27,6 +28,7 @@ TOPIC = "verified"
 @pytest.fixture(scope="module")
 def coordinator_broker(tmp_path_factory):
     with EmbeddedBroker(tmp_path_factory.mktemp("broker-form") / "b", {"transaction.version": "2"}) as running:
+        find_coordinators(running)
         running.call(lambda: running.broker.logs.create_topic(TOPIC, 3, {}))
         yield running
 

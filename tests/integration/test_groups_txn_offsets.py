@@ -28,6 +28,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
 from oncelog.testing.process import wait_until
+from tests.support.coordinators import find_coordinators
 
 GROUP, TOPIC = "txn-group", "in"
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -127,6 +128,7 @@ def setup_topic(broker: EmbeddedBroker) -> WireClient:
     request = FindCoordinatorRequest(key_type=i8(GROUP_KEY), coordinator_keys=(GROUP,))
     (coordinator,) = client.request(request).coordinators
     assert coordinator.error_code == ErrorCode.none
+    find_coordinators(broker)  # and the transaction coordinator's topic, as producers' FindCoordinator does
     return client
 
 

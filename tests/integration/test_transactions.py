@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from oncelog import EmbeddedBroker
+from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.testing.process import BrokerProcess
 from tests.support.kafka import create_topics, last_stable_offset, read_values
 
@@ -312,6 +313,13 @@ def describe_transaction(bootstrap, transactional_id):
     return state
 
 
+def coordinator_epoch(broker: EmbeddedBroker) -> int:
+    """The coordinator epoch a standalone broker's coordinators took their partitions at."""
+    leadership = broker.broker.leadership
+    assert isinstance(leadership, StandaloneLeadership) and leadership.coordinator_epoch is not None
+    return leadership.coordinator_epoch
+
+
 def latest_coordinator_epoch(bootstrap, topic, partition, producer_id):
     from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 
@@ -332,7 +340,7 @@ def test_coordinator_finishes_an_abort_interrupted_between_prepare_and_markers_a
     with EmbeddedBroker(data, FAST_TIMEOUTS) as broker:
         create_topics(broker.bootstrap_servers, ("orders", 3), ("payments", 3))
         coordinator = broker.broker.txn_coordinator
-        first_epoch = coordinator.coordinator_epoch
+        first_epoch = coordinator_epoch(broker)
         coordinator._schedule_markers = lambda *args, **kwargs: None  # the "crash" before phase two
         producer = transactional_producer(broker.bootstrap_servers, "abort-two-phase")
         producer.begin_transaction()
@@ -381,11 +389,11 @@ def test_coordinator_epoch_grows_with_every_restart_and_fences_older_markers(tmp
     epochs = []
     for _ in range(3):
         with EmbeddedBroker(data) as broker:
-            epochs.append(broker.broker.txn_coordinator.coordinator_epoch)
+            epochs.append(coordinator_epoch(broker))
     assert epochs == [epochs[0], epochs[0] + 1, epochs[0] + 2]
     with EmbeddedBroker(data) as broker:
         bootstrap = broker.bootstrap_servers
-        current = broker.broker.txn_coordinator.coordinator_epoch
+        current = coordinator_epoch(broker)
         assert current == epochs[-1] + 1
         create_topics(bootstrap, ("orders", 1))
         producer = transactional_producer(bootstrap, "epoch-check")

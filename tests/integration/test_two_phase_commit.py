@@ -13,6 +13,7 @@ from kio.schema.init_producer_id.v6.request import InitProducerIdRequest
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
+from tests.support.coordinators import find_coordinators
 from tests.support.kafka import create_topics, last_stable_offset, read_values
 
 
@@ -49,7 +50,7 @@ def two_phase_broker(tmp_path):
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
     with EmbeddedBroker(tmp_path / "b", config) as broker:
         create_topics(broker.bootstrap_servers, ("prepared", 1))
-        yield broker
+        yield find_coordinators(broker)
 
 
 @pytest.mark.parametrize("commit", [True, False])

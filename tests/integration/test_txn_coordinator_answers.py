@@ -23,6 +23,7 @@ from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode as Code
+from tests.support.coordinators import find_coordinators
 
 S = TransactionState
 TOPIC = "answers"
@@ -34,6 +35,7 @@ def answers_broker(tmp_path_factory):
     config = {"transaction.max.timeout.ms": str(MAX_TIMEOUT_MS)}
     with EmbeddedBroker(tmp_path_factory.mktemp("answers") / "b", config) as running:
         running.call(lambda: running.broker.logs.create_topic(TOPIC, 3, {}))
+        find_coordinators(running)
         yield running
 
 
@@ -323,6 +325,7 @@ def test_a_failed_epoch_fence_does_not_bump_the_epoch_again(answers_broker):
 
 def test_a_failed_timeout_abort_does_not_bump_the_epoch_again(broker):
     broker.call(lambda: broker.broker.logs.create_topic(TOPIC, 3, {}))
+    find_coordinators(broker)
     _pid, epoch = bring_to(broker, "timeout-fence-fails", S.ONGOING)
     coordinator = broker.broker.txn_coordinator
 
@@ -352,6 +355,7 @@ def list_transactions(client, **filters):
 
 def test_list_transactions_filters_by_state_producer_and_duration(broker):
     broker.call(lambda: broker.broker.logs.create_topic(TOPIC, 3, {}))
+    find_coordinators(broker)
     _ = bring_to(broker, "lt-empty", S.EMPTY)
     ongoing_pid, _ = bring_to(broker, "lt-ongoing", S.ONGOING)
     committed_pid, _ = bring_to(broker, "lt-committed", S.COMPLETE_COMMIT)
@@ -374,6 +378,7 @@ def test_list_transactions_filters_by_state_producer_and_duration(broker):
 
 def test_list_transactions_duration_filter_keeps_only_transactions_older_than_it(broker):
     broker.call(lambda: broker.broker.logs.create_topic(TOPIC, 3, {}))
+    find_coordinators(broker)
     bring_to(broker, "lt-timed", S.ONGOING)
     coordinator = broker.broker.txn_coordinator
     start = broker.call(lambda: coordinator.describe("lt-timed").txn_start_timestamp)

@@ -32,6 +32,7 @@ from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
+from tests.support.coordinators import find_coordinators
 
 S = TransactionState
 TOPIC = "tv2"
@@ -41,6 +42,7 @@ ACKED = ErrorCode.none
 @pytest.fixture(scope="module")
 def tv2_broker(tmp_path_factory):
     with EmbeddedBroker(tmp_path_factory.mktemp("tv2") / "b", {"transaction.version": "2"}) as running:
+        find_coordinators(running)
         running.call(lambda: running.broker.logs.create_topic(TOPIC, 3, {}))
         yield running
 
@@ -387,6 +389,7 @@ def test_a_transaction_version_2_commit_survives_a_restart_mid_overflow(tmp_path
     config = {"transaction.version": "2"}
     with EmbeddedBroker(tmp_path / "b", config) as broker:
         broker.call(lambda: broker.broker.logs.create_topic(TOPIC, 1, {}))
+        find_coordinators(broker)
         with WireClient.connect(broker.bootstrap_servers) as client:
             pid, _ = init(client, "restart")
             coordinator = broker.broker.txn_coordinator

@@ -16,6 +16,7 @@ from oncelog.coordinator.group.api import GroupSettings, JoinRequest, JoinResult
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.scheduler import ManualScheduler
 from oncelog.coordinator.group.state import PREPARING_REBALANCE, STABLE, Group, GroupState
+from oncelog.names import CONSUMER_OFFSETS
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
 
@@ -70,6 +71,13 @@ class Harness:
         self.broker.logs = LogManager(config.log_dirs, LogConfig().with_overrides(config.log_defaults()))
         self.broker.logs.load()
         self.coordinator = GroupCoordinator(self.broker, settings=self.settings, scheduler=self.clock)
+        # As a standalone broker does: the topic exists (FindCoordinator created it) and
+        # this broker leads, so coordinates, every partition of it.
+        partitions = self.settings.offsets_topic_partitions
+        if self.broker.logs.topic(CONSUMER_OFFSETS) is None:
+            self.broker.logs.create_topic(CONSUMER_OFFSETS, partitions, {"cleanup.policy": "compact"})
+        for partition in range(partitions):
+            self.coordinator.on_leadership(partition, True, 0)
 
     def restart(self) -> None:
         """What a broker restart does to the coordinator: state is rebuilt from the log."""

@@ -44,6 +44,7 @@ from oncelog.coordinator.group import GroupCoordinator
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
 from oncelog.names import TopicPartition
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
@@ -81,9 +82,10 @@ class Broker:
         self.cluster_settings = cluster_settings(config)
         # The components where standalone and cluster mode differ, chosen in start():
         # who leads what and when a write is replicated, and topic administration.
-        self.leadership: Leadership = StandaloneLeadership(
+        standalone = StandaloneLeadership(
             self.node_id, lambda: self.logs, lambda: (self.host, self.port), self.partition_appended)
-        self.topics: TopicAdmin = StandaloneTopics(self.node_id, config, lambda: self.logs)
+        self.leadership: Leadership = standalone
+        self.topics: TopicAdmin = StandaloneTopics(self.node_id, config, lambda: self.logs, standalone)
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
         self.metrics: MetricsServer | None = None  # http.listener: /metrics
@@ -145,16 +147,19 @@ class Broker:
             io_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
         ))
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
-        # Groups load before transactions: markers the transaction coordinator completes
-        # on load must find the pending transactional offsets. In cluster mode each
-        # coordinator loads the partitions of its internal topic this broker leads, as
-        # the leaderships arrive with the metadata (cluster.start below).
+        # Each coordinator loads the partitions of its internal topic this broker leads
+        # as their leadership is announced: standalone, all of them now (groups before
+        # transactions: markers the transaction coordinator completes on load must find
+        # the pending transactional offsets), at a coordinator epoch above every earlier
+        # start's; in cluster mode as the leaderships arrive with the metadata
+        # (cluster.start below).
         self.group_coordinator = GroupCoordinator(self)
         self.txn_coordinator = TransactionCoordinator(self)
-        if self.cluster is None:
-            self.txn_coordinator.load(now_ms())
-        else:
-            self.cluster.replicas.add_leadership_listener(self._coordinator_leadership)
+        self.leadership.add_leadership_listener(self._coordinator_leadership)
+        if isinstance(self.leadership, StandaloneLeadership):
+            coordinator_epoch = next_coordinator_epoch(self.config.log_dirs[0])
+            log.info("coordinator epoch %d", coordinator_epoch)
+            self.leadership.lead_existing(coordinator_epoch)
         listener = self.config.listener
         bound_host, self.bound_port = await self.server.start(listener.host, listener.port)
         self.inter_broker_host = listener.host or bound_host
@@ -355,7 +360,7 @@ class Broker:
         return cluster_id
 
     def _coordinator_leadership(self, tp: TopicPartition, leader: bool, leader_epoch: int) -> None:
-        """Cluster mode: a coordinator's partition moved to or away from this broker."""
+        """A coordinator's partition moved to or away from this broker."""
         topic, partition = tp
         if topic == CONSUMER_OFFSETS:
             self.group_coordinator.on_leadership(partition, leader, leader_epoch)

@@ -11,6 +11,7 @@ only starts and stops it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -76,11 +77,13 @@ class EmbeddedBroker:
         self._thread = None
 
     def call(self, function, *args):
-        """Run `function(*args)` on the broker's loop and return its result (for tests)."""
+        """Run `function(*args)` on the broker's loop and return its result, awaited when
+        it is a coroutine (for tests)."""
         assert self._loop is not None
 
         async def invoke():
-            return function(*args)
+            result = function(*args)
+            return await result if inspect.isawaitable(result) else result
 
         return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result()
 

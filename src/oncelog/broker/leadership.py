@@ -4,7 +4,11 @@ and ListOffsets handlers ask before they touch a log.
 A standalone broker leads every partition it has, with leader epoch 0, and a write is
 replicated as soon as it is appended (the ISR is this broker). In cluster mode
 `oncelog.cluster.replica_manager.ReplicaManager` answers the same questions from the
-cluster metadata; the handlers are the same in both modes.
+cluster metadata; the handlers and coordinators are the same in both modes. The
+coordinators learn which partitions of their internal topic they own from leadership
+callbacks in both modes: a standalone broker announces every partition of the internal
+topics at start-up (`lead_existing`) and when it creates them (`lead`), at its
+coordinator epoch for this start.
 """
 
 from __future__ import annotations
@@ -13,12 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oncelog.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
+    from oncelog.names import TopicPartition
     from oncelog.storage.manager import LogManager
 
+# Told when this broker starts or stops leading a partition: (topic, partition), whether
+# it leads it now, and the epoch to take it at (a coordinator's coordinator epoch).
+LeadershipListener = Callable[["TopicPartition", bool, int], None]
+
 STANDALONE_LEADER_EPOCH = 0
+INTERNAL_TOPICS_IN_LOAD_ORDER = (CONSUMER_OFFSETS, TRANSACTION_STATE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,39 @@ class StandaloneLeadership:
         self._logs = logs
         self._address = address
         self._wake_fetches = wake_fetches
+        self._listeners: list[LeadershipListener] = []
+        self._coordinator_epoch: int | None = None  # set by lead_existing() at start-up
+
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def coordinator_epoch(self) -> int | None:
+        """The coordinator epoch this start takes the internal partitions at (None before)."""
+        return self._coordinator_epoch
+
+    def lead_existing(self, coordinator_epoch: int) -> None:
+        """Start-up: announce every partition of the internal topics (groups first:
+        markers the transaction coordinator completes on load must find their pending
+        transactional offsets), to be taken at `coordinator_epoch`."""
+        self._coordinator_epoch = coordinator_epoch
+        for topic in INTERNAL_TOPICS_IN_LOAD_ORDER:
+            self.lead(topic)
+
+    def lead(self, topic: str) -> None:
+        """Announce the partitions of `topic` (just created, or found at start-up)."""
+        if self._coordinator_epoch is None:
+            return  # not started: nobody owns anything yet
+        for partition in range(self.partition_count(topic) or 0):
+            for listener in self._listeners:
+                listener((topic, partition), True, self._coordinator_epoch)
+
+    def partition_count(self, topic: str) -> int | None:
+        info = self._logs().topic(topic)
+        return None if info is None else info.num_partitions
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        return self._node_id if self._logs().partition(topic, partition) is not None else None
 
     def leader_epoch(self, topic: str, partition: int, current_leader_epoch: int = -1) -> tuple[ErrorCode, int]:
         """(NONE, the leader epoch) when this broker leads the partition and the

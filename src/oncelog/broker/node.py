@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.leadership import BrokerView, PartitionView
+    from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView
     from oncelog.cluster.image import MetadataDelta, MetadataImage
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
@@ -62,6 +62,9 @@ class Leadership(Protocol):
     def live_brokers(self) -> list[BrokerView]: ...
     @property
     def controller_id(self) -> int: ...
+    def partition_count(self, topic: str) -> int | None: ...  # None: no such topic
+    def leader_of(self, topic: str, partition: int) -> int | None: ...  # -1: no leader now; None: no such partition
+    def add_leadership_listener(self, listener: LeadershipListener) -> None: ...
 
 
 class TopicAdmin(Protocol):
@@ -74,6 +77,10 @@ class TopicAdmin(Protocol):
     async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
                                 assignment: list[list[int]] | None = None) -> None: ...
     async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None: ...
+    async def ensure_internal(self, name: str) -> tuple[ErrorCode, str | None]:
+        """Create `__consumer_offsets` or `__transaction_state` if missing (FindCoordinator
+        does, as Kafka's): NONE once it exists, else COORDINATOR_NOT_AVAILABLE and why."""
+        ...
 
 
 class BrokerDirectory(Protocol):
@@ -125,7 +132,6 @@ class TransactionalOffsets(Protocol):
     """What the transaction coordinator asks the group coordinator: where a group's
     offsets live, and the end of a transaction's offsets in it."""
 
-    def find(self, group_id: str) -> ErrorCode: ...
     def partition_for_group(self, group_id: str) -> int: ...
     def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None: ...
 

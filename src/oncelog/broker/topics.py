@@ -10,11 +10,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from oncelog.coordinator.internal_topics import internal_topic_spec
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage import errors as storage_errors
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.leadership import StandaloneLeadership
     from oncelog.broker.node import OverridesChange
     from oncelog.storage.manager import LogManager, TopicInfo
 
@@ -42,10 +44,29 @@ class StandaloneTopics:
     """The `node.TopicAdmin` of a standalone broker: every change is made to the local
     logs at once. Only this broker may hold replicas (replication factor 1)."""
 
-    def __init__(self, node_id: int, config: BrokerConfig, logs: Callable[[], LogManager]) -> None:
+    def __init__(self, node_id: int, config: BrokerConfig, logs: Callable[[], LogManager],
+                 leadership: StandaloneLeadership) -> None:
         self._node_id = node_id
         self._config = config
         self._logs = logs  # read when asked: the broker opens its logs after making this
+        self._leadership = leadership
+
+    async def ensure_internal(self, name: str) -> tuple[ErrorCode, str | None]:
+        """Create the internal topic if missing and announce its partitions, which this
+        broker leads, to the coordinators."""
+        logs = self._logs()
+        if logs.topic(name) is not None:
+            return ErrorCode.none, None
+        partitions, _replication_factor, configs = internal_topic_spec(self._config, name, replicated=False)
+        try:
+            logs.create_topic(name, partitions, configs)
+        except storage_errors.TopicExistsError:
+            return ErrorCode.none, None  # created meanwhile, and announced then
+        except storage_errors.LogError as error:
+            return ErrorCode.coordinator_not_available, f"cannot create {name}: {error}"
+        log.info("created internal topic %s with %d partition(s)", name, partitions)
+        self._leadership.lead(name)
+        return ErrorCode.none, None
 
     async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
                      validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo:

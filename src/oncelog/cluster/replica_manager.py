@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from oncelog.broker.leadership import BrokerView, PartitionView, check_epoch
+from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView, check_epoch
 from oncelog.clock import now_ms
 from oncelog.cluster.image import MetadataDelta, MetadataImage, PartitionRecord
 from oncelog.cluster.purgatory import HighWatermarkWaiters
@@ -95,9 +95,9 @@ class ReplicaManager:
         self._lag_time_max_ms = broker.config["replica.lag.time.max.ms"]
         self._isr_writes: set[TopicPartition] = set()
         self.isr_shrinks = self.isr_expands = 0  # ISR changes this broker wrote, for /metrics
-        self._listeners: list = []  # called with (tp, became_leader: bool, leader_epoch) on changes
+        self._listeners: list[LeadershipListener] = []  # called with (tp, became_leader: bool, leader_epoch) on changes
 
-    def add_leadership_listener(self, listener) -> None:
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
 
     # ---- the questions handlers ask (same shape as StandaloneLeadership) ----------------
@@ -160,6 +160,16 @@ class ReplicaManager:
     @property
     def controller_id(self) -> int:
         return self.image.controller_id
+
+    def partition_count(self, topic: str) -> int | None:
+        record = self.image.topics.get(topic)
+        return None if record is None else record.partitions
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        if topic not in self.image.topics:
+            return None
+        record = self.image.partition(topic, partition)
+        return -1 if record is None else record.leader
 
     # ---- the leader's side of replication ----------------------------------------------
 

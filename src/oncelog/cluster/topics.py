@@ -19,6 +19,7 @@ from oncelog.cluster.etcd import EtcdUnavailable
 from oncelog.cluster.image import TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
 from oncelog.cluster.placement import InvalidReplicationFactor, check_assignment, place_replicas
+from oncelog.coordinator.internal_topics import REPLICATION_FACTOR_KEY, internal_topic_spec
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import InvalidConfigError, InvalidTopicError
 from oncelog.storage.manager import TopicInfo, validate_topic_name
@@ -57,6 +58,29 @@ class ClusterTopics:
 
     async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None:
         await _alter_topic_configs(self._runtime, self._logs, name, change, validate_only=validate_only)
+
+    async def ensure_internal(self, name: str) -> tuple[ErrorCode, str | None]:
+        """Create the internal topic through the metadata quorum if the image lacks it.
+        COORDINATOR_NOT_AVAILABLE while it cannot be created yet (too few brokers, no
+        quorum), which clients retry, with the reason for FindCoordinator's error message
+        (a command-line tool shows it)."""
+        image = self._runtime.image
+        if name in image.topics:
+            return ErrorCode.none, None
+        partitions, replication_factor, configs = internal_topic_spec(self._config, name, replicated=True)
+        try:
+            await self.create(name, partitions, replication_factor, configs)
+        except TopicRequestError as error:
+            if error.code is not ErrorCode.topic_already_exists:
+                log.warning("cannot create %s yet: %s", name, error)
+                reason = f"cannot create {name} yet: {error}"
+                if error.code is ErrorCode.invalid_replication_factor:
+                    key = REPLICATION_FACTOR_KEY[name]
+                    reason += f" ({key}={replication_factor}: start more brokers, or lower {key})"
+                return ErrorCode.coordinator_not_available, reason
+        if name in self._runtime.image.topics:
+            return ErrorCode.none, None
+        return ErrorCode.coordinator_not_available, f"{name} is being created"
 
 
 async def _create_topic(runtime: ClusterRuntime, logs: LogManager, name: str, num_partitions: int,

@@ -13,9 +13,11 @@ under min.insync.replicas after the append, and the record may still be committe
 the client gets Kafka's coordinator error and retries: with the new coordinator, which
 rebuilt its state from the replicated log, or with this one, which has the write.
 
-A standalone broker leads every partition and its writes are replicated once appended.
-In cluster mode the coordinator `take`s a partition when its broker becomes the leader
-(the leader epoch is the coordinator epoch) and `release`s it when it stops leading it.
+The coordinator `take`s a partition when its broker becomes the leader (announced by
+the broker's `Leadership`; in cluster mode the leader epoch is the coordinator epoch,
+standalone the broker's coordinator epoch for this start) and `release`s it when it
+stops leading it. A standalone broker leads every partition, and its writes are
+replicated once appended.
 """
 
 from __future__ import annotations
@@ -64,11 +66,10 @@ class CoordinatorLog:
     def __init__(self, broker: Node, topic: str, timeout_ms: int, configured_partitions: int) -> None:
         self._broker = broker
         self.topic = topic
-        self.standalone = broker.cluster is None
         self._timeout_s = timeout_ms / 1000
         self._configured_partitions = configured_partitions
         self._written: dict[int, int] = {}  # partition -> end offset of this broker's last append
-        self._epochs: dict[int, int] = {}  # cluster mode: partition -> leader epoch, for those led here
+        self._epochs: dict[int, int] = {}  # partition -> the epoch it was taken at, for those led here
 
     # -- the partitions -----------------------------------------------------------------------
 
@@ -76,22 +77,19 @@ class CoordinatorLog:
     def partition_count(self) -> int:
         """The topic's real partition count once it exists (what FindCoordinator maps keys
         with), else the configured one."""
-        if self.standalone:
-            info = self._broker.logs.topic(self.topic)
-            return info.num_partitions if info is not None else self._configured_partitions
-        assert self._broker.cluster is not None
-        topic = self._broker.cluster.image.topics.get(self.topic)
-        return topic.partitions if topic is not None else self._configured_partitions
+        count = self._broker.leadership.partition_count(self.topic)
+        return self._configured_partitions if count is None else count
 
     def partition_of(self, key: str) -> int:
         return partition_for(key, self.partition_count)
 
     def owns(self, partition: int) -> bool:
-        """Whether this broker coordinates the partition's keys (always, standalone)."""
-        return self.standalone or partition in self._epochs
+        """Whether this broker coordinates the partition's keys (leads the partition)."""
+        return partition in self._epochs
 
     def epoch_of(self, partition: int) -> int | None:
-        """Cluster mode: the leader epoch the partition was taken at, None if not led here."""
+        """The epoch the partition was taken at (the coordinator epoch: in cluster mode its
+        leader epoch, standalone the broker's coordinator epoch), None if not led here."""
         return self._epochs.get(partition)
 
     def take(self, partition: int, leader_epoch: int) -> None:

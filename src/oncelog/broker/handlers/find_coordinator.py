@@ -2,9 +2,10 @@
 
 - key_type 0 (group) and 1 (transaction): the coordinator is the leader of the key's
   partition of `__consumer_offsets` / `__transaction_state`, created on the first
-  lookup. On a standalone broker that is this broker. In cluster mode it is the
-  partition's leader in the metadata (any broker answers for all); the topic is created
-  through the metadata quorum with its replication factor, and until that is possible
+  lookup (`TopicAdmin.ensure_internal`). On a standalone broker that is this broker. In
+  cluster mode it is the partition's leader in the metadata (any broker answers for
+  all); the topic is created through the metadata quorum with its replication factor,
+  and until that is possible
   (too few brokers), or while the partition has no leader, the answer is
   COORDINATOR_NOT_AVAILABLE, which clients retry; its error message says why (e.g.
   "cannot create __consumer_offsets yet: Replication factor: 3 larger than available
@@ -13,20 +14,14 @@
   COORDINATOR_LOAD_IN_PROGRESS, and the client looks again.
 - v4 batches keys (`coordinator_keys`) and answers one entry per key; v0-v3 take one
   `key` and answer at the top level.
-- A coordinator type the broker does not run, or key_type 2 (share groups), gets
-  COORDINATOR_NOT_AVAILABLE / INVALID_REQUEST.
+- key_type 2 (share groups) and others get INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
-from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.dispatch import BrokerServices, RequestContext, api
 from oncelog.broker.leadership import BrokerView
-from oncelog.coordinator.internal_topics import (
-    CONSUMER_OFFSETS,
-    TRANSACTION_STATE,
-    ensure_cluster_internal_topic,
-    partition_for,
-)
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 
 GROUP, TRANSACTION = 0, 1
@@ -50,29 +45,26 @@ async def handle(ctx: RequestContext, request) -> object:
                 node_id=node.node_id, host=node.host, port=node.port)
 
 
-async def _locate(broker, key_type: int, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
+async def _locate(broker: BrokerServices, key_type: int, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
     if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.invalid_request, f"Unsupported key type {key_type}", NOWHERE
-    coordinator = broker.group_coordinator if key_type == GROUP else broker.txn_coordinator
     if not key and key_type == TRANSACTION:
         return ErrorCode.invalid_request, "Transactional id must not be empty.", NOWHERE
-    reason = None
-    if broker.cluster is None:
-        code = coordinator.find(key)
-        node = BrokerView(broker.node_id, broker.host, broker.port) if code is ErrorCode.none else NOWHERE
-    else:
-        code, reason, node = await _leader_of_key(broker, INTERNAL_TOPIC[key_type], key)
+    code, reason, node = await _leader_of_key(broker, INTERNAL_TOPIC[key_type], key)
     return code, None if code is ErrorCode.none else reason or code.name.upper(), node
 
 
-async def _leader_of_key(broker, topic: str, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
-    code, reason = await ensure_cluster_internal_topic(broker, topic)
+async def _leader_of_key(broker: BrokerServices, topic: str, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
+    code, reason = await broker.topics.ensure_internal(topic)
     if code is not ErrorCode.none:
         return code, reason, NOWHERE
-    image = broker.cluster.image
-    partition = partition_for(key, image.topics[topic].partitions)
-    record = image.partition(topic, partition)
-    leader = image.brokers.get(record.leader) if record is not None else None
-    if leader is None:
+    leadership = broker.leadership
+    partitions = leadership.partition_count(topic)
+    if partitions is None:
+        return ErrorCode.coordinator_not_available, f"{topic} is being created", NOWHERE
+    partition = partition_for(key, partitions)
+    leader = leadership.leader_of(topic, partition)
+    node = next((b for b in leadership.live_brokers() if b.node_id == leader), None)
+    if node is None:
         return ErrorCode.coordinator_not_available, f"{topic}-{partition} has no leader", NOWHERE
-    return ErrorCode.none, None, BrokerView(leader.node_id, leader.host, leader.port)
+    return ErrorCode.none, None, node

@@ -27,7 +27,6 @@ class GroupSettings:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     offsets_topic_partitions: int = 50
-    offsets_topic_segment_bytes: int = 104_857_600
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> GroupSettings:
@@ -40,7 +39,6 @@ class GroupSettings:
             offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
             offsets_topic_partitions=config["offsets.topic.num.partitions"],
-            offsets_topic_segment_bytes=config["offsets.topic.segment.bytes"],
         )
 
 

@@ -18,11 +18,11 @@ partition before it takes effect, and loading a partition rebuilds the same stat
 those records. The handlers of the APIs that write answer once the write is on the ISR
 (`replicated`, see coordinator_log.py), as Kafka answers after its acks=all append.
 
-A standalone broker leads every partition: it loads them all at start-up (`load`) and
-creates the topic on the first FindCoordinator (`find`). In cluster mode a partition is
-loaded when this broker becomes its leader and dropped when it stops leading it
-(`on_leadership`); requests for groups of partitions led elsewhere get NOT_COORDINATOR,
-and ListGroups lists only the groups of partitions led here.
+A partition is loaded when this broker becomes its leader and dropped when it stops
+leading it (`on_leadership`, called by the broker's `Leadership` in both modes: a
+standalone broker leads every partition of the topic once it exists); requests for
+groups of partitions led elsewhere get NOT_COORDINATOR, and ListGroups lists only the
+groups of partitions led here.
 
 All of it runs on the broker's event loop: JoinGroup and SyncGroup answer with a future
 that a later request or timer completes; timers come from the scheduler.
@@ -62,9 +62,7 @@ class GroupCoordinator:
     def __init__(self, broker: Node, *, settings: GroupSettings | None = None, scheduler=None) -> None:
         self.settings = settings or GroupSettings.from_config(broker.config)
         self._scheduler = scheduler or LoopScheduler()
-        self._offsets_topic = OffsetsTopic(
-            broker, self.settings.offsets_topic_partitions, self.settings.offsets_topic_segment_bytes
-        )
+        self._offsets_topic = OffsetsTopic(broker, self.settings.offsets_topic_partitions)
         self._groups: dict[str, Group] = {}
         # Groups with pending transactional offsets, by producer id: where a marker for the
         # producer must look (Kafka's openGroupsForProducer).
@@ -82,11 +80,8 @@ class GroupCoordinator:
         self._loader = GroupLoader(
             self._groups, self._open_groups_by_producer, self._scheduler, self._offsets_topic, self._membership
         )
-        # Standalone: every partition is this broker's, loaded now. Cluster mode: the
-        # `__consumer_offsets` partitions this broker leads (`OffsetsTopic.take`).
-        self.standalone = broker.cluster is None
-        if self.standalone:
-            self.load()
+        # The partitions this broker leads are loaded as their leadership is announced
+        # (`on_leadership`, `OffsetsTopic.take`), in both modes.
         self._offsets.schedule_expiration()
 
     def close(self) -> None:
@@ -101,12 +96,6 @@ class GroupCoordinator:
                     member.heartbeat_timer.cancel()
 
     # ---- lookups ---------------------------------------------------------------------------
-
-    def find(self, group_id: str) -> ErrorCode:
-        """FindCoordinator on a standalone broker: it coordinates every group; the offsets
-        topic is created on the first lookup, as Kafka does."""
-        self._offsets_topic.ensure()
-        return ErrorCode.none
 
     def owner_error(self, group_id: str) -> ErrorCode:
         """NOT_COORDINATOR unless this broker coordinates the group (leads its partition)."""
@@ -184,9 +173,6 @@ class GroupCoordinator:
         return self._offsets.expire_offsets()
 
     # ---- loading (loading.py) ---------------------------------------------------------------
-
-    def load(self) -> None:
-        self._loader.load()
 
     def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
         self._loader.on_leadership(partition, leader, leader_epoch)

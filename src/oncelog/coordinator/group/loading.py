@@ -54,24 +54,11 @@ class GroupLoader:
     def _now(self) -> int:
         return self._scheduler.now_ms()
 
-    def load(self) -> None:
-        """Standalone: rebuild groups, committed and pending offsets from every
-        `__consumer_offsets` partition: later records win, tombstones delete,
-        transactional offsets stay pending until their producer's COMMIT/ABORT marker."""
-        if not self._offsets_topic.exists:
-            return
-        loaded_groups = loaded_offsets = 0
-        for partition in range(self._offsets_topic.partition_count):
-            groups, offsets = self._load_partition(partition)
-            loaded_groups += groups
-            loaded_offsets += offsets
-        if loaded_groups or loaded_offsets:
-            log.info("loaded %d group(s) and %d committed offset(s) from __consumer_offsets",
-                     loaded_groups, loaded_offsets)
-
     def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
-        """Cluster mode: this broker became leader of a `__consumer_offsets` partition
-        (load its groups from the log) or stopped leading it (drop them)."""
+        """This broker became leader of a `__consumer_offsets` partition (rebuild its
+        groups, committed and pending offsets from the log: later records win, tombstones
+        delete, transactional offsets stay pending until their producer's COMMIT/ABORT
+        marker) or stopped leading it (drop them)."""
         self._unload_partition(partition)
         if leader:
             self._offsets_topic.take(partition, leader_epoch)

@@ -190,7 +190,6 @@ class Offsets:
         if error != ErrorCode.none:
             return all_fail(error)
         partition = self._offsets_topic.partition_for(group_id)
-        self._offsets_topic.ensure()
         known_epoch = self._offsets_topic.producer_epoch(partition, producer_id)
         if known_epoch is not None and producer_epoch < known_epoch:
             return all_fail(ErrorCode.invalid_producer_epoch)

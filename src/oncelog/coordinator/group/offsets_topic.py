@@ -1,11 +1,10 @@
 """The group coordinator's side of `__consumer_offsets`: which partition a group lives
 in, appending its records, and reading a partition back when it is loaded.
 
-The topic is compacted and created on first use with `offsets.topic.num.partitions`
-partitions; once it exists its real partition count decides the group -> partition
-mapping, as in Kafka (changing the setting later does not move groups). Standalone,
-the coordinator creates the topic locally; in cluster mode FindCoordinator creates it
-through the metadata quorum and its partition count comes from the metadata image.
+The topic is compacted and created by the first FindCoordinator with
+`offsets.topic.num.partitions` partitions (the broker's `TopicAdmin.ensure_internal`);
+once it exists its real partition count decides the group -> partition mapping, as in
+Kafka (changing the setting later does not move groups).
 Records are appended as uncompressed batches through a `CoordinatorLog`: on the
 partition's leader only, and `replicated` says when they are on the ISR.
 """
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.broker.partitions import read_all_batches
 from oncelog.coordinator.coordinator_log import CoordinatorLog
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import (
@@ -46,33 +45,20 @@ class LoadedBatch:
 
 
 class OffsetsTopic:
-    def __init__(self, broker: Node, configured_partitions: int, segment_bytes: int) -> None:
+    def __init__(self, broker: Node, configured_partitions: int) -> None:
         self._broker = broker
-        self._configured_partitions = configured_partitions
-        self._segment_bytes = segment_bytes
-        self._standalone = broker.cluster is None
         self._log = CoordinatorLog(broker, CONSUMER_OFFSETS, broker.config["offsets.commit.timeout.ms"],
                                    configured_partitions)
-
-    @property
-    def exists(self) -> bool:
-        return self._broker.logs.topic(CONSUMER_OFFSETS) is not None
 
     @property
     def partition_count(self) -> int:
         return self._log.partition_count
 
-    def ensure(self) -> None:
-        """Standalone: create the topic if missing. In cluster mode FindCoordinator
-        creates it through the metadata quorum; a local copy would be wrong."""
-        if self._standalone:
-            ensure_internal_topic(self._broker, CONSUMER_OFFSETS, self._configured_partitions, self._segment_bytes)
-
     def partition_for(self, group_id: str) -> int:
         return self._log.partition_of(group_id)
 
     def owns(self, partition: int) -> bool:
-        """Whether this broker coordinates the partition's groups (always, standalone)."""
+        """Whether this broker coordinates the partition's groups (leads the partition)."""
         return self._log.owns(partition)
 
     def take(self, partition: int, leader_epoch: int) -> None:
@@ -83,7 +69,6 @@ class OffsetsTopic:
         """Append one batch on the partition's leader; returns its base offset. Raises the
         storage layer's errors, AppendRefused (not the leader, ISR under min.insync.replicas)
         or LookupError (no such partition)."""
-        self.ensure()
         batch = record_batch.build_batch(
             records, timestamp_ms=now_ms, producer_id=producer_id, producer_epoch=producer_epoch,
             transactional=transactional,

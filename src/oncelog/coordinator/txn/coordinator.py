@@ -54,14 +54,9 @@ from oncelog.broker.partitions import AppendRefused, read_all_batches
 from oncelog.clock import now_ms
 from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.coordinator.coordinator_log import CoordinatorLog, append_failure
-from oncelog.coordinator.internal_topics import (
-    CONSUMER_OFFSETS,
-    TRANSACTION_STATE,
-    ensure_internal_topic,
-    partition_for,
-)
+from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
 from oncelog.coordinator.txn import log as txn_log
-from oncelog.coordinator.txn.coordinator_epoch import NO_COORDINATOR_EPOCH, next_coordinator_epoch
+from oncelog.coordinator.txn.coordinator_epoch import NO_COORDINATOR_EPOCH
 from oncelog.coordinator.txn.markers import MarkerChannel, TxnMarker
 from oncelog.coordinator.txn.metadata import (
     MAX_EPOCH,
@@ -124,17 +119,14 @@ class TransactionCoordinator:
         self.broker = broker
         config = broker.config
         self.num_partitions: int = config["transaction.state.log.num.partitions"]
-        self.segment_bytes: int = config["transaction.state.log.segment.bytes"]
         self.max_timeout_ms: int = config["transaction.max.timeout.ms"]
         self.id_expiration_ms: int = config["transactional.id.expiration.ms"]
         self.two_phase_commit_enabled: bool = config["transaction.two.phase.commit.enable"]
         # The finalized transaction.version: 2 turns on KIP-890 part 2 for the
         # coordinator's own aborts and writes TransactionLogValue v1 records.
         self.transaction_version: int = config["transaction.version"]
-        # Standalone: one epoch for every partition, taken (and bumped) by load(). Cluster
-        # mode: the leader epoch of each partition this broker leads (`self.log`).
-        self.standalone = broker.cluster is None
-        self.coordinator_epoch = NO_COORDINATOR_EPOCH
+        # The partitions of __transaction_state this broker leads, each with its
+        # coordinator epoch, are in `self.log` (taken in on_leadership).
         self.txns: dict[str, TransactionMetadata] = {}
         self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"], self.num_partitions)
         self.stats = TxnStats()  # for /metrics
@@ -153,22 +145,13 @@ class TransactionCoordinator:
 
     # -- start-up and FindCoordinator ----------------------------------------------------
 
-    def load(self, now: int) -> None:
-        """Standalone: load every partition of `__transaction_state` (if it exists) under a
-        coordinator epoch above every earlier load's, and finish interrupted commits/aborts."""
-        self.coordinator_epoch = next_coordinator_epoch(self.broker.config.log_dirs[0])
-        log.info("transaction coordinator epoch %d", self.coordinator_epoch)
-        topic = self.broker.logs.topic(TRANSACTION_STATE)
-        if topic is not None:
-            for partition in range(topic.num_partitions):
-                self._load_partition(partition)
-
-    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
-        """Cluster mode: this broker became leader of a `__transaction_state` partition
-        (load it, coordinator epoch = its leader epoch) or stopped leading it (drop it)."""
+    def on_leadership(self, partition: int, leader: bool, coordinator_epoch: int) -> None:
+        """This broker became leader of a `__transaction_state` partition (load it, finish
+        its interrupted commits and aborts, and coordinate its ids at `coordinator_epoch`)
+        or stopped leading it (drop it)."""
         self._unload_partition(partition)
         if leader:
-            self.log.take(partition, leader_epoch)
+            self.log.take(partition, coordinator_epoch)
             self._load_partition(partition)
 
     def _load_partition(self, partition: int) -> None:
@@ -208,8 +191,6 @@ class TransactionCoordinator:
                      len(dropped))
 
     def _epoch_of(self, partition: int) -> int:
-        if self.standalone:
-            return self.coordinator_epoch
         epoch = self.log.epoch_of(partition)
         return NO_COORDINATOR_EPOCH if epoch is None else epoch
 
@@ -226,10 +207,6 @@ class TransactionCoordinator:
             return self.broker.producer_ids.next_producer_id()
         except ProducerIdsUnavailable:
             return None
-
-    def find(self, transactional_id: str) -> ErrorCode:
-        ensure_internal_topic(self.broker, TRANSACTION_STATE, self.num_partitions, self.segment_bytes)
-        return ErrorCode.none
 
     def partition_of(self, transactional_id: str) -> int:
         return self.log.partition_of(transactional_id)
@@ -251,8 +228,6 @@ class TransactionCoordinator:
         elif timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
         expected = None if expected_producer_id < 0 else (expected_producer_id, expected_epoch)
-        if self.standalone:
-            self.find(transactional_id)
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return InitResult(owner)
@@ -343,15 +318,12 @@ class TransactionCoordinator:
         return self.add_partitions(transactional_id, producer_id, epoch, {(CONSUMER_OFFSETS, offsets_partition)}, now)
 
     def offsets_partition_for(self, group_id: str) -> int:
+        """The group's `__consumer_offsets` partition. The client's FindCoordinator for the
+        group created the topic; a marker for a partition that does not exist is skipped."""
         groups = self.broker.group_coordinator
         if groups is not None:
-            # Standalone, the offsets topic must exist before its marker is written; in
-            # cluster mode FindCoordinator created it through the quorum.
-            groups.find(group_id)
             return groups.partition_for_group(group_id)
-        partitions = self.broker.config["offsets.topic.num.partitions"]
-        ensure_internal_topic(self.broker, CONSUMER_OFFSETS, partitions, self.segment_bytes)
-        return partition_for(group_id, partitions)
+        return partition_for(group_id, self.broker.config["offsets.topic.num.partitions"])
 
     def verify_partition(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional write is accepted only for a partition of the

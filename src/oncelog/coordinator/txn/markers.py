@@ -144,14 +144,7 @@ class MarkerChannel:
 
     def _leader_of(self, tp: TopicPartition) -> int | None:
         """The partition's leader (-1: none right now), or None when it was deleted."""
-        broker = self._broker
-        if broker.cluster is None:
-            return broker.node_id if broker.logs.partition(*tp) is not None else None
-        image = broker.cluster.image
-        if tp[0] not in image.topics:
-            return None
-        record = image.partition(*tp)
-        return -1 if record is None else record.leader
+        return self._broker.leadership.leader_of(*tp)
 
     def _append_here(self, marker: TxnMarker, partitions: list[TopicPartition]
                      ) -> dict[TopicPartition, tuple[ErrorCode, int]]:

@@ -135,13 +135,14 @@ class TransactionVerifier:
         return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
     def _coordinator_of(self, transactional_id: str) -> int | None:
-        assert self._broker.cluster is not None  # verification is for cluster mode
-        image = self._broker.cluster.image
-        topic = image.topics.get(TRANSACTION_STATE)
-        if topic is None:
+        """The broker leading the id's `__transaction_state` partition, None when none
+        does (the topic does not exist yet, or the partition has no leader now)."""
+        leadership = self._broker.leadership
+        partitions = leadership.partition_count(TRANSACTION_STATE)
+        if partitions is None:
             return None
-        record = image.partition(TRANSACTION_STATE, partition_for(transactional_id, topic.partitions))
-        return None if record is None or record.leader < 0 else record.leader
+        leader = leadership.leader_of(TRANSACTION_STATE, partition_for(transactional_id, partitions))
+        return None if leader is None or leader < 0 else leader
 
     async def _send_queued(self, coordinator: int) -> None:
         """Send what is queued for `coordinator`, one request at a time, until nothing is."""
