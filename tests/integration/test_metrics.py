@@ -185,3 +185,48 @@ def test_a_transaction_open_past_its_timeout_is_counted_late_with_its_age_and_pr
     assert after["oncelog_producers_expired"] == [({}, 0.0)]
     # The process collectors of prometheus_client: CPU, memory, open files.
     assert during["process_cpu_seconds"][0][1] > 0 and during["process_open_fds"][0][1] > 0
+
+
+def test_consumer_groups_show_their_lag_to_the_high_watermark_and_to_the_last_stable_offset(tmp_path):
+    """5 committed records, then an open transaction of 2: a group committed at 3 lags 4
+    records behind the high watermark but only 2 behind the LSO, which a read_committed
+    consumer can reach; a subscribed consumer makes a Stable group and a rebalance."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    config = {"http.listener": "127.0.0.1:0", "group.initial.rebalance.delay.ms": "0"}
+    with EmbeddedBroker(tmp_path / "b", config) as running:
+        host, port = running.broker.metrics.address
+        bootstrap = running.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("lagged", 1, 1)])["lagged"].result(10)
+        plain = Producer({"bootstrap.servers": bootstrap})
+        for i in range(5):
+            plain.produce("lagged", str(i).encode(), partition=0)
+        plain.flush(10)
+        txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "lag-open"})
+        txn.init_transactions(10)
+        txn.begin_transaction()
+        for i in range(2):
+            txn.produce("lagged", f"t{i}".encode(), partition=0)
+        txn.flush(10)
+        simple = Consumer({"bootstrap.servers": bootstrap, "group.id": "lag-simple", "enable.auto.commit": False})
+        simple.commit(offsets=[TopicPartition("lagged", 0, 3)], asynchronous=False)
+        simple.close()
+        member = Consumer({"bootstrap.servers": bootstrap, "group.id": "lag-member", "auto.offset.reset": "earliest",
+                           "isolation.level": "read_committed"})
+        member.subscribe(["lagged"])
+        deadline = time.monotonic() + 20
+        while not member.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            member.poll(0.2)
+        families = scrape(f"http://{host}:{port}/metrics")
+        member.close()
+        txn.abort_transaction(10)
+    key = {"consumergroup": "lag-simple", "topic": "lagged", "partition": "0"}
+    assert (key, 3.0) in families["kafka_consumergroup_current_offset"]
+    assert (key, 4.0) in families["kafka_consumergroup_lag"]
+    assert (key, 2.0) in families["oncelog_consumergroup_lag_stable"]
+    groups = {(labels["state"], labels["protocol_type"]): value for labels, value in families["oncelog_groups"]}
+    assert groups[("Empty", "")] == 1 and groups[("Stable", "consumer")] == 1
+    assert families["oncelog_group_rebalances"][0][1] >= 1

@@ -234,7 +234,8 @@ class Broker:
                               partitions, transactions, self.server.request_stats.snapshot(names), txn_stats,
                               self.topic_stats.snapshot(), now_ms(),
                               self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
-                              self.producers_expired, self._cluster_snapshot())
+                              self.producers_expired, self._cluster_snapshot(),
+                              self.group_coordinator.snapshot())
 
     def _cluster_snapshot(self) -> ClusterSnapshot | None:
         cluster = self.cluster

@@ -16,7 +16,9 @@ the oldest open transaction, Kafka's PartitionsWithLateTransactionsCount, expira
 the transactions this broker coordinates (by state; completed by result, marker latency,
 timeouts, fencing), requests per API, each topic's traffic (Kafka's BrokerTopicMetrics),
 replication in cluster mode (Kafka's ReplicaManager gauges, follower lag, the controller,
-this broker's session) and the process (prometheus_client's collectors). Families without a Kafka counterpart
+this broker's session), the groups coordinated here (by state, rebalances, each group's
+committed offsets and lag to the high watermark and to the LSO) and the process
+(prometheus_client's collectors). Families without a Kafka counterpart
 are named `oncelog_*`.
 """
 
@@ -35,6 +37,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from oncelog.broker.request_stats import ApiSnapshot
 from oncelog.broker.topic_stats import TopicSnapshot
 from oncelog.cluster.replica_manager import ReplicationSnapshot
+from oncelog.coordinator.group.api import GroupsSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
 from oncelog.stats import BUCKETS_S
 
@@ -82,6 +85,7 @@ class BrokerSnapshot:
     late_transaction_ms: int = 0  # an open transaction older than this is late
     producers_expired: int = 0
     cluster: ClusterSnapshot | None = None  # None: standalone
+    groups: GroupsSnapshot | None = None  # None: no group coordinator
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -125,6 +129,8 @@ class _BrokerCollector(Collector):
         yield from _producer_families(snapshot)
         if snapshot.cluster is not None:
             yield from _cluster_families(snapshot.cluster)
+        if snapshot.groups is not None:
+            yield from _group_families(snapshot.groups, snapshot.partitions)
         transactions = GaugeMetricFamily(
             "oncelog_transactions",
             "Transactional ids this broker coordinates, by the state of their transaction.",
@@ -297,6 +303,39 @@ def _cluster_families(cluster: ClusterSnapshot) -> Iterator[GaugeMetricFamily | 
     for each in replication.follower_lags:
         lag.add_metric([each.topic, str(each.partition), str(each.replica)], each.records)
     yield lag
+
+
+def _group_families(groups: GroupsSnapshot, partitions: list[PartitionSnapshot]) -> Iterator[
+        GaugeMetricFamily | CounterMetricFamily]:
+    by_state = GaugeMetricFamily(
+        "oncelog_groups", "Groups this broker coordinates, by state and protocol type (Kafka's group-coordinator "
+        "classic-group-count and NumGroups<State>).", labels=["state", "protocol_type"])
+    for (state, protocol_type), count in sorted(groups.by_state.items()):
+        by_state.add_metric([state, protocol_type], count)
+    yield by_state
+    yield CounterMetricFamily("oncelog_group_rebalances", "Rebalances begun by the groups coordinated here "
+                              "(Kafka's group-rebalance-count).", value=groups.rebalances)
+    labels = ["consumergroup", "topic", "partition"]
+    offsets = GaugeMetricFamily("kafka_consumergroup_current_offset",
+                                "The group's committed offset (kafka_exporter's name).", labels=labels)
+    lag = GaugeMetricFamily(
+        "kafka_consumergroup_lag", "High watermark minus the group's committed offset, where this broker has the "
+        "partition's log (kafka_exporter's name).", labels=labels)
+    stable_lag = GaugeMetricFamily(
+        "oncelog_consumergroup_lag_stable",
+        "Last stable offset minus the group's committed offset: what a read_committed consumer of the group has "
+        "left to read; the rest of the lag waits for open transactions.", labels=labels)
+    logs = {(p.topic, p.partition): p for p in partitions}
+    for (group, topic, partition), committed in sorted(groups.committed.items()):
+        key = [group, topic, str(partition)]
+        offsets.add_metric(key, committed)
+        local = logs.get((topic, partition))
+        if local is not None:
+            lag.add_metric(key, max(local.high_watermark - committed, 0))
+            stable_lag.add_metric(key, max(local.last_stable_offset - committed, 0))
+    yield offsets
+    yield lag
+    yield stable_lag
 
 
 class MetricsServer:

@@ -126,6 +126,15 @@ class GroupSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupsSnapshot:
+    """The groups of this coordinator as /metrics reports them."""
+
+    by_state: dict[tuple[str, str], int]  # (state, protocol type) -> groups
+    rebalances: int
+    committed: dict[tuple[str, str, int], int]  # (group, topic, partition) -> committed offset
+
+
+@dataclass(frozen=True, slots=True)
 class ListedGroup:
     group_id: str
     protocol_type: str

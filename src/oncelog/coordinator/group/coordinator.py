@@ -42,6 +42,7 @@ from oncelog.coordinator.group.api import (
     CommitOffset,
     FetchedOffset,
     GroupSettings,
+    GroupsSnapshot,
     GroupSummary,
     JoinRequest,
     ListedGroup,
@@ -176,6 +177,17 @@ class GroupCoordinator:
 
     def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
         self._loader.on_leadership(partition, leader, leader_epoch)
+
+    def snapshot(self) -> GroupsSnapshot:
+        """Groups by state and protocol type, rebalances begun, and every committed offset."""
+        by_state: dict[tuple[str, str], int] = {}
+        committed: dict[tuple[str, str, int], int] = {}
+        for group in self._groups.values():
+            key = (group.state.value, group.protocol_type or "")
+            by_state[key] = by_state.get(key, 0) + 1
+            for (topic, partition), offset in group.offsets.items():
+                committed[(group.group_id, topic, partition)] = offset.value.offset
+        return GroupsSnapshot(by_state, self._membership.rebalances, committed)
 
     # ---- DescribeGroups / ListGroups -----------------------------------------------------
 

@@ -61,6 +61,7 @@ class Membership:
         self._offsets_topic = offsets_topic  # where the group's GroupMetadata record goes
         self._owner_error = owner_error
         self._create_group = create_group
+        self.rebalances = 0  # rebalances begun (PreparingRebalance entered), for /metrics
 
     def _now(self) -> int:
         return self._scheduler.now_ms()
@@ -315,6 +316,7 @@ class Membership:
             )
         previous = group.state
         group.transition_to(PREPARING_REBALANCE, self._now())
+        self.rebalances += 1
         log.info("group %s: preparing to rebalance in state %s with old generation %d (reason: %s)",
                  group.group_id, previous.value, group.generation_id, reason)
         self._try_complete_join(group)  # e.g. the last member left: nobody to wait for
