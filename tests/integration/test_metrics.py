@@ -230,3 +230,36 @@ def test_consumer_groups_show_their_lag_to_the_high_watermark_and_to_the_last_st
     groups = {(labels["state"], labels["protocol_type"]): value for labels, value in families["oncelog_groups"]}
     assert groups[("Empty", "")] == 1 and groups[("Stable", "consumer")] == 1
     assert families["oncelog_group_rebalances"][0][1] >= 1
+
+
+def test_the_log_cleaner_reports_its_rounds_and_how_dirty_the_compacted_logs_are(tmp_path):
+    """200 updates of 10 keys in small segments: the cleaner's rounds remove all but the
+    latest of each key below the active segment, and /metrics counts them."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    config = {"http.listener": "127.0.0.1:0", "log.cleaner.backoff.ms": "50",
+              "log.cleaner.min.cleanable.ratio": "0.01"}
+    with EmbeddedBroker(tmp_path / "b", config) as running:
+        host, port = running.broker.metrics.address
+        url = f"http://{host}:{port}/metrics"
+        admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
+        topic_config = {"cleanup.policy": "compact", "segment.bytes": "4096"}
+        admin.create_topics([NewTopic("compacted", 1, 1, config=topic_config)])["compacted"].result(10)
+        producer = Producer({"bootstrap.servers": running.bootstrap_servers, "linger.ms": 0})
+        for i in range(200):
+            producer.produce("compacted", key=f"k{i % 10}".encode(), value=b"v" * 100)
+            producer.flush(10)
+        deadline = time.monotonic() + 20
+        while True:
+            families = scrape(url)
+            removed = families["oncelog_log_cleaner_records_removed"][0][1]
+            if removed > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    rounds = {labels["result"]: value for labels, value in families["oncelog_log_cleaner_rounds"]}
+    assert rounds["completed"] >= 1 and removed > 0
+    assert families["oncelog_log_cleaner_read_bytes"][0][1] > families["oncelog_log_cleaner_written_bytes"][0][1]
+    assert families["kafka_log_logcleanermanager_uncleanable_partitions_count"] == [({}, 0.0)]
+    assert 0 <= families["kafka_log_logcleanermanager_max_dirty_percent"][0][1] <= 100
+    assert families["oncelog_log_cleaner_last_round_seconds"][0][1] > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 import uuid
@@ -27,6 +28,7 @@ from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.metrics import (
     LATE_TRANSACTION_BUFFER_MS,
     BrokerSnapshot,
+    CleanerSnapshot,
     ClusterSnapshot,
     MetricsServer,
     PartitionSnapshot,
@@ -235,7 +237,9 @@ class Broker:
                               self.topic_stats.snapshot(), now_ms(),
                               self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
                               self.producers_expired, self._cluster_snapshot(),
-                              self.group_coordinator.snapshot())
+                              self.group_coordinator.snapshot(),
+                              CleanerSnapshot(dataclasses.replace(self.cleaner.totals), self.cleaner.rounds_aborted,
+                                              len(self.cleaner.uncleanable), self.cleaner.max_dirty_ratio(now_ms())))
 
     def _cluster_snapshot(self) -> ClusterSnapshot | None:
         cluster = self.cluster

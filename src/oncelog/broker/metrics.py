@@ -17,8 +17,9 @@ the transactions this broker coordinates (by state; completed by result, marker 
 timeouts, fencing), requests per API, each topic's traffic (Kafka's BrokerTopicMetrics),
 replication in cluster mode (Kafka's ReplicaManager gauges, follower lag, the controller,
 this broker's session), the groups coordinated here (by state, rebalances, each group's
-committed offsets and lag to the high watermark and to the LSO) and the process
-(prometheus_client's collectors). Families without a Kafka counterpart
+committed offsets and lag to the high watermark and to the LSO), the log cleaner (rounds,
+bytes, records removed, Kafka's max-dirty-percent and uncleanable partitions) and the
+process (prometheus_client's collectors). Families without a Kafka counterpart
 are named `oncelog_*`.
 """
 
@@ -40,6 +41,7 @@ from oncelog.cluster.replica_manager import ReplicationSnapshot
 from oncelog.coordinator.group.api import GroupsSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
 from oncelog.stats import BUCKETS_S
+from oncelog.storage.cleaner import CleanerTotals
 
 log = logging.getLogger("oncelog.metrics")
 
@@ -71,6 +73,14 @@ class ClusterSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class CleanerSnapshot:
+    totals: CleanerTotals  # a copy
+    rounds_aborted: int
+    uncleanable: int
+    max_dirty_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSnapshot:
     """What the loop saw at one moment: each log directory with whether it is offline,
     each local partition's log, and the coordinated transactions by state name."""
@@ -86,6 +96,7 @@ class BrokerSnapshot:
     producers_expired: int = 0
     cluster: ClusterSnapshot | None = None  # None: standalone
     groups: GroupsSnapshot | None = None  # None: no group coordinator
+    cleaner: CleanerSnapshot | None = None
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -131,6 +142,8 @@ class _BrokerCollector(Collector):
             yield from _cluster_families(snapshot.cluster)
         if snapshot.groups is not None:
             yield from _group_families(snapshot.groups, snapshot.partitions)
+        if snapshot.cleaner is not None:
+            yield from _cleaner_families(snapshot.cleaner)
         transactions = GaugeMetricFamily(
             "oncelog_transactions",
             "Transactional ids this broker coordinates, by the state of their transaction.",
@@ -336,6 +349,32 @@ def _group_families(groups: GroupsSnapshot, partitions: list[PartitionSnapshot])
     yield offsets
     yield lag
     yield stable_lag
+
+
+def _cleaner_families(cleaner: CleanerSnapshot) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    totals = cleaner.totals
+    yield GaugeMetricFamily(
+        "kafka_log_logcleanermanager_max_dirty_percent",
+        "The highest share of uncleaned bytes over the compacted partitions, in percent (Kafka's "
+        "LogCleanerManager max-dirty-percent).", value=round(cleaner.max_dirty_ratio * 100, 2))
+    yield GaugeMetricFamily(
+        "kafka_log_logcleanermanager_uncleanable_partitions_count",
+        "Partitions the cleaner gave up on after a failed round, until restart (Kafka's "
+        "uncleanable-partitions-count).", value=cleaner.uncleanable)
+    rounds = CounterMetricFamily("oncelog_log_cleaner_rounds", "Cleaning rounds, by result (an aborted round's "
+                                 "output is discarded: the log changed under it).", labels=["result"])
+    rounds.add_metric(["completed"], totals.rounds)
+    rounds.add_metric(["aborted"], cleaner.rounds_aborted)
+    yield rounds
+    yield CounterMetricFamily("oncelog_log_cleaner_read_bytes", "Bytes the completed rounds read.",
+                              value=totals.bytes_read)
+    yield CounterMetricFamily("oncelog_log_cleaner_written_bytes", "Bytes the completed rounds kept.",
+                              value=totals.bytes_written)
+    yield CounterMetricFamily("oncelog_log_cleaner_records_removed", "Records compaction removed.",
+                              value=totals.records_removed)
+    yield GaugeMetricFamily("oncelog_log_cleaner_last_round_seconds",
+                            "How long the last completed round took (Kafka's max-clean-time-secs is the "
+                            "longest of its last run).", value=totals.last_round_seconds)
 
 
 class MetricsServer:

@@ -133,6 +133,7 @@ class LogCleaner:
         self._in_progress: dict[tuple[str, int], CleaningInProgress] = {}
         self.uncleanable: dict[tuple[str, int], str] = {}  # partition -> why cleaning failed
         self.rounds_aborted = 0  # rounds whose output was discarded
+        self.totals = CleanerTotals()  # of the rounds completed, for /metrics
         for directory in logs.log_dirs:
             self._checkpoints.update(_read_checkpoint(directory / CHECKPOINT_FILE))
 
@@ -259,12 +260,21 @@ class LogCleaner:
         finally:
             del self._in_progress[key]
             log.cleaning = None
+        seconds = time.perf_counter() - started
+        self.totals.add(stats, seconds)
         logger.info(
             "%s: cleaned offsets below %d in %.0f ms: %d segment(s), %d of %d bytes kept, %d record(s) removed",
-            log.name, stats.end_offset, (time.perf_counter() - started) * 1000, stats.segments_cleaned,
+            log.name, stats.end_offset, seconds * 1000, stats.segments_cleaned,
             stats.bytes_written, stats.bytes_read, stats.records_removed,
         )
         return stats
+
+    def max_dirty_ratio(self, now_ms: int) -> float:
+        """The highest dirty ratio over the compacted partitions (Kafka's max-dirty-percent
+        / 100): how far behind cleaning is."""
+        ratios = [self.cleanable_range(log, now_ms).dirty_ratio for log in self._logs.partitions()
+                  if log.config.compacts and log.segments]
+        return max(ratios, default=0.0)
 
     def _begin(self, log: PartitionLog, now_ms: int, cleanable: CleanableRange) -> CleaningInProgress:
         """Take the round's plan and mark the partition as being cleaned."""
@@ -289,6 +299,24 @@ class LogCleaner:
                 offsets.append([other.topic, other.partition, self._checkpoints[key]])
         write_json_file(directory / CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
                         {"offsets": sorted(offsets)})
+
+
+@dataclass(slots=True)
+class CleanerTotals:
+    """What the completed rounds did, summed (Kafka's LogCleaner metrics count the same)."""
+
+    rounds: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    last_round_seconds: float = 0.0
+
+    def add(self, stats: CleanerStats, seconds: float) -> None:
+        self.rounds += 1
+        self.bytes_read += stats.bytes_read
+        self.bytes_written += stats.bytes_written
+        self.records_removed += stats.records_removed
+        self.last_round_seconds = seconds
 
 
 class _MarkUncleanable:
