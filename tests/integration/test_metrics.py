@@ -230,6 +230,15 @@ def test_consumer_groups_show_their_lag_to_the_high_watermark_and_to_the_last_st
     groups = {(labels["state"], labels["protocol_type"]): value for labels, value in families["oncelog_groups"]}
     assert groups[("Empty", "")] == 1 and groups[("Stable", "consumer")] == 1
     assert families["oncelog_group_rebalances"][0][1] >= 1
+    for coordinator in ("group", "transaction"):  # both topics were created: each loaded its 50 partitions
+        count_and_sum = [value for labels, value in families["oncelog_coordinator_partition_load_seconds"]
+                         if labels == {"coordinator": coordinator}]
+        assert max(count_and_sum) == 50, coordinator
+    purgatory = {labels["delayed_operation"]: value
+                 for labels, value in families["kafka_server_delayedoperationpurgatory_purgatory_size"]}
+    assert set(purgatory) == {"Fetch", "Produce"} and purgatory["Produce"] == 0
+    assert families["oncelog_transactions_completing"] == [({}, 0.0)]
+    assert families["oncelog_transactions_prepared"] == [({}, 0.0)]
 
 
 def test_the_log_cleaner_reports_its_rounds_and_how_dirty_the_compacted_logs_are(tmp_path):

@@ -231,7 +231,8 @@ class Broker:
                 state = metadata.state.display_name
                 transactions[state] = transactions.get(state, 0) + 1
         names = {key: handler.name for key, handler in self.server.handlers.items()}
-        txn_stats = self.txn_coordinator.stats.snapshot() if self.txn_coordinator is not None else None
+        txn_stats = self.txn_coordinator.stats_snapshot() if self.txn_coordinator is not None else None
+        fetch_waiting = len({id(waiter) for waiters in self._fetch_waiters.values() for waiter in waiters})
         return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
                               partitions, transactions, self.server.request_stats.snapshot(names), txn_stats,
                               self.topic_stats.snapshot(), now_ms(),
@@ -239,7 +240,8 @@ class Broker:
                               self.producers_expired, self._cluster_snapshot(),
                               self.group_coordinator.snapshot(),
                               CleanerSnapshot(dataclasses.replace(self.cleaner.totals), self.cleaner.rounds_aborted,
-                                              len(self.cleaner.uncleanable), self.cleaner.max_dirty_ratio(now_ms())))
+                                              len(self.cleaner.uncleanable), self.cleaner.max_dirty_ratio(now_ms())),
+                              fetch_waiting)
 
     def _cluster_snapshot(self) -> ClusterSnapshot | None:
         cluster = self.cluster

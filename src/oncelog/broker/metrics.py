@@ -97,6 +97,7 @@ class BrokerSnapshot:
     cluster: ClusterSnapshot | None = None  # None: standalone
     groups: GroupsSnapshot | None = None  # None: no group coordinator
     cleaner: CleanerSnapshot | None = None
+    fetch_waiting: int = 0  # long-polling fetches (Kafka's Fetch purgatory)
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -153,9 +154,29 @@ class _BrokerCollector(Collector):
             transactions.add_metric([state], count)
         yield transactions
         yield from _request_families(snapshot.requests)
+        purgatory = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_purgatory_size",
+            "Requests waiting: fetches long-polling for data, acks=all produces waiting for the high watermark "
+            "(cluster mode) (Kafka's DelayedOperationPurgatory PurgatorySize).", labels=["delayed_operation"])
+        purgatory.add_metric(["Fetch"], snapshot.fetch_waiting)
+        purgatory.add_metric(["Produce"], snapshot.cluster.replication.produce_waiting if snapshot.cluster else 0)
+        yield purgatory
         yield from _topic_families(snapshot.topics)
         if snapshot.txn_stats is not None:
             yield from _txn_families(snapshot.txn_stats)
+        loads = HistogramMetricFamily(
+            "oncelog_coordinator_partition_load_seconds",
+            "Loading an internal partition when this broker became its coordinator (Kafka's "
+            "partition-load-time-max and -avg, KIP-484).", labels=["coordinator"])
+        if snapshot.txn_stats is not None:
+            stats = snapshot.txn_stats
+            loads.add_metric(["transaction"], _buckets(stats.loads_cumulative, stats.loads_count),
+                             sum_value=stats.loads_total_s)
+        if snapshot.groups is not None:
+            groups = snapshot.groups
+            loads.add_metric(["group"], _buckets(groups.loads_cumulative, groups.loads_count),
+                             sum_value=groups.loads_total_s)
+        yield loads
 
     async def _snapshot(self) -> BrokerSnapshot:
         return self._source()
@@ -205,7 +226,7 @@ def _topic_families(topics: list[TopicSnapshot]) -> Iterator[CounterMetricFamily
         yield family
 
 
-def _txn_families(stats: TxnStatsSnapshot) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+def _txn_families(stats: TxnStatsSnapshot) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
     completed = CounterMetricFamily("oncelog_transactions_completed",
                                     "Transactions whose markers are written, by result.", labels=["result"])
     completed.add_metric(["commit"], stats.commits)
@@ -222,6 +243,12 @@ def _txn_families(stats: TxnStatsSnapshot) -> Iterator[CounterMetricFamily | His
         "From the decision (PrepareCommit/PrepareAbort written) to every marker written "
         "(CompleteCommit/CompleteAbort).")
     markers.add_metric([], _buckets(stats.markers_cumulative, stats.markers_count), sum_value=stats.markers_total_s)
+    yield GaugeMetricFamily("oncelog_transactions_completing",
+                            "Transactions decided whose markers are being written now (the marker queue).",
+                            value=stats.completing)
+    yield GaugeMetricFamily("oncelog_transactions_prepared",
+                            "KIP-939 transactions kept prepared for an external decision (2PC): they never time out.",
+                            value=stats.prepared)
     yield markers
 
 

@@ -73,6 +73,7 @@ class ReplicationSnapshot:
     isr_shrinks: int
     isr_expands: int
     follower_lags: tuple[FollowerLag, ...]
+    produce_waiting: int = 0  # acks=all writes waiting for the high watermark (Kafka's Produce purgatory)
 
 
 class ReplicationParts(Protocol):
@@ -267,13 +268,14 @@ class ReplicaManager:
             self._apply_partition(stored)
 
     def snapshot(self) -> ReplicationSnapshot:
-        leaders = under_replicated = under_min_isr = 0
+        leaders = under_replicated = under_min_isr = waiting = 0
         lags: list[FollowerLag] = []
         for (topic, partition), replica in self.replicas.items():
             state = replica.leader
             if state is None:
                 continue
             leaders += 1
+            waiting += len(replica.waiters) if replica.waiters is not None else 0
             under_replicated += len(state.isr) < len(state.replicas)
             under_min_isr += len(state.isr) < replica.log.config.min_insync_replicas
             end = replica.log.log_end_offset
@@ -282,7 +284,7 @@ class ReplicaManager:
                 lags.append(FollowerLag(topic, partition, follower.replica_id,
                                         end - follower.log_end_offset if known else -1))
         return ReplicationSnapshot(len(self.replicas), leaders, under_replicated, under_min_isr,
-                                   self.isr_shrinks, self.isr_expands, tuple(lags))
+                                   self.isr_shrinks, self.isr_expands, tuple(lags), waiting)
 
     # ---- metadata changes ----------------------------------------------------------------
 

@@ -132,6 +132,9 @@ class GroupsSnapshot:
     by_state: dict[tuple[str, str], int]  # (state, protocol type) -> groups
     rebalances: int
     committed: dict[tuple[str, str, int], int]  # (group, topic, partition) -> committed offset
+    loads_count: int = 0  # partitions loaded, and how long that took (KIP-484)
+    loads_total_s: float = 0.0
+    loads_cumulative: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,7 +187,9 @@ class GroupCoordinator:
             by_state[key] = by_state.get(key, 0) + 1
             for (topic, partition), offset in group.offsets.items():
                 committed[(group.group_id, topic, partition)] = offset.value.offset
-        return GroupsSnapshot(by_state, self._membership.rebalances, committed)
+        loads = self._loader.load_times
+        return GroupsSnapshot(by_state, self._membership.rebalances, committed, loads.count, loads.total_s,
+                              loads.cumulative())
 
     # ---- DescribeGroups / ListGroups -----------------------------------------------------
 

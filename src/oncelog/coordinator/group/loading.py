@@ -15,6 +15,7 @@ offsets by producer; a restored member's session timer is started through `Membe
 from __future__ import annotations
 
 import logging
+import time
 
 from kio.schema.errors import ErrorCode
 
@@ -35,6 +36,7 @@ from oncelog.coordinator.group.state import (
 )
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.record_batch import ControlType
+from oncelog.stats import Histogram
 
 log = logging.getLogger("oncelog.group")
 
@@ -50,6 +52,7 @@ class GroupLoader:
         self._scheduler = scheduler
         self._offsets_topic = offsets_topic
         self._membership = membership
+        self.load_times = Histogram()  # loading a partition (KIP-484's load time), for /metrics
 
     def _now(self) -> int:
         return self._scheduler.now_ms()
@@ -62,7 +65,9 @@ class GroupLoader:
         self._unload_partition(partition)
         if leader:
             self._offsets_topic.take(partition, leader_epoch)
+            started = time.perf_counter()
             groups, offsets = self._load_partition(partition)
+            self.load_times.observe(time.perf_counter() - started)
             if groups:
                 log.info("%s-%d: leader at epoch %d; loaded %d group(s) and %d committed offset(s)",
                          CONSUMER_OFFSETS, partition, leader_epoch, groups, offsets)

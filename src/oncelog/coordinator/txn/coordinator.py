@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,7 +67,7 @@ from oncelog.coordinator.txn.metadata import (
     TxnTransit,
 )
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
-from oncelog.coordinator.txn.stats import TxnStats
+from oncelog.coordinator.txn.stats import TxnStats, TxnStatsSnapshot
 from oncelog.coordinator.txn.verification import TransactionVerifier
 from oncelog.names import TopicPartition
 from oncelog.protocol import record_batch
@@ -152,7 +153,15 @@ class TransactionCoordinator:
         self._unload_partition(partition)
         if leader:
             self.log.take(partition, coordinator_epoch)
+            started = time.perf_counter()
             self._load_partition(partition)
+            self.stats.loads.observe(time.perf_counter() - started)
+
+    def stats_snapshot(self) -> TxnStatsSnapshot:
+        """The counters, with the transactions completing now and those kept prepared."""
+        prepared = sum(1 for m in self.txns.values()
+                       if m.state is S.ONGOING and m.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS)
+        return self.stats.snapshot(len(self._completions), prepared)
 
     def _load_partition(self, partition: int) -> None:
         loaded: dict[str, TransactionMetadata] = {}

@@ -19,6 +19,11 @@ class TxnStatsSnapshot:
     markers_count: int
     markers_total_s: float
     markers_cumulative: tuple[int, ...]
+    loads_count: int = 0
+    loads_total_s: float = 0.0
+    loads_cumulative: tuple[int, ...] = ()
+    completing: int = 0  # transactions whose markers are being written now
+    prepared: int = 0  # KIP-939 transactions kept prepared for an external decision
 
 
 class TxnStats:
@@ -28,6 +33,7 @@ class TxnStats:
         self.timed_out = 0
         self.fenced = 0
         self.markers = Histogram()  # from PrepareCommit/PrepareAbort to CompleteCommit/CompleteAbort
+        self.loads = Histogram()  # loading a __transaction_state partition (KIP-484's load time)
 
     def completed(self, commit: bool, seconds: float) -> None:
         if commit:
@@ -36,6 +42,7 @@ class TxnStats:
             self.aborts += 1
         self.markers.observe(seconds)
 
-    def snapshot(self) -> TxnStatsSnapshot:
+    def snapshot(self, completing: int = 0, prepared: int = 0) -> TxnStatsSnapshot:
         return TxnStatsSnapshot(self.commits, self.aborts, self.timed_out, self.fenced, self.markers.count,
-                                self.markers.total_s, self.markers.cumulative())
+                                self.markers.total_s, self.markers.cumulative(), self.loads.count,
+                                self.loads.total_s, self.loads.cumulative(), completing, prepared)
