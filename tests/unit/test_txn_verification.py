@@ -63,7 +63,12 @@ def fake_broker(leader_of_state: int = COORDINATOR):
     )
     cluster = SimpleNamespace(image=image, inter_broker_address=lambda node_id: ("127.0.0.1", 1),
                               add_listener=lambda listener: None)
-    broker = SimpleNamespace(node_id=THIS_BROKER, cluster=cluster,
+    # The cluster's Leadership, answering from the image as the replica manager does.
+    leadership = SimpleNamespace(
+        partition_count=lambda topic: image.topics[topic].partitions if topic in image.topics else None,
+        leader_of=lambda topic, partition: image.partition(topic, partition).leader,
+    )
+    broker = SimpleNamespace(node_id=THIS_BROKER, cluster=cluster, leadership=leadership,
                              logs=SimpleNamespace(partition=lambda topic, partition: partition_log))
     return broker, producers
 
