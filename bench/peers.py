@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import profile
-from oncelog.testing.process import BrokerProcess, free_port
+from oncelog.local.process import BrokerProcess, free_port
 
 if TYPE_CHECKING:
-    from oncelog.testing.cluster import ClusterProcess
+    from oncelog.local.cluster import ClusterProcess
 
 # Peers as the results and the table name them.
 ONCELOG = "oncelog"
@@ -122,7 +122,7 @@ class OncelogClusterTarget:
 
     def __enter__(self) -> str:
         from oncelog.cluster.etcd_member import find_etcd
-        from oncelog.testing.cluster import ClusterProcess
+        from oncelog.local.cluster import ClusterProcess
 
         try:
             find_etcd()

@@ -7,7 +7,7 @@ set -euo pipefail
 python=${1:-.venv/bin/python}
 here=$(cd "$(dirname "$0")" && pwd)
 
-if home=$("$python" -m oncelog.testing.java 2>/dev/null); then
+if home=$("$python" -m oncelog.local.java 2>/dev/null); then
     echo "setup: Java 17+ at $home"
     exit 0
 fi

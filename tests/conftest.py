@@ -24,7 +24,7 @@ def shared_broker(tmp_path_factory):
 def java_tools():
     """(javac, java, kafka-clients classpath) for the Java client tests (tests/support/java.py);
     skips, naming what is missing, without a JDK 17+ or the kafka-clients jar."""
-    from oncelog.testing import java
+    from oncelog.local import java
 
     try:
         javac = java.javac_executable()

@@ -85,7 +85,7 @@ def _spark_unavailable() -> str | None:
     if importlib.util.find_spec("pyspark") is None:
         return "needs pyspark (pip install -e .)"
     try:
-        from oncelog.testing.java import java_home
+        from oncelog.local.java import java_home
 
         java_home()
     except Exception as error:  # noqa: BLE001 (reported as the reason the scenario cannot run)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.peers import ONCELOG
 from bench.scenarios.base import Metric, Scenario, ScenarioFailed, Settings, loadgen
-from oncelog.testing.process import BrokerProcess
+from oncelog.local.process import BrokerProcess
 
 TOPIC = "bench-recovery"
 

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.testing.process import child_pids
+from oncelog.local.process import child_pids
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
 START_TIMEOUT_S = 90

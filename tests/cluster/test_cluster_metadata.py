@@ -24,10 +24,10 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.types import ProducerId
 from kio.static.primitive import i16, i32Timedelta
 
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import ClusterProcess
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 from kio.schema.types import TransactionalId
 
 from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import ClusterProcess
 
 TXN_PARTITIONS = 3
 SETTINGS = {

@@ -26,7 +26,7 @@ from oncelog.cluster.etcd import (
 )
 from oncelog.cluster.etcd_member import find_etcd
 from oncelog.cluster.kv import EventType
-from oncelog.testing.etcd import EtcdCluster
+from oncelog.local.etcd import EtcdCluster
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import ClusterProcess
 from tests.support.cluster import create, read_partition
 
 

@@ -16,9 +16,9 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32
 
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import ClusterProcess
 from tests.support.cluster import create
 
 OFFSETS_PARTITIONS = 3

@@ -18,9 +18,9 @@ from confluent_kafka import Producer
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
 from prometheus_client.parser import text_string_to_metric_families
 
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import ClusterProcess
 from tests.support.cluster import create, metadata, read_partition, wait_until
 
 FULL = 1  # the node whose disk fills

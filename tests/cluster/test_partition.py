@@ -1,6 +1,6 @@
 """A network partition that cuts one node from the other brokers and from the etcd
 majority, while clients still reach it (each node in its own network namespace:
-`oncelog.testing.netns`; needs root, skipped otherwise).
+`oncelog.local.netns`; needs root, skipped otherwise).
 
 Node 1 is cut: its etcd member is the first voter, the one every broker's watch starts
 on, and it leads a third of the partitions. The majority must fence it and elect new
@@ -22,11 +22,11 @@ from confluent_kafka import KafkaException, Producer
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+from oncelog.local.cluster import FAST_FAILOVER, ClusterProcess
+from oncelog.local.netns import NetworkLab
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import FAST_FAILOVER, ClusterProcess
-from oncelog.testing.netns import NetworkLab
 from tests.support.cluster import create, metadata, read_partition, wait_until
 
 SESSION_S = int(FAST_FAILOVER["broker.session.timeout.ms"]) / 1000

@@ -12,7 +12,7 @@ import shutil
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.testing.cluster import ClusterProcess
+from oncelog.local.cluster import ClusterProcess
 from tests.support.java import TxnScenario, partition_names
 
 TOPIC = "commit-abort"

@@ -32,10 +32,10 @@ from kio.schema.txn_offset_commit.v5 import request as txn_offset_commit_v5
 from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32Timedelta, i64
 
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
-from oncelog.testing.cluster import ClusterProcess
 
 TOPIC = "orders"
 SETTINGS = {

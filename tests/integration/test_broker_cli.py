@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.testing.process import BrokerProcess, free_port
+from oncelog.local.process import BrokerProcess, free_port
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "config" / "server.properties"
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.testing.checker import ANOMALY_KINDS
-from oncelog.testing.history import History, TxnOutcome
-from oncelog.testing.netns import NetworkLab
-from oncelog.testing.process import child_pids
+from oncelog.chaos.checker import ANOMALY_KINDS
+from oncelog.chaos.history import History, TxnOutcome
+from oncelog.local.netns import NetworkLab
+from oncelog.local.process import child_pids
 
 SECONDS = 60
 KILLS_PER_MINUTE = 30  # 30 planned: slow restarts on a loaded machine still leave >= 20

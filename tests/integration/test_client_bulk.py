@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
+from oncelog.chaos.proxy import FaultPolicy, FaultProxy
 from oncelog.client.cluster import Cluster
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import Fenced, NoAnswer
@@ -19,8 +20,7 @@ from oncelog.client.groups import NO_OFFSET, committed_offset
 from oncelog.client.partitioner import partition_by_murmur2
 from oncelog.client.producer import ProducerSettings, TransactionalProducer
 from oncelog.client.records import decode_fetched, encode_records
-from oncelog.testing.process import free_port
-from oncelog.testing.proxy import FaultPolicy, FaultProxy
+from oncelog.local.process import free_port
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

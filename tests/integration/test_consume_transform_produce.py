@@ -50,7 +50,7 @@ def test_killed_consume_transform_produce_app_outputs_each_record_exactly_once(t
                 producer.poll(0)
         assert producer.flush(30) == 0
 
-        command = [sys.executable, "-m", "oncelog.testing.ctp", "--bootstrap", bootstrap, "--input", "input",
+        command = [sys.executable, "-m", "oncelog.chaos.ctp", "--bootstrap", bootstrap, "--input", "input",
                    "--output", "output", "--group", "ctp", "--transactional-id", "ctp-app", "--batch", "10",
                    "--idle-exit", "4"]
         rng = random.Random(20)

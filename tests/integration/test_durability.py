@@ -6,7 +6,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.testing.process import BrokerProcess
+from oncelog.local.process import BrokerProcess
 
 
 def read_everything(bootstrap, topic, partitions, timeout=30):

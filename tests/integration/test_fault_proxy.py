@@ -25,11 +25,11 @@ from kio.serial import entity_reader
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog import EmbeddedBroker
+from oncelog.chaos.proxy import FaultPolicy, FaultProxy
+from oncelog.local.process import free_port, wait_until
 from oncelog.protocol import framing
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
-from oncelog.testing.process import free_port, wait_until
-from oncelog.testing.proxy import FaultPolicy, FaultProxy
 
 TOPIC = "proxied"
 PARTITIONS = 3

@@ -39,10 +39,10 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9 import request as produce_v9
 
 from oncelog.broker.handlers import handler_table
+from oncelog.local.process import BrokerProcess
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
 from oncelog.protocol.messages import is_flexible
-from oncelog.testing.process import BrokerProcess
 
 EXCHANGE_TIMEOUT = 10.0  # generous: two shared cores
 HANDLERS = handler_table()

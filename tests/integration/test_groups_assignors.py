@@ -11,7 +11,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from oncelog import EmbeddedBroker
-from oncelog.testing.process import wait_until
+from oncelog.local.process import wait_until
 from tests.support.groups import PARTITIONS, consumer_config, describe, wait_for_stable
 from tests.support.kafka import create_topic
 

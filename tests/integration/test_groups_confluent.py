@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from oncelog import EmbeddedBroker
-from oncelog.testing.process import wait_until
+from oncelog.local.process import wait_until
 from tests.support.groups import (
     PARTITIONS,
     SESSION_TIMEOUT_MS,

@@ -20,8 +20,8 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64, i64Timedelta
 
 from oncelog import EmbeddedBroker
+from oncelog.local.process import wait_until
 from oncelog.protocol.client import WireClient
-from oncelog.testing.process import wait_until
 
 TOPIC = "commits"
 RETENTION_CHECK_MS = 100

@@ -22,8 +22,8 @@ from kio.schema.offset_delete.v0 import request as delete_v0
 from kio.schema.sync_group.v3 import request as sync_v3
 
 from oncelog import EmbeddedBroker
+from oncelog.local.process import wait_until
 from oncelog.protocol.client import WireClient
-from oncelog.testing.process import wait_until
 
 SUBSCRIBED, OTHER = "od-subscribed", "od-other"
 UNSET = -1001  # librdkafka's OFFSET_INVALID: no committed offset

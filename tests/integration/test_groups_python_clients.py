@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from oncelog import EmbeddedBroker
-from oncelog.testing.process import wait_until
+from oncelog.local.process import wait_until
 from tests.support.kafka import create_topic, produce_to_partitions
 
 PARTITIONS = 4

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from oncelog.testing.process import BrokerProcess, wait_until
+from oncelog.local.process import BrokerProcess, wait_until
 from tests.support.groups import ConsumerThread, consumer_config, describe
 from tests.support.kafka import create_topic, produce_to_partitions
 

@@ -26,8 +26,8 @@ from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
+from oncelog.local.process import wait_until
 from oncelog.protocol.client import WireClient
-from oncelog.testing.process import wait_until
 from tests.support.coordinators import find_coordinators
 
 GROUP, TOPIC = "txn-group", "in"

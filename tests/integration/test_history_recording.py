@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from oncelog.testing.checker import check
-from oncelog.testing.history import (
+from oncelog.chaos.checker import check
+from oncelog.chaos.history import (
     History,
     Poll,
     ReadComplete,

@@ -8,8 +8,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
-from oncelog.testing.process import free_port
-from oncelog.testing.proxy import FaultPolicy, FaultProxy
+from oncelog.chaos.proxy import FaultPolicy, FaultProxy
+from oncelog.local.process import free_port
 
 PARTITIONS = 3
 

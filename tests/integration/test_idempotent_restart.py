@@ -5,7 +5,7 @@ and after kill -9, because producer state is snapshotted and rebuilt from the lo
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncelog.testing.process import BrokerProcess
+from oncelog.local.process import BrokerProcess
 from tests.support.idempotent import idempotent_batch, init_producer_id, produce
 from tests.support.kafka import create_topic
 

@@ -17,10 +17,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
+from oncelog.local.process import wait_until
 from oncelog.protocol.record_batch import Record, build_batch, parse_batches
 from oncelog.storage import cleaner_work
 from oncelog.storage.cleaner import CleaningInProgress
-from oncelog.testing.process import wait_until
 
 FAST_CLEANER = {
     "log.cleaner.backoff.ms": "50",

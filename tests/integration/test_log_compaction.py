@@ -11,9 +11,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
+from oncelog.local.process import BrokerProcess, wait_until
 from oncelog.protocol.record_batch import parse_batches
 from oncelog.storage.batch_records import decode_records
-from oncelog.testing.process import BrokerProcess, wait_until
 
 # The cleaner runs every 100 ms and cleans as soon as anything is dirty.
 FAST_CLEANER = {

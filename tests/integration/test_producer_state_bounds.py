@@ -10,8 +10,8 @@ from kio.schema.describe_producers.v0 import request as describe_v0
 from kio.schema.errors import ErrorCode
 
 from oncelog.broker.embedded import EmbeddedBroker
+from oncelog.local.process import BrokerProcess, wait_until
 from oncelog.protocol.client import WireClient
-from oncelog.testing.process import BrokerProcess, wait_until
 from tests.support.idempotent import idempotent_batch, init_producer_id, produce
 from tests.support.kafka import create_topic
 

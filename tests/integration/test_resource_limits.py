@@ -25,10 +25,10 @@ from kio.serial import entity_reader
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
+from oncelog.local.process import BrokerProcess, wait_until
 from oncelog.protocol import framing
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
-from oncelog.testing.process import BrokerProcess, wait_until
 from tests.support.kafka import create_topic
 
 MIB = 1 << 20

@@ -11,8 +11,8 @@ import time
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
+from oncelog.local.process import BrokerProcess
 from oncelog.protocol.client import encode_request
-from oncelog.testing.process import BrokerProcess
 
 
 def test_an_answer_to_a_client_that_already_closed_is_not_logged_as_an_error(tmp_path):

@@ -7,7 +7,7 @@ from confluent_kafka import KafkaException, Producer
 
 from oncelog import EmbeddedBroker
 from oncelog.broker.leadership import StandaloneLeadership
-from oncelog.testing.process import BrokerProcess
+from oncelog.local.process import BrokerProcess
 from tests.support.kafka import create_topics, last_stable_offset, read_values
 
 FAST_TIMEOUTS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}

@@ -22,7 +22,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from oncelog.testing.process import BrokerProcess
+from oncelog.local.process import BrokerProcess
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
 COMMAND_TIMEOUT_S = 60
@@ -175,7 +175,7 @@ def test_transactions_describe_of_an_unknown_id_is_a_one_line_error(broker):
 
 
 def test_transactions_commands_without_a_broker_are_a_one_line_error():
-    from oncelog.testing.process import free_port
+    from oncelog.local.process import free_port
 
     error = one_line_error(f"127.0.0.1:{free_port()}", "list")
     assert error.startswith("oncelog: error: cannot connect to 127.0.0.1:")

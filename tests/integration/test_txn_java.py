@@ -14,7 +14,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from oncelog import EmbeddedBroker
-from oncelog.testing import java
+from oncelog.local import java
 from tests.support.java import (
     SCENARIOS,
     TOPICS,

@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.local.cluster import ClusterProcess
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
-from oncelog.testing.cluster import ClusterProcess
 from tests.support.pipeline import produce_in_transactions, read_committed
 
 SETTINGS = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"}

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from oncelog.local.process import BrokerProcess
 from oncelog.spark.sink import PAUSE_AT_ENV, PAUSE_FILE_ENV
-from oncelog.testing.process import BrokerProcess
 
 from .sink_support import BATCH_HEADER, create_topics, read_all, transformed, values, write_source
 

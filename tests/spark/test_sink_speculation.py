@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from oncelog.local.spark_cluster import StandaloneSpark
 from oncelog.spark.sink import PAUSE_AT_ENV, PAUSE_FILE_ENV
-from oncelog.testing.spark_cluster import StandaloneSpark
 
 from .sink_support import create_topics, read_all, transformed, values, write_source
 

@@ -11,8 +11,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 
+from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
-from oncelog.testing.cluster import ClusterProcess
 
 
 def create(cluster: ClusterProcess, name: str, partitions: int, replication_factor: int = 3, **configs) -> None:

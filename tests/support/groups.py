@@ -10,7 +10,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
-from oncelog.testing.process import wait_until
+from oncelog.local.process import wait_until
 
 PARTITIONS = 6  # of the topic the group tests' consumers share, unless a test says otherwise
 SESSION_TIMEOUT_MS = 6000

@@ -1,15 +1,16 @@
-"""The chaos harness's TransactionalSession.end (oncelog.testing.chaos): how long it keeps
+"""The chaos harness's TransactionalSession.end (oncelog.chaos.sessions): how long it keeps
 calling commit/abort_transaction before it gives the producer up."""
 
 from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import KafkaError, KafkaException
 
-from oncelog.testing.chaos import MAX_END_ATTEMPTS, MAX_END_TIMEOUTS, RunState, TransactionalSession
-from oncelog.testing.history import History
+from oncelog.chaos.history import History
+from oncelog.chaos.sessions import RunState, TransactionalSession
+from oncelog.chaos.settings import MAX_END_ATTEMPTS, MAX_END_TIMEOUTS
 
 if TYPE_CHECKING:
-    from oncelog.testing.chaos import _TransactionalProducer
+    from oncelog.chaos.sessions import _TransactionalProducer
 
 
 class ScriptedProducer:
@@ -20,7 +21,7 @@ class ScriptedProducer:
         self.errors = list(errors)
         self.commit_calls = 0
         self.closed = False
-        self.producer = self  # what _close_quietly purges
+        self.producer = self  # what close_quietly purges
         self.next_txn_seq = 5
 
     def commit_transaction(self, timeout: float) -> None:

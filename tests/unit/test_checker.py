@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from oncelog.testing.checker import ANOMALY_KINDS, check
-from oncelog.testing.history import (
+from oncelog.chaos.checker import ANOMALY_KINDS, check
+from oncelog.chaos.history import (
     GroupOffsetCommit,
     GroupOffsetObservation,
     History,

@@ -1,6 +1,7 @@
-"""compare_replicas' rule (oncelog.testing.replicas): the replicas of a partition hold the
+"""compare_replicas' rule (oncelog.chaos.replicas): the replicas of a partition hold the
 same batches up to the smallest high watermark among them; beyond it they may differ."""
 
+from oncelog.chaos.replicas import compare_log_dirs
 from oncelog.protocol.record_batch import (
     ControlType,
     Record,
@@ -9,7 +10,6 @@ from oncelog.protocol.record_batch import (
     parse_batches,
 )
 from oncelog.storage import AppendOrigin, LogConfig, LogManager
-from oncelog.testing.replicas import compare_log_dirs
 
 NOW_MS = 1_700_000_000_000
 

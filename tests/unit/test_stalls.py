@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oncelog.testing.history import History, Outcome, Send, TxnOutcome
-from oncelog.testing.stalls import FaultWindow, fault_stalls, longest_gap
+from oncelog.chaos.history import History, Outcome, Send, TxnOutcome
+from oncelog.chaos.stalls import FaultWindow, fault_stalls, longest_gap
 
 
 def test_the_longest_gap_counts_the_window_edges():

@@ -8,7 +8,7 @@ longest stall of acknowledged writes and of commits is reported.
 
 Exit status 0 only if the checker found no anomaly, the final reads completed and (on a
 cluster) the replicas agree; 1 otherwise, with every anomaly and its offending records
-printed. The run itself is `oncelog.testing.chaos`, the faults `oncelog.testing.nemesis`.
+printed. The run itself is `oncelog.chaos.run`, the faults `oncelog.chaos.nemesis`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oncelog.testing.chaos import ChaosError, ChaosSettings, print_result, run_chaos
+    from oncelog.chaos.run import print_result, run_chaos
+    from oncelog.chaos.settings import ChaosError, ChaosSettings
 
     seconds = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 1.0)
     if seconds <= 0:
@@ -117,7 +118,7 @@ def _signals_interrupt(*signums: signal.Signals) -> Iterator[None]:
 
 
 def _fault_kinds(text: str | None, brokers: int) -> tuple[str, ...]:
-    from oncelog.testing.nemesis import FAULT_KINDS
+    from oncelog.chaos.nemesis import FAULT_KINDS
 
     if text is None:
         return ("kill",) if brokers == 1 else FAULT_KINDS

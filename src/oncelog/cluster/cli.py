@@ -57,13 +57,13 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_start(args: argparse.Namespace) -> int:
-    from oncelog.testing.cluster import (
+    from oncelog.local.cluster import (
         ClusterProcess,
         node_configs,
         read_node_configs,
         write_node_configs,
     )
-    from oncelog.testing.process import BrokerStartError
+    from oncelog.local.process import BrokerStartError
 
     if args.brokers is not None and args.brokers < 1:
         raise CommandError(f"--brokers must be at least 1, got {args.brokers}")

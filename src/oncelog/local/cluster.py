@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
-from oncelog.testing.netns import NetworkLab
-from oncelog.testing.process import BrokerProcess, child_pids, free_port
+from oncelog.local.netns import NetworkLab
+from oncelog.local.process import BrokerProcess, child_pids, free_port
 
 # Quick failure detection for tests; Kafka's defaults (9 s sessions) stay the broker's.
 FAST_FAILOVER = {

@@ -66,8 +66,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from oncelog.names import TopicPartition
-from oncelog.testing.history import (
+from oncelog.chaos.history import (
     GroupOffsetCommit,
     GroupOffsetObservation,
     History,
@@ -79,6 +78,7 @@ from oncelog.testing.history import (
     Transform,
     TxnOutcome,
 )
+from oncelog.names import TopicPartition
 
 TxnKey = tuple[str, int]
 

@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oncelog.testing.cluster import ClusterProcess
-from oncelog.testing.netns import NetworkLab
+from oncelog.local.cluster import ClusterProcess
+from oncelog.local.netns import NetworkLab
 
 FAULT_KINDS = ("kill", "pause", "partition", "disk")
 DISK_SIZE = "512m"  # each node's tmpfs: room for its etcd member's preallocated WAL and the run's logs

@@ -26,9 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Self
 
+from oncelog.local.java import java_home
+from oncelog.local.process import free_port
 from oncelog.spark.session import spark_home
-from oncelog.testing.java import java_home
-from oncelog.testing.process import free_port
 
 MASTER_HOST = "127.0.0.1"
 

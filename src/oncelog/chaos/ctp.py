@@ -1,6 +1,6 @@
 """The seeds' consume-transform-produce loop, as an application process to kill -9.
 
-    python -m oncelog.testing.ctp --bootstrap HOST:PORT --input in --output out \\
+    python -m oncelog.chaos.ctp --bootstrap HOST:PORT --input in --output out \\
         --group g --transactional-id app-1 [--batch 100]
 
 Reads `input` with a read_committed group consumer (static membership, so a restarted
@@ -63,7 +63,7 @@ def run(bootstrap: str, input_topic: str, output_topic: str, group: str, transac
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncelog.testing.ctp", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m oncelog.chaos.ctp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)

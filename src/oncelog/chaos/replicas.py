@@ -34,7 +34,7 @@ from oncelog.storage.errors import LogError
 from oncelog.storage.manager import LogManager
 
 if TYPE_CHECKING:
-    from oncelog.testing.cluster import ClusterProcess
+    from oncelog.local.cluster import ClusterProcess
 
 READ_BYTES = 4 * 1024 * 1024
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Self
 
 from oncelog.cluster.etcd_member import EtcdMember
-from oncelog.testing.process import free_port
+from oncelog.local.process import free_port
 
 
 class EtcdCluster:

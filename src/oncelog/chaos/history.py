@@ -2,7 +2,7 @@
 
 A history is a list of operations, one JSON object per line when saved: every send and
 its acknowledgement, every transaction outcome, every record a consumer returned, the
-group offsets committed and observed. `oncelog.testing.checker.check` reads it and
+group offsets committed and observed. `oncelog.chaos.checker.check` reads it and
 reports the anomalies of the Jepsen taxonomy for Kafka.
 
     history = History()

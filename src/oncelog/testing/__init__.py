@@ -1,1 +1,0 @@
-"""Test and fault-injection helpers that drive real brokers: processes, proxies."""
