@@ -16,6 +16,7 @@ Kafka's does.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from oncelog.names import CONSUMER_OFFSETS, TRANSACTION_STATE
@@ -29,6 +30,9 @@ REPLICATION_FACTOR_KEY = {
 }
 
 
+# Memoized: every request naming a group or transactional id maps it to its partition,
+# several times per transaction, and the loop below costs ~2 us per id in Python.
+@functools.lru_cache(maxsize=1 << 16)
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode: 31*h + c over UTF-16 code units, as a signed int32."""
     h = 0
