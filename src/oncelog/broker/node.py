@@ -12,13 +12,14 @@ collaborator needs, in its own verbs:
 - `TopicAdmin`: creating, deleting, growing and reconfiguring topics (standalone:
   `broker.topics.StandaloneTopics`; cluster: `cluster.topics.ClusterTopics`), the one
   component chosen at start-up where the modes differ for topics;
-- `ClusterView`: the cluster metadata as the domain reads it (None standalone);
+- `BrokerDirectory`: where the other brokers are, for peer connections (None standalone);
 - `TransactionGate` and `RemoteVerification`: what the append path asks the transaction
   coordinator (KIP-890), implemented by `coordinator.txn`;
 - `TransactionalOffsets`: what the transaction coordinator asks the group coordinator.
 
-Nothing here imports the modules that implement these, so every module may depend on
-this one without closing a loop.
+This module imports only the leadership views, the config, the storage and metadata
+types under TYPE_CHECKING: none of them imports it back, so every part may depend on it
+without closing a loop.
 """
 
 from __future__ import annotations
@@ -90,13 +91,6 @@ class BrokerDirectory(Protocol):
     def inter_broker_address(self, node_id: int) -> tuple[str, int] | None: ...
 
 
-class ClusterView(BrokerDirectory, Protocol):
-    """The cluster metadata as the coordinators read it."""
-
-    @property
-    def image(self) -> MetadataImage: ...
-
-
 class ProducerIdSource(Protocol):
     def next_producer_id(self) -> int: ...
 
@@ -158,7 +152,7 @@ class Node(Protocol):
     @property
     def topics(self) -> TopicAdmin: ...
     @property
-    def cluster(self) -> ClusterView | None: ...
+    def cluster(self) -> BrokerDirectory | None: ...
     @property
     def producer_ids(self) -> ProducerIdSource: ...
     @property
