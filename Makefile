@@ -1,7 +1,7 @@
 # oncelog developer tasks. `make demo` and `make test` work on a fresh machine with
 # Python 3.11+: both run `setup` first.
 #
-#   make setup   .venv with oncelog and its test and lint dependencies, kcat, etcd, a Java 17+ runtime
+#   make setup   .venv with oncelog and its test and lint dependencies, kcat, Chromium, etcd, a Java 17+ runtime
 #   make test    the default test suite (everything not marked slow)
 #   make lint    ruff over src, tests, bench and scripts; mypy over src, tests and bench (.ci/run runs it first)
 #   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
@@ -36,7 +36,8 @@ help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
 
 setup: $(SETUP_STAMP)
-	@scripts/ensure-kcat.sh
+	@scripts/ensure-apt-package.sh kcat kcat "the kcat tests need it"
+	@scripts/ensure-apt-package.sh chromium chromium "the console's browser tests need it (headless, driven by Playwright)"
 	@scripts/ensure-etcd.sh
 	@scripts/ensure-java.sh $(VENV_PYTHON)
 
@@ -54,8 +55,8 @@ $(SETUP_STAMP): pyproject.toml setup.py src/oncelog/client/_record_starts.c
 	  rm -rf $(VENV); \
 	  $(PYTHON) -m venv $(VENV); \
 	fi
-	@echo "setup: installing oncelog and its test and lint dependencies into $(VENV) with pip: about 30 packages,"
-	@echo "setup: 575 MB installed (pyspark is 490 MB of it). About 110 s on a fresh 2-core machine, 15-30 s"
+	@echo "setup: installing oncelog and its test and lint dependencies into $(VENV) with pip: about 35 packages,"
+	@echo "setup: 745 MB installed (pyspark 490 MB, Playwright 165 MB). About 120 s on a fresh 2-core machine, 15-30 s"
 	@echo "setup: when pip's cache already has them; done once (again only when pyproject.toml or setup.py changes)."
 	@started=$$SECONDS; \
 	$(VENV_PYTHON) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,lint]' | \
@@ -71,6 +72,9 @@ test: setup
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "test: error: kcat is not installed and the kcat tests need it" \
 	       "(sudo apt-get install -y kcat)" >&2; exit 1; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "test: error: chromium is not installed and the console tests need it" \
+	       "(sudo apt-get install -y chromium)" >&2; exit 1; }
 	@$(VENV_PYTHON) -c 'from oncelog.cluster.etcd_member import find_etcd; find_etcd()' 2>/dev/null || { \
 	  echo "test: error: no etcd binary and the cluster tests need it" \
 	       "(make setup or scripts/ensure-etcd.sh; or set ONCELOG_ETCD to an etcd 3.4+ binary)" >&2; exit 1; }

@@ -4,6 +4,7 @@ part that owns what it measures, copied out by the loop for each scrape."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 
 # Upper bounds (seconds) of the buckets; one more bucket holds the rest.
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -29,3 +30,13 @@ class Histogram:
             running += count
             result.append(running)
         return tuple(result)
+
+    def snapshot(self) -> HistogramSnapshot:
+        return HistogramSnapshot(self.count, self.total_s, self.cumulative())
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    count: int
+    total_s: float
+    cumulative: tuple[int, ...]  # observations at or below each of BUCKETS_S

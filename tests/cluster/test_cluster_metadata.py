@@ -9,12 +9,14 @@ their own topics.
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -28,12 +30,13 @@ from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol import record_batch
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
+from tests.support.browser import chromium
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     base = tmp_path_factory.mktemp("cluster")
-    with ClusterProcess(base, 3) as running:
+    with ClusterProcess(base, 3, {"http.listener": "127.0.0.1:0"}) as running:
         yield running
     for node in running.nodes.values():  # free the etcd WALs, keep the logs
         shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
@@ -346,3 +349,33 @@ def test_a_dynamic_broker_default_reaches_every_broker_and_a_brokers_own_stays_i
         alter(1, "", "log.segment.bytes", None)
         alter(3, "3", "log.segment.bytes", None)
     assert eventually(2, ("1073741824", 5)) == ("1073741824", 5)
+
+
+def console_url(cluster: ClusterProcess, node: int) -> str:
+    found = re.findall(r"the console at (http://\S+/)", cluster.nodes[node].log_path.read_text())
+    assert found, f"broker {node} logged no console address"
+    return found[-1]  # the node's latest start (port 0: a new port each time)
+
+
+def test_the_console_of_any_broker_shows_every_broker_and_the_isr(cluster):
+    create(cluster, "watched-isr", 3, 3)
+    for node in cluster.nodes:
+        with urllib.request.urlopen(console_url(cluster, node) + "api/console", timeout=10) as response:
+            view = json.load(response)
+        assert view["mode"] == "cluster" and view["node_id"] == node
+        brokers = {b["node_id"]: b for b in view["brokers"]}
+        assert set(brokers) == {1, 2, 3}
+        assert sum(b["controller"] for b in brokers.values()) == 1
+        assert sum(b["leaders"] for b in brokers.values()) >= 3
+        local = {p["partition"]: p for p in view["partitions"] if p["topic"] == "watched-isr"}
+        assert set(local) == {0, 1, 2}  # RF 3: every broker holds every partition
+        assert all(sorted(p["isr"]) == [1, 2, 3] and p["leader"] in (1, 2, 3) for p in local.values())
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(console_url(cluster, 2))
+        page.wait_for_selector("body[data-loaded]", state="attached", timeout=15_000)
+        assert page.locator("#cluster").is_visible()
+        assert page.locator("#brokers tr[data-broker]").count() == 3
+        assert "controller" in page.locator("#brokers").inner_text()
+        row = page.locator('#partitions tr[data-partition="watched-isr-0"]').inner_text()
+        assert re.search(r"\d / \[[123],[123],[123]\]", row), row  # leader / ISR

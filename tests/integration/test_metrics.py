@@ -28,7 +28,7 @@ def test_metrics_are_served_at_the_http_listener_with_every_log_dir_online(tmp_p
     dirs = [tmp_path / "a", tmp_path / "b"]
     config = {"http.listener": "127.0.0.1:0", "log.dirs": ",".join(str(d) for d in dirs)}
     with EmbeddedBroker(tmp_path / "unused", config) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         families = scrape(f"http://{host}:{port}/metrics")
     assert families["kafka_log_offline_log_directory_count"] == [({}, 0.0)]
     per_dir = {labels["log_directory"]: value for labels, value in families["kafka_log_log_directory_offline"]}
@@ -37,7 +37,7 @@ def test_metrics_are_served_at_the_http_listener_with_every_log_dir_online(tmp_p
 
 def test_without_http_listener_there_is_no_endpoint(tmp_path):
     with EmbeddedBroker(tmp_path / "b") as running:
-        assert running.broker.metrics is None
+        assert running.broker.http is None
 
 
 @pytest.mark.parametrize("value", ["9100", "host:port", "127.0.0.1:70000"])
@@ -51,7 +51,7 @@ def test_partition_and_transaction_metrics_show_the_lso_lag_of_an_open_transacti
     from confluent_kafka.admin import AdminClient, NewTopic
 
     with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
         admin.create_topics([NewTopic("watched", 1, 1)])["watched"].result(10)
         plain = Producer({"bootstrap.servers": running.bootstrap_servers})
@@ -97,7 +97,7 @@ def test_requests_are_counted_and_timed_per_api(tmp_path):
     from confluent_kafka.admin import AdminClient
 
     with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
         for _ in range(3):
             admin.list_topics(timeout=10)
@@ -112,14 +112,15 @@ def test_requests_are_counted_and_timed_per_api(tmp_path):
                if _labels["request"] == "Metadata")
 
 
-def test_per_topic_traffic_counts_records_in_and_out_and_refused_batches(tmp_path):
+def test_per_topic_traffic_counts_records_in_and_out_refused_batches_error_codes_and_flushes(tmp_path):
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
-        admin.create_topics([NewTopic("traffic", 1, 1, config={"max.message.bytes": "2000"})])["traffic"].result(10)
+        configs = {"max.message.bytes": "2000", "flush.messages": "1"}
+        admin.create_topics([NewTopic("traffic", 1, 1, config=configs)])["traffic"].result(10)
         producer = Producer({"bootstrap.servers": running.bootstrap_servers, "linger.ms": 0})
         for i in range(5):
             producer.produce("traffic", b"x" * 100, key=str(i).encode())
@@ -148,6 +149,15 @@ def test_per_topic_traffic_counts_records_in_and_out_and_refused_batches(tmp_pat
     assert counter("kafka_server_brokertopicmetrics_bytes_out") >= counter("kafka_server_brokertopicmetrics_bytes_in")
     assert counter("kafka_server_brokertopicmetrics_failed_produce_requests") >= 1
     assert counter("kafka_server_brokertopicmetrics_failed_fetch_requests") == 0
+    errors_by_code = {(labels["request"], labels["error"]): value
+                      for labels, value in families["kafka_network_request_errors"]}
+    assert errors_by_code[("Produce", "MESSAGE_TOO_LARGE")] == 1
+    assert errors_by_code[("Produce", "NONE")] >= 1  # librdkafka may batch the five records
+    assert errors_by_code[("Fetch", "NONE")] >= 1
+    assert ("Fetch", "MESSAGE_TOO_LARGE") not in errors_by_code
+    flushes = {labels.get("le"): value for labels, value in families["kafka_log_logflushstats_log_flush_seconds"]
+               if "le" in labels}
+    assert flushes["+Inf"] >= 1  # flush.messages=1: every accepted batch is fsynced
 
 
 def test_a_transaction_open_past_its_timeout_is_counted_late_with_its_age_and_producers(tmp_path):
@@ -159,7 +169,7 @@ def test_a_transaction_open_past_its_timeout_is_counted_late_with_its_age_and_pr
 
     an_hour_ago_ms = int(time.time() * 1000) - 3600_000
     with EmbeddedBroker(tmp_path / "b", {"http.listener": "127.0.0.1:0"}) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         url = f"http://{host}:{port}/metrics"
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
         admin.create_topics([NewTopic("hanging", 1, 1)])["hanging"].result(10)
@@ -196,7 +206,7 @@ def test_consumer_groups_show_their_lag_to_the_high_watermark_and_to_the_last_st
 
     config = {"http.listener": "127.0.0.1:0", "group.initial.rebalance.delay.ms": "0"}
     with EmbeddedBroker(tmp_path / "b", config) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         bootstrap = running.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("lagged", 1, 1)])["lagged"].result(10)
@@ -250,7 +260,7 @@ def test_the_log_cleaner_reports_its_rounds_and_how_dirty_the_compacted_logs_are
     config = {"http.listener": "127.0.0.1:0", "log.cleaner.backoff.ms": "50",
               "log.cleaner.min.cleanable.ratio": "0.01"}
     with EmbeddedBroker(tmp_path / "b", config) as running:
-        host, port = running.broker.metrics.address
+        host, port = running.broker.http.address
         url = f"http://{host}:{port}/metrics"
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
         topic_config = {"cleanup.policy": "compact", "segment.bytes": "4096"}

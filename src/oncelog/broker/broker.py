@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
@@ -30,8 +31,8 @@ from oncelog.broker.metrics import (
     BrokerSnapshot,
     CleanerSnapshot,
     ClusterSnapshot,
-    MetricsServer,
     PartitionSnapshot,
+    metrics_registry,
 )
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
@@ -53,6 +54,9 @@ from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import InvalidConfigError
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
+from oncelog.web.history import SAMPLE_INTERVAL_MS, LagHistory
+from oncelog.web.http import ConsoleApp, HttpListener
+from oncelog.web.pipelines import PipelineReports
 
 if TYPE_CHECKING:
     from oncelog.broker.node import Leadership, TopicAdmin
@@ -90,7 +94,8 @@ class Broker:
         self.topics: TopicAdmin = StandaloneTopics(self.node_id, config, lambda: self.logs, standalone)
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._timers: list[asyncio.Task] = []
-        self.metrics: MetricsServer | None = None  # http.listener: /metrics
+        self.http: HttpListener | None = None  # http.listener: /metrics and the console
+        self._console: ConsoleSource | None = None
         self.topic_stats = TopicStats()  # per-topic traffic, counted by Produce and Fetch
         self.producers_expired = 0  # by the producer-expiry timer, for /metrics
         # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
@@ -196,9 +201,7 @@ class Broker:
                 )),
             ]
         if self.config.http_listener is not None:
-            host, port = self.config.http_listener
-            self.metrics = MetricsServer(host, port, asyncio.get_running_loop(), self._metrics_snapshot)
-            self.metrics.start()
+            self._start_http(*self.config.http_listener)
         log.info(
             "broker %d of cluster %s listening on %s:%d, advertised as %s:%d (started in %.0f ms)",
             self.node_id, self.cluster_id, self.inter_broker_host, self.bound_port, self.host, self.port,
@@ -214,6 +217,22 @@ class Broker:
             log.error("dynamic broker configs not applied: %s", error)
             return
         self.logs.set_default_config(defaults)
+
+    def _start_http(self, host: str, port: int) -> None:
+        """`http.listener`: /metrics and the console, and the LSO-lag samples its charts draw."""
+        loop = asyncio.get_running_loop()
+        parts = ConsoleParts(
+            self.node_id, lambda: self.cluster_id, self.logs.partitions, self.txn_coordinator,
+            self.group_coordinator, lambda: self.cluster.image if self.cluster is not None else None,
+            self.config["min.insync.replicas"],
+            self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS)
+        self._console = ConsoleSource(loop, parts, LagHistory(),
+                                      PipelineReports(f"[{self.host}]:{self.port}" if ":" in self.host
+                                                      else f"{self.host}:{self.port}"))
+        self._console.sample()
+        self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))
+        self.http = HttpListener(host, port, ConsoleApp(metrics_registry(loop, self._metrics_snapshot), self._console))
+        self.http.start()
 
     def _metrics_snapshot(self) -> BrokerSnapshot:
         """What /metrics reports, read on the loop (oncelog.broker.metrics)."""
@@ -241,7 +260,7 @@ class Broker:
                               self.group_coordinator.snapshot(),
                               CleanerSnapshot(dataclasses.replace(self.cleaner.totals), self.cleaner.rounds_aborted,
                                               len(self.cleaner.uncleanable), self.cleaner.max_dirty_ratio(now_ms())),
-                              fetch_waiting)
+                              fetch_waiting, self.logs.flush_stats.snapshot())
 
     def _cluster_snapshot(self) -> ClusterSnapshot | None:
         cluster = self.cluster
@@ -252,8 +271,10 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""
-        if self.metrics is not None:
-            self.metrics.stop()
+        if self.http is not None:
+            self.http.stop()
+        if self._console is not None:
+            self._console.close()
         for task in self._timers:
             task.cancel()
         # A cancelled cleaning round aborts, waits for the cleaner thread and discards

@@ -1,5 +1,6 @@
-"""The broker's Prometheus endpoint: `http.listener=HOST:PORT` (off when empty) serves
-`/metrics` in Prometheus text format, through prometheus_client, on a thread of its own.
+"""The broker's Prometheus metrics: `http.listener=HOST:PORT` (off when empty) serves
+`/metrics` in Prometheus text format, through prometheus_client, on the HTTP listener's
+threads (oncelog.web.http, which also serves the console).
 
 Each scrape asks the event loop, which owns every piece of broker state, for a snapshot
 (`MetricsSource`), and turns it into metric families. Gauges are read from the state
@@ -26,12 +27,10 @@ are named `oncelog_*`.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -40,10 +39,9 @@ from oncelog.broker.topic_stats import TopicSnapshot
 from oncelog.cluster.replica_manager import ReplicationSnapshot
 from oncelog.coordinator.group.api import GroupsSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
-from oncelog.stats import BUCKETS_S
+from oncelog.protocol.error_counts import error_name
+from oncelog.stats import BUCKETS_S, HistogramSnapshot
 from oncelog.storage.cleaner import CleanerTotals
-
-log = logging.getLogger("oncelog.metrics")
 
 SNAPSHOT_TIMEOUT_S = 5.0  # a scrape gives up when the loop does not answer in this time
 
@@ -98,6 +96,7 @@ class BrokerSnapshot:
     groups: GroupsSnapshot | None = None  # None: no group coordinator
     cleaner: CleanerSnapshot | None = None
     fetch_waiting: int = 0  # long-polling fetches (Kafka's Fetch purgatory)
+    flushes: HistogramSnapshot | None = None  # every log's flushes
 
 
 MetricsSource = Callable[[], BrokerSnapshot]  # runs on the event loop
@@ -177,6 +176,15 @@ class _BrokerCollector(Collector):
             loads.add_metric(["group"], _buckets(groups.loads_cumulative, groups.loads_count),
                              sum_value=groups.loads_total_s)
         yield loads
+        if snapshot.flushes is not None:
+            flushes = HistogramMetricFamily(
+                "kafka_log_logflushstats_log_flush_seconds",
+                "Flushes of a log to disk (fsync of its new segments' data, indexes and directory), by "
+                "log.flush.interval.messages, log.flush.interval.ms, segment rolls and shutdown (Kafka's "
+                "LogFlushStats LogFlushRateAndTimeMs).")
+            flushes.add_metric([], _buckets(snapshot.flushes.cumulative, snapshot.flushes.count),
+                               sum_value=snapshot.flushes.total_s)
+            yield flushes
 
     async def _snapshot(self) -> BrokerSnapshot:
         return self._source()
@@ -192,11 +200,18 @@ def _request_families(requests: list[ApiSnapshot]) -> Iterator[
         "oncelog_network_request_handle_seconds",
         "How long handlers took, by API: from the decoded request to the response built, waits for "
         "replication (acks=all) and long polls included.", labels=["request"])
+    errors = CounterMetricFamily(
+        "kafka_network_request_errors", "Error codes in responses, by API and error, NONE included (Kafka's "
+        "RequestMetrics ErrorsPerSec): one per partition, group or key the response answers.",
+        labels=["request", "error"])
     for api in requests:
         count.add_metric([api.api], api.count)
+        for code, occurrences in sorted(api.errors.items()):
+            errors.add_metric([api.api, error_name(code)], occurrences)
         in_flight.add_metric([api.api], api.in_flight)
         seconds.add_metric([api.api], _buckets(api.cumulative, api.count), sum_value=api.total_s)
     yield count
+    yield errors
     yield in_flight
     yield seconds
 
@@ -404,28 +419,12 @@ def _cleaner_families(cleaner: CleanerSnapshot) -> Iterator[GaugeMetricFamily | 
                             "longest of its last run).", value=totals.last_round_seconds)
 
 
-class MetricsServer:
-    """`/metrics` on its own thread; `address` once started."""
-
-    def __init__(self, host: str, port: int, loop: asyncio.AbstractEventLoop, source: MetricsSource) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_BrokerCollector(loop, source))
-        # The process itself: CPU seconds, resident memory, open files (process_*), and
-        # the Python version (python_info), as every prometheus_client program has them.
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        self._host, self._port = host, port
-        self._server: WSGIServer | None = None
-        self.address: tuple[str, int] | None = None
-
-    def start(self) -> tuple[str, int]:
-        self._server, _thread = start_http_server(self._port, addr=self._host, registry=self.registry)
-        self.address = (self._host, self._server.server_port)
-        log.info("metrics at http://%s:%d/metrics", *self.address)
-        return self.address
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+def metrics_registry(loop: asyncio.AbstractEventLoop, source: MetricsSource) -> CollectorRegistry:
+    """The registry `/metrics` serves (oncelog.web.http): the broker's families, read on
+    `loop`, and the process itself: CPU seconds, resident memory, open files (process_*)
+    and the Python version (python_info), as every prometheus_client program has them."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_BrokerCollector(loop, source))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry

@@ -36,6 +36,7 @@ from oncelog.broker.handlers import handler_table
 from oncelog.broker.handlers.api_versions import unsupported_version_response
 from oncelog.broker.request_stats import RequestStats
 from oncelog.protocol import framing
+from oncelog.protocol.error_counts import count_errors
 from oncelog.protocol.messages import (
     ResponseBuilder,
     decode_request,
@@ -450,5 +451,6 @@ class KafkaServer:
             self.request_stats.finished(stats, time.perf_counter() - started)
         if response is None:
             return None  # e.g. Produce with acks=0
+        count_errors(response, stats.errors)
         flexible_header = flexible and api_key != framing.API_VERSIONS_KEY
         return encode_response_frame(correlation_id, response, flexible_header=flexible_header)

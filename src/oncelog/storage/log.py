@@ -46,6 +46,7 @@ import logging
 import os
 import shutil
 import struct
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ from oncelog.protocol.record_batch import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from oncelog.stats import Histogram
 from oncelog.storage import producer_snapshot, swap
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import (
@@ -202,6 +204,8 @@ class PartitionLog:
         self.cleaning: CleaningRound | None = None  # the running cleaning round (cleaner.py)
         # Called with (this log, the error) when a write, flush or delete fails (set by the LogManager).
         self.storage_failed: Callable[[PartitionLog, StorageError], None] | None = None
+        # Flush times, shared by the LogManager's logs (Kafka's LogFlushRateAndTimeMs, for /metrics).
+        self.flush_stats: Histogram | None = None
 
     # -- opening and recovery ------------------------------------------------------------
 
@@ -712,6 +716,7 @@ class PartitionLog:
     @_reports_storage_errors
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything after the recovery point and move it to the log end offset."""
+        started = time.perf_counter()
         first = max(bisect_right(self._segment_bases, self.recovery_point) - 1, 0)
         active = self._segments[-1]
         for segment in self._segments[first:]:
@@ -723,6 +728,8 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._roll_flush_pending = False
         self._last_flush_ms = clock.now_ms() if now_ms is None else now_ms
+        if self.flush_stats is not None:
+            self.flush_stats.observe(time.perf_counter() - started)
 
     def flush_if_due(self, now_ms: int) -> bool:
         """Flush when flush.ms has passed with unflushed data, or a rolled segment waits."""

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog import clock
+from oncelog.stats import Histogram
 from oncelog.storage.checkpoint_file import read_checkpoint, write_checkpoint
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import (
@@ -140,6 +141,7 @@ class LogManager:
         # Broker-wide (producer.id.expiration.ms, producer.id.max.entries.per.partition).
         self.producer_state_config = producer_state_config or ProducerStateConfig()
         self.replicated = replicated  # passed to every log opened or created (see PartitionLog)
+        self.flush_stats = Histogram()  # every log's flushes (Kafka's LogFlushRateAndTimeMs)
         self._topics: dict[str, _TopicRecord] = {}
         self._topic_names_by_id: dict[uuid.UUID, str] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -560,6 +562,7 @@ class LogManager:
 
     def _watched(self, log: PartitionLog) -> PartitionLog:
         log.storage_failed = self._log_failed
+        log.flush_stats = self.flush_stats
         return log
 
     def _log_failed(self, log: PartitionLog, error: StorageError) -> None:

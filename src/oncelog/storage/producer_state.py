@@ -214,6 +214,10 @@ class ProducerStateManager:
                 first = first_offset if first is None else min(first, first_offset)
         return first
 
+    def open_transaction_count(self) -> int:
+        """Transactions open in this partition (their markers not yet written here)."""
+        return len(self._open_txns)
+
     def oldest_open_transaction_started_ms(self) -> int | None:
         """When the open transaction with the lowest first offset began here (its first
         batch's timestamp), or None when no transaction is open: for /metrics."""

@@ -1,0 +1,177 @@
+"""What the web console (oncelog.web) shows of this broker, read on the event loop.
+
+`console_view` copies the state it describes into plain values (oncelog.web.model): the
+transactions this broker coordinates that are not finished, every local partition's
+offsets and producers, the groups it coordinates with their lag, and in cluster mode the
+brokers and ISR of the metadata image. `ConsoleSource` is what the HTTP threads call: it
+asks the loop for that view and the LSO-lag history, and reads the pipelines' reports
+(on the calling thread; they come from a topic, not from broker state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oncelog.clock import now_ms
+from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.web.history import LagHistory
+from oncelog.web.model import BrokerView, ConsoleView, GroupOffsetView, GroupView, PartitionView, TransactionView
+from oncelog.web.pipelines import PipelineReports
+
+if TYPE_CHECKING:
+    from oncelog.cluster.image import MetadataImage
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+    from oncelog.storage.log import PartitionLog
+
+VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this time
+_PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
+
+
+@dataclass(frozen=True)
+class ConsoleParts:
+    """What the view reads, all owned by the loop."""
+
+    node_id: int
+    cluster_id: Callable[[], str]
+    logs: Callable[[], Iterable[PartitionLog]]
+    txn_coordinator: TransactionCoordinator | None
+    group_coordinator: GroupCoordinator | None
+    image: Callable[[], MetadataImage | None]  # cluster mode: the metadata image this broker acts on
+    default_min_insync_replicas: int
+    late_transaction_ms: int  # an open transaction older than this is late (Kafka's definition)
+
+
+def console_view(parts: ConsoleParts) -> ConsoleView:
+    now = now_ms()
+    image = parts.image()
+    logs = {(log.topic, log.partition): log for log in parts.logs()}
+    completed: dict[str, int] = {}
+    transactions: tuple[TransactionView, ...] = ()
+    if parts.txn_coordinator is not None:
+        transactions = _transactions(parts.txn_coordinator, now)
+        stats = parts.txn_coordinator.stats
+        completed = {"commit": stats.commits, "abort": stats.aborts, "timed_out": stats.timed_out,
+                     "fenced": stats.fenced}
+    return ConsoleView(
+        node_id=parts.node_id, cluster_id=parts.cluster_id(), mode="standalone" if image is None else "cluster",
+        now_ms=now, transactions=transactions,
+        partitions=tuple(_partition(log, image, now, parts.late_transaction_ms) for _key, log in sorted(logs.items())),
+        groups=_groups(parts.group_coordinator, logs) if parts.group_coordinator is not None else (),
+        brokers=_brokers(image) if image is not None else (),
+        under_min_isr=_under_min_isr(image, parts.default_min_insync_replicas) if image is not None else 0,
+        under_replicated=sum(len(p.isr) < len(p.replicas) for p in image.partitions.values()) if image else 0,
+        late_transaction_ms=parts.late_transaction_ms, completed=completed,
+    )
+
+
+def _transactions(coordinator: TransactionCoordinator, now: int) -> tuple[TransactionView, ...]:
+    views = []
+    for metadata in coordinator.txns.values():
+        state: TransactionState = metadata.state
+        if state in COMPLETED or state is TransactionState.DEAD:
+            continue
+        started = metadata.txn_start_timestamp
+        age = max(now - started, 0) if started > 0 else 0
+        prepared = state is TransactionState.ONGOING and metadata.txn_timeout_ms == _PREPARED_TIMEOUT_MS
+        views.append(TransactionView(
+            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch, state.display_name, started,
+            metadata.txn_timeout_ms, tuple(sorted(f"{topic}-{partition}" for topic, partition in metadata.partitions)),
+            age, hanging=not prepared and age > metadata.txn_timeout_ms, prepared=prepared,
+        ))
+    return tuple(sorted(views, key=lambda view: -view.age_ms))
+
+
+def _partition(log: PartitionLog, image: MetadataImage | None, now: int, late_ms: int) -> PartitionView:
+    state = log.producer_state
+    started = state.oldest_open_transaction_started_ms()
+    age = None if started is None else max(now - started, 0)
+    record = image.partitions.get((log.topic, log.partition)) if image is not None else None
+    return PartitionView(
+        log.topic, log.partition, log.log_start_offset, log.log_end_offset, log.high_watermark,
+        log.last_stable_offset, log.size_in_bytes, len(state.producers), state.open_transaction_count(), age,
+        late=age is not None and age > late_ms,
+        leader=record.leader if record is not None else None,
+        replicas=record.replicas if record is not None else (),
+        isr=record.isr if record is not None else (),
+    )
+
+
+def _groups(coordinator: GroupCoordinator, logs: dict[tuple[str, int], PartitionLog]) -> tuple[GroupView, ...]:
+    views = []
+    for listed in coordinator.list_groups():
+        group = coordinator.group(listed.group_id)
+        if group is None:
+            continue
+        offsets = []
+        for (topic, partition), committed in sorted(group.offsets.items()):
+            offset = committed.value.offset
+            log = logs.get((topic, partition))
+            offsets.append(GroupOffsetView(
+                topic, partition, offset,
+                None if log is None else max(log.high_watermark - offset, 0),
+                None if log is None else max(log.last_stable_offset - offset, 0),
+            ))
+        views.append(GroupView(
+            group.group_id, group.state.value, group.protocol_type or "", group.protocol_name or "",
+            group.generation_id, len(group.members), tuple(offsets),
+            sum(len(pending) for pending in group.pending_txn_offsets.values()),
+        ))
+    return tuple(sorted(views, key=lambda view: view.group_id))
+
+
+def _brokers(image: MetadataImage) -> tuple[BrokerView, ...]:
+    views = []
+    for node_id, registration in sorted(image.brokers.items()):
+        leaders = replicas = in_isr = 0
+        for record in image.partitions.values():
+            leaders += record.leader == node_id
+            if node_id in record.replicas:
+                replicas += 1
+                in_isr += node_id in record.isr
+        views.append(BrokerView(node_id, registration.host, registration.port, image.controller_id == node_id,
+                                leaders, replicas, in_isr))
+    return tuple(views)
+
+
+def _under_min_isr(image: MetadataImage, default_min_isr: int) -> int:
+    count = 0
+    for (topic, _partition), record in image.partitions.items():
+        configs = image.topics[topic].configs if topic in image.topics else {}
+        count += len(record.isr) < int(configs.get("min.insync.replicas", default_min_isr))
+    return count
+
+
+class ConsoleSource:
+    """Called on the HTTP threads: the console's JSON."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, parts: ConsoleParts, history: LagHistory,
+                 pipelines: PipelineReports) -> None:
+        self._loop = loop
+        self._parts = parts
+        self._history = history
+        self._pipelines = pipelines
+
+    def __call__(self) -> dict[str, Any]:
+        future = asyncio.run_coroutine_threadsafe(self._on_loop(), self._loop)
+        try:
+            view, history = future.result(VIEW_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            raise
+        pipelines, error = self._pipelines.read()
+        return view.as_json(lso_history=history, pipelines=pipelines, pipelines_error=error)
+
+    async def _on_loop(self) -> tuple[ConsoleView, dict[str, Any]]:
+        return console_view(self._parts), self._history.as_json()
+
+    def sample(self) -> None:
+        """One LSO-lag sample of every local partition (on the loop, by the broker's timer)."""
+        self._history.record(now_ms(), {f"{log.topic}-{log.partition}": log.high_watermark - log.last_stable_offset
+                                        for log in self._parts.logs()})
+
+    def close(self) -> None:
+        self._pipelines.close()

@@ -1,0 +1,258 @@
+// The oncelog console: reads /api/console every REFRESH_MS and redraws. Read-only.
+// Every value from the broker reaches the page through textContent (never as HTML):
+// transactional ids, group ids and topic names are whatever clients chose.
+"use strict";
+
+const REFRESH_MS = 2000;
+const CHARTED_PARTITIONS = 8;
+const STALE_PIPELINE_MS = 60000;
+
+let lsoChart = null;
+let lsoChartKeys = "";
+let latest = null;
+
+// Internal topics (__consumer_offsets, __transaction_state, _oncelog_pipelines) are hidden
+// unless asked for: they are many, and rarely what an operator looks for first.
+function shown(topic) {
+  return document.getElementById("show-internal").checked || !topic.startsWith("_");
+}
+
+function el(tag, attributes, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "class") node.className = value;
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function cell(value, numeric) {
+  return el("td", { class: numeric ? "num" : null }, value);
+}
+
+function flag(text, kind) {
+  return el("span", { class: `flag ${kind}` }, text);
+}
+
+function fillTable(id, rows, emptyText, columns) {
+  const body = document.querySelector(`#${id} tbody`);
+  body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText))]));
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 120) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  const m = s / 60;
+  if (m < 120) return `${m.toFixed(0)} min`;
+  return `${(m / 60).toFixed(1)} h`;
+}
+
+function count(n) {
+  return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US");
+}
+
+function bytes(n) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = n, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+  return `${value.toFixed(unit ? 1 : 0)} ${units[unit]}`;
+}
+
+function sparkline(values) {
+  const width = 120, height = 22;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  const known = values.filter((v) => v !== null);
+  if (!known.length) return svg;
+  const max = Math.max(1, ...known);
+  const step = values.length > 1 ? width / (values.length - 1) : width;
+  const points = [];
+  values.forEach((v, i) => {
+    if (v !== null) points.push(`${(i * step).toFixed(1)},${(height - 1 - (v / max) * (height - 3)).toFixed(1)}`);
+  });
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", points.join(" "));
+  svg.append(line);
+  if (known[known.length - 1] > 0) svg.classList.add("lagging");
+  svg.setAttribute("aria-label", `LSO lag from ${known[0]} to ${known[known.length - 1]}`);
+  return svg;
+}
+
+function renderSummary(data) {
+  const open = data.transactions.length;
+  const hanging = data.transactions.filter((t) => t.hanging).length;
+  const maxLag = Math.max(0, ...data.partitions.map((p) => p.lso_lag));
+  const late = data.partitions.filter((p) => p.late).length;
+  const cards = [
+    ["open transactions", count(open), false],
+    ["hanging transactions", count(hanging), hanging > 0],
+    ["largest LSO lag", count(maxLag), false],
+    ["partitions with late transactions", count(late), late > 0],
+    ["committed / aborted", `${count(data.completed.commit)} / ${count(data.completed.abort)}`, false],
+    ["fenced / timed out", `${count(data.completed.fenced)} / ${count(data.completed.timed_out)}`, false],
+    ["consumer groups", count(data.groups.length), false],
+  ];
+  if (data.mode === "cluster") {
+    cards.push(["under min ISR", count(data.under_min_isr), data.under_min_isr > 0]);
+    cards.push(["under-replicated", count(data.under_replicated), data.under_replicated > 0]);
+  }
+  document.getElementById("summary").replaceChildren(...cards.map(([label, value, bad]) =>
+    el("div", { class: bad ? "card bad" : "card", "data-card": label },
+      el("div", { class: "value" }, value), el("div", { class: "label" }, label))));
+}
+
+function renderTransactions(data) {
+  const rows = data.transactions.map((t) => el("tr", { class: t.hanging ? "hanging" : null, "data-txn": t.transactional_id },
+    el("td", {}, t.transactional_id, " ", t.hanging ? flag("hanging", "hanging") : null,
+      t.prepared ? flag("prepared (2PC)", "info") : null),
+    cell(t.producer_id, true), cell(t.producer_epoch, true), cell(t.state),
+    cell(duration(t.age_ms), true), cell(t.prepared ? "none (2PC)" : duration(t.timeout_ms), true),
+    cell(t.partitions.join(", ") || "–")));
+  fillTable("transactions", rows, "No open transactions.", 7);
+}
+
+function renderPartitions(data) {
+  const history = data.lso_history.series;
+  const rows = data.partitions.filter((p) => shown(p.topic)).map((p) => {
+    const key = `${p.topic}-${p.partition}`;
+    const placement = p.leader === null ? "this broker" : `${p.leader} / [${p.isr.join(",")}]`;
+    return el("tr", { class: p.late ? "late" : null, "data-partition": key },
+      cell(key), cell(placement), cell(count(p.log_start_offset), true), cell(count(p.high_watermark), true),
+      cell(count(p.last_stable_offset), true),
+      el("td", { class: "num" }, count(p.lso_lag), " ", p.late ? flag("late", "bad") : null),
+      el("td", {}, sparkline(history[key] || [])),
+      cell(count(p.producers), true), cell(count(p.open_transactions), true),
+      cell(duration(p.oldest_transaction_age_ms), true), cell(bytes(p.size_bytes), true));
+  });
+  fillTable("partitions", rows, "No partitions on this broker.", 11);
+}
+
+function renderLsoChart(data) {
+  const container = document.getElementById("lso-chart");
+  if (typeof uPlot === "undefined") return;
+  const history = data.lso_history;
+  const peak = (values) => Math.max(0, ...values.filter((v) => v !== null));
+  const keys = Object.keys(history.series)
+    .filter((k) => peak(history.series[k]) > 0 && shown(k))
+    .sort((a, b) => peak(history.series[b]) - peak(history.series[a]) || a.localeCompare(b))
+    .slice(0, CHARTED_PARTITIONS);
+  const chartData = [history.times_ms.map((t) => t / 1000), ...keys.map((k) => history.series[k])];
+  const signature = keys.join("\n");
+  document.getElementById("lso-chart-empty").hidden = keys.length > 0;
+  if (!keys.length) {
+    if (lsoChart !== null) lsoChart.destroy();
+    lsoChart = null;
+    lsoChartKeys = "";
+    return;
+  }
+  if (lsoChart === null || signature !== lsoChartKeys) {
+    if (lsoChart !== null) lsoChart.destroy();
+    const palette = ["#2a5db0", "#b3261e", "#1f7a4d", "#b76e00", "#7b3fa0", "#00838f", "#6d4c41", "#546e7a"];
+    lsoChart = new uPlot({
+      width: Math.max(container.clientWidth - 2, 300), height: 220,
+      scales: { y: { range: (_u, min, max) => [0, Math.max(max, 1)] } },
+      axes: [{}, { label: "records", size: 60 }],
+      series: [{}, ...keys.map((k, i) => ({ label: k, stroke: palette[i % palette.length], width: 1.5, spanGaps: false }))],
+    }, chartData, container);
+    lsoChartKeys = signature;
+  } else {
+    lsoChart.setData(chartData);
+  }
+}
+
+function renderGroups(data) {
+  const rows = [];
+  for (const g of data.groups) {
+    const offsets = g.offsets.length ? g.offsets : [null];
+    offsets.forEach((o, i) => {
+      const first = i === 0;
+      const stuck = o && o.lag_stable !== null && o.lag !== null && o.lag > o.lag_stable;
+      rows.push(el("tr", { "data-group": g.group_id },
+        cell(first ? g.group_id : ""), cell(first ? g.state : ""), cell(first ? count(g.members) : "", true),
+        cell(o ? `${o.topic}-${o.partition}` : "–"), cell(o ? count(o.committed) : "–", true),
+        cell(o ? count(o.lag) : "–", true),
+        el("td", { class: "num" }, o ? count(o.lag_stable) : "–", " ",
+          stuck ? flag("waits for transactions", "warn") : null)));
+    });
+  }
+  fillTable("groups", rows, "No consumer groups coordinated here.", 7);
+}
+
+function renderBrokers(data) {
+  const section = document.getElementById("cluster");
+  section.hidden = data.mode !== "cluster";
+  if (section.hidden) return;
+  const rows = data.brokers.map((b) => el("tr", { "data-broker": b.node_id },
+    cell(b.node_id, true), cell(`${b.host}:${b.port}`),
+    el("td", {}, b.controller ? flag("controller", "info") : "broker"),
+    cell(count(b.leaders), true), cell(count(b.replicas), true),
+    el("td", { class: "num" }, `${count(b.in_isr)} of ${count(b.replicas)}`, " ",
+      b.in_isr < b.replicas ? flag("out of sync", "warn") : null)));
+  fillTable("brokers", rows, "No brokers registered.", 6);
+}
+
+function renderPipelines(data) {
+  const container = document.getElementById("pipelines");
+  const cards = data.pipelines.map((p) => {
+    const stale = p.state === "running" && data.now_ms - p.timestamp_ms > STALE_PIPELINE_MS;
+    const state = stale ? flag("no report for " + duration(data.now_ms - p.timestamp_ms), "warn")
+      : flag(p.state, p.state === "failed" ? "bad" : p.state === "running" ? "ok" : "info");
+    const rate = p.processed_rows_per_second === null || p.processed_rows_per_second === undefined
+      ? "–" : `${count(Math.round(p.processed_rows_per_second))} records/s`;
+    const fields = [
+      ["source → sink", `${p.source_topic} → ${(p.sink_topics || []).join(", ")}`],
+      ["sink mode", p.sink_mode], ["micro-batches", count(p.batches)], ["last batch", p.batch === null ? "–" : p.batch],
+      ["records", count(p.records)], ["rate", rate], ["batch duration", duration(p.batch_ms)],
+      ["commit latency", duration(p.commit_ms)], ["last report", duration(data.now_ms - p.timestamp_ms) + " ago"],
+    ];
+    return el("div", { class: "card pipeline", "data-pipeline": p.id },
+      el("h3", {}, p.name || p.id, " ", state),
+      el("dl", {}, ...fields.flatMap(([label, value]) => [el("dt", {}, label), el("dd", {}, value)])));
+  });
+  if (data.pipelines_error) cards.push(el("p", { class: "muted" }, data.pipelines_error));
+  container.replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "No pipeline has reported yet.")]));
+}
+
+function render(data) {
+  latest = data;
+  document.getElementById("identity").textContent =
+    `broker ${data.node_id} · cluster ${data.cluster_id} · ${data.mode}`;
+  renderSummary(data);
+  renderTransactions(data);
+  renderPartitions(data);
+  renderLsoChart(data);
+  renderGroups(data);
+  renderBrokers(data);
+  renderPipelines(data);
+}
+
+async function refresh() {
+  const status = document.getElementById("status");
+  try {
+    const response = await fetch("/api/console", { cache: "no-store" });
+    if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+    render(await response.json());
+    status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    status.classList.remove("error");
+    document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+  } catch (error) {
+    status.textContent = `cannot reach the broker: ${error.message}`;
+    status.classList.add("error");
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
+  refresh();
+});
