@@ -4,6 +4,7 @@ Adding one: write a module here with a `Scenario` object (see base.py and produc
 for the shape) and list it below. Numbering follows the issue:
 
  1 produce acks=1              2 produce idempotent acks=all   2w 2 from a raw wire client
+ 2m 2 with /metrics scraped (the HTTP listener's cost)
  2r 2 on 3 brokers (RF 3) vs 1
  3 txn every 10 records        3c 3 from 16 producers at once  4 txn every 1000 records
  5 consume read_uncommitted    5c consume read_committed     6 commit latency p50/p99
@@ -20,6 +21,7 @@ SCENARIOS: list[Scenario] = [
     produce.PLAIN,
     produce.IDEMPOTENT,
     produce.WIRE_IDEMPOTENT,
+    produce.METRICS_COST,
     replicated.REPLICATED,
     transactions.EVERY_10,
     transactions.EVERY_10_CONCURRENT,
