@@ -26,7 +26,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="read a topic (read_committed), transform each micro-batch, write another topic exactly once",
         description="Read --source with read_committed, apply --transform or --sql, and write --sink "
         "through the exactly-once oncelog sink. Progress lives in --checkpoint: run again with the "
-        "same checkpoint to continue where it stopped.",
+        "same checkpoint to continue where it stopped. Each micro-batch is reported to --report-topic "
+        "for the broker's console, and with --metrics-port served as Prometheus metrics.",
     )
     add_arguments(run, connection=False)
     add_connection_arguments(run, aliases=("--bootstrap-servers",))

@@ -15,6 +15,10 @@
 4. A read_committed consumer reads `enriched-orders` and the report compares it with what
    was committed: duplicates, missing, aborted orders leaked, wrong enrichment. Exit 1
    if any of them is not 0.
+
+While it runs, the broker's console (its `http.listener`, on a free port) shows the
+pipeline from the runner's reports, and each driver serves its micro-batches' metrics
+(`--metrics-port 0`); the demo prints both addresses.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class Driver:
         self.command = command
         self.log_path = log_path
         self.batches: list[dict] = []
+        self.metrics_url: str | None = None  # the runner's /metrics (--metrics-port 0)
         self.started = threading.Event()
         self.changed = threading.Condition()
         self.process: subprocess.Popen | None = None
@@ -104,6 +109,7 @@ class Driver:
                 continue
             with self.changed:
                 if event.get("event") == "started":
+                    self.metrics_url = event.get("metrics")
                     self.started.set()
                 elif event.get("event") == "batch":
                     self.batches.append(event)
@@ -193,6 +199,7 @@ def pipeline_command(settings: DemoSettings, bootstrap: str, checkpoint: Path, f
         "--master", MASTER,
         "--max-offsets-per-trigger", str(max_offsets),
         "--progress", "json",
+        "--metrics-port", "0",
         "--conf", f"{FAIL_BATCH}={FAIL_BATCH_ID}",
         "--conf", f"{FAIL_AT_ROW}={fail_at_row}",
         "--conf", f"{FAULT_DIR}={fault_dir}",
@@ -354,11 +361,16 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
     with tempfile.TemporaryDirectory(prefix="oncelog-demo-") as temporary:
         work = Path(temporary)
         data_dir = settings.data_dir or work / "broker"
-        broker_config = {"transaction.two.phase.commit.enable": "true"}
+        # http.listener: the console and the broker's /metrics, on a free port.
+        broker_config = {"transaction.two.phase.commit.enable": "true", "http.listener": "127.0.0.1:0"}
         with EmbeddedBroker(data_dir, broker_config) as broker:
             bootstrap = broker.bootstrap_servers
             say(f"oncelog demo: order enrichment, exactly once, on Spark {MASTER} (sink mode {settings.mode})")
             say(f"  broker {bootstrap} (embedded, transaction.two.phase.commit.enable=true), data in {data_dir}")
+            console = _console_url(broker)
+            if console is not None:
+                say(f"  console {console} (the broker's http.listener; its /metrics there too): "
+                    "the pipeline's reports, transactions, partitions, while the demo runs")
             _create_topics(bootstrap)
             seeder = OrderSeeder(bootstrap, INPUT_TOPIC, settings.messages, seed=settings.seed)
             record, seeded = _run_pipeline_through_faults(settings, bootstrap, work, seeder, say)
@@ -410,6 +422,8 @@ def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
             say(f"  driver {len(record.drivers)} {how} (pid {driver.process.pid})")
             if not driver.wait_for_batches(1, DRIVER_START_TIMEOUT_S):
                 raise driver.failure(f"driver {len(record.drivers)} did not finish a micro-batch")
+            if driver.metrics_url:
+                say(f"  driver {len(record.drivers)}'s pipeline metrics at {driver.metrics_url} (until it stops)")
             first_batch_done.set()
             driver.wait_for_batches(BATCHES_BEFORE_KILL, 60)
             if not driver.running:
@@ -449,6 +463,13 @@ def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
     record.wall_s = time.monotonic() - started
     record.faults_injected = len(list(fault_dir.glob("batch*"))) if fault_dir.is_dir() else 0
     return record, seeder.seeded
+
+
+def _console_url(embedded) -> str | None:
+    """The broker's console (`http.listener`), when it serves one."""
+    listener = getattr(embedded.broker, "http", None)
+    address = getattr(listener, "address", None)
+    return None if address is None else f"http://{address[0]}:{address[1]}/"
 
 
 def _create_topics(bootstrap: str) -> None:
@@ -507,6 +528,9 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
     warm_up = ", ".join(f"{batch['duration_ms'] / 1000:.1f}" for batch in first_batches)
     line("start-up", f"{len(record.drivers)} driver starts; first micro-batch after each start "
          f"{warm_up} s (Python workers, JVM warm-up); {record.wall_s:.0f} s wall in all")
+    line("where to look", "`oncelog pipeline run --metrics-port P` serves a pipeline's metrics at "
+         "http://127.0.0.1:P/metrics; the broker's console (http.listener, at /) shows every pipeline's "
+         "reports (topic _oncelog_pipelines)")
     line("result", "OK" if verdict.ok else "FAILED")
 
 

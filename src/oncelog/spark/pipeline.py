@@ -18,6 +18,10 @@ trigger ends the pipeline or SIGTERM/SIGINT stops it. The runner's parts live in
   `format("oncelog")` exactly-once sink, with Spark's checkpoint holding the progress;
 - pipeline_run: `run_pipeline`, watching it: one progress line per micro-batch (text or
   JSON lines), SIGTERM stops it;
+- pipeline_metrics and pipeline_report: each micro-batch as Prometheus metrics
+  (--metrics-port) and as a record on the report topic the broker's console reads, with
+  the sink's own figures (records written, commit latency, batch mode's decisions) from
+  the summary its commit leaves in the checkpoint (sink_metrics);
 - pipeline_failure: a failure as one line (`PipelineError`) naming the micro-batch and the
   source offsets it was reading, and the failed task's partition where the plan makes that
   unambiguous.

@@ -98,4 +98,6 @@ def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
         writer = writer.trigger(once=True)
     else:
         writer = writer.trigger(processingTime=f"{spec.trigger.interval_ms} milliseconds")
+    if spec.name:
+        writer = writer.queryName(spec.name)
     return writer.start()

@@ -1,24 +1,29 @@
 """Running a pipeline (`run_pipeline`): check, start the session, build and start the
 query, then watch it until its trigger ends it, `stop` is set (SIGTERM, SIGINT) or it fails
 (a PipelineError, one line). And its progress: one line per finished micro-batch (text or
-JSON lines, `ProgressWatch`) and the run's totals (`RunResult`).
+JSON lines, `ProgressWatch`), handed on to /metrics and the report topic
+(oncelog.spark.pipeline_metrics), and the run's totals (`RunResult`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.spark.pipeline_checks import TransformReference, check_cluster, check_options, check_two_phase_commit
 from oncelog.spark.pipeline_failure import describe_failure, describe_ranges, spark_error_line
+from oncelog.spark.pipeline_metrics import PipelineTelemetry
 from oncelog.spark.pipeline_query import build_output, start_query
 from oncelog.spark.pipeline_session import spark_log_path, start_session
-from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec
+from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options
+from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,9 +45,12 @@ class BatchProgress:
     end_offsets: dict | None
     timestamp: str
     phases_ms: dict[str, int] = field(default_factory=dict)  # all of Spark's durationMs
+    input_rows_per_second: float | None = None  # Spark's inputRowsPerSecond (None: not given)
+    processed_rows_per_second: float | None = None  # Spark's processedRowsPerSecond
+    sink: SinkBatchSummary | None = None  # what the sink's commit reported (oncelog.spark.sink_metrics)
 
     @classmethod
-    def from_progress(cls, progress: dict) -> BatchProgress:
+    def from_progress(cls, progress: dict, sink: SinkBatchSummary | None = None) -> BatchProgress:
         durations = progress.get("durationMs") or {}
         sources = progress.get("sources") or [{}]
         return cls(
@@ -54,6 +62,9 @@ class BatchProgress:
             end_offsets=_offsets(sources[0].get("endOffset")),
             timestamp=str(progress.get("timestamp", "")),
             phases_ms={str(k): int(v) for k, v in durations.items()},
+            input_rows_per_second=_rate(progress.get("inputRowsPerSecond")),
+            processed_rows_per_second=_rate(progress.get("processedRowsPerSecond")),
+            sink=sink,
         )
 
     def as_json(self) -> dict:
@@ -62,6 +73,11 @@ class BatchProgress:
             "duration_ms": self.duration_ms, "add_batch_ms": self.add_batch_ms,
             "start_offsets": self.start_offsets, "end_offsets": self.end_offsets,
             "timestamp": self.timestamp, "phases_ms": self.phases_ms,
+            "input_rows_per_second": self.input_rows_per_second,
+            "processed_rows_per_second": self.processed_rows_per_second,
+            "records_written": None if self.sink is None else self.sink.records_written,
+            "commit_ms": None if self.sink is None else self.sink.commit_ms,
+            "sink_outcome": None if self.sink is None else self.sink.outcome,
         }
 
     def as_text(self, source_topic: str) -> str:
@@ -70,6 +86,15 @@ class BatchProgress:
             f"batch {self.batch_id}: {self.records:,} records in {self.duration_ms} ms{rate}; "
             f"{source_topic} {describe_ranges(self.start_offsets, self.end_offsets)}"
         )
+
+
+def _rate(raw: Any) -> float | None:
+    """Spark leaves out a rate it cannot compute (NaN, infinity)."""
+    try:
+        rate = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) else None
 
 
 def _offsets(raw: Any) -> dict | None:
@@ -102,12 +127,15 @@ class ProgressWatch:
     progress objects through py4j on every poll would cost the driver real CPU. No listener
     callbacks into Python: nothing to go wrong in a py4j callback thread."""
 
-    def __init__(self, spec: PipelineSpec, emit: Callable[[str], None], result: RunResult) -> None:
+    def __init__(self, spec: PipelineSpec, emit: Callable[[str], None], result: RunResult,
+                 on_batch: Callable[[BatchProgress], None] | None = None) -> None:
         self.spec = spec
         self.emit = emit
         self.result = result
+        self.on_batch = on_batch
         self.seen: set[tuple[int, str]] = set()
         self.last_seen: str | None = None
+        self.checkpoint = sink_checkpoint(spec)
 
     def poll(self, query: StreamingQuery) -> None:
         try:
@@ -128,13 +156,27 @@ class ProgressWatch:
             # Idle reports (no micro-batch ran) carry no addBatch.
             if key in self.seen or "addBatch" not in (progress.get("durationMs") or {}):
                 continue
-            batch = BatchProgress.from_progress(progress)
+            batch_id = int(progress["batchId"])
+            batch = BatchProgress.from_progress(progress, read_summary(self.checkpoint, batch_id))
             self.result.add(batch)
+            if self.on_batch is not None:
+                self.on_batch(batch)
             if self.spec.progress == "json":
                 self.emit(json.dumps(batch.as_json(), sort_keys=True))
             elif self.spec.progress == "text":
                 self.emit(batch.as_text(self.spec.source_topic))
         self.seen = set(keys)  # Spark keeps the last 100: older keys can never come back
+
+
+def sink_checkpoint(spec: PipelineSpec) -> Path | None:
+    """The checkpoint directory as the sink reads it (where it leaves its batch summaries)."""
+    from oncelog.spark.errors import SourceError
+    from oncelog.spark.sink_options import parse_sink_options
+
+    try:
+        return parse_sink_options(sink_options(spec), streaming=True).checkpoint_location
+    except SourceError:  # reported by check_options before anything runs
+        return None
 
 
 def run_pipeline(
@@ -153,6 +195,18 @@ def run_pipeline(
     check_cluster(spec)
     if spec.mode == "batch":
         check_two_phase_commit(spec)
+    telemetry = PipelineTelemetry(spec)
+    try:
+        telemetry.start()  # before Spark starts: a taken --metrics-port fails in a second
+        if telemetry.metrics_url is not None and spec.progress != "json":
+            emit(f"metrics at {telemetry.metrics_url}")
+        return _run(spec, spark, emit, stop, transforms, telemetry)
+    finally:
+        telemetry.close()
+
+
+def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], None],
+         stop: threading.Event | None, transforms: list[TransformReference], telemetry: PipelineTelemetry) -> RunResult:
     log_file = None
     if spark is None:
         log_file = spark_log_path(spec)
@@ -175,11 +229,13 @@ def run_pipeline(
     except PySparkException as error:
         raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}{see_log}") from None
     result = RunResult()
-    watch = ProgressWatch(spec, emit, result)
+    telemetry.query_started(query, result)
+    watch = ProgressWatch(spec, emit, result, on_batch=lambda batch: telemetry.batch_finished(batch, result))
     if spec.progress == "json":
         emit(json.dumps({"event": "started", "id": str(query.id), "run_id": str(query.runId),
                          "checkpoint": spec.checkpoint_location, "transactional_id_prefix": spec.transactional_id,
-                         "spark_log": None if log_file is None else str(log_file)}))
+                         "spark_log": None if log_file is None else str(log_file),
+                         "metrics": telemetry.metrics_url}))
     try:
         while query.isActive:
             if stop is not None and stop.is_set():
@@ -192,13 +248,17 @@ def run_pipeline(
             except StreamingQueryException:
                 break  # reported from query.exception() below
             watch.poll(query)
+            telemetry.tick(result)
         watch.poll(query)
         failure = query.exception()
     finally:
         if query.isActive:
             query.stop()
     if failure is not None:
-        raise PipelineError(describe_failure(spec, query, str(failure), spark) + see_log)
+        failure_line = describe_failure(spec, query, str(failure), spark)
+        telemetry.query_ended(result, error=failure_line)
+        raise PipelineError(failure_line + see_log)
+    telemetry.query_ended(result)
     if spec.progress == "json":
         emit(json.dumps({"event": "finished", "batches": result.batch_count, "records": result.records,
                          "stopped": result.stopped_by_signal}))

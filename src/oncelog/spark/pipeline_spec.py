@@ -1,5 +1,6 @@
 """What a pipeline is: the frozen `PipelineSpec` (the two topics, the transform or the SQL,
-the sink mode, the trigger, Spark's and the clients' settings) and its checks; the command
+the sink mode, the trigger, Spark's and the clients' settings, where it reports) and its
+checks; the command
 line that builds it (`add_arguments`, `spec_from_args`, shared by `oncelog pipeline run`
 and `python -m oncelog.spark.pipeline`); the options it gives the source and the sink; and
 `PipelineError`, a failure the user can act on, as one line. Plain Python: nothing here
@@ -20,6 +21,8 @@ DEFAULT_BOOTSTRAP = "localhost:9092"
 DEFAULT_MASTER = "local[*]"
 DEFAULT_TRIGGER = "processing-time=1s"
 MODES = ("partition", "batch")
+DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_REPORT_TOPIC = "_oncelog_pipelines"  # the broker's console reads it
 
 
 class PipelineError(Exception):
@@ -69,6 +72,11 @@ class PipelineSpec:
     sink_options: tuple[tuple[str, str], ...] = ()  # extra options of the sink (kafka.* producer settings)
     progress: str = "text"  # "text" | "json" | "none"
     app_name: str | None = None
+    metrics_port: int | None = None  # /metrics in Prometheus text format; 0: a free port; None: off
+    metrics_host: str = DEFAULT_METRICS_HOST
+    report: bool = True  # a record per micro-batch to report_topic, for the broker's console
+    report_topic: str = DEFAULT_REPORT_TOPIC
+    name: str | None = None  # Spark's queryName: how the console, /metrics and Spark's UI call it
 
     def __post_init__(self) -> None:
         if not self.transforms and self.sql is None:
@@ -90,6 +98,12 @@ class PipelineSpec:
             raise PipelineError("--checkpoint is required: a directory Spark keeps the pipeline's progress in")
         if self.progress not in ("text", "json", "none"):
             raise PipelineError(f"--progress {self.progress!r}: use text, json or none")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise PipelineError(f"--metrics-port {self.metrics_port}: use 0 (a free port) to 65535")
+        if not self.metrics_host.strip():
+            raise PipelineError("--metrics-host must not be empty")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.report_topic):
+            raise PipelineError(f"--report-topic {self.report_topic!r} is not a legal topic name")
 
     @property
     def checkpoint_location(self) -> str:
@@ -155,6 +169,19 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
                         help="extra sink option, e.g. kafka.linger.ms=20; repeatable")
     parser.add_argument("--progress", choices=("text", "json", "none"), default="text",
                         help="one line per micro-batch on stdout; default: %(default)s")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve the micro-batches' metrics (Prometheus text format) at "
+                        "http://HOST:PORT/metrics; 0 picks a free port (the runner says which); default: off")
+    parser.add_argument("--metrics-host", default=DEFAULT_METRICS_HOST, metavar="HOST",
+                        help="the address --metrics-port listens on; default: %(default)s")
+    parser.add_argument("--report-topic", default=DEFAULT_REPORT_TOPIC, metavar="TOPIC",
+                        help="topic the runner reports each micro-batch to, for the broker's console "
+                        "(created if missing: compacted, 1 partition); default: %(default)s")
+    parser.add_argument("--no-report", dest="report", action="store_false",
+                        help="do not report to --report-topic")
+    parser.add_argument("--name", metavar="NAME",
+                        help="the query's name (Spark's queryName): how the console, the metrics' query label "
+                        "and Spark's UI call it; default: none (the query id)")
 
 
 def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
@@ -175,6 +202,11 @@ def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
         source_options=_key_values(args.source_option, "--source-option"),
         sink_options=_key_values(args.sink_option, "--sink-option"),
         progress=args.progress,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        report=args.report,
+        report_topic=args.report_topic,
+        name=args.name,
     )
 
 
@@ -200,6 +232,12 @@ def source_options(spec: PipelineSpec) -> dict[str, str]:
         options["maxOffsetsPerTrigger"] = str(spec.max_offsets_per_trigger)
     options.update(dict(spec.source_options))
     return options
+
+
+def report_client_settings(spec: PipelineSpec) -> dict[str, str]:
+    """The reporter's producer: the sink's bootstrap servers and `kafka.*` client settings
+    (--sink-option and the connection options), which librdkafka already accepted."""
+    return {key[len("kafka."):]: value for key, value in sink_options(spec).items() if key.startswith("kafka.")}
 
 
 def sink_options(spec: PipelineSpec) -> dict[str, str]:

@@ -58,6 +58,7 @@ from oncelog.spark.sink_commit import (
     BatchCommitter,
     abandon_query,
 )
+from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary, write_summary
 from oncelog.spark.sink_options import (
     BATCH_MODE,
     PARTITION_MODE,
@@ -173,15 +174,28 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list, batchId: int) -> None:
         """Driver, after every task of the batch succeeded. Idempotent per batchId: Spark calls
-        it again after a restart when it stopped before writing its commit log."""
+        it again after a restart when it stopped before writing its commit log. Leaves the
+        batch's figures for the pipeline runner (oncelog.spark.sink_metrics)."""
+        results = _results(messages)
         if self.options.mode == PARTITION_MODE:
-            pause_point("commit:return:partition")  # the tasks committed; nothing is left to do
+            # The tasks committed; nothing is left to do but to say what they wrote.
+            committed = [result for result in results if not result.skipped and result.records]
+            write_summary(self.options.checkpoint_location, SinkBatchSummary(
+                batch_id=batchId, mode=PARTITION_MODE, records_written=sum(r.records for r in committed),
+                commit_ms=max((r.commit_ms for r in committed), default=None),
+            ))
+            pause_point("commit:return:partition")
             settle()
             return
         query_id = read_query_id(self.options)
         with (trace.step("sink.batch_commit", batch=batchId),
               TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client):
-            BatchCommitter(self.options, query_id, client).commit(_results(messages), batchId)
+            done = BatchCommitter(self.options, query_id, client).commit(results, batchId)
+        earlier = read_summary(self.options.checkpoint_location, batchId)
+        write_summary(self.options.checkpoint_location, SinkBatchSummary(
+            batch_id=batchId, mode=BATCH_MODE, records_written=done.records, commit_ms=done.commit_ms,
+            outcome=done.outcome, aborted=0 if earlier is None else earlier.aborted,
+        ))
         pause_point("commit:return:batch")
         settle()
 
@@ -193,7 +207,13 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
             return
         query_id = read_query_id(self.options)
         with TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client:
-            BatchCommitter(self.options, query_id, client).abort(_results(messages), batchId)
+            aborted = BatchCommitter(self.options, query_id, client).abort(_results(messages), batchId)
+        if aborted:
+            earlier = read_summary(self.options.checkpoint_location, batchId)
+            write_summary(self.options.checkpoint_location, SinkBatchSummary(
+                batch_id=batchId, mode=BATCH_MODE, records_written=0, commit_ms=None, outcome="aborted",
+                aborted=1 + (0 if earlier is None else earlier.aborted),
+            ))
 
 
 def _results(messages: list) -> list[TaskResult]:

@@ -4,9 +4,10 @@ last stable offset below a micro-batch until all of it is committed. See
 docs/spark.md, "Mode batch", and oncelog.spark.sink for the tasks' side.
 
 What it owns: `<checkpointLocation>/oncelog-sink/` (the decisions and the topics the gate
-covers, written atomically and durably) and the gate transactions
-(`<prefix>-<queryId>-gate-<random>`). Every step is idempotent, so Spark's second
-`commit(N)` after a restart finishes whatever the first left.
+covers, written atomically and durably; the per-batch `metrics-<id>.json` there belong to
+oncelog.spark.sink_metrics) and the gate transactions (`<prefix>-<queryId>-gate-<random>`).
+Every step is idempotent, so Spark's second `commit(N)` after a restart finishes whatever
+the first left.
 """
 
 from __future__ import annotations
@@ -117,6 +118,15 @@ class SinkState:
             os.close(directory)
 
 
+@dataclass(frozen=True)
+class BatchCommitted:
+    """How `BatchCommitter.commit` went, for the sink's metrics (oncelog.spark.sink_metrics)."""
+
+    outcome: str  # "committed": decided now; "resumed": an earlier run's decision, finished now
+    records: int  # in the decision's transactions
+    commit_ms: float  # deciding and the EndTxn calls
+
+
 class BatchCommitter:
     """The driver's side of mode=batch for one query: decide, commit, clean up, gate."""
 
@@ -130,8 +140,10 @@ class BatchCommitter:
         self.prefix = batch_transactional_prefix(options, query_id)
         self.gate_prefix = f"{self.prefix}gate-"
 
-    def commit(self, results: list[TaskResult], batch_id: int) -> None:
+    def commit(self, results: list[TaskResult], batch_id: int) -> BatchCommitted:
+        started = time.perf_counter()
         decision = self.state.load(batch_id)
+        outcome = "resumed" if decision is not None else "committed"
         if decision is None:
             with trace.step("sink.batch_commit.decide", batch=batch_id):
                 decision = self._decide(results, batch_id)
@@ -141,6 +153,11 @@ class BatchCommitter:
                 for transaction in decision.transactions:
                     self._commit_recorded(transaction)
             pause_point("batch:after-commit")
+        committed = BatchCommitted(
+            outcome=outcome,
+            records=sum(int(transaction.get("records", 0)) for transaction in decision.transactions),
+            commit_ms=(time.perf_counter() - started) * 1000,
+        )
         # Everything else of this batch (losing attempts, an earlier run's tasks) and late
         # leftovers of earlier batches must be gone before the gate opens the partitions.
         with trace.step("sink.batch_commit.leftovers", batch=batch_id):
@@ -153,17 +170,21 @@ class BatchCommitter:
         if not decision.done:
             decision.done = True
             self.state.save(decision)
+        return committed
 
-    def abort(self, results: list[TaskResult], batch_id: int) -> None:
+    def abort(self, results: list[TaskResult], batch_id: int) -> bool:
+        """False when a recorded decision left nothing to abort (the re-run's commit
+        finishes it); True when the batch's transactions were aborted."""
         decision = self.state.load(batch_id)
         if decision is not None and not decision.done:
-            return  # decided: only a commit(batch_id) may end these transactions, and it will
+            return False  # decided: only a commit(batch_id) may end these transactions, and it will
         kept = set() if decision is None else {t["transactional_id"] for t in decision.transactions}
         for result in results:
             if result.transactional_id and result.transactional_id not in kept:
                 self._abort(result.transactional_id)
         self._abort_leftovers(batch_id, kept)
         self.close_gate()
+        return True
 
     def _decide(self, results: list[TaskResult], batch_id: int) -> Decision:
         transactions = []

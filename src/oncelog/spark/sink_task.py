@@ -58,6 +58,7 @@ class TaskResult(WriterCommitMessage):
     producer_epoch: int = -1
     skipped: bool = False  # partition mode: this batch's rows were committed by an earlier run
     topics: tuple[str, ...] = ()
+    commit_ms: float = 0.0  # partition mode: the task's own commit (marker offset and EndTxn)
 
 
 def read_query_id(options: SinkOptions) -> str:

@@ -98,13 +98,16 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
         with trace.step("sink.flush", **where):
             producer.flush()
         pause_point("partition:before-task-commit")  # every row is in the open transaction
+        committing = time.perf_counter()
         with trace.step("sink.send_offsets", **where):
             producer.send_offsets(transactional_id, {(marker_topic, 0): task.batch_id + 1})
         with trace.step("sink.commit", **where):
             producer.commit()
+        commit_ms = (time.perf_counter() - committing) * 1000
         began = False
         pause_point("partition:after-task-commit")
-        return TaskResult(**{**asdict(result), "records": writer.count, "topics": tuple(sorted(writer.topics))})
+        return TaskResult(**{**asdict(result), "records": writer.count, "topics": tuple(sorted(writer.topics)),
+                             "commit_ms": commit_ms})
     except ClientError as error:
         raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
     finally:
