@@ -14,7 +14,7 @@ def test_properties_file_then_overrides(tmp_path):
     assert config.node_id == 3
     assert [str(p) for p in config.log_dirs] == ["/a", "/b"]
     assert config["num.partitions"] == 6
-    assert config.listener.port == 19092
+    assert config.listeners[0].bind.port == 19092
 
 
 def test_unknown_key_is_an_error_naming_it():
@@ -41,11 +41,11 @@ def test_retention_precedence_is_ms_then_minutes_then_hours():
     assert BrokerConfig({"log.retention.ms": "5", "log.retention.minutes": "2"}).retention_ms == 5
 
 
-def test_listener_must_be_plaintext_with_a_port():
-    with pytest.raises(ConfigError, match="only PLAINTEXT"):
-        BrokerConfig({"listeners": "SSL://localhost:9093"})
-    with pytest.raises(ConfigError, match="no port"):
+def test_a_listener_needs_a_port_and_a_security_protocol():
+    with pytest.raises(ConfigError, match="no valid port"):
         BrokerConfig({"listeners": "PLAINTEXT://localhost"})
+    with pytest.raises(ConfigError, match="no security protocol for listener SECURE"):
+        BrokerConfig({"listeners": "SECURE://localhost:9093"})
 
 
 def test_override_needs_key_and_value():

@@ -21,11 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oncelog.broker.authorization import Acls
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
+from oncelog.broker.listener_setup import listener_bindings
 from oncelog.broker.metrics import (
     LATE_TRANSACTION_BUFFER_MS,
     BrokerSnapshot,
@@ -49,6 +51,8 @@ from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
 from oncelog.names import TopicPartition
+from oncelog.security.listeners import SecurityProtocol
+from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCredentialStore
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import InvalidConfigError
@@ -63,6 +67,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.broker")
 
+SCRAM_CREDENTIALS_FILE = "scram-credentials.json"
+
 
 
 class Broker:
@@ -70,10 +76,15 @@ class Broker:
         self.config = config
         self.node_id: int = config.node_id
         self.cluster_id: str = ""
-        self.host = ""  # advertised to clients in Metadata
+        self.host = ""  # the first listener's address, as advertised to clients
         self.port = 0
-        self.bound_port = 0  # where the listener really is (differs behind a proxy)
-        self.inter_broker_host = ""  # where other brokers reach this one (the bound listener)
+        self.bound_port = 0  # where the first listener really is (differs behind a proxy)
+        self.endpoints: dict[str, tuple[str, int]] = {}  # each listener's advertised address, by name
+        self.inter_broker_host = ""  # where other brokers reach this one (the inter-broker listener, bound)
+        self.inter_broker_port = 0
+        # SCRAM credentials (AlterUserScramCredentials), salted and hashed, in the first log dir.
+        self.scram_credentials: ScramCredentialStore
+        self.acls: Acls | None = None  # authorizer.class.name: the ACLs (None: everything is allowed)
         # Set by start(), before anything uses them.
         self.logs: LogManager
         self.producer_ids: ProducerIdManager | ClusterProducerIds
@@ -89,7 +100,7 @@ class Broker:
         # The components where standalone and cluster mode differ, chosen in start():
         # who leads what and when a write is replicated, and topic administration.
         standalone = StandaloneLeadership(
-            self.node_id, lambda: self.logs, lambda: (self.host, self.port), self.partition_appended)
+            self.node_id, lambda: self.logs, self.endpoints.get, self.partition_appended)
         self.leadership: Leadership = standalone
         self.topics: TopicAdmin = StandaloneTopics(self.node_id, config, lambda: self.logs, standalone)
         self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
@@ -167,14 +178,9 @@ class Broker:
             coordinator_epoch = next_coordinator_epoch(self.config.log_dirs[0])
             log.info("coordinator epoch %d", coordinator_epoch)
             self.leadership.lead_existing(coordinator_epoch)
-        listener = self.config.listener
-        bound_host, self.bound_port = await self.server.start(listener.host, listener.port)
-        self.inter_broker_host = listener.host or bound_host
-        advertised = self.config.advertised
-        if advertised is not None:
-            self.host, self.port = advertised.host, advertised.port or self.bound_port
-        else:
-            self.host, self.port = listener.host or bound_host, self.bound_port
+        self.scram_credentials = FileScramCredentialStore(self.config.log_dirs[0] / SCRAM_CREDENTIALS_FILE)
+        self.acls = Acls.from_config(self.config, self.config.log_dirs[0])
+        await self._listen()
         if self.cluster is not None:
             await self.cluster.start()
         self._timers = [
@@ -208,6 +214,26 @@ class Broker:
             (time.perf_counter() - started) * 1000,
         )
 
+    async def _listen(self) -> None:
+        """Every listener: bound, with what it advertises (port 0: the port it got)."""
+        bound = await self.server.start(listener_bindings(self.config, self.scram_credentials.lookup))
+        for spec in self.config.listeners:
+            bound_host, bound_port = bound[spec.name]
+            host = spec.bind.host or bound_host
+            advertised = spec.advertised
+            self.endpoints[spec.name] = (advertised.host or host, advertised.port or bound_port) if advertised \
+                else (host, bound_port)
+        first = self.config.listeners[0]
+        self.host, self.port = self.endpoints[first.name]
+        self.bound_port = bound[first.name][1]
+        inter_broker = self.config.inter_broker_listener
+        self.inter_broker_host = inter_broker.bind.host or bound[inter_broker.name][0]
+        self.inter_broker_port = bound[inter_broker.name][1]
+        if len(self.endpoints) > 1:
+            log.info("listeners: %s", ", ".join(f"{spec.name} ({spec.protocol.value}) on "
+                                                f"{bound[spec.name][0]}:{bound[spec.name][1]}"
+                                                for spec in self.config.listeners))
+
     def apply_dynamic_configs(self, configs: DynamicBrokerConfigs) -> None:
         """New dynamic broker configs: every topic without its own override gets the
         defaults they give at once."""
@@ -226,13 +252,20 @@ class Broker:
             self.group_coordinator, lambda: self.cluster.image if self.cluster is not None else None,
             self.config["min.insync.replicas"],
             self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS)
-        self._console = ConsoleSource(loop, parts, LagHistory(),
-                                      PipelineReports(f"[{self.host}]:{self.port}" if ":" in self.host
-                                                      else f"{self.host}:{self.port}"))
+        self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))
         self.http = HttpListener(host, port, ConsoleApp(metrics_registry(loop, self._metrics_snapshot), self._console))
         self.http.start()
+
+    def _plaintext_bootstrap(self) -> str | None:
+        """host:port of a PLAINTEXT listener (the console reads the pipelines' reports there),
+        or None when every listener needs TLS or SASL."""
+        for spec in self.config.listeners:
+            if spec.protocol is SecurityProtocol.PLAINTEXT:
+                host, port = self.endpoints[spec.name]
+                return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return None
 
     def _metrics_snapshot(self) -> BrokerSnapshot:
         """What /metrics reports, read on the loop (oncelog.broker.metrics)."""

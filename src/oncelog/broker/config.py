@@ -3,18 +3,20 @@
 `BrokerConfig.load(path, overrides)` reads the file the way kafka-server-start.sh does,
 applies `--override key=value` on top, and checks every key against `SETTINGS`.
 Keys Kafka knows but oncelog has no use for (thread counts, socket buffer sizes,
-ZooKeeper and SASL settings) are accepted and listed as ignored; any other key is an
+ZooKeeper settings) are accepted and listed as ignored; any other key is an
 error naming it, so a typo never passes silently.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+
+from oncelog.security.listeners import inter_broker_listener, parse_listeners
 
 log = logging.getLogger("oncelog.config")
 
@@ -60,6 +62,16 @@ class Setting:
     parse: Callable[[str], Any]
     default: str
     doc: str
+    sensitive: bool = False  # a password or key: never logged, DescribeConfigs answers null (as Kafka)
+    per_listener: bool = False  # may be set for one listener as listener.name.<name>.<key>
+
+
+def _secret(key: str, doc: str) -> Setting:
+    return Setting(key, _str, "", doc, sensitive=True, per_listener=True)
+
+
+def _tls(key: str, default: str, doc: str) -> Setting:
+    return Setting(key, _str, default, doc, per_listener=True)
 
 
 SETTINGS: Mapping[str, Setting] = {
@@ -69,7 +81,53 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("broker.id", _int, "-1", "Older name of node.id; used when node.id is not set."),
         Setting("listeners", _str, "PLAINTEXT://127.0.0.1:9092",
                 "Where to accept connections; port 0 picks a free port."),
-        Setting("advertised.listeners", _str, "", "Address clients are told to use; defaults to listeners."),
+        Setting("advertised.listeners", _str, "",
+                "NAME://host:port per listener, the addresses clients are told to use; a listener not named here "
+                "advertises the address it is bound to."),
+        Setting("listener.security.protocol.map", _str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                "SASL_SSL:SASL_SSL", "Each listener's security protocol, NAME:PROTOCOL,..."),
+        Setting("inter.broker.listener.name", _str, "",
+                "The listener other brokers connect to (cluster mode). Empty: the one named after "
+                "security.inter.broker.protocol, else the first listener."),
+        Setting("security.inter.broker.protocol", _str, "PLAINTEXT",
+                "Names the inter-broker listener when inter.broker.listener.name is not set."),
+        Setting("sasl.enabled.mechanisms", _str, "GSSAPI",
+                "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER "
+                "(Kafka's default, GSSAPI, is Kerberos, which oncelog does not have).", per_listener=True),
+        Setting("sasl.mechanism.inter.broker.protocol", _str, "GSSAPI",
+                "The SASL mechanism brokers use with each other on a SASL inter-broker listener."),
+        Setting("connections.max.reauth.ms", _int, "0",
+                "KIP-368: a SASL session lasts at most this long (0: as long as the connection); the client must "
+                "re-authenticate on the same connection before it ends.", per_listener=True),
+        Setting("connection.failed.authentication.delay.ms", _int, "100",
+                "How long the broker waits before closing a connection whose authentication failed."),
+        Setting("sasl.server.max.receive.size", _int, "524288",
+                "The largest SASL token accepted before authentication.", per_listener=True),
+        _tls("ssl.keystore.type", "JKS", "PEM or PKCS12 (JKS cannot be read here)."),
+        _tls("ssl.keystore.location", "", "The keystore file: PKCS12, or PEM with the private key and chain."),
+        _secret("ssl.keystore.password", "The PKCS12 keystore's password."),
+        _secret("ssl.key.password", "The password of an encrypted PEM private key."),
+        _secret("ssl.keystore.certificate.chain", "Inline PEM certificate chain (ssl.keystore.type=PEM)."),
+        _secret("ssl.keystore.key", "Inline PEM private key (ssl.keystore.type=PEM)."),
+        _tls("ssl.truststore.type", "JKS", "PEM or PKCS12 (a JKS-typed file in PEM is read as PEM)."),
+        _tls("ssl.truststore.location", "", "CA certificates client certificates must chain to."),
+        _secret("ssl.truststore.password", "The PKCS12 truststore's password."),
+        _tls("ssl.truststore.certificates", "", "Inline PEM CA certificates (ssl.truststore.type=PEM)."),
+        _tls("ssl.client.auth", "none", "none, requested or required: whether clients present certificates."),
+        _tls("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "TLS versions accepted."),
+        _tls("ssl.protocol", "TLSv1.3", "Kafka's SSLContext protocol; TLS versions come from ssl.enabled.protocols."),
+        _tls("ssl.cipher.suites", "", "Cipher suites (OpenSSL names); empty: OpenSSL's defaults."),
+        _tls("ssl.principal.mapping.rules", "DEFAULT",
+             "How a client certificate's subject DN becomes the principal's name: RULE:pattern/replacement/[LU],"
+             "...,DEFAULT."),
+        _tls("ssl.endpoint.identification.algorithm", "https",
+             "Host name checking of the brokers' certificates when this broker is the client (inter-broker)."),
+        Setting("authorizer.class.name", _str, "",
+                "Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer."
+                "AclAuthorizer) turns on ACLs; empty: every request is allowed."),
+        Setting("super.users", _str, "", "Principals allowed everything, User:alice;User:bob."),
+        Setting("allow.everyone.if.no.acl.found", _bool, "false",
+                "With an authorizer: a resource no ACL names is open to everyone (true) or to super users only."),
         Setting("log.dirs", _str, "/tmp/oncelog-logs", "Comma-separated data directories."),
         Setting("log.dir", _str, "", "Single data directory, used when log.dirs is not set."),
         Setting("num.partitions", _int, "1", "Partitions of an auto-created topic or a CreateTopics with -1."),
@@ -205,8 +263,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "socket.listen.backlog.size",
         "queued.max.requests",
         "controller.listener.names",
-        "inter.broker.listener.name",
-        "listener.security.protocol.map",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "confluent.support.metrics.enable",
@@ -222,24 +278,31 @@ IGNORED_KAFKA_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Listener:
-    name: str
-    host: str
-    port: int
+_LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_.-]+?)\.(.+)$")
+# Per-listener, per-mechanism keys (listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config).
+_MECHANISM_KEY = re.compile(r"^(plain|scram-sha-256|scram-sha-512|oauthbearer|gssapi)\."
+                            r"(sasl\.jaas\.config|connections\.max\.reauth\.ms)$", re.IGNORECASE)
 
 
-def parse_listener(value: str, key: str) -> Listener:
-    first = value.split(",")[0].strip()
-    if "://" not in first:
-        raise ConfigError(f"{key}: expected NAME://host:port, got {value!r}")
-    name, _, address = first.partition("://")
-    parts = urlsplit(f"//{address}")
-    if parts.port is None:
-        raise ConfigError(f"{key}: no port in {first!r}")
-    if name.upper() != "PLAINTEXT":
-        raise ConfigError(f"{key}: only PLAINTEXT listeners are supported, got {name!r}")
-    return Listener(name.upper(), parts.hostname or "", parts.port)
+def _listener_overrides(supplied: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """listener.name.<name>.<key> settings, by upper-case listener name."""
+    overrides: dict[str, dict[str, str]] = {}
+    for key, value in supplied.items():
+        match = _LISTENER_KEY.match(key)
+        if match is None:
+            continue
+        name, suffix = match.group(1).upper(), match.group(2)
+        setting = SETTINGS.get(suffix)
+        if not (setting is not None and setting.per_listener) and not _MECHANISM_KEY.match(suffix):
+            raise ConfigError(f"{key}: {suffix} is not a setting a listener can override")
+        if setting is not None:
+            try:
+                setting.parse(value)
+            except ValueError as error:
+                shown = "(hidden)" if setting.sensitive else repr(value)
+                raise ConfigError(f"{key}: invalid value {shown} ({error})") from None
+        overrides.setdefault(name, {})[suffix.lower() if _MECHANISM_KEY.match(suffix) else suffix] = value
+    return overrides
 
 
 def parse_http_listener(value: str) -> tuple[str, int] | None:
@@ -290,7 +353,9 @@ class BrokerConfig:
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
         supplied = dict(values or {})
-        unknown = sorted(k for k in supplied if k not in SETTINGS and k not in IGNORED_KAFKA_KEYS)
+        self.listener_overrides = _listener_overrides(supplied)
+        unknown = sorted(k for k in supplied if k not in SETTINGS and k not in IGNORED_KAFKA_KEYS
+                         and not _LISTENER_KEY.match(k))
         if unknown:
             raise ConfigError(
                 f"unknown configuration key{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
@@ -303,11 +368,21 @@ class BrokerConfig:
             try:
                 self._values[key] = setting.parse(raw)
             except ValueError as error:
-                raise ConfigError(f"{key}: invalid value {raw!r} ({error})") from None
-        self.listener = parse_listener(self["listeners"], "listeners")
+                shown = "(hidden)" if setting.sensitive else repr(raw)
+                raise ConfigError(f"{key}: invalid value {shown} ({error})") from None
+        try:
+            self.listeners = parse_listeners(self["listeners"], self["advertised.listeners"],
+                                             self["listener.security.protocol.map"])
+            self.inter_broker_listener = inter_broker_listener(
+                self.listeners, self["inter.broker.listener.name"], self["security.inter.broker.protocol"])
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        names = {listener.name for listener in self.listeners}
+        for name in self.listener_overrides:
+            if name not in names:
+                raise ConfigError(f"listener.name.{name.lower()}.*: there is no listener {name} "
+                                  f"(listeners: {', '.join(sorted(names))})")
         self.http_listener = parse_http_listener(self["http.listener"])
-        advertised = self["advertised.listeners"]
-        self.advertised = parse_listener(advertised, "advertised.listeners") if advertised else None
         for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",
                     "producer.id.max.entries.per.partition"):
             if self[key] <= 0:
@@ -332,6 +407,23 @@ class BrokerConfig:
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
+
+    def for_listener(self, listener: str, key: str) -> Any:
+        """`key` as one listener sees it: listener.name.<listener>.<key> when set, else `key`."""
+        raw = self.listener_overrides.get(listener.upper(), {}).get(key)
+        return self[key] if raw is None else SETTINGS[key].parse(raw)
+
+    def listener_strings(self, listener: str, prefix: str) -> dict[str, str]:
+        """Every key starting with `prefix` (e.g. "ssl.") as one listener sees it, as given."""
+        values = {key: self.explicit.get(key, setting.default) for key, setting in SETTINGS.items()
+                  if key.startswith(prefix)}
+        values.update({key: value for key, value in self.listener_overrides.get(listener.upper(), {}).items()
+                       if key.startswith(prefix)})
+        return values
+
+    def jaas_config(self, listener: str, mechanism: str) -> str | None:
+        """listener.name.<listener>.<mechanism>.sasl.jaas.config (Kafka's broker-side JAAS), or None."""
+        return self.listener_overrides.get(listener.upper(), {}).get(f"{mechanism.lower()}.sasl.jaas.config")
 
     def as_strings(self) -> dict[str, str]:
         """Every key's value as given (server.properties, --override), else its default."""

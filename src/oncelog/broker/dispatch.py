@@ -18,14 +18,24 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.node import Node
 from oncelog.protocol.messages import ResponseBuilder
+from oncelog.security.acl import (
+    CLUSTER_NAME,
+    NO_AUTHORIZER_OPERATIONS_BITS,
+    AclOperation,
+    ResourceType,
+    authorized_operations_bits,
+)
+from oncelog.security.session import ConnectionSession
 
 if TYPE_CHECKING:
+    from oncelog.broker.authorization import Acls
     from oncelog.broker.dynamic_config_store import DynamicConfigStore
     from oncelog.broker.topic_stats import TopicStats
     from oncelog.cluster.runtime import ClusterRuntime
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
     from oncelog.names import TopicPartition
+    from oncelog.security.scram_credentials import ScramCredentialStore
 
 Handle = Callable[["RequestContext", Any], Awaitable[Any]]
 TRANSACTION_V2_LEVEL = 2
@@ -72,6 +82,10 @@ class BrokerServices(Node, Protocol):
     def dynamic_configs(self) -> DynamicConfigStore | None: ...
     @property
     def topic_stats(self) -> TopicStats: ...
+    @property
+    def scram_credentials(self) -> ScramCredentialStore: ...
+    @property
+    def acls(self) -> Acls | None: ...  # None: no authorizer, everything is allowed
     async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float) -> None: ...
 
 
@@ -88,6 +102,35 @@ class RequestContext:
     response: ResponseBuilder
     handlers: Mapping[int, ApiHandler]  # what this broker dispatches to (ApiVersions lists it)
     finalized_features_epoch: int
+    session: ConnectionSession  # the connection's listener and principal
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
+
+    @property
+    def listener(self) -> str:
+        """The name of the listener the request came in on (Metadata answers its addresses)."""
+        return self.session.listener.name
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the request's principal, from its host, may do `operation` on the
+        resource (always, without an authorizer)."""
+        acls = self.broker.acls
+        return acls is None or acls.authorizer.authorize(self.session.principal, self.client_host, operation,
+                                                         resource_type, name)
+
+    def authorize_cluster(self, operation: AclOperation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """Kafka's authorized-operations bit field of the resource for this principal;
+        without an authorizer, every operation the resource type supports (as Kafka)."""
+        acls = self.broker.acls
+        if acls is None:
+            return NO_AUTHORIZER_OPERATIONS_BITS[resource_type]
+        return authorized_operations_bits(acls.authorizer.authorized_operations(
+            self.session.principal, self.client_host, resource_type, name))
 
     @property
     def version(self) -> int:

@@ -63,7 +63,7 @@ class StandaloneLeadership:
     """The `node.Leadership` of a standalone broker. `logs` and `address` (the advertised
     host and port) are read when asked: the broker sets them up after this is made."""
 
-    def __init__(self, node_id: int, logs: Callable[[], LogManager], address: Callable[[], tuple[str, int]],
+    def __init__(self, node_id: int, logs: Callable[[], LogManager], address: Callable[[str], tuple[str, int] | None],
                  wake_fetches: Callable[[str, int], None]) -> None:
         self._node_id = node_id
         self._logs = logs
@@ -136,8 +136,9 @@ class StandaloneLeadership:
         node = self._node_id
         return PartitionView(node, STANDALONE_LEADER_EPOCH, (node,), (node,), ())
 
-    def live_brokers(self) -> list[BrokerView]:
-        return [BrokerView(self._node_id, *self._address())]
+    def live_brokers(self, listener: str) -> list[BrokerView]:
+        address = self._address(listener)
+        return [] if address is None else [BrokerView(self._node_id, *address)]
 
     @property
     def controller_id(self) -> int:

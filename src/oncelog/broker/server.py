@@ -13,6 +13,11 @@ parsed out of a shared 64 KiB receive buffer. While frames wait for the connecti
 task, reading pauses at `_MAX_QUEUED_BYTES`, so a client that pipelines cannot make the
 broker buffer without bound (TCP pushes back instead).
 
+Listeners: one server socket per listener (`ListenerBinding`), TLS where its security
+protocol says so; each connection has a `ConnectionSession` (oncelog.security.session)
+that knows its principal and refuses what may not be sent before authentication. A SASL
+client that chose SaslHandshake v0 sends bare tokens, answered here as bare tokens.
+
 Limits, as Kafka's SocketServer applies them:
 - `socket.request.max.bytes`: a larger length prefix closes the connection;
 - `max.connections`: a connection above it is closed as soon as it is accepted;
@@ -28,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import struct
 import time
+from dataclasses import dataclass
 
 from oncelog.broker.dispatch import BrokerServices, CloseConnection, RequestContext
 from oncelog.broker.handlers import handler_table
@@ -43,6 +50,8 @@ from oncelog.protocol.messages import (
     encode_response_frame,
     is_flexible,
 )
+from oncelog.security.listeners import ListenerSpec
+from oncelog.security.session import ANONYMOUS, ConnectionSession, ListenerSecurity, SessionRefused
 
 log = logging.getLogger("oncelog.server")
 
@@ -103,6 +112,15 @@ class RequestMemoryPool:
         self._waiting.pop(connection, None)
 
 
+@dataclass(frozen=True)
+class ListenerBinding:
+    """A listener as the server runs it: where, TLS, and how clients authenticate."""
+
+    spec: ListenerSpec
+    ssl_context: ssl.SSLContext | None
+    security: ListenerSecurity
+
+
 class _Connection(asyncio.BufferedProtocol):
     """One client socket: whole request frames in, response bytes out.
 
@@ -110,8 +128,10 @@ class _Connection(asyncio.BufferedProtocol):
     which rewrites batch headers in place. A frame is never reused after delivery.
     """
 
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, listener: ListenerBinding) -> None:
         self._server = server
+        self.listener = listener
+        self.session: ConnectionSession | None = None  # once connected (after the TLS handshake)
         self._max_frame = server.max_request_bytes
         self._memory = server.request_memory
         self.transport: asyncio.Transport  # set by connection_made, the first callback
@@ -143,7 +163,27 @@ class _Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.client_host = peer[0] if peer else "?"
         self.transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        principal = self._certificate_principal()
+        if principal is None:
+            log.warning("closing connection from %s on %s: no ssl.principal.mapping.rules rule matches its "
+                        "certificate's subject", self.client_host, self.listener.spec.name)
+            self.release_all()
+            self.transport.close()
+            return
+        self.session = ConnectionSession(self.listener.security, self.client_host, principal)
         self._server._connection_made(self)
+
+    def _certificate_principal(self) -> str | None:
+        """SSL listeners: the mapped subject of the client's certificate (ANONYMOUS without
+        one); None when no mapping rule matches it."""
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        principal_of = self.listener.security.principal_of_certificate
+        if ssl_object is None or principal_of is None:
+            return ANONYMOUS
+        der = ssl_object.getpeercert(binary_form=True)
+        if der is None:
+            return ANONYMOUS
+        return principal_of(der)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -170,7 +210,9 @@ class _Connection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake()
-        return True  # half-closed: answer what was sent, then the task closes
+        # Half-closed: answer what was sent, then the task closes. TLS has no half-close:
+        # asyncio closes an SSL transport at EOF whatever this returns.
+        return self.listener.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
@@ -349,27 +391,33 @@ class KafkaServer:
         self.max_request_bytes = broker.config["socket.request.max.bytes"]
         self.max_connections = broker.config["max.connections"]
         self.request_memory = RequestMemoryPool(broker.config["queued.max.request.bytes"])
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task] = set()
         self.request_stats = RequestStats()  # per API, for /metrics
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
+    async def start(self, listeners: list[ListenerBinding]) -> dict[str, tuple[str, int]]:
+        """Listen on every listener; the bound (host, port) of each, by name."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host or None, port, reuse_address=True
-        )
-        bound = self._server.sockets[0].getsockname()
-        return bound[0], bound[1]
+        bound: dict[str, tuple[str, int]] = {}
+        for binding in listeners:
+            server = await loop.create_server(
+                lambda binding=binding: _Connection(self, binding), binding.spec.bind.host or None,
+                binding.spec.bind.port, reuse_address=True, ssl=binding.ssl_context,
+            )
+            self._servers.append(server)
+            address = server.sockets[0].getsockname()
+            bound[binding.spec.name] = (address[0], address[1])
+        return bound
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
     def _connection_made(self, connection: _Connection) -> None:
         if len(self._connections) >= self.max_connections:
@@ -383,21 +431,31 @@ class KafkaServer:
     async def _serve_connection(self, connection: _Connection) -> None:
         task = asyncio.current_task()
         client_host = connection.client_host
+        session = connection.session
+        assert session is not None  # set when the connection was made
         try:
             while True:
                 frame = await connection.next_frame()
                 if frame is None:
                     return  # the client closed its side
+                response: list | None
                 try:
-                    response = await self._handle(frame, client_host)
+                    if session.expects_raw_tokens:
+                        response = self._raw_token(session, frame)
+                    else:
+                        response = await self._handle(frame, session)
                 finally:
                     connection.frame_done(frame)
+                if session.failed:  # a failed authentication: answer late, then close (a guesser waits)
+                    await asyncio.sleep(session.listener.failed_authentication_delay_ms / 1000)
                 if response is not None:
                     await connection.write(response)
+                if session.failed:
+                    return
         except ConnectionError:
             pass  # the client went away
-        except CloseConnection as reason:
-            log.info("closing connection from %s: %s", client_host, reason)
+        except (CloseConnection, SessionRefused) as reason:
+            log.info("closing connection from %s on %s: %s", client_host, connection.listener.spec.name, reason)
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -407,7 +465,13 @@ class KafkaServer:
             connection.transport.close()
             connection.release_all()
 
-    async def _handle(self, frame: bytearray, client_host: str) -> list | None:
+    @staticmethod
+    def _raw_token(session: ConnectionSession, frame: bytearray) -> list:
+        """SaslHandshake v0's exchange: a bare token in, a bare token (length-prefixed) out."""
+        outcome = session.authenticate(bytes(frame))
+        return [] if session.failed else [_SIZE.pack(len(outcome.token)) + outcome.token]
+
+    async def _handle(self, frame: bytearray, session: ConnectionSession) -> list | None:
         """The response frame's buffers for one request frame, or None for no response."""
         try:
             api_key, version, correlation_id, client_id, position = framing.read_request_header(frame)
@@ -416,6 +480,7 @@ class KafkaServer:
         handler = self.handlers.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown API key {api_key}")
+        session.check(api_key, handler.name)
         if not handler.min_version <= version <= handler.max_version:
             if api_key == framing.API_VERSIONS_KEY:
                 return [framing.response_frame(
@@ -438,8 +503,9 @@ class KafkaServer:
             api_version=version,
             correlation_id=correlation_id,
             client_id=client_id,
-            client_host=client_host,
+            client_host=session.client_host,
             response=ResponseBuilder(api_key, version),
+            session=session,
             handlers=self.handlers,
             finalized_features_epoch=self.finalized_features_epoch,
         )

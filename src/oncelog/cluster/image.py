@@ -222,6 +222,16 @@ class BrokerRegistration:
     inter_broker_port: int
     incarnation: str
     epoch: int
+    # Each listener's advertised address by name (empty: a registration from before
+    # named listeners, whose host and port serve every listener).
+    endpoints: Mapping[str, tuple[str, int]] = field(default_factory=dict, hash=False, compare=False)
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of `listener` reach this broker; None when it has no such listener
+        (Kafka then leaves the broker out of the answer)."""
+        if not self.endpoints:
+            return self.host, self.port
+        return self.endpoints.get(listener)
 
     def encode(self) -> bytes:
         return _encode(
@@ -230,6 +240,7 @@ class BrokerRegistration:
                 "port": self.port,
                 "inter_broker": {"host": self.inter_broker_host, "port": self.inter_broker_port},
                 "incarnation": self.incarnation,
+                "endpoints": {name: {"host": host, "port": port} for name, (host, port) in self.endpoints.items()},
             }
         )
 
@@ -247,6 +258,8 @@ class BrokerRegistration:
             inter_broker_port=_field(inter_broker, "port", int, kv, what),
             incarnation=_field(value, "incarnation", str, kv, what),
             epoch=kv.create_revision,
+            endpoints={name: (_field(endpoint, "host", str, kv, what), _field(endpoint, "port", int, kv, what))
+                       for name, endpoint in value.get("endpoints", {}).items()},
         )
 
 

@@ -155,8 +155,13 @@ class ReplicaManager:
         return PartitionView(record.leader, record.leader_epoch, record.replicas, record.isr,
                              tuple(r for r in record.replicas if r not in live))
 
-    def live_brokers(self) -> list[BrokerView]:
-        return [BrokerView(b.node_id, b.host, b.port) for _, b in sorted(self.image.brokers.items())]
+    def live_brokers(self, listener: str) -> list[BrokerView]:
+        views = []
+        for _, registration in sorted(self.image.brokers.items()):
+            address = registration.endpoint(listener)
+            if address is not None:
+                views.append(BrokerView(registration.node_id, *address))
+        return views
 
     @property
     def controller_id(self) -> int:

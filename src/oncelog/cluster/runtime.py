@@ -291,8 +291,8 @@ class ClusterRuntime:
         broker = self.broker
         self._registration = BrokerRegistration(
             node_id=self.node_id, host=broker.host, port=broker.port,
-            inter_broker_host=broker.inter_broker_host, inter_broker_port=broker.bound_port,
-            incarnation=str(uuid.uuid4()), epoch=-1,
+            inter_broker_host=broker.inter_broker_host, inter_broker_port=broker.inter_broker_port,
+            incarnation=str(uuid.uuid4()), epoch=-1, endpoints=dict(broker.endpoints),
         )
         self.broker_epoch = await self._retry(lambda: self.store.register_broker(self._registration, self.lease))
         log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)

@@ -25,7 +25,7 @@ READ_BUDGET_S = 0.5  # the most one request waits for the topic
 
 
 class PipelineReports:
-    def __init__(self, bootstrap_servers: str, topic: str = REPORT_TOPIC) -> None:
+    def __init__(self, bootstrap_servers: str | None, topic: str = REPORT_TOPIC) -> None:
         self._bootstrap = bootstrap_servers
         self.topic = topic
         self._lock = threading.Lock()
@@ -35,6 +35,9 @@ class PipelineReports:
     def read(self) -> tuple[list[dict[str, Any]], str | None]:
         """The latest report of each pipeline, newest first, and an error to show (None when
         the topic was read, or does not exist yet: no pipeline has reported)."""
+        if self._bootstrap is None:
+            return [], (f"pipelines report to {self.topic}, which the console reads over a PLAINTEXT listener; "
+                        "this broker has none")
         with self._lock:
             try:
                 self._catch_up()

@@ -31,6 +31,6 @@ async def handle(ctx: RequestContext, request) -> object:
         cluster_id=broker.cluster_id,
         controller_id=broker.leadership.controller_id,
         brokers=tuple(make("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port, rack=None)
-                      for b in broker.leadership.live_brokers()),
+                      for b in broker.leadership.live_brokers(ctx.listener)),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )

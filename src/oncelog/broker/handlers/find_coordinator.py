@@ -36,25 +36,27 @@ async def handle(ctx: RequestContext, request) -> object:
     if ctx.version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            code, message, node = await _locate(ctx.broker, key_type, key)
+            code, message, node = await _locate(ctx.broker, ctx.listener, key_type, key)
             coordinators.append(make("Coordinator", key=key, node_id=node.node_id, host=node.host, port=node.port,
                                      error_code=code, error_message=message))
         return make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
-    code, message, node = await _locate(ctx.broker, key_type, request.key)
+    code, message, node = await _locate(ctx.broker, ctx.listener, key_type, request.key)
     return make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                 node_id=node.node_id, host=node.host, port=node.port)
 
 
-async def _locate(broker: BrokerServices, key_type: int, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
+async def _locate(broker: BrokerServices, listener: str, key_type: int, key: str
+                  ) -> tuple[ErrorCode, str | None, BrokerView]:
     if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.invalid_request, f"Unsupported key type {key_type}", NOWHERE
     if not key and key_type == TRANSACTION:
         return ErrorCode.invalid_request, "Transactional id must not be empty.", NOWHERE
-    code, reason, node = await _leader_of_key(broker, INTERNAL_TOPIC[key_type], key)
+    code, reason, node = await _leader_of_key(broker, listener, INTERNAL_TOPIC[key_type], key)
     return code, None if code is ErrorCode.none else reason or code.name.upper(), node
 
 
-async def _leader_of_key(broker: BrokerServices, topic: str, key: str) -> tuple[ErrorCode, str | None, BrokerView]:
+async def _leader_of_key(broker: BrokerServices, listener: str, topic: str, key: str
+                         ) -> tuple[ErrorCode, str | None, BrokerView]:
     code, reason = await broker.topics.ensure_internal(topic)
     if code is not ErrorCode.none:
         return code, reason, NOWHERE
@@ -64,7 +66,7 @@ async def _leader_of_key(broker: BrokerServices, topic: str, key: str) -> tuple[
         return ErrorCode.coordinator_not_available, f"{topic} is being created", NOWHERE
     partition = partition_for(key, partitions)
     leader = leadership.leader_of(topic, partition)
-    node = next((b for b in leadership.live_brokers() if b.node_id == leader), None)
+    node = next((b for b in leadership.live_brokers(listener) if b.node_id == leader), None)
     if node is None:
         return ErrorCode.coordinator_not_available, f"{topic}-{partition} has no leader", NOWHERE
     return ErrorCode.none, None, node

@@ -72,7 +72,7 @@ async def handle(ctx: RequestContext, request) -> object:
         "MetadataResponse",
         throttle_time=NO_THROTTLE,
         brokers=tuple(make("MetadataResponseBroker", node_id=b.node_id, host=b.host, port=b.port, rack=None)
-                      for b in broker.leadership.live_brokers()),
+                      for b in broker.leadership.live_brokers(ctx.listener)),
         cluster_id=broker.cluster_id,
         controller_id=broker.leadership.controller_id,
         topics=tuple(results),

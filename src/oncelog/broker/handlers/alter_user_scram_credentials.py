@@ -1,0 +1,41 @@
+"""AlterUserScramCredentials (key 51), v0 (KIP-554).
+
+Creates, replaces and deletes users' SCRAM-SHA-256 and SCRAM-SHA-512 credentials. The
+client sends the salt and the salted password, never the password; the broker keeps
+the salt, StoredKey and ServerKey (oncelog.security.scram_credentials), durably, before
+it answers. Each user gets its own result: UNSUPPORTED_SASL_MECHANISM,
+UNACCEPTABLE_CREDENTIAL (iterations outside 4096-16384, an empty name), RESOURCE_NOT_FOUND
+(deleting what does not exist), DUPLICATE_RESOURCE (a user twice in one request).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.sasl.scram import scram_mechanism_name
+from oncelog.storage.errors import StorageError
+
+log = logging.getLogger("oncelog.security")
+
+
+@api(51, "AlterUserScramCredentials", range(0, 1))
+async def handle(ctx: RequestContext, request):
+    make = ctx.response.make
+    deletions = [(d.name, scram_mechanism_name(d.mechanism)) for d in request.deletions]
+    upsertions = [(u.name, scram_mechanism_name(u.mechanism), u.iterations, bytes(u.salt), bytes(u.salted_password))
+                  for u in request.upsertions]
+    try:
+        results = ctx.broker.scram_credentials.alter(deletions, upsertions)
+    except StorageError as error:
+        log.error("AlterUserScramCredentials not stored: %s", error)
+        users = dict.fromkeys([name for name, *_ in deletions] + [name for name, *_ in upsertions])
+        results = dict.fromkeys(users, (ErrorCode.kafka_storage_error, "the credentials could not be stored"))
+    else:
+        changed = [user for user, (code, _message) in results.items() if code == ErrorCode.none]
+        if changed:
+            log.info("%s altered the SCRAM credentials of %s", ctx.principal, ", ".join(changed))
+    return make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=tuple(
+        make("AlterUserScramCredentialsResult", user=user, error_code=ErrorCode(code), error_message=message)
+        for user, (code, message) in results.items()))

@@ -1,0 +1,101 @@
+"""The broker's listeners as the server runs them (`ListenerBinding`s), built once at
+start-up from the configuration: each listener's TLS context (`ssl.*`, per listener with
+`listener.name.<name>.ssl.*`) and how its clients authenticate (`sasl.enabled.mechanisms`,
+the PLAIN users of `listener.name.<name>.plain.sasl.jaas.config`, SCRAM credentials from
+the broker's store, OAUTHBEARER's unsecured-token options, `connections.max.reauth.ms`).
+
+A setting that cannot work (a GSSAPI-only SASL listener, a keystore that does not open,
+PLAIN without users) is a ConfigError naming the key, before the broker listens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.server import ListenerBinding
+from oncelog.security.listeners import ListenerSpec
+from oncelog.security.sasl import (
+    SUPPORTED_MECHANISMS,
+    OAuthBearerSettings,
+    SaslServer,
+    new_sasl_server,
+    parse_jaas_config,
+    parse_plain_jaas_users,
+)
+from oncelog.security.sasl.scram import ScramCredential
+from oncelog.security.session import ListenerSecurity
+from oncelog.security.tls import PrincipalMapper, TlsConfigError, certificate_subject, server_context
+
+ScramLookup = Callable[[str, str], "ScramCredential | None"]
+
+
+def listener_bindings(config: BrokerConfig, scram_lookup: ScramLookup) -> list[ListenerBinding]:
+    return [_binding(config, spec, scram_lookup) for spec in config.listeners]
+
+
+def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup) -> ListenerBinding:
+    name = spec.name
+    prefix = f"listener.name.{name.lower()}."
+    ssl_context = None
+    principal_of = None
+    if spec.protocol.tls:
+        settings = config.listener_strings(name, "ssl.")
+        try:
+            ssl_context = server_context(settings)
+            mapper = PrincipalMapper(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+        except TlsConfigError as error:
+            raise ConfigError(f"listener {name} ({spec.protocol.value}): {error}") from None
+        if spec.protocol.value == "SSL":
+            principal_of = partial(_certificate_principal, mapper)
+    mechanisms: tuple[str, ...] = ()
+    factory = None
+    if spec.protocol.sasl:
+        mechanisms = tuple(m.strip().upper() for m in config.for_listener(name, "sasl.enabled.mechanisms").split(",")
+                           if m.strip())
+        unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unsupported or not mechanisms:
+            raise ConfigError(
+                f"{prefix}sasl.enabled.mechanisms (or sasl.enabled.mechanisms): "
+                f"{', '.join(unsupported) or 'none'} cannot be offered on {name}; oncelog offers "
+                f"{', '.join(SUPPORTED_MECHANISMS)} (GSSAPI, Kafka's default, is Kerberos)")
+        plain_users: dict[str, str] = {}
+        if "PLAIN" in mechanisms:
+            jaas = config.jaas_config(name, "PLAIN")
+            if jaas is None:
+                raise ConfigError(f"{prefix}plain.sasl.jaas.config: PLAIN is enabled on {name} but no users are "
+                                  "configured (PlainLoginModule required user_<name>=\"<password>\" ...;)")
+            try:
+                plain_users = parse_plain_jaas_users(jaas)
+            except ValueError as error:
+                raise ConfigError(f"{prefix}plain.sasl.jaas.config: {error}") from None
+        oauth = OAuthBearerSettings()
+        if "OAUTHBEARER" in mechanisms:
+            jaas = config.jaas_config(name, "OAUTHBEARER")
+            if jaas is not None:
+                try:
+                    oauth = OAuthBearerSettings.from_jaas_options(parse_jaas_config(jaas)[2])
+                except ValueError as error:
+                    raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {error}") from None
+        factory = partial(_new_server, plain_users, scram_lookup, oauth)
+    security = ListenerSecurity(
+        name, spec.protocol, mechanisms, factory,
+        max_reauth_ms=config.for_listener(name, "connections.max.reauth.ms"),
+        max_receive_size=config.for_listener(name, "sasl.server.max.receive.size"),
+        failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
+        principal_of_certificate=principal_of,
+    )
+    return ListenerBinding(spec, ssl_context, security)
+
+
+def _new_server(plain_users: dict[str, str], scram_lookup: ScramLookup, oauth: OAuthBearerSettings,
+                mechanism: str) -> SaslServer:
+    return new_sasl_server(mechanism, plain_users=plain_users, scram_lookup=scram_lookup, oauth=oauth)
+
+
+def _certificate_principal(mapper: PrincipalMapper, der: bytes) -> str | None:
+    """User:<mapped subject DN>, or None when no mapping rule matches (the server then
+    closes the connection, as Kafka fails its authentication)."""
+    name = mapper.name(certificate_subject(der))
+    return None if name is None else f"User:{name}"

@@ -1,0 +1,1 @@
+"""Kafka's security model: listeners, TLS, SASL, ACLs."""

@@ -1,0 +1,227 @@
+"""TLS and SASL listeners with real clients: one broker with PLAINTEXT, SSL (mTLS, a
+PKCS12 keystore, a principal mapping rule), SASL_SSL (PLAIN, SCRAM, PEM keystore) and
+SASL_PLAINTEXT (SCRAM-SHA-512, OAUTHBEARER) listeners at once; SCRAM credentials made
+and listed with AlterUserScramCredentials and DescribeUserScramCredentials; a
+transaction and a read_committed read on every listener; and what a wrong password, an
+unknown mechanism, a plaintext client on a TLS port and requests before authentication
+get."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+from oncelog import EmbeddedBroker
+from oncelog.broker.config import ConfigError
+from tests.support.certs import PASSWORD, CertificateAuthority
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_bob="bob-secret";')
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    base = tmp_path_factory.mktemp("security")
+    ca = CertificateAuthority.create(base / "certs")
+    server = ca.issue("broker", "CN=localhost,O=oncelog", server=True)
+    alice = ca.issue("alice", "CN=alice,OU=eng,O=oncelog", server=False)
+    config = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(server.pkcs12), "ssl.keystore.password": PASSWORD,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.certificate),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
+        # SASL_SSL with a PEM keystore given inline.
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": "",  # not the broker-wide PKCS12 one
+        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": server.certificate.read_text(),
+        "listener.name.sasl_ssl.ssl.keystore.key": server.key.read_text(),
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+        "connection.failed.authentication.delay.ms": "50",
+    }
+    with EmbeddedBroker(base / "data", config) as running:
+        endpoints = running.broker.endpoints
+        addresses = {name: f"{host}:{port}" for name, (host, port) in endpoints.items()}
+        admin = AdminClient({"bootstrap.servers": addresses["PLAINTEXT"]})
+        admin.create_topics([NewTopic("secure", 1, 1)])["secure"].result(10)
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):  # one request each, as Kafka
+            for future in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                    "carol", ScramCredentialInfo(mechanism, 8192), b"carol-secret")]).values():
+                future.result(10)
+        yield {"addresses": addresses, "ca": ca, "alice": alice, "admin": admin, "running": running}
+
+
+def tls(secure) -> dict:
+    return {"ssl.ca.location": str(secure["ca"].certificate)}
+
+
+def exactly_once_roundtrip(bootstrap: str, settings: dict, name: str) -> None:
+    """A committed transaction, then a read_committed consumer reads it back."""
+    producer = Producer({"bootstrap.servers": bootstrap, **settings, "transactional.id": f"tx-{name}"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("secure", name.encode())
+    producer.commit_transaction(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap, **settings, "group.id": f"group-{name}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe(["secure"])
+    seen = set()
+    deadline = time.monotonic() + 20
+    while name.encode() not in seen and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.add(message.value())
+    consumer.close()
+    assert name.encode() in seen
+
+
+@pytest.mark.parametrize("case", ["ssl-mtls", "sasl-ssl-plain", "sasl-ssl-scram-256", "sasl-plaintext-scram-512",
+                                  "sasl-plaintext-oauthbearer"])
+def test_transactions_and_read_committed_work_on_every_secured_listener(secure, case):
+    alice = secure["alice"]
+    listener, settings = {
+        "ssl-mtls": ("SSL", {"security.protocol": "SSL", **tls(secure), "ssl.certificate.location":
+                             str(alice.certificate), "ssl.key.location": str(alice.key)}),
+        "sasl-ssl-plain": ("SASL_SSL", {"security.protocol": "SASL_SSL", **tls(secure), "sasl.mechanism": "PLAIN",
+                                        "sasl.username": "bob", "sasl.password": "bob-secret"}),
+        "sasl-ssl-scram-256": ("SASL_SSL", {"security.protocol": "SASL_SSL", **tls(secure),
+                                            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol",
+                                            "sasl.password": "carol-secret"}),
+        "sasl-plaintext-scram-512": ("SASL_PLAINTEXT", {"security.protocol": "SASL_PLAINTEXT",
+                                                        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
+                                                        "sasl.password": "carol-secret"}),
+        "sasl-plaintext-oauthbearer": ("SASL_PLAINTEXT", {"security.protocol": "SASL_PLAINTEXT",
+                                                          "sasl.mechanism": "OAUTHBEARER",
+                                                          "sasl.oauthbearer.config": "principal=dave",
+                                                          "enable.sasl.oauthbearer.unsecure.jwt": True}),
+    }[case]
+    exactly_once_roundtrip(secure["addresses"][listener], settings, case)
+
+
+def test_metadata_on_each_listener_advertises_that_listeners_addresses(secure):
+    for listener, settings in (("PLAINTEXT", {}), ("SASL_PLAINTEXT", {
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
+            "sasl.password": "carol-secret"})):
+        metadata = AdminClient({"bootstrap.servers": secure["addresses"][listener], **settings}).list_topics(timeout=10)
+        [broker] = metadata.brokers.values()
+        assert f"{broker.host}:{broker.port}" == secure["addresses"][listener]
+
+
+def test_scram_credentials_are_listed_without_secrets_and_removed(secure):
+    admin = secure["admin"]
+    described = admin.describe_user_scram_credentials(["carol"])["carol"].result(10)
+    assert sorted((info.mechanism, info.iterations) for info in described.scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 8192), (ScramMechanism.SCRAM_SHA_512, 8192)]
+    stored = (secure["running"].broker.config.log_dirs[0] / "scram-credentials.json").read_text()
+    assert "carol-secret" not in stored and "carol" in stored
+    for future in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"erin-secret")]).values():
+        future.result(10)
+    for future in admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)]).values():
+        future.result(10)
+    with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND"):
+        admin.describe_user_scram_credentials(["erin"])["erin"].result(10)
+
+
+def test_a_wrong_password_is_sasl_authentication_failed_and_the_connection_closes(secure, caplog):
+    errors = []
+    producer = Producer({"bootstrap.servers": secure["addresses"]["SASL_PLAINTEXT"],
+                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                         "sasl.username": "carol", "sasl.password": "not-carols", "error_cb": errors.append})
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors, "no authentication error reached the client"
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in errors[0].str()
+    assert "not-carols" not in caplog.text  # never logged
+    assert "authentication from 127.0.0.1" in caplog.text
+
+
+def sasl_handshake_frame(mechanism: str, version: int = 1, correlation: int = 7) -> bytes:
+    """A SaslHandshake request as bytes (header v1, non-flexible)."""
+    client_id = b"raw"
+    body = struct.pack(">h", len(mechanism)) + mechanism.encode()
+    header = struct.pack(">hhih", 17, version, correlation, len(client_id)) + client_id
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    return sock.recv(size, socket.MSG_WAITALL)
+
+
+def connect(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_an_unknown_mechanism_is_unsupported_sasl_mechanism_with_the_listeners_list_then_closed(secure):
+    with connect(secure["addresses"]["SASL_PLAINTEXT"]) as sock:
+        sock.sendall(sasl_handshake_frame("GSSAPI"))
+        frame = read_frame(sock)
+        correlation, error_code = struct.unpack_from(">ih", frame)
+        assert (correlation, error_code) == (7, 33)  # UNSUPPORTED_SASL_MECHANISM
+        assert b"SCRAM-SHA-512" in frame and b"OAUTHBEARER" in frame
+        assert sock.recv(1) == b""  # closed
+
+
+def test_a_request_before_authentication_closes_the_connection_and_others_go_on(secure):
+    metadata_v1 = struct.pack(">hhih", 3, 1, 9, 3) + b"raw" + struct.pack(">i", -1)
+    with connect(secure["addresses"]["SASL_PLAINTEXT"]) as sock:
+        sock.sendall(struct.pack(">i", len(metadata_v1)) + metadata_v1)
+        assert sock.recv(1) == b""  # refused by closing, as Kafka
+    exactly_once_roundtrip(secure["addresses"]["SASL_PLAINTEXT"], {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
+        "sasl.password": "carol-secret"}, "after-refusal")
+
+
+def test_a_plaintext_client_on_a_tls_port_and_an_oversized_token_harm_nothing(secure):
+    with connect(secure["addresses"]["SSL"]) as sock:
+        sock.sendall(sasl_handshake_frame("PLAIN"))
+        answer = sock.recv(4096)
+        assert answer == b"" or answer[0] == 0x15  # closed, or a TLS alert record: never a Kafka response
+    with connect(secure["addresses"]["SASL_PLAINTEXT"]) as sock:
+        sock.sendall(sasl_handshake_frame("SCRAM-SHA-512", version=0))  # v0: bare tokens follow
+        read_frame(sock)
+        sock.sendall(struct.pack(">i", 600_000) + b"n" * 600_000)  # above sasl.server.max.receive.size
+        assert sock.recv(1) == b""
+    exactly_once_roundtrip(secure["addresses"]["SASL_PLAINTEXT"], {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
+        "sasl.password": "carol-secret"}, "after-bad-input")
+
+
+def test_a_client_without_a_certificate_cannot_connect_to_a_required_mtls_listener(secure):
+    errors = []
+    producer = Producer({"bootstrap.servers": secure["addresses"]["SSL"], "security.protocol": "SSL", **tls(secure),
+                         "error_cb": errors.append})
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"}, "GSSAPI cannot be offered"),
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN"}, "no users are configured"),
+    ({"listeners": "SSL://127.0.0.1:0"}, "JKS keystores cannot be read"),
+    ({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/nonexistent.p12"},
+     "cannot read /nonexistent.p12"),
+])
+def test_a_listener_that_cannot_work_stops_the_start_with_one_line(tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message), EmbeddedBroker(tmp_path / "b", settings):
+        pass
