@@ -19,22 +19,21 @@ from oncelog.security.acl import (
 NO_AUTHORIZER = "No Authorizer is configured."
 
 
-def binding_of(creation, version: int) -> AclBinding:
-    """A CreateAcls creation; v0 has no pattern type (LITERAL)."""
-    pattern_type = PatternType.from_code(creation.resource_pattern_type) if version >= 1 else PatternType.LITERAL
+def binding_of(creation) -> AclBinding:
+    """A CreateAcls creation."""
     return AclBinding(
-        ResourcePattern(ResourceType.from_code(creation.resource_type), creation.resource_name, pattern_type),
+        ResourcePattern(ResourceType.from_code(creation.resource_type), creation.resource_name,
+                        PatternType.from_code(creation.resource_pattern_type)),
         AccessControlEntry(creation.principal, creation.host, AclOperation.from_code(creation.operation),
                            AclPermissionType.from_code(creation.permission_type)),
     )
 
 
-def filter_of(request, version: int) -> AclBindingFilter:
-    """A DescribeAcls request or a DeleteAcls filter; v0 matches LITERAL patterns only."""
-    pattern_type = PatternType.from_code(request.pattern_type_filter) if version >= 1 else PatternType.LITERAL
+def filter_of(request) -> AclBindingFilter:
+    """A DescribeAcls request or a DeleteAcls filter."""
     return AclBindingFilter(
         ResourcePatternFilter(ResourceType.from_code(request.resource_type_filter), request.resource_name_filter,
-                              pattern_type),
+                              PatternType.from_code(request.pattern_type_filter)),
         AccessControlEntryFilter(request.principal_filter, request.host_filter,
                                  AclOperation.from_code(request.operation),
                                  AclPermissionType.from_code(request.permission_type)),

@@ -1,4 +1,4 @@
-"""CreateAcls (key 30), v0-v3.
+"""CreateAcls (key 30), v1-v3 (v0 went with Kafka 4.0, KIP-896).
 
 Needs Cluster ALTER. Each creation gets its own result: INVALID_REQUEST with Kafka's
 message for a binding that cannot exist (an UNKNOWN or ANY field, a CLUSTER resource
@@ -15,7 +15,7 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 
 
-@api(30, "CreateAcls", range(0, 4))
+@api(30, "CreateAcls", range(1, 4))
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     acls = ctx.broker.acls
@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request):
     elif not ctx.authorize_cluster(AclOperation.ALTER):
         results = [(ErrorCode.cluster_authorization_failed, None)] * len(request.creations)
     else:
-        created = acls.create([binding_of(creation, ctx.version) for creation in request.creations])
+        created = acls.create([binding_of(creation) for creation in request.creations])
         results = [(ErrorCode(result.error_code), result.message) for result in created]
     return make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(
         make("AclCreationResult", error_code=code, error_message=message) for code, message in results))

@@ -1,4 +1,4 @@
-"""DeleteAcls (key 31), v0-v3.
+"""DeleteAcls (key 31), v1-v3 (v0 went with Kafka 4.0, KIP-896).
 
 Needs Cluster ALTER. Each filter removes the bindings it matches and lists them; a
 filter with an UNKNOWN field is INVALID_REQUEST. The removal is stored before the
@@ -13,7 +13,7 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 
 
-@api(31, "DeleteAcls", range(0, 4))
+@api(31, "DeleteAcls", range(1, 4))
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     acls = ctx.broker.acls
@@ -31,6 +31,6 @@ async def handle(ctx: RequestContext, request):
     elif not ctx.authorize_cluster(AclOperation.ALTER):
         results = [result(ErrorCode.cluster_authorization_failed, None)] * len(request.filters)
     else:
-        deleted = acls.delete([filter_of(each, ctx.version) for each in request.filters])
+        deleted = acls.delete([filter_of(each) for each in request.filters])
         results = [result(ErrorCode(outcome.error_code), outcome.message, matched) for outcome, matched in deleted]
     return make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(results))

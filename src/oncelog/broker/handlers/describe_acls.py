@@ -1,4 +1,4 @@
-"""DescribeAcls (key 29), v0-v3.
+"""DescribeAcls (key 29), v1-v3 (v0 went with Kafka 4.0, KIP-896).
 
 Needs Cluster DESCRIBE. The bindings the filter matches, grouped by resource pattern
 (as Kafka answers). Without an authorizer: SECURITY_DISABLED; a filter with an UNKNOWN
@@ -13,7 +13,7 @@ from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclBinding, AclOperation, ResourcePattern, validate_filter
 
 
-@api(29, "DescribeAcls", range(0, 4))
+@api(29, "DescribeAcls", range(1, 4))
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     acls = ctx.broker.acls
@@ -35,7 +35,7 @@ async def handle(ctx: RequestContext, request):
         return answer(ErrorCode.security_disabled, NO_AUTHORIZER, [])
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         return answer(ErrorCode.cluster_authorization_failed, None, [])
-    binding_filter = filter_of(request, ctx.version)
+    binding_filter = filter_of(request)
     problem = validate_filter(binding_filter)
     if problem is not None:
         return answer(ErrorCode.invalid_request, problem, [])
