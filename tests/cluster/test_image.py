@@ -120,7 +120,8 @@ def test_partitions_prefix_of_a_topic_does_not_cover_a_longer_topic_name():
 
 
 def test_broker_registration_round_trips_and_its_epoch_is_the_create_revision():
-    registration = BrokerRegistration(4, "h", 9092, "ib", 9093, "u-1", epoch=0)
+    endpoints = {"PLAINTEXT": ("h", 9092), "SASL_SSL": ("h.example.com", 9094)}
+    registration = BrokerRegistration(4, "h", 9092, "ib", 9093, "u-1", epoch=0, endpoints=endpoints)
     stored = json.loads(registration.encode())
     assert stored == {
         "v": 1,
@@ -128,9 +129,18 @@ def test_broker_registration_round_trips_and_its_epoch_is_the_create_revision():
         "port": 9092,
         "inter_broker": {"host": "ib", "port": 9093},
         "incarnation": "u-1",
+        "endpoints": {"PLAINTEXT": {"host": "h", "port": 9092}, "SASL_SSL": {"host": "h.example.com", "port": 9094}},
     }
     decoded = BrokerRegistration.decode(KeyValue(KEYS.broker(4), registration.encode(), 57, 60))
     assert decoded == BrokerRegistration(4, "h", 9092, "ib", 9093, "u-1", epoch=57)
+    assert decoded.endpoint("SASL_SSL") == ("h.example.com", 9094) and decoded.endpoint("SSL") is None
+
+
+def test_a_registration_from_before_named_listeners_serves_every_listener():
+    legacy = json.dumps({"v": 1, "host": "h", "port": 9092, "inter_broker": {"host": "ib", "port": 9093},
+                         "incarnation": "u-1"}).encode()
+    decoded = BrokerRegistration.decode(KeyValue(KEYS.broker(4), legacy, 57, 60))
+    assert decoded.endpoint("PLAINTEXT") == ("h", 9092) and decoded.endpoint("ANY") == ("h", 9092)
 
 
 def test_topic_record_round_trips_with_its_id_and_configs():
