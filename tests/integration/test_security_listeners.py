@@ -8,6 +8,7 @@ get."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import time
@@ -225,3 +226,72 @@ def test_a_client_without_a_certificate_cannot_connect_to_a_required_mtls_listen
 def test_a_listener_that_cannot_work_stops_the_start_with_one_line(tmp_path, settings, message):
     with pytest.raises(ConfigError, match=message), EmbeddedBroker(tmp_path / "b", settings):
         pass
+
+
+def authenticate_plain(sock: socket.socket, user: str, secret: str) -> int:
+    """SaslHandshake v1 and SaslAuthenticate v1 with PLAIN, by hand; the session lifetime."""
+    sock.sendall(sasl_handshake_frame("PLAIN"))
+    correlation, error_code = struct.unpack_from(">ih", read_frame(sock))
+    assert error_code == 0
+    token = b"\0" + user.encode() + b"\0" + secret.encode()
+    header = struct.pack(">hhih", 36, 1, 8, 3) + b"raw"
+    body = struct.pack(">i", len(token)) + token
+    sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+    frame = read_frame(sock)
+    correlation, error_code, message_length = struct.unpack_from(">ihh", frame)
+    assert (correlation, error_code, message_length) == (8, 0, -1)
+    (token_length,) = struct.unpack_from(">i", frame, 8)
+    (lifetime_ms,) = struct.unpack_from(">q", frame, 12 + token_length)
+    return lifetime_ms
+
+
+def test_a_session_past_connections_max_reauth_ms_is_closed_unless_the_client_re_authenticates(tmp_path, caplog):
+    """KIP-368: the broker tells the client its session lifetime; a request after it ends
+    closes the connection, while a client that re-authenticates in time goes on."""
+    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+              "connections.max.reauth.ms": "1000"}
+    metadata_v1 = struct.pack(">hhih", 3, 1, 9, 3) + b"raw" + struct.pack(">i", 0)
+    with EmbeddedBroker(tmp_path / "b", config) as running:
+        with connect(running.bootstrap_servers) as sock:
+            assert authenticate_plain(sock, "bob", "bob-secret") == 1000
+            sock.sendall(struct.pack(">i", len(metadata_v1)) + metadata_v1)
+            assert struct.unpack_from(">i", read_frame(sock))[0] == 9  # answered within the session
+            time.sleep(1.2)
+            sock.sendall(struct.pack(">i", len(metadata_v1)) + metadata_v1)
+            assert sock.recv(1) == b""  # expired: closed
+        with connect(running.bootstrap_servers) as sock:
+            authenticate_plain(sock, "bob", "bob-secret")
+            time.sleep(0.7)
+            assert authenticate_plain(sock, "bob", "bob-secret") == 1000  # re-authenticated in time
+            time.sleep(0.7)  # past the first session's end, within the second's
+            sock.sendall(struct.pack(">i", len(metadata_v1)) + metadata_v1)
+            assert struct.unpack_from(">i", read_frame(sock))[0] == 9
+        # librdkafka re-authenticates by itself (KIP-368): a producer outlives several sessions.
+        caplog.set_level(logging.DEBUG, logger="oncelog.security")
+        producer = Producer({"bootstrap.servers": running.bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "PLAIN", "sasl.username": "bob", "sasl.password": "bob-secret",
+                             "linger.ms": 0})
+        delivered = []
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            producer.produce("reauth", b"x", on_delivery=lambda error, _m: delivered.append(error))
+            producer.poll(0.1)
+        producer.flush(10)
+        assert len(delivered) > 20 and all(error is None for error in delivered)
+        assert "User:bob re-authenticated from 127.0.0.1 with PLAIN" in caplog.text
+
+
+def test_re_authenticating_as_someone_else_fails_and_closes(tmp_path):
+    config = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS}
+    with EmbeddedBroker(tmp_path / "b", config) as running, connect(running.bootstrap_servers) as sock:
+        authenticate_plain(sock, "bob", "bob-secret")
+        sock.sendall(sasl_handshake_frame("PLAIN"))
+        read_frame(sock)
+        token = b"\0admin\0admin-secret"
+        header = struct.pack(">hhih", 36, 1, 8, 3) + b"raw"
+        sock.sendall(struct.pack(">i", len(header) + 4 + len(token)) + header + struct.pack(">i", len(token)) + token)
+        _correlation, error_code = struct.unpack_from(">ih", read_frame(sock))
+        assert error_code == 58  # SASL_AUTHENTICATION_FAILED
+        assert sock.recv(1) == b""

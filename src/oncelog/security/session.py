@@ -176,7 +176,8 @@ class ConnectionSession:
         self.state = State.AUTHENTICATED
         lifetime = self._session_lifetime_ms(server)
         self.expires_at_ms = None if lifetime == 0 else self._now_ms() + lifetime
-        log.debug("%s authenticated from %s with %s on %s", principal, self.client_host, self._mechanism,
+        log.debug("%s %s from %s with %s on %s", principal,
+                  "re-authenticated" if reauthenticating else "authenticated", self.client_host, self._mechanism,
                   self.listener.name)
         return AuthenticateOutcome(NONE, None, response, lifetime)
 
