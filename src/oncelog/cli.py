@@ -32,6 +32,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from oncelog.admin import (
+        acls,
         chaos,
         configs,
         console,
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_cli.register(commands)
     topics.register(commands)
     configs.register(commands)
+    acls.register(commands)
     console.register(commands)
     groups.register(commands)
     producers.register(commands)

@@ -11,24 +11,58 @@ topic. `--alter` sends one IncrementalAlterConfigs (SET for `--add-config` and
 `--add-config-file`, DELETE for `--delete-config`) and prints `Completed updating config
 for topic T.`. A list value is written in brackets, `key=[a,b]`, as in Kafka's tool.
 Entity types: topics, brokers (`--entity-name ID`, or `--entity-default` for the
-cluster-wide default) and groups (which oncelog's brokers refuse).
+cluster-wide default), groups (which oncelog's brokers refuse) and users (SCRAM
+credentials, below).
 
 Speaks the protocol directly (oncelog.admin.wire, like `oncelog transactions`):
 librdkafka's admin client cannot name the cluster-wide broker default and keeps one
 synonym per key name, where Kafka lists a key once per source. A broker's own resource
 goes to that broker, as kafka-configs.sh sends it.
+
+Users are SCRAM credentials, through confluent-kafka's AdminClient (so every
+security.protocol works):
+
+    oncelog configs --alter --entity-type users --entity-name alice \
+        --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]'
+    oncelog configs --alter --entity-type users --entity-name alice --delete-config SCRAM-SHA-512
+    oncelog configs --describe --entity-type users [--entity-name alice]
+
+`--describe` prints `SCRAM credential configs for user-principal 'alice' are
+SCRAM-SHA-256=iterations=8192` per user that has credentials (a user without any: no
+line, as Kafka's tool). Deviation: Kafka's brokers refuse a request that alters one
+user twice (DUPLICATE_RESOURCE), which kafka-configs.sh sends for two mechanisms; this
+sends one AlterUserScramCredentials per mechanism, and says which were done if one
+fails. Passwords (only ever hashed by librdkafka, with a fresh salt) are never printed:
+errors about `--add-config` of users do not repeat it. `--add-config-file` keeps them
+off the command line.
 """
 
 # No `from __future__ import annotations`: kio reads the field types at run time.
 import argparse
+import re
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from kio.schema.describe_configs.v4 import request as describe_v4
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as alter_v1
 from kio.static.primitive import i8
 
-from oncelog.admin.clients import add_connection_arguments, read_properties_file
+from oncelog.admin.clients import (
+    add_connection_arguments,
+    client_config,
+    describe_kafka_error,
+    fetch_metadata,
+    make_client,
+    read_properties_file,
+)
 from oncelog.admin.wire import Cluster
 from oncelog.errors import CommandError
 from oncelog.names import INTERNAL_TOPICS
@@ -47,21 +81,34 @@ SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DE
 # What --describe shows without --all, by entity: the source of the entity's own overrides.
 TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, GROUP_CONFIG = 1, 2, 3, 8
 OWN_SOURCE = {"topics": TOPIC_CONFIG, "brokers": DYNAMIC_BROKER_CONFIG, "groups": GROUP_CONFIG}
+USERS = "users"  # SCRAM credentials: not a config resource, see the section at the end
+MECHANISMS = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+MIN_SCRAM_ITERATIONS = DEFAULT_SCRAM_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations, its default
+REQUEST_TIMEOUT_S = 30.0  # users: each AdminClient request
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     configs = commands.add_parser(
-        "configs", help="describe and alter topic, broker and group configs (kafka-configs.sh)",
+        "configs", help="describe and alter topic, broker and group configs and users' SCRAM credentials "
+                        "(kafka-configs.sh)",
         description="Describe and alter configs, as kafka-configs.sh does: one of --describe or --alter, "
                     "and the entity (--entity-type with --entity-name or --entity-default, or --topic, "
                     "--broker, --broker-defaults, --group).",
+        epilog="Users (--entity-type users --entity-name NAME): --add-config "
+               "'SCRAM-SHA-256=[iterations=8192,password=P],SCRAM-SHA-512=[password=P]' (iterations: at least "
+               f"{MIN_SCRAM_ITERATIONS}, default {DEFAULT_SCRAM_ITERATIONS}), --delete-config SCRAM-SHA-512, "
+               "--describe with or without --entity-name. Unlike kafka-configs.sh, whose single request Kafka "
+               "refuses (DUPLICATE_RESOURCE) when it names two mechanisms of one user, each mechanism is sent "
+               "in a request of its own. Passwords are never printed; --add-config-file keeps them off the "
+               "command line.",
     )
     add_connection_arguments(configs)
     action = configs.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list the entity's configs")
     action.add_argument("--alter", action="store_true", help="change the entity's configs")
-    configs.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics, brokers or groups")
-    configs.add_argument("--entity-name", help="the topic, broker id or group")
+    configs.add_argument("--entity-type", choices=sorted([*ENTITY_TYPES, USERS]),
+                         help="topics, brokers, groups or users")
+    configs.add_argument("--entity-name", help="the topic, broker id, group or user")
     configs.add_argument("--entity-default", action="store_true",
                          help="the cluster-wide default of the entity type (brokers)")
     configs.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
@@ -82,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     entity_type, name = _entity(args)
     if not args.alter and (args.add_config or args.add_config_file or args.delete_config):
         raise CommandError("--add-config, --add-config-file and --delete-config go with --alter")
+    if entity_type == USERS:
+        return _alter_users(args, name) if args.alter else _describe_users(args, name)
     with Cluster.from_args(args) as cluster:
         if args.alter:
             return _alter(cluster, args, entity_type, name)
@@ -104,7 +153,7 @@ def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
     if args.entity_default:
         if args.entity_name is not None:
             raise CommandError("--entity-name and --entity-default exclude each other")
-        if args.entity_type != "brokers":
+        if args.entity_type != "brokers":  # users: Kafka's default quotas, which oncelog does not have
             raise CommandError(f"--entity-default applies to brokers, not {args.entity_type}")
         return args.entity_type, ""
     if args.entity_name is None and args.alter:
@@ -228,3 +277,105 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 def _names(text: str | None) -> list[str]:
     return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+# -- users: SCRAM credentials ----------------------------------------------------------------
+
+# kafka-configs.sh's form of a credential: [iterations=N,]password=P (P may hold commas).
+_CREDENTIAL = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.DOTALL)
+
+
+def _mechanism(name: str, option: str) -> ScramMechanism:
+    try:
+        return MECHANISMS[name]
+    except KeyError:
+        raise CommandError(f"{option} of users takes {' and '.join(MECHANISMS)} (oncelog has no client quotas), "
+                           f"not {name!r}") from None
+
+
+def _credentials_to_set(args: argparse.Namespace) -> dict[str, str]:
+    """mechanism name -> `[iterations=N,]password=P`; no error repeats the text."""
+    given: dict[str, str] = {}
+    if args.add_config_file:
+        given.update(read_properties_file(args.add_config_file))
+    if args.add_config:
+        try:
+            given.update(parse_add_config(args.add_config))
+        except CommandError:
+            raise CommandError("--add-config of users expects MECHANISM=[iterations=N,password=P] pairs, "
+                               "comma-separated (the value is not shown: it holds a password)") from None
+    return {key: value[1:-1] if value.startswith("[") and value.endswith("]") else value
+            for key, value in given.items()}
+
+
+def _upsertion(user: str, mechanism_name: str, credential: str) -> UserScramCredentialUpsertion:
+    mechanism = _mechanism(mechanism_name, "--add-config")
+    match = _CREDENTIAL.fullmatch(credential)
+    if match is None:
+        raise CommandError(f"--add-config {mechanism_name}: expected [iterations=N,password=P] "
+                           "(the value is not shown: it holds a password)")
+    iterations_text, password = match.groups()
+    iterations = DEFAULT_SCRAM_ITERATIONS if iterations_text in (None, "", "-1") else int(iterations_text)
+    if iterations < MIN_SCRAM_ITERATIONS:
+        raise CommandError(f"--add-config {mechanism_name}: iterations {iterations} is less than the minimum "
+                           f"{MIN_SCRAM_ITERATIONS}")
+    return UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, iterations), password.encode())
+
+
+def _users_admin(args: argparse.Namespace) -> Any:
+    admin = make_client(AdminClient, client_config(args))
+    fetch_metadata(admin, args)  # a clear error if the cluster is not reachable (or refuses the login)
+    return admin
+
+
+def _alter_users(args: argparse.Namespace, user: str | None) -> int:
+    assert user is not None  # _entity requires one for --alter
+    to_set = _credentials_to_set(args)
+    to_delete = _names(args.delete_config)
+    for name in to_delete:
+        _mechanism(name, "--delete-config")
+        if name in to_set:
+            raise CommandError(f"{name} is both added and deleted")
+    # Kafka's order (deletions, then upsertions); credentials are checked before anything is sent.
+    alterations: list[tuple[str, Any]] = [(name, UserScramCredentialDeletion(user, MECHANISMS[name]))
+                                          for name in to_delete]
+    alterations += [(name, _upsertion(user, name, credential)) for name, credential in to_set.items()]
+    if not alterations:
+        raise CommandError("--alter needs --add-config, --add-config-file or --delete-config")
+    admin = _users_admin(args)
+    done: list[str] = []
+    for mechanism_name, alteration in alterations:  # one per request: Kafka refuses a user twice in one
+        future = admin.alter_user_scram_credentials([alteration], request_timeout=REQUEST_TIMEOUT_S)[user]
+        try:
+            future.result(timeout=REQUEST_TIMEOUT_S)
+        except (KafkaException, TimeoutError) as error:
+            problem = describe_kafka_error(error, bootstrap=args.bootstrap_server) \
+                if isinstance(error, KafkaException) else f"no answer within {REQUEST_TIMEOUT_S:.0f}s"
+            already = f" ({', '.join(done)} done)" if done else ""
+            raise CommandError(f"{mechanism_name} of user {user}{already}: {problem}") from None
+        done.append(mechanism_name)
+    print(f"Completed updating config for user {user}.")
+    return 0
+
+
+def _describe_users(args: argparse.Namespace, user: str | None) -> int:
+    admin = _users_admin(args)
+    try:
+        if user is None:
+            descriptions = admin.describe_user_scram_credentials(request_timeout=REQUEST_TIMEOUT_S).result(
+                timeout=REQUEST_TIMEOUT_S)
+        else:
+            future = admin.describe_user_scram_credentials([user], request_timeout=REQUEST_TIMEOUT_S)[user]
+            descriptions = {user: future.result(timeout=REQUEST_TIMEOUT_S)}
+    except KafkaException as error:
+        code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
+        if code != KafkaError.RESOURCE_NOT_FOUND:
+            raise CommandError(describe_kafka_error(error, bootstrap=args.bootstrap_server)) from None
+        descriptions = {}  # a user without credentials: no line, as kafka-configs.sh
+    except TimeoutError:
+        raise CommandError(f"no answer from {args.bootstrap_server} within {REQUEST_TIMEOUT_S:.0f}s") from None
+    for name in sorted(descriptions):
+        infos = sorted(descriptions[name].scram_credential_infos, key=lambda info: info.mechanism.value)
+        text = ", ".join(f"{info.mechanism.name.replace('_', '-')}=iterations={info.iterations}" for info in infos)
+        print(f"SCRAM credential configs for user-principal '{name}' are {text}")
+    return 0
