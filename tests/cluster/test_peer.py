@@ -24,6 +24,7 @@ class Registry:
     def __init__(self, addresses: dict[int, tuple[str, int]]) -> None:
         self.addresses = addresses
         self.listeners: list = []
+        self.peer_security = None  # a PLAINTEXT inter-broker listener
 
     def inter_broker_address(self, node_id: int):
         return self.addresses.get(node_id)

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.broker.authorization import Acls
+from oncelog.broker.authorization import ACLS_FILE, Acls
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
@@ -43,6 +43,7 @@ from oncelog.clock import now_ms
 from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
 from oncelog.cluster.producer_ids import ClusterProducerIds
 from oncelog.cluster.runtime import ClusterRuntime
+from oncelog.cluster.security import shared_acls, shared_scram_credentials
 from oncelog.cluster.settings import cluster_settings
 from oncelog.cluster.topics import ClusterTopics
 from oncelog.coordinator.group import GroupCoordinator
@@ -178,8 +179,13 @@ class Broker:
             coordinator_epoch = next_coordinator_epoch(self.config.log_dirs[0])
             log.info("coordinator epoch %d", coordinator_epoch)
             self.leadership.lead_existing(coordinator_epoch)
-        self.scram_credentials = FileScramCredentialStore(self.config.log_dirs[0] / SCRAM_CREDENTIALS_FILE)
-        self.acls = Acls.from_config(self.config, self.config.log_dirs[0])
+        scram_file = self.config.log_dirs[0] / SCRAM_CREDENTIALS_FILE
+        if self.cluster is None:
+            self.scram_credentials = FileScramCredentialStore(scram_file)
+            self.acls = Acls.from_config(self.config, self.config.log_dirs[0])
+        else:  # in the metadata quorum, shared by every broker: read before the listeners open
+            self.scram_credentials = await shared_scram_credentials(self.cluster, scram_file)
+            self.acls = await shared_acls(self.config, self.cluster, self.config.log_dirs[0] / ACLS_FILE)
         await self._listen()
         if self.cluster is not None:
             await self.cluster.start()

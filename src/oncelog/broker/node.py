@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView
     from oncelog.cluster.image import MetadataDelta, MetadataImage
+    from oncelog.cluster.peer import PeerSecurity
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
     from oncelog.storage.manager import LogManager, TopicInfo
@@ -89,6 +90,8 @@ class BrokerDirectory(Protocol):
 
     def add_listener(self, listener: Callable[[MetadataImage, MetadataDelta], None]) -> None: ...
     def inter_broker_address(self, node_id: int) -> tuple[str, int] | None: ...
+    @property
+    def peer_security(self) -> PeerSecurity | None: ...  # TLS and SASL on the inter-broker listener
 
 
 class ProducerIdSource(Protocol):

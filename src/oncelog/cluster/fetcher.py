@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oncelog import clock
-from oncelog.cluster.peer import PeerConnection
+from oncelog.cluster.peer import PeerConnection, PeerSecurity
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import UnexpectedAppendOffsetError
 
@@ -50,15 +50,17 @@ class FetchState:
 class ReplicaFetchers:
     """The fetchers of this broker, one per leader it follows partitions of."""
 
-    def __init__(self, broker: Node, broker_address) -> None:
+    def __init__(self, broker: Node, broker_address, security: PeerSecurity | None = None) -> None:
         self.broker = broker
         self._address_of = broker_address  # node id -> (host, port) or None
+        self._security = security  # TLS and SASL to the leaders' inter-broker listener
         self._fetchers: dict[int, ReplicaFetcher] = {}
 
     def add_partition(self, tp, leader_id: int, leader_epoch: int, partition_log: PartitionLog) -> None:
         fetcher = self._fetchers.get(leader_id)
         if fetcher is None:
-            fetcher = self._fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id, self._address_of)
+            fetcher = self._fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id, self._address_of,
+                                                                 self._security)
             fetcher.start()
         fetcher.partitions[tp] = FetchState(partition_log, leader_epoch)
         fetcher.wake()
@@ -80,9 +82,10 @@ class ReplicaFetchers:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Node, leader_id: int, address_of) -> None:
+    def __init__(self, broker: Node, leader_id: int, address_of, security: PeerSecurity | None = None) -> None:
         self.broker = broker
         self.leader_id = leader_id
+        self._security = security
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._address_of = address_of
         self._peer: PeerConnection | None = None
@@ -144,7 +147,8 @@ class ReplicaFetcher:
         if address is None:
             return None
         if self._peer is None:
-            self._peer = PeerConnection(self.leader_id, *address, client_id=f"broker-{self.broker.node_id}-fetcher")
+            self._peer = PeerConnection(self.leader_id, *address, client_id=f"broker-{self.broker.node_id}-fetcher",
+                                        security=self._security)
         else:
             self._peer.retarget(*address)
         return self._peer

@@ -12,6 +12,9 @@ Key layout under the prefix:
     topics/<name>              {"v":1,"topic_id","partitions","configs"}
     partitions/<name>/<p>      {"v":1,"replicas","isr","leader","leader_epoch","partition_epoch"}
     configs/brokers            {"v":1,"default":{key:value},"brokers":{"<id>":{key:value}}}  dynamic broker configs
+    acls                       {"v":1,"acls":[{"resource_type","name","pattern_type","principal","host",
+                                               "operation","permission_type"}, ...]}  every ACL
+    scram-credentials          {"v":1,"users":{user:{mechanism:{"salt","stored_key","server_key","iterations"}}}}
     producer-ids/next-block    (not part of the image)
     features                   (not part of the image)
 
@@ -49,6 +52,8 @@ class KeyKind(Enum):
     TOPIC = "topic"
     PARTITION = "partition"
     BROKER_CONFIGS = "broker_configs"
+    ACLS = "acls"
+    SCRAM_CREDENTIALS = "scram_credentials"
     PRODUCER_ID_BLOCK = "producer_id_block"
     FEATURES = "features"
     UNKNOWN = "unknown"
@@ -56,6 +61,8 @@ class KeyKind(Enum):
 
 _PRODUCER_ID_BLOCK = "producer-ids/next-block"
 _BROKER_CONFIGS = "configs/brokers"
+_ACLS = "acls"
+_SCRAM_CREDENTIALS = "scram-credentials"
 
 
 def _parse_relative(rest: str, key: str) -> tuple:
@@ -68,6 +75,10 @@ def _parse_relative(rest: str, key: str) -> tuple:
         return (KeyKind.PRODUCER_ID_BLOCK,)
     if rest == _BROKER_CONFIGS:
         return (KeyKind.BROKER_CONFIGS,)
+    if rest == _ACLS:
+        return (KeyKind.ACLS,)
+    if rest == _SCRAM_CREDENTIALS:
+        return (KeyKind.SCRAM_CREDENTIALS,)
     parts = rest.split("/")
     if len(parts) == 2 and parts[0] == "brokers":
         node_id = _parse_int(parts[1])
@@ -146,10 +157,19 @@ class Keys:
     def broker_configs(self) -> str:
         return self.prefix + _BROKER_CONFIGS
 
+    @property
+    def acls(self) -> str:
+        return self.prefix + _ACLS
+
+    @property
+    def scram_credentials(self) -> str:
+        return self.prefix + _SCRAM_CREDENTIALS
+
     def parse(self, key: str) -> tuple:
         """`(KeyKind.BROKER, node_id)`, `(KeyKind.TOPIC, name)`,
         `(KeyKind.PARTITION, topic, partition)`, `(KeyKind.CONTROLLER,)`,
-        `(KeyKind.PRODUCER_ID_BLOCK,)`, `(KeyKind.FEATURES,)`, or `(KeyKind.UNKNOWN, key)`
+        `(KeyKind.PRODUCER_ID_BLOCK,)`, `(KeyKind.FEATURES,)`, `(KeyKind.BROKER_CONFIGS,)`,
+        `(KeyKind.ACLS,)`, `(KeyKind.SCRAM_CREDENTIALS,)`, or `(KeyKind.UNKNOWN, key)`
         for anything else, including keys outside this cluster's prefix."""
         if not key.startswith(self.prefix):
             return (KeyKind.UNKNOWN, key)
@@ -360,6 +380,32 @@ def decode_broker_configs(kv: KeyValue) -> Mapping[str, Any]:
     return MappingProxyType(value)
 
 
+def encode_acls(bindings: Iterable[Mapping[str, str]]) -> bytes:
+    """Every ACL, each as oncelog.security.acl_store.binding_to_json spells it."""
+    return _encode({"acls": [dict(binding) for binding in bindings]})
+
+
+def decode_acls(kv: KeyValue) -> Mapping[str, Any]:
+    """{"acls": [binding, ...]}; each binding is checked by whoever turns it into one."""
+    what = "ACL set"
+    value = _decode(kv, what)
+    bindings = _field(value, "acls", list, kv, what)
+    if not all(isinstance(binding, dict) for binding in bindings):
+        raise MetadataFormatError(f"{what} at {kv.key!r} has an ACL that is not a JSON object")
+    return MappingProxyType({"acls": tuple(MappingProxyType(binding) for binding in bindings)})
+
+
+def encode_scram_credentials(users: Mapping[str, Any]) -> bytes:
+    """The "users" object of oncelog.security.scram_credentials.credentials_to_json."""
+    return _encode({"users": dict(users)})
+
+
+def decode_scram_credentials(kv: KeyValue) -> Mapping[str, Any]:
+    """{"users": {user: {mechanism: {...}}}}; each credential is checked by whoever reads it."""
+    what = "SCRAM credentials"
+    return MappingProxyType({"users": MappingProxyType(_field(_decode(kv, what), "users", dict, kv, what))})
+
+
 def encode_controller(node_id: int) -> bytes:
     return _encode({"node_id": node_id})
 
@@ -387,6 +433,10 @@ class MetadataImage:
     controller_id: int = NO_CONTROLLER
     # The dynamic broker configs' JSON form (oncelog.broker.dynamic_config), {} when none.
     broker_configs: Mapping[str, Any] = field(default_factory=dict)
+    # decode_acls and decode_scram_credentials of their keys, {} when never written. Out of
+    # the repr: long, and the credentials' keys are secrets.
+    acls: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    scram_credentials: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _by_topic: Mapping[str, tuple[PartitionRecord, ...]] = field(
         init=False, repr=False, compare=False
     )
@@ -445,7 +495,8 @@ class MetadataImage:
         }
         brokers = {other: registration for other, registration in self.brokers.items() if other != node_id}
         controller = NO_CONTROLLER if self.controller_id == node_id else self.controller_id
-        return MetadataImage(self.revision, brokers, self.topics, partitions, controller, self.broker_configs)
+        return MetadataImage(self.revision, brokers, self.topics, partitions, controller, self.broker_configs,
+                             self.acls, self.scram_credentials)
 
     def live_broker_ids(self) -> set[int]:
         return set(self.brokers)
@@ -474,12 +525,14 @@ class _MutableState:
     partitions: dict[tuple[str, int], PartitionRecord]
     controller_id: int
     broker_configs: Mapping[str, Any]
+    acls: Mapping[str, Any]
+    scram_credentials: Mapping[str, Any]
 
     @classmethod
     def of(cls, image: MetadataImage) -> _MutableState:
         return cls(
             dict(image.brokers), dict(image.topics), dict(image.partitions), image.controller_id,
-            image.broker_configs,
+            image.broker_configs, image.acls, image.scram_credentials,
         )
 
     def put(self, kv: KeyValue) -> None:
@@ -495,6 +548,10 @@ class _MutableState:
             self.controller_id = decode_controller(kv)
         elif kind is KeyKind.BROKER_CONFIGS:
             self.broker_configs = decode_broker_configs(kv)
+        elif kind is KeyKind.ACLS:
+            self.acls = decode_acls(kv)
+        elif kind is KeyKind.SCRAM_CREDENTIALS:
+            self.scram_credentials = decode_scram_credentials(kv)
         # Producer-id blocks, features and keys this version does not know: not image state.
 
     def delete(self, key: str) -> None:
@@ -510,13 +567,17 @@ class _MutableState:
             self.controller_id = NO_CONTROLLER
         elif kind is KeyKind.BROKER_CONFIGS:
             self.broker_configs = {}
+        elif kind is KeyKind.ACLS:
+            self.acls = {}
+        elif kind is KeyKind.SCRAM_CREDENTIALS:
+            self.scram_credentials = {}
 
     def freeze(self, revision: int) -> MetadataImage:
         partitions = {
             key: record for key, record in self.partitions.items() if key[0] in self.topics
         }
         return MetadataImage(revision, self.brokers, self.topics, partitions, self.controller_id,
-                             self.broker_configs)
+                             self.broker_configs, self.acls, self.scram_credentials)
 
 
 @dataclass(slots=True)
@@ -539,6 +600,8 @@ class MetadataDelta:
     ] = field(default_factory=dict)
     controller_changed: bool = False
     broker_configs_changed: bool = False
+    acls_changed: bool = False
+    scram_credentials_changed: bool = False
 
     @classmethod
     def diff(cls, old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -566,6 +629,10 @@ class MetadataDelta:
                 delta.changed_partitions[key] = (before, after)
         delta.controller_changed = old.controller_id != new.controller_id
         delta.broker_configs_changed = old.broker_configs != new.broker_configs
+        # Kept by reference from image to image: compared only when a write replaced them.
+        delta.acls_changed = old.acls is not new.acls and old.acls != new.acls
+        delta.scram_credentials_changed = (old.scram_credentials is not new.scram_credentials
+                                           and old.scram_credentials != new.scram_credentials)
         return delta
 
     @property
@@ -579,4 +646,6 @@ class MetadataDelta:
             or self.changed_partitions
             or self.controller_changed
             or self.broker_configs_changed
+            or self.acls_changed
+            or self.scram_credentials_changed
         )

@@ -29,25 +29,50 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from oncelog.protocol import framing
 from oncelog.protocol.client import decode_response, encode_request
 
 if TYPE_CHECKING:
     from oncelog.broker.node import BrokerDirectory
+    from oncelog.security.sasl_client import SaslClient
 
 log = logging.getLogger("oncelog.cluster.peer")
 
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the send queue
 
 
+@dataclass(frozen=True)
+class PeerSecurity:
+    """How this broker connects to the others' inter-broker listener: TLS (a client
+    context with the listener's truststore and keystore) and SASL (the mechanism of
+    `sasl.mechanism.inter.broker.protocol`, with the credentials of the listener's JAAS
+    config). None of either: PLAINTEXT."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    new_sasl_client: Callable[[], SaslClient] | None = field(default=None, repr=False)
+
+
+class PeerAuthenticationError(ConnectionError):
+    """The other broker refused this one's SASL authentication (a configuration error)."""
+
+
 class PeerConnection:
-    def __init__(self, node_id: int, host: str, port: int, *, client_id: str) -> None:
+    def __init__(self, node_id: int, host: str, port: int, *, client_id: str,
+                 security: PeerSecurity | None = None) -> None:
         self.node_id = node_id
         self.address = (host, port)
         self._client_id = client_id
+        self._security = security or PeerSecurity()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
@@ -100,12 +125,38 @@ class PeerConnection:
 
     async def _exchange(self, entity):
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(*self.address)
+            await self._connect()
+        return await self._round_trip(entity)
+
+    async def _round_trip(self, entity):
+        assert self._reader is not None and self._writer is not None
         self._correlation += 1
         self._writer.write(encode_request(entity, self._correlation, self._client_id))
         await self._writer.drain()
         size = framing.read_size(await self._reader.readexactly(4))
         return decode_response(entity, await self._reader.readexactly(size), self._correlation)
+
+    async def _connect(self) -> None:
+        security = self._security
+        host, port = self.address
+        self._reader, self._writer = await asyncio.open_connection(
+            host, port, ssl=security.ssl_context, server_hostname=host if security.ssl_context else None)
+        if security.new_sasl_client is not None:
+            await self._authenticate(security.sasl_mechanism or "", security.new_sasl_client())
+
+    async def _authenticate(self, mechanism: str, client: SaslClient) -> None:
+        """SaslHandshake v1 and SaslAuthenticate v2, as a client does."""
+        handshake = await self._round_trip(SaslHandshakeRequest(mechanism=mechanism))
+        if handshake.error_code != 0:
+            raise PeerAuthenticationError(f"broker {self.node_id} does not offer SASL mechanism {mechanism} on its "
+                                          f"inter-broker listener (it offers {', '.join(handshake.mechanisms)})")
+        token: bytes | None = client.initial_response()
+        while token is not None:
+            answer = await self._round_trip(SaslAuthenticateRequest(auth_bytes=token))
+            if answer.error_code != 0:
+                raise PeerAuthenticationError(f"broker {self.node_id} refused this broker's {mechanism} "
+                                              f"authentication: {answer.error_message}")
+            token = None if client.complete else client.evaluate(bytes(answer.auth_bytes))
 
     def close(self) -> None:
         if self._writer is not None:
@@ -162,7 +213,8 @@ class PeerPool:
             return None
         peer = self._peers.get(node_id)
         if peer is None:
-            peer = self._peers[node_id] = PeerConnection(node_id, *address, client_id=self._client_id)
+            peer = self._peers[node_id] = PeerConnection(node_id, *address, client_id=self._client_id,
+                                                         security=cluster.peer_security if cluster else None)
         else:
             peer.retarget(*address)
         return peer

@@ -62,6 +62,7 @@ from oncelog.cluster.etcd_member import EtcdMember
 from oncelog.cluster.fetcher import ReplicaFetchers
 from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage
 from oncelog.cluster.metadata_store import MetadataConflict, MetadataStore
+from oncelog.cluster.peer import PeerSecurity
 from oncelog.cluster.placement import elect_leader, elect_on_return
 from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.settings import ClusterSettings
@@ -84,9 +85,10 @@ def member_name(node_id: int) -> str:
 
 
 class ClusterRuntime:
-    def __init__(self, broker: Node, settings: ClusterSettings) -> None:
+    def __init__(self, broker: Node, settings: ClusterSettings, peer_security: PeerSecurity | None = None) -> None:
         self.broker = broker
         self.settings = settings
+        self.peer_security = peer_security  # TLS and SASL to the other brokers' inter-broker listener
         self.node_id = settings.node_id
         self.member: EtcdMember | None = None
         self.client = EtcdClient(list(settings.endpoints), request_timeout_s=settings.request_timeout_ms / 1000)
@@ -101,7 +103,7 @@ class ClusterRuntime:
         self._quorum_lost = False  # the voters showed that no quorum can exist (_probe_quorum)
         self._quorum_probe: asyncio.Task | None = None
         self.replicas = ReplicaManager(broker, self)
-        self.fetchers = ReplicaFetchers(broker, self.inter_broker_address)
+        self.fetchers = ReplicaFetchers(broker, self.inter_broker_address, peer_security)
         self.broker_epoch = -1
         self.lease = 0
         self.controller_revision: int | None = None  # set while this node is the active controller

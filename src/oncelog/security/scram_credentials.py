@@ -208,6 +208,20 @@ class ScramCredentialStore:
             self._credentials = altered
         return results
 
+    async def store_alteration(self, deletions: Iterable[tuple[str, str]],
+                               upsertions: Iterable[tuple[str, str, int, bytes, bytes]],
+                               ) -> dict[str, AlterationResult]:
+        """AlterUserScramCredentials as its handler runs it: the alteration, stored where
+        these credentials are kept, before this returns. Here that is `alter` (raises what
+        `persist` raises); in cluster mode the metadata quorum, which may take a while
+        (oncelog.cluster.security.ClusterScramCredentialStore)."""
+        return self.alter(deletions, upsertions)
+
+    def replace(self, credentials: Mapping[str, Mapping[str, ScramCredential]]) -> None:
+        """Take `credentials` as they are where they are kept (the cluster's metadata
+        quorum): no `persist`, no validation."""
+        self._credentials = {user: dict(mechanisms) for user, mechanisms in credentials.items()}
+
 
 class FileScramCredentialStore(ScramCredentialStore):
     """Credentials kept in the JSON file at `path` (loaded now if it exists; a corrupt file

@@ -72,6 +72,25 @@ def server_context(settings: Mapping[str, str]) -> ssl.SSLContext:
     return context
 
 
+def client_context(settings: Mapping[str, str]) -> ssl.SSLContext:
+    """The SSLContext a broker connects to another broker's TLS listener with: the same
+    listener's truststore to check the peer, its keystore as the client certificate
+    (mutual TLS), host names checked unless `ssl.endpoint.identification.algorithm` is
+    empty (Kafka's rule)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_protocols(context, settings.get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3"))
+    trusted = _truststore(settings)
+    if trusted:
+        context.load_verify_locations(cadata=trusted)
+    else:
+        context.load_default_certs()
+    certificate_chain, key = _keystore(settings)
+    with _private_files(certificate_chain, key) as (chain_path, key_path):
+        context.load_cert_chain(chain_path, key_path)
+    context.check_hostname = bool(settings.get("ssl.endpoint.identification.algorithm", "https").strip())
+    return context
+
+
 def _set_protocols(context: ssl.SSLContext, value: str) -> None:
     versions = []
     for name in filter(None, (part.strip() for part in value.split(","))):

@@ -6,6 +6,9 @@ the salt, StoredKey and ServerKey (oncelog.security.scram_credentials), durably,
 it answers. Each user gets its own result: UNSUPPORTED_SASL_MECHANISM,
 UNACCEPTABLE_CREDENTIAL (iterations outside 4096-16384, an empty name), RESOURCE_NOT_FOUND
 (deleting what does not exist), DUPLICATE_RESOURCE (a user twice in one request).
+
+Needs Cluster ALTER (Kafka's controller): else each user named, once, in name order,
+gets CLUSTER_AUTHORIZATION_FAILED, and nothing changes.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 from oncelog.security.sasl.scram import scram_mechanism_name
 from oncelog.storage.errors import StorageError
 
@@ -23,11 +27,17 @@ log = logging.getLogger("oncelog.security")
 @api(51, "AlterUserScramCredentials", range(0, 1))
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        named = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
+        return make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=tuple(
+            make("AlterUserScramCredentialsResult", user=user, error_code=ErrorCode.cluster_authorization_failed,
+                 error_message="Cluster authorization failed.")
+            for user in named))
     deletions = [(d.name, scram_mechanism_name(d.mechanism)) for d in request.deletions]
     upsertions = [(u.name, scram_mechanism_name(u.mechanism), u.iterations, bytes(u.salt), bytes(u.salted_password))
                   for u in request.upsertions]
     try:
-        results = ctx.broker.scram_credentials.alter(deletions, upsertions)
+        results = await ctx.broker.scram_credentials.store_alteration(deletions, upsertions)
     except StorageError as error:
         log.error("AlterUserScramCredentials not stored: %s", error)
         users = dict.fromkeys([name for name, *_ in deletions] + [name for name, *_ in upsertions])

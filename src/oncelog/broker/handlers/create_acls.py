@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request):
     elif not ctx.authorize_cluster(AclOperation.ALTER):
         results = [(ErrorCode.cluster_authorization_failed, None)] * len(request.creations)
     else:
-        created = acls.create([binding_of(creation) for creation in request.creations])
+        created = await acls.create([binding_of(creation) for creation in request.creations])
         results = [(ErrorCode(result.error_code), result.message) for result in created]
     return make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(
         make("AclCreationResult", error_code=code, error_message=message) for code, message in results))

@@ -31,6 +31,6 @@ async def handle(ctx: RequestContext, request):
     elif not ctx.authorize_cluster(AclOperation.ALTER):
         results = [result(ErrorCode.cluster_authorization_failed, None)] * len(request.filters)
     else:
-        deleted = acls.delete([filter_of(each) for each in request.filters])
+        deleted = await acls.delete([filter_of(each) for each in request.filters])
         results = [result(ErrorCode(outcome.error_code), outcome.message, matched) for outcome, matched in deleted]
     return make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(results))
