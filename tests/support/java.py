@@ -67,3 +67,23 @@ def assert_zombie_transaction_aborted(results: dict[str, str], tp: str) -> None:
     assert results[f"end_offset_read_committed_{tp}"] == "5"
     assert results[f"read_committed_{tp}"] == "successor"
     assert results[f"read_uncommitted_{tp}"] == "zombie-0,zombie-1,successor"
+
+
+class JavaProgram:
+    """Another source of tests/java (its class named as the file) compiled into `classes`
+    with the tools of the `java_tools` fixture; run() gives its "RESULT" lines as a JavaRun."""
+
+    def __init__(self, java_tools, classes: Path, source: Path) -> None:
+        javac, self._java, classpath = java_tools
+        jars = os.pathsep.join(str(jar) for jar in classpath)
+        compiled = subprocess.run([str(javac), "-d", str(classes), "-cp", jars, str(source)], capture_output=True,
+                                  text=True, timeout=180, check=False)
+        assert compiled.returncode == 0, f"javac failed:\n{compiled.stderr}"
+        self._classpath = os.pathsep.join([jars, str(classes)])
+        self._main = source.stem
+
+    def run(self, *args: str, timeout: float = 240) -> JavaRun:
+        return JavaRun(subprocess.run(
+            [str(self._java), *JVM_OPTIONS, "-cp", self._classpath, self._main, *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        ))

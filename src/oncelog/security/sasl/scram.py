@@ -22,7 +22,9 @@ Deviations from Kafka, all stricter or safer:
   message with a salt derived from the name, and fails only after the client-final
   message, with the same message as a wrong password: the exchange does not tell whether
   the user exists. Kafka fails such a user at the client-first message.
-- The client-final nonce must equal the combined nonce (Kafka: ends with the server's),
+- The client-final nonce must equal the combined nonce (as Kafka 4; Kafka 3.8.1-3.9 only
+  checked that it ended with the server's, which librdkafka before 2.6.1 relied on: its
+  kcat 1.7.1 build fails SCRAM here, as with Kafka 4),
   the channel binding must be the client-first's gs2 header (Kafka does not check it),
   and the AuthMessage is built from the messages as received (Kafka re-serializes them,
   dropping client-final extensions).
