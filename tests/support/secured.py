@@ -65,8 +65,11 @@ class SecuredBroker:
               pattern_type: PatternType = PatternType.LITERAL, deny: bool = False, host: str = "*") -> None:
         """ACLs for `user` ("User:*" for everyone), created as admin."""
         principal = user if ":" in user else f"User:{user}"
+        # confluent-kafka calls Kafka's CLUSTER resource type BROKER.
+        client_type = ClientResourceType.BROKER if resource_type is ResourceType.CLUSTER else \
+            ClientResourceType[resource_type.name]
         bindings = [
-            ClientAclBinding(ClientResourceType[resource_type.name], name, ClientPatternType[pattern_type.name],
+            ClientAclBinding(client_type, name, ClientPatternType[pattern_type.name],
                              principal, host, ClientAclOperation[operation.name],
                              ClientAclPermissionType.DENY if deny else ClientAclPermissionType.ALLOW)
             for operation in operations

@@ -14,6 +14,15 @@ Each resource gets its own error code and message, as in Kafka:
 - a resource named twice in one request: INVALID_REQUEST for each copy.
 - Deviation: broker loggers (8) and groups (32) are INVALID_REQUEST with a message saying
   so: oncelog has no run-time log levels and no KIP-848 group configs.
+- Authorization, as Kafka (the broker's checks, then the controller's
+  authorizeAlterResource), after the duplicate check and, for brokers, the broker id
+  check: a topic needs Topic ALTER_CONFIGS (else TOPIC_AUTHORIZATION_FAILED); brokers
+  and client metrics (16) Cluster ALTER_CONFIGS (else CLUSTER_AUTHORIZATION_FAILED);
+  groups Group ALTER_CONFIGS (else GROUP_AUTHORIZATION_FAILED); broker loggers, in
+  IncrementalAlterConfigs only, Cluster ALTER_CONFIGS (AlterConfigs refuses them first).
+  Each with Kafka's message. Deviation: Kafka's broker validates a broker config change
+  before the controller authorizes it, so an unauthorized bad change gets the
+  validation error; here it gets CLUSTER_AUTHORIZATION_FAILED.
 
 The handlers say what a resource's changes make of its overrides (`Change`); this module
 gives it the keys' built-in defaults and list keys of the resource's type, and the owner
@@ -31,6 +40,7 @@ from oncelog.broker.config_changes import ConfigChangeError
 from oncelog.broker.dispatch import RequestContext
 from oncelog.broker.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.storage.config import TOPIC_CONFIGS, TOPIC_LIST_KEYS, LogConfig
 from oncelog.storage.errors import InvalidTopicError, LogError
 from oncelog.storage.manager import validate_topic_name
@@ -38,6 +48,7 @@ from oncelog.storage.manager import validate_topic_name
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+CLIENT_METRICS = 16
 GROUP = 32
 
 BROKER_LIST_KEYS = frozenset(TOPIC_CONFIGS[key].broker_key for key in TOPIC_LIST_KEYS)  # log.cleanup.policy
@@ -49,27 +60,60 @@ _UNSUPPORTED = {
     GROUP: "Group configs (KIP-848) are not supported by oncelog.",
 }
 
+# The ACL resource a config resource type is authorized on, and the error when refused.
+_CLUSTER_REFUSAL = (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+_AUTHORIZED_ON = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed, "Topic authorization failed."),
+    BROKER: _CLUSTER_REFUSAL,
+    BROKER_LOGGER: _CLUSTER_REFUSAL,
+    CLIENT_METRICS: _CLUSTER_REFUSAL,
+    GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group authorization failed."),
+}
+
 # A resource's new overrides, from its overrides now, the keys' built-in defaults and the
 # keys that hold lists.
 Change = Callable[[Mapping[str, str], Mapping[str, str], frozenset[str]], dict[str, str]]
 
 
-async def alter_all(ctx: RequestContext, request, change_of: Callable[[object], Change], response: str) -> object:
+async def alter_all(ctx: RequestContext, request, change_of: Callable[[object], Change], response: str, *,
+                    incremental: bool) -> object:
     """Answer an AlterConfigs or IncrementalAlterConfigs request: `change_of(resource)`
-    is what the request asks of one resource; `response` names the response entity."""
+    is what the request asks of one resource; `response` names the response entity;
+    `incremental`: IncrementalAlterConfigs (which knows broker loggers)."""
     counts = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
     outcome: list[tuple[ErrorCode, str | None]] = []
     for resource in request.resources:
         if counts[(resource.resource_type, resource.resource_name)] > 1:
             outcome.append((ErrorCode.invalid_request, "Duplicate resource in the request."))
         else:
-            outcome.append(await _alter(ctx, resource, change_of(resource), request.validate_only))
+            refusal = _refusal(ctx, resource.resource_type, resource.resource_name, incremental)
+            if refusal is not None:
+                outcome.append(refusal)
+            else:
+                outcome.append(await _alter(ctx, resource, change_of(resource), request.validate_only))
     make = ctx.response.make
     return make(response, throttle_time=NO_THROTTLE, responses=tuple(
         make("AlterConfigsResourceResponse", error_code=code, error_message=message,
              resource_type=resource.resource_type, resource_name=resource.resource_name)
         for resource, (code, message) in zip(request.resources, outcome, strict=True)
     ))
+
+
+def _refusal(ctx: RequestContext, kind: int, name: str, incremental: bool) -> tuple[ErrorCode, str | None] | None:
+    """The authorization error of altering the resource, or None when the principal may
+    (or when the resource is refused for another reason first, as Kafka's broker does)."""
+    if kind == BROKER and name not in (dynamic_config.CLUSTER_DEFAULT, str(ctx.broker.node_id)):
+        return None  # another broker's id: INVALID_REQUEST, before authorization
+    if kind == BROKER_LOGGER and not incremental:
+        return None  # AlterConfigs has no broker loggers: INVALID_REQUEST
+    authorized_on = _AUTHORIZED_ON.get(kind)
+    if authorized_on is None:
+        return None
+    resource_type, code, message = authorized_on
+    if ctx.authorize(AclOperation.ALTER_CONFIGS, resource_type,
+                     CLUSTER_NAME if resource_type is ResourceType.CLUSTER else name):
+        return None
+    return code, message
 
 
 async def _alter(ctx: RequestContext, resource, change: Change, validate_only: bool) -> tuple[ErrorCode, str | None]:

@@ -13,7 +13,7 @@ from oncelog.broker.handlers._configs import Change, alter_all
 
 @api(33, "AlterConfigs", range(0, 3))
 async def handle(ctx: RequestContext, request) -> object:
-    return await alter_all(ctx, request, _change, "AlterConfigsResponse")
+    return await alter_all(ctx, request, _change, "AlterConfigsResponse", incremental=False)
 
 
 def _change(resource) -> Change:

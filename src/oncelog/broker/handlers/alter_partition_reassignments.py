@@ -7,14 +7,18 @@
   or partition UNKNOWN_TOPIC_OR_PARTITION, each with Kafka's message.
 - v1 echoes `allow_replication_factor_change`; no valid assignment here changes the
   replication factor.
+- Needs Cluster ALTER (Kafka's controller): else the top-level error is
+  CLUSTER_AUTHORIZATION_FAILED and so is every partition's.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 
 NO_REASSIGNMENT_MESSAGE = "No partition reassignment is in progress."
+CLUSTER_AUTHORIZATION_FAILED_MESSAGE = "Cluster authorization failed."
 
 
 @api(45, "AlterPartitionReassignments", range(0, 2))
@@ -22,12 +26,14 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = ctx.broker.logs.topics()
     node = ctx.broker.node_id
+    allowed = ctx.authorize_cluster(AclOperation.ALTER)
+    refused = (ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
     responses = []
     for topic in request.topics:
         info = topics.get(topic.name)
         partitions = []
         for wanted in topic.partitions:
-            code, message = _alter(topic.name, info, wanted, node)
+            code, message = _alter(topic.name, info, wanted, node) if allowed else refused
             partitions.append(make("ReassignablePartitionResponse", partition_index=wanted.partition_index,
                                    error_code=code, error_message=message))
         responses.append(make("ReassignableTopicResponse", name=topic.name, partitions=tuple(partitions)))
@@ -35,8 +41,8 @@ async def handle(ctx: RequestContext, request) -> object:
         "AlterPartitionReassignmentsResponse",
         throttle_time=NO_THROTTLE,
         allow_replication_factor_change=getattr(request, "allow_replication_factor_change", True),
-        error_code=ErrorCode.none,
-        error_message=None,
+        error_code=ErrorCode.none if allowed else refused[0],
+        error_message=None if allowed else refused[1],
         responses=tuple(responses),
     )
 

@@ -6,6 +6,8 @@
 - Deviation: moving a partition to another of the broker's log dirs is not implemented
   (Kafka copies it with a future log and swaps); it is answered with INVALID_REQUEST
   and the partition stays where it is.
+- Needs Cluster ALTER: else every partition asked for gets CLUSTER_AUTHORIZATION_FAILED
+  (one result per destination and topic, as Kafka's error response).
 """
 
 from __future__ import annotations
@@ -14,11 +16,19 @@ from pathlib import Path
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 
 
 @api(34, "AlterReplicaLogDirs", range(1, 3))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return make("AlterReplicaLogDirsResponse", throttle_time=NO_THROTTLE, results=tuple(
+            make("AlterReplicaLogDirTopicResult", topic_name=topic.name, partitions=tuple(
+                make("AlterReplicaLogDirPartitionResult", partition_index=index,
+                     error_code=ErrorCode.cluster_authorization_failed)
+                for index in topic.partitions))
+            for destination in request.dirs for topic in destination.topics))
     logs = ctx.broker.logs
     configured = {directory.absolute(): directory for directory in logs.log_dirs}
     results: dict[str, list] = {}

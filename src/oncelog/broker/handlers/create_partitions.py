@@ -10,6 +10,9 @@
   INVALID_TOPIC_EXCEPTION, the code Kafka gives its other refusals of internal topics.
   Kafka's controller allows it (kafka-topics before 3.0 refused, client-side), though
   it moves group and transactional ids to other partitions and strands their state.
+- Authorization, as Kafka's controller: each topic needs Topic ALTER, checked before
+  anything else about it; refused topics get TOPIC_AUTHORIZATION_FAILED (no message),
+  whether they exist or not.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(37, "CreatePartitions", range(0, 4))
@@ -31,6 +35,8 @@ async def handle(ctx: RequestContext, request) -> object:
 
 
 async def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+        return ErrorCode.topic_authorization_failed, None
     logs = ctx.broker.logs
     info = logs.topics().get(topic.name)
     if info is None:

@@ -14,6 +14,11 @@
   INVALID_REQUEST for a name given twice.
 - v5+ returns the topic's partition count, replication factor and effective configs.
 - `validate_only` checks everything and creates nothing.
+- Authorization, as Kafka's controller (ControllerApis.createTopics): Cluster CREATE
+  allows every topic, else each topic needs Topic CREATE (TOPIC_AUTHORIZATION_FAILED,
+  "Authorization failed.", after the duplicate check). A topic created without Topic
+  DESCRIBE_CONFIGS is answered with no configs, partition count and replication factor
+  -1 and `topic_config_error_code` TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections import Counter
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 CONFIG_SOURCE_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5
@@ -32,6 +38,8 @@ CONFIG_SOURCE_DEFAULT = 5
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     counts = Counter(t.name for t in request.topics)
+    may_create_any = ctx.authorize_cluster(AclOperation.CREATE)
+    has_configs = ctx.response.has("CreatableTopicConfigs")  # v5+
     results = []
     for topic in request.topics:
         try:
@@ -39,6 +47,8 @@ async def handle(ctx: RequestContext, request) -> object:
                 raise TopicRequestError(
                     ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}"
                 )
+            if not (may_create_any or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic.name)):
+                raise TopicRequestError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
             assignment = None
             if topic.assignments:
@@ -58,16 +68,24 @@ async def handle(ctx: RequestContext, request) -> object:
                 )
             )
             continue
+        topic_id = None if request.validate_only else info.topic_id
+        if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+            results.append(make(
+                "CreatableTopicResult", name=topic.name, topic_id=topic_id, error_code=ErrorCode.none,
+                error_message=None, topic_config_error_code=ErrorCode.topic_authorization_failed,
+                num_partitions=-1, replication_factor=-1, configs=() if has_configs else None,
+            ))
+            continue
         results.append(
             make(
                 "CreatableTopicResult",
                 name=topic.name,
-                topic_id=None if request.validate_only else info.topic_id,
+                topic_id=topic_id,
                 error_code=ErrorCode.none,
                 error_message=None,
                 num_partitions=info.num_partitions,
                 replication_factor=replication_factor,
-                configs=_configs(make, info) if ctx.response.has("CreatableTopicConfigs") else None,
+                configs=_configs(make, info) if has_configs else None,
             )
         )
     return make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))

@@ -15,6 +15,9 @@
   until every replica has moved its log start offset).
 - The new log start offset reaches its checkpoint file on the periodic checkpoint, as
   in Kafka (log.flush.start.offset.checkpoint.interval.ms).
+- Authorization, as Kafka's KafkaApis: each topic needs Topic DELETE, checked first;
+  the partitions of a refused topic get TOPIC_AUTHORIZATION_FAILED (low watermark -1),
+  whether they exist or not.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import error_code_for
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.errors import LogError
 
 INVALID_LOW_WATERMARK = -1
@@ -33,9 +37,13 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = []
     for topic in request.topics:
+        allowed = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic.name)
         partitions = []
         for wanted in topic.partitions:
-            code, low_watermark = _delete(ctx, topic.name, wanted.partition_index, wanted.offset)
+            if allowed:
+                code, low_watermark = _delete(ctx, topic.name, wanted.partition_index, wanted.offset)
+            else:
+                code, low_watermark = ErrorCode.topic_authorization_failed, INVALID_LOW_WATERMARK
             partitions.append(make(
                 "DeleteRecordsPartitionResult", partition_index=wanted.partition_index,
                 low_watermark=low_watermark, error_code=code,

@@ -1,13 +1,18 @@
 """DescribeCluster (key 60), v0-v1: the live brokers and the active controller (a
 standalone broker: itself, as both); endpoint type 2 (controllers) is
-UNSUPPORTED_ENDPOINT_TYPE."""
+UNSUPPORTED_ENDPOINT_TYPE.
+
+No authorization, as in Kafka. With `include_cluster_authorized_operations`, the
+principal's operations on the cluster (every cluster operation without an authorizer),
+0 without Cluster DESCRIBE; not asked for, AUTHORIZED_OPERATIONS_OMITTED.
+"""
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_NAME, AclOperation, ResourceType
 
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 BROKERS_ENDPOINT = 1
 
 
@@ -32,5 +37,13 @@ async def handle(ctx: RequestContext, request) -> object:
         controller_id=broker.leadership.controller_id,
         brokers=tuple(make("DescribeClusterBroker", broker_id=b.node_id, host=b.host, port=b.port, rack=None)
                       for b in broker.leadership.live_brokers(ctx.listener)),
-        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
+
+
+def _cluster_operations(ctx: RequestContext, request) -> int:
+    if not request.include_cluster_authorized_operations:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)

@@ -17,6 +17,11 @@
 - `configuration_keys` narrows the list (null or empty: all); an illegal topic name is INVALID_TOPIC_EXCEPTION,
   a missing topic UNKNOWN_TOPIC_OR_PARTITION, another broker id or resource type
   INVALID_REQUEST.
+- Authorization, as Kafka's ConfigHelper, before anything else about a resource: a topic
+  needs Topic DESCRIBE_CONFIGS (else TOPIC_AUTHORIZATION_FAILED); brokers, broker
+  loggers (8) and client metrics (16) Cluster DESCRIBE_CONFIGS (else
+  CLUSTER_AUTHORIZATION_FAILED); groups (32) Group DESCRIBE_CONFIGS (else
+  GROUP_AUTHORIZATION_FAILED). Each with Kafka's message and no configs.
 """
 
 from __future__ import annotations
@@ -27,12 +32,25 @@ from oncelog.broker.config import SETTINGS
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.dynamic_config import DYNAMIC_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import InvalidTopicError
 from oncelog.storage.manager import validate_topic_name
 
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
+CLIENT_METRICS = 16
+GROUP = 32
+
+# The ACL resource a config resource type is authorized on, and the error when refused.
+_AUTHORIZED_ON = {
+    TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed, "Topic authorization failed."),
+    BROKER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed."),
+    BROKER_LOGGER: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed."),
+    CLIENT_METRICS: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed."),
+    GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group authorization failed."),
+}
 
 DYNAMIC_TOPIC_CONFIG = 1  # Kafka's TOPIC_CONFIG
 DYNAMIC_BROKER_CONFIG = 2
@@ -79,9 +97,25 @@ async def handle(ctx: RequestContext, request) -> object:
     return ctx.response.make("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+def _refusal(ctx: RequestContext, resource) -> tuple[ErrorCode, str] | None:
+    """The authorization error of `resource`, or None when the principal may describe it."""
+    authorized_on = _AUTHORIZED_ON.get(resource.resource_type)
+    if authorized_on is None:
+        return None  # not a resource type Kafka describes: INVALID_REQUEST below
+    resource_type, code, message = authorized_on
+    name = CLUSTER_NAME if resource_type is ResourceType.CLUSTER else resource.resource_name
+    if ctx.authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name):
+        return None
+    return code, message
+
+
 def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
     make = ctx.response.make
     broker = ctx.broker
+    refusal = _refusal(ctx, resource)
+    if refusal is not None:
+        return make("DescribeConfigsResult", error_code=refusal[0], error_message=refusal[1],
+                    resource_type=resource.resource_type, resource_name=resource.resource_name, configs=())
     entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
     code, message = ErrorCode.none, None
     layers = _layers(broker)

@@ -8,6 +8,8 @@
 - v4+: the volume's total and usable bytes (`shutil.disk_usage`); v5: no dir is
   cordoned. A dir that is offline (an I/O error took it offline: cluster mode) or whose
   volume cannot be read answers KAFKA_STORAGE_ERROR, with no partitions, as in Kafka.
+- Needs Cluster DESCRIBE: else the answer is CLUSTER_AUTHORIZATION_FAILED with no log
+  dirs, as Kafka's.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from pathlib import Path
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 
 
 @api(35, "DescribeLogDirs", range(1, 6))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return make("DescribeLogDirsResponse", throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, results=())
     logs = ctx.broker.logs
     if request.topics is None:
         wanted = None

@@ -9,6 +9,13 @@
 - A named topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION (with the listing
   of every topic there are none). A cursor whose topic is not among those named, or
   whose partition is negative, is INVALID_REQUEST for every topic asked for.
+- Authorization, as Kafka's DescribeTopicPartitionsRequestHandler: a topic needs Topic
+  DESCRIBE. Listing every topic leaves the others out; a named one gets
+  TOPIC_AUTHORIZATION_FAILED (after the described topics, with a zero id), whether it
+  exists or not. Refused topics take no room under the partition limit, and the cursor
+  never points at one. Every described topic (an unknown one too) carries the
+  principal's authorized operations (all topic operations without an authorizer); the
+  refused ones AUTHORIZED_OPERATIONS_OMITTED.
 """
 
 from __future__ import annotations
@@ -18,9 +25,9 @@ import uuid
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -42,15 +49,20 @@ async def handle(ctx: RequestContext, request) -> object:
 
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
     leadership = ctx.broker.leadership
-    topics, next_cursor = [], None
+    topics, refused, next_cursor = [], [], None
     for name in names:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            if not list_all:
+                refused.append(_topic(make, ErrorCode.topic_authorization_failed, name, ZERO_UUID, False, ()))
+            continue
         info = known.get(name)
         if remaining == 0:  # the limit fell on a topic boundary: go on from the next one
             next_cursor = make("Cursor", topic_name=name, partition_index=0)
             break
         if info is None:
             if not list_all:
-                topics.append(_topic(make, ErrorCode.unknown_topic_or_partition, name, ZERO_UUID, False, ()))
+                topics.append(_topic(make, ErrorCode.unknown_topic_or_partition, name, ZERO_UUID, False, (),
+                                     ctx.authorized_operations(ResourceType.TOPIC, name)))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         last = min(info.num_partitions, first + remaining)
@@ -60,10 +72,11 @@ async def handle(ctx: RequestContext, request) -> object:
         remaining -= len(partitions)
         if last < info.num_partitions:
             next_cursor = make("Cursor", topic_name=name, partition_index=last)
-        topics.append(_topic(make, ErrorCode.none, name, info.topic_id, name in INTERNAL_TOPICS, partitions))
+        topics.append(_topic(make, ErrorCode.none, name, info.topic_id, name in INTERNAL_TOPICS, partitions,
+                             ctx.authorized_operations(ResourceType.TOPIC, name)))
         if next_cursor is not None:
             break
-    return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics),
+    return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=(*topics, *refused),
                 next_cursor=next_cursor)
 
 
@@ -74,9 +87,10 @@ def _partition(make, index: int, view) -> object:
                 isr_nodes=view.isr, eligible_leader_replicas=(), last_known_elr=(), offline_replicas=view.offline)
 
 
-def _topic(make, code: ErrorCode, name: str, topic_id, internal: bool, partitions: tuple) -> object:
+def _topic(make, code: ErrorCode, name: str, topic_id, internal: bool, partitions: tuple,
+           operations: int = AUTHORIZED_OPERATIONS_OMITTED) -> object:
     return make("DescribeTopicPartitionsResponseTopic", error_code=code, name=name, topic_id=topic_id,
-                is_internal=internal, partitions=partitions, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                is_internal=internal, partitions=partitions, topic_authorized_operations=operations)
 
 
 def _refuse(make, request) -> object:

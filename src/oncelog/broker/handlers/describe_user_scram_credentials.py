@@ -3,18 +3,29 @@
 Each user's SCRAM mechanisms with their iteration counts (never salts or keys); every
 user with credentials when the request names none. A named user without credentials is
 RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE.
+
+Needs Cluster DESCRIBE: else the top-level error is CLUSTER_AUTHORIZATION_FAILED, with
+one result carrying it per user named (with no user name, as Kafka's error response).
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 from oncelog.security.sasl.scram import SCRAM_MECHANISM_TYPES
 
 
 @api(50, "DescribeUserScramCredentials", range(0, 1))
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        refused, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        return make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=refused,
+                    error_message=message, results=tuple(
+                        make("DescribeUserScramCredentialsResult", user="", error_code=refused, error_message=message,
+                             credential_infos=())
+                        for _user in request.users or ()))
     users = None if request.users is None else [user.name for user in request.users]
     described = ctx.broker.scram_credentials.describe(users)
     return make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,

@@ -7,19 +7,32 @@
   is listed with no partition results, since partitions that already have their
   leader are left out.
 - v0 has no election type (preferred only) and no top-level error code.
+- Needs Cluster ALTER (Kafka's controller): else the top-level error is
+  CLUSTER_AUTHORIZATION_FAILED and so is every partition asked for (none when all were).
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+CLUSTER_AUTHORIZATION_FAILED_MESSAGE = "Cluster authorization failed."
 
 
 @api(43, "ElectLeaders", range(0, 3))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        refused = ErrorCode.cluster_authorization_failed
+        return make("ElectLeadersResponse", throttle_time=NO_THROTTLE, error_code=refused,
+                    replica_election_results=tuple(
+                        make("ReplicaElectionResult", topic=wanted.topic, partition_result=tuple(
+                            make("PartitionResult", partition_id=index, error_code=refused,
+                                 error_message=CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
+                            for index in wanted.partitions))
+                        for wanted in request.topic_partitions or ()))
     topics = ctx.broker.logs.topics()
     results = []
     if request.topic_partitions is None:

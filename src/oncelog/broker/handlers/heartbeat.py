@@ -5,6 +5,7 @@
 - UNKNOWN_MEMBER_ID (not a member, or the group is empty), ILLEGAL_GENERATION (an older
   generation), FENCED_INSTANCE_ID (v3+: another incarnation owns the group.instance.id).
 - Cluster mode: NOT_COORDINATOR for a group coordinated by another broker.
+- Needs Group READ, checked first: else GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(12, "Heartbeat", range(0, 5))
 async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
-    if coordinator is None:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coordinator is None:
         error = ErrorCode.coordinator_not_available
     else:
         error = coordinator.heartbeat(

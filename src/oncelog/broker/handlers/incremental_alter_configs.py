@@ -12,7 +12,7 @@ from oncelog.broker.handlers._configs import Change, alter_all
 
 @api(44, "IncrementalAlterConfigs", range(0, 2))
 async def handle(ctx: RequestContext, request) -> object:
-    return await alter_all(ctx, request, _change, "IncrementalAlterConfigsResponse")
+    return await alter_all(ctx, request, _change, "IncrementalAlterConfigsResponse", incremental=True)
 
 
 def _change(resource) -> Change:

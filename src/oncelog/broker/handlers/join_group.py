@@ -16,6 +16,8 @@
 - Cluster mode: NOT_COORDINATOR for a group coordinated by another broker, and for a
   join still waiting when the group's `__consumer_offsets` partition moves away. The
   answer waits until the coordinator's writes to the group's partition are replicated.
+- Needs Group READ, checked first: else GROUP_AUTHORIZATION_FAILED with no member id,
+  generation -1 and no leader, as Kafka's error response.
 - Deviation: the `reason` (v8+) is only logged.
 """
 
@@ -25,10 +27,13 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import client_host, duration_ms, group_coordinator
 from oncelog.coordinator.group.api import JoinRequest, JoinResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(11, "JoinGroup", range(0, 10))
 async def handle(ctx: RequestContext, request) -> object:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _response(ctx, JoinResult(ErrorCode.group_authorization_failed))
     coordinator = group_coordinator(ctx)
     if coordinator is None:
         return _response(ctx, JoinResult(ErrorCode.coordinator_not_available, member_id=request.member_id))

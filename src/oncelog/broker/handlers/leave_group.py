@@ -7,6 +7,8 @@
   FENCED_INSTANCE_ID); each gets its own error, the top-level error is the group's.
 - v0-v2 name one member; its error is the top-level error.
 - Cluster mode: NOT_COORDINATOR (top level) for a group coordinated by another broker.
+- Needs Group READ, checked first: else the top-level error is GROUP_AUTHORIZATION_FAILED
+  (v3+ with no member results), and no member leaves.
 - Deviation: the `reason` (v5+) is only logged.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(13, "LeaveGroup", range(0, 6))
@@ -25,7 +28,10 @@ async def handle(ctx: RequestContext, request) -> object:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    if coordinator is None:
+    member_errors: list[ErrorCode]
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error, member_errors = ErrorCode.group_authorization_failed, []
+    elif coordinator is None:
         error, member_errors = ErrorCode.coordinator_not_available, []
     else:
         error, member_errors = coordinator.leave_group(request.group_id, leaving)

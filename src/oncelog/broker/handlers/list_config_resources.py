@@ -9,12 +9,15 @@
   none are listed; v0 (client metrics only) is always empty.
 - Deviation: broker loggers (8) are accepted but not listed, since oncelog's
   DescribeConfigs has no logger resources (Kafka lists each broker).
+- Authorization, as Kafka's KafkaApis, before anything else: Cluster DESCRIBE_CONFIGS,
+  else CLUSTER_AUTHORIZATION_FAILED with no resources. The topics are not filtered.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SUPPORTED_TYPES = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
@@ -23,6 +26,9 @@ SUPPORTED_TYPES = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
 @api(74, "ListConfigResources", range(0, 2))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
+        return make("ListConfigResourcesResponse", throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, config_resources=())
     if ctx.version == 0:
         wanted = {CLIENT_METRICS}
     else:

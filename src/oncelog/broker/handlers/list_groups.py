@@ -6,6 +6,8 @@
   every broker and merge the answers.
 - v4+: states_filter (case-insensitive; empty = all) and each group's state.
 - v5+: types_filter and the group type: all groups here are "classic".
+- Authorization, as Kafka's KafkaApis: with Cluster DESCRIBE every group is listed,
+  else only those the principal may DESCRIBE (never an error).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 CLASSIC = "classic"
 
@@ -26,6 +29,8 @@ async def handle(ctx: RequestContext, request) -> object:
                     error_code=ErrorCode.coordinator_not_available, groups=())
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
     listed = [] if types and CLASSIC not in types else coordinator.list_groups(getattr(request, "states_filter", ()))
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        listed = [g for g in listed if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     groups = tuple(
         make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type=CLASSIC)

@@ -13,6 +13,16 @@
   In cluster mode brokers, controller, leaders, leader epochs, replicas, ISR and offline
   replicas come from the cluster metadata; a partition without a leader has
   LEADER_NOT_AVAILABLE and leader -1.
+- Authorization, as Kafka's KafkaApis: a topic needs Topic DESCRIBE. Listing every topic
+  leaves the others out; a topic asked for by name gets TOPIC_AUTHORIZATION_FAILED
+  whether it exists or not (by id, the same with a null name: ids are not secret).
+  Auto-creating a topic also needs Cluster CREATE or Topic CREATE, else
+  TOPIC_AUTHORIZATION_FAILED.
+- v8+ `include_topic_authorized_operations`: each topic's operations for the principal
+  (every topic operation without an authorizer); refused and unknown-id entries keep
+  AUTHORIZED_OPERATIONS_OMITTED, as in Kafka. v8-v10
+  `include_cluster_authorized_operations`: the cluster's operations, 0 without Cluster
+  DESCRIBE.
 """
 
 from __future__ import annotations
@@ -23,10 +33,11 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.storage.errors import InvalidTopicError
 from oncelog.storage.manager import validate_topic_name
 
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+TOPIC = ResourceType.TOPIC
 
 
 @api(3, "Metadata", range(0, 13))
@@ -35,14 +46,19 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = broker.logs.topics()
 
+    list_all = request.topics is None or (ctx.version == 0 and not request.topics)
     wanted: list[tuple[Any, Any]]  # (name, topic id) as the request gives them (the request is untyped)
-    if request.topics is None or (ctx.version == 0 and not request.topics):
+    if list_all:
         wanted = [(name, None) for name in sorted(topics)]
     else:
         wanted = [(getattr(t, "name", None), _topic_id(t)) for t in request.topics]
     auto_create = broker.config["auto.create.topics.enable"] and getattr(
         request, "allow_auto_topic_creation", True
     )
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
+
+    def operations(name: str) -> int:
+        return ctx.authorized_operations(TOPIC, name) if with_operations else AUTHORIZED_OPERATIONS_OMITTED
 
     results = []
     for name, topic_id in wanted:
@@ -51,22 +67,35 @@ async def handle(ctx: RequestContext, request) -> object:
             if info is None:
                 results.append(_topic_error(make, ErrorCode.unknown_topic_id, None, topic_id))
                 continue
+            if not ctx.authorize(AclOperation.DESCRIBE, TOPIC, info.name):
+                results.append(_topic_error(make, ErrorCode.topic_authorization_failed, None, topic_id))
+                continue
         else:
+            # Refused before looking the topic up: the answer must not tell whether it exists.
+            if not ctx.authorize(AclOperation.DESCRIBE, TOPIC, name):
+                if not list_all:
+                    results.append(_topic_error(make, ErrorCode.topic_authorization_failed, name, None))
+                continue
             info = topics.get(name)
-        if info is None and auto_create and name not in INTERNAL_TOPICS:
-            try:
-                info = await broker.topics.create(name, -1, -1, {})
-            except TopicRequestError as error:
-                code = error.code
-                if code == ErrorCode.topic_already_exists:
-                    info = broker.logs.topics().get(name)
-                else:
-                    results.append(_topic_error(make, code, name, None))
-                    continue
+        if info is None and auto_create:
+            if not (ctx.authorize_cluster(AclOperation.CREATE) or ctx.authorize(AclOperation.CREATE, TOPIC, name)):
+                results.append(_topic_error(make, ErrorCode.topic_authorization_failed, name, None,
+                                            is_internal=name in INTERNAL_TOPICS))
+                continue
+            if name not in INTERNAL_TOPICS:
+                try:
+                    info = await broker.topics.create(name, -1, -1, {})
+                except TopicRequestError as error:
+                    code = error.code
+                    if code == ErrorCode.topic_already_exists:
+                        info = broker.logs.topics().get(name)
+                    else:
+                        results.append(_topic_error(make, code, name, None, operations(name)))
+                        continue
         if info is None:
-            results.append(_topic_error(make, _missing_topic_code(name), name, None))
+            results.append(_topic_error(make, _missing_topic_code(name), name, None, operations(name)))
             continue
-        results.append(_topic(ctx, info))
+        results.append(_topic(ctx, info, operations(info.name)))
 
     return make(
         "MetadataResponse",
@@ -76,10 +105,21 @@ async def handle(ctx: RequestContext, request) -> object:
         cluster_id=broker.cluster_id,
         controller_id=broker.leadership.controller_id,
         topics=tuple(results),
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
 
 
-def _topic(ctx: RequestContext, info) -> object:
+def _cluster_operations(ctx: RequestContext, request) -> int:
+    """v8-v10: the cluster's authorized operations when asked for; 0 without Cluster
+    DESCRIBE, as Kafka answers."""
+    if not getattr(request, "include_cluster_authorized_operations", False):
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _topic(ctx: RequestContext, info, operations: int) -> object:
     make = ctx.response.make
     describe = ctx.broker.leadership.describe_partition
     partitions = []
@@ -102,19 +142,20 @@ def _topic(ctx: RequestContext, info) -> object:
         topic_id=info.topic_id,
         is_internal=info.name in INTERNAL_TOPICS,
         partitions=tuple(partitions),
-        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        topic_authorized_operations=operations,
     )
 
 
-def _topic_error(make, code: ErrorCode, name, topic_id) -> object:
+def _topic_error(make, code: ErrorCode, name, topic_id, operations: int = AUTHORIZED_OPERATIONS_OMITTED, *,
+                 is_internal: bool = False) -> object:
     return make(
         "MetadataResponseTopic",
         error_code=code,
         name=name,
         topic_id=topic_id,
-        is_internal=False,
+        is_internal=is_internal,
         partitions=(),
-        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        topic_authorized_operations=operations,
     )
 
 

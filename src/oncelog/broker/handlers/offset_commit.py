@@ -17,6 +17,10 @@
   partition (acks=all, as Kafka's); in cluster mode, when they are not, the committed
   partitions get NOT_COORDINATOR (leadership lost) or COORDINATOR_NOT_AVAILABLE, and a
   group coordinated by another broker NOT_COORDINATOR.
+- Authorization, as Kafka's KafkaApis, before anything else: Group READ, else every
+  partition gets GROUP_AUTHORIZATION_FAILED; then Topic READ, else the topic's
+  partitions get TOPIC_AUTHORIZATION_FAILED (whether they exist or not) while the
+  others are committed.
 - Deviations: v10 (topic ids, KIP-848) is not offered, nor v0-v1, which Kafka 4 removed.
 """
 
@@ -30,6 +34,7 @@ from oncelog.broker.handlers._groups import (
     split_offsets,
 )
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 # GROUP_ID_NOT_FOUND for a commit to a group that does not exist is new in v9 (KIP-848);
 # older clients expect ILLEGAL_GENERATION.
@@ -40,7 +45,17 @@ FIRST_VERSION_WITH_GROUP_ID_NOT_FOUND = 9
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
-    offsets, errors = split_offsets(ctx, request, coordinator)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        offsets: dict = {}
+        errors = {(t.name, p.partition_index): ErrorCode.group_authorization_failed
+                  for t in request.topics for p in t.partitions}
+    else:
+        offsets, errors = split_offsets(ctx, request, coordinator)
+        unreadable = {t.name for t in request.topics
+                      if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)}
+        for key in [key for key in (*offsets, *errors) if key[0] in unreadable]:
+            offsets.pop(key, None)
+            errors[key] = ErrorCode.topic_authorization_failed
     if offsets:
         results = coordinator.commit_offsets(
             request.group_id,

@@ -10,6 +10,9 @@
   partition (acks=all, as Kafka's); in cluster mode, when they are not, the deleted
   partitions get NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, and a group coordinated
   by another broker NOT_COORDINATOR.
+- Authorization, as Kafka's KafkaApis, before anything else: Group DELETE, else the
+  answer is GROUP_AUTHORIZATION_FAILED with no partitions; then Topic READ, else the
+  topic's partitions get TOPIC_AUTHORIZATION_FAILED (whether they exist or not).
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator, once_replicated, partition_exists
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(47, "OffsetDelete", range(0, 1))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return make("OffsetDeleteResponse", error_code=ErrorCode.group_authorization_failed,
+                    throttle_time=NO_THROTTLE, topics=())
     coordinator = group_coordinator(ctx)
     if coordinator is None:
         return make("OffsetDeleteResponse", error_code=ErrorCode.coordinator_not_available,
@@ -29,9 +36,12 @@ async def handle(ctx: RequestContext, request) -> object:
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted = []
     for topic in request.topics:
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
-            if partition_exists(ctx, *key):
+            if not readable:
+                errors[key] = ErrorCode.topic_authorization_failed
+            elif partition_exists(ctx, *key):
                 wanted.append(key)
             else:
                 errors[key] = ErrorCode.unknown_topic_or_partition

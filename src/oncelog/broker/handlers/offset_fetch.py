@@ -8,15 +8,23 @@
 - v8+ batches groups, each with its own error.
 - v2+ has a top-level (v8+: per group) error; v1 only per partition. In cluster mode a
   group coordinated by another broker gets NOT_COORDINATOR there.
+- Authorization, as Kafka's KafkaApis, per group: Group DESCRIBE, else the group's
+  error is GROUP_AUTHORIZATION_FAILED (v1, which has no group error: each partition's).
+  Offsets are shown only for topics the principal may DESCRIBE: partitions asked for of
+  another topic get TOPIC_AUTHORIZATION_FAILED (offset -1, after the others); with
+  every partition asked for, the other topics are left out.
 - Deviation: member id and epoch (v9, KIP-848 consumer groups) are ignored for classic
   groups; v10 (topic ids) is not offered, nor v0, which Kafka 4 removed.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(9, "OffsetFetch", range(1, 10))
@@ -40,16 +48,31 @@ def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_s
                  group_class: str | None, topic_class: str, partition_class: str):
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
+
+    def describable(topic: str) -> bool:
+        return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+
+    refused: list[tuple[str, int]] = []  # asked for, of topics the principal may not describe
+    wanted: list[tuple[str, int]] | None
     if requested_topics is None:
         wanted = None
     else:
-        wanted = [(topic.name, index) for topic in requested_topics for index in topic.partition_indexes]
-    if coordinator is None:
+        wanted = []
+        for topic in requested_topics:
+            asked = [(topic.name, index) for index in topic.partition_indexes]
+            (wanted if describable(topic.name) else refused).extend(asked)
+    offsets: dict[tuple[str, int], Any]
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        error, offsets = ErrorCode.group_authorization_failed, {}
+    elif coordinator is None:
         error, offsets = ErrorCode.coordinator_not_available, {}
     else:
         error, offsets = coordinator.fetch_offsets(group_id, wanted, require_stable)
     # In the order asked for; every committed partition, sorted, when all were asked for.
-    order = sorted(offsets) if wanted is None else [tp for tp in wanted if tp in offsets]
+    if wanted is None:
+        order = sorted(tp for tp in offsets if describable(tp[0]))
+    else:
+        order = [tp for tp in wanted if tp in offsets]
     by_topic: dict[str, list] = {}
     for topic, partition in order:
         fetched = offsets[(topic, partition)]
@@ -61,9 +84,15 @@ def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_s
             metadata=fetched.metadata,
             error_code=fetched.error,
         ))
-    if error != ErrorCode.none and wanted is not None and ctx.version < 2:
+    if error == ErrorCode.none:
+        for topic, partition in refused:
+            by_topic.setdefault(topic, []).append(make(
+                partition_class, partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
+                metadata="", error_code=ErrorCode.topic_authorization_failed,
+            ))
+    elif wanted is not None and ctx.version < 2:
         # v1 has no group-level error: every partition carries it.
-        for topic, partition in wanted:
+        for topic, partition in (*wanted, *refused):
             by_topic.setdefault(topic, []).append(make(
                 partition_class, partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
                 metadata="", error_code=error,

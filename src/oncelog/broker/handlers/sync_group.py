@@ -11,6 +11,7 @@
   partition (acks=all, as Kafka's); in cluster mode, when it is not,
   NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, and for a group coordinated by another
   broker, or one whose partition moved away while its members waited, NOT_COORDINATOR.
+- Needs Group READ, checked first: else GROUP_AUTHORIZATION_FAILED with no assignment.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(14, "SyncGroup", range(0, 6))
 async def handle(ctx: RequestContext, request) -> object:
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _response(ctx, ErrorCode.group_authorization_failed, b"", None, None)
     coordinator = group_coordinator(ctx)
     if coordinator is None:
         return _response(ctx, ErrorCode.coordinator_not_available, b"", None, None)
