@@ -22,7 +22,15 @@
   (being completed), NOT_COORDINATOR. `verify_only` false (part 2, for Produce v12 and
   TxnOffsetCommit v5): the add of v0-v3 under transaction version 2, answered once
   replicated. An empty transactional id is INVALID_REQUEST. The top-level error code is
-  NONE (Kafka sets it only for CLUSTER_AUTHORIZATION_FAILED; oncelog has no ACLs).
+  NONE but for CLUSTER_AUTHORIZATION_FAILED (below).
+- Authorization (with an authorizer), as Kafka's KafkaApis. v0-v3: WRITE on the
+  transactional id, else every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+  then WRITE on each topic, else its partitions get TOPIC_AUTHORIZATION_FAILED, asked
+  before whether they exist, the rest OPERATION_NOT_ATTEMPTED, and nothing is added.
+  Internal topics (`__consumer_offsets`, `__transaction_state`) are never authorized
+  here, with or without an authorizer, as in Kafka: a group's offsets join a
+  transaction through AddOffsetsToTxn. v4-v5 come from brokers: CLUSTER_ACTION on the
+  cluster, else the top-level error CLUSTER_AUTHORIZATION_FAILED and no results.
 - Offered at every `transaction.version`, as in Kafka: verification is part 1.
 """
 
@@ -33,18 +41,21 @@ import asyncio
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
 from oncelog.clock import now_ms
-from oncelog.names import TopicPartition
+from oncelog.names import INTERNAL_TOPICS, TopicPartition
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 FIRST_BATCHED_VERSION = 4
 IMPLICIT_ADD_TRANSACTION_VERSION = 2  # Kafka: a request above v3 comes from a transaction version 2 path
-
 
 
 @api(24, "AddPartitionsToTxn", range(0, 6))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     if ctx.version >= FIRST_BATCHED_VERSION:
+        if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+            return make("AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
         answers = await asyncio.gather(*(_answer_transaction(ctx, transaction) for transaction in request.transactions))
         return make("AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                     results_by_transaction=tuple(
@@ -53,7 +64,11 @@ async def handle(ctx: RequestContext, request) -> object:
                         for transaction, errors in zip(request.transactions, answers, strict=True)
                     ))
     requested = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    errors = _missing_partitions(ctx, requested)
+    errors: dict[TopicPartition, ErrorCode] | None
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
+        errors = dict.fromkeys(requested, ErrorCode.transactional_id_authorization_failed)
+    else:
+        errors = _refused_partitions(ctx, requested, _unwritable_topics(ctx, request.v3_and_below_topics))
     if errors is None:
         error = ctx.broker.txn_coordinator.add_partitions(
             request.v3_and_below_transactional_id,
@@ -74,7 +89,7 @@ async def _answer_transaction(ctx: RequestContext, transaction) -> dict[TopicPar
     requested = [(t.name, p) for t in transaction.topics for p in t.partitions]
     if not transaction.transactional_id:
         return dict.fromkeys(requested, ErrorCode.invalid_request)
-    errors = _missing_partitions(ctx, requested)
+    errors = _refused_partitions(ctx, requested, frozenset())
     if errors is not None:
         return errors
     coordinator = ctx.broker.txn_coordinator
@@ -94,13 +109,28 @@ async def _answer_transaction(ctx: RequestContext, transaction) -> dict[TopicPar
     return dict.fromkeys(requested, error)
 
 
-def _missing_partitions(ctx: RequestContext, requested: list[TopicPartition]) -> dict[TopicPartition, ErrorCode] | None:
-    """Kafka refuses the whole transaction when a partition does not exist."""
-    missing = {tp for tp in requested if not ctx.broker.leadership.has_partition(*tp)}
-    if not missing:
+def _unwritable_topics(ctx: RequestContext, topics) -> frozenset[str]:
+    """The topics a client's request may not add: internal ones, and those the principal
+    may not WRITE to (one authorization per topic)."""
+    names = {topic.name for topic in topics}
+    return frozenset(name for name in names
+                     if name in INTERNAL_TOPICS or not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name))
+
+
+def _refused_partitions(ctx: RequestContext, requested: list[TopicPartition],
+                        unauthorized: frozenset[str]) -> dict[TopicPartition, ErrorCode] | None:
+    """Kafka refuses the whole transaction when a partition may not be written
+    (TOPIC_AUTHORIZATION_FAILED) or does not exist (UNKNOWN_TOPIC_OR_PARTITION): the
+    others get OPERATION_NOT_ATTEMPTED. None when every partition may be added."""
+    refused = {}
+    for tp in requested:
+        if tp[0] in unauthorized:
+            refused[tp] = ErrorCode.topic_authorization_failed
+        elif not ctx.broker.leadership.has_partition(*tp):
+            refused[tp] = ErrorCode.unknown_topic_or_partition
+    if not refused:
         return None
-    return {tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
-            for tp in requested}
+    return {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in requested}
 
 
 def _topic_results(make, topics, errors: dict[TopicPartition, ErrorCode]) -> tuple:

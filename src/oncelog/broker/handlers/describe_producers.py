@@ -6,12 +6,18 @@
 - A missing topic or partition gets UNKNOWN_TOPIC_OR_PARTITION; a partition this broker
   does not lead (cluster mode) NOT_LEADER_OR_FOLLOWER, as the leader's state is the
   one to show.
+- Before that, per topic, as Kafka's KafkaApis: an invalid topic name gets
+  INVALID_TOPIC_EXCEPTION, then (with an authorizer) a topic the principal may not READ
+  TOPIC_AUTHORIZATION_FAILED, whether or not it exists.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.storage.errors import InvalidTopicError
+from oncelog.storage.manager import validate_topic_name
 
 
 @api(61, "DescribeProducers", range(0, 1))
@@ -19,6 +25,14 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = []
     for topic in request.topics:
+        refusal = _refusal(ctx, topic.name)
+        if refusal is not None:
+            code, message = refusal
+            topics.append(make("TopicResponse", name=topic.name, partitions=tuple(
+                make("PartitionResponse", partition_index=index, error_code=code, error_message=message,
+                     active_producers=())
+                for index in topic.partition_indexes)))
+            continue
         partitions = []
         for index in topic.partition_indexes:
             code, _epoch = ctx.broker.leadership.leader_epoch(topic.name, index)
@@ -53,3 +67,14 @@ async def handle(ctx: RequestContext, request) -> object:
             ))
         topics.append(make("TopicResponse", name=topic.name, partitions=tuple(partitions)))
     return make("DescribeProducersResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _refusal(ctx: RequestContext, topic: str) -> tuple[ErrorCode, str | None] | None:
+    """(error, message) for every partition of a topic refused before it is looked up."""
+    try:
+        validate_topic_name(topic)
+    except InvalidTopicError as error:
+        return ErrorCode.invalid_topic_exception, str(error)
+    if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic):
+        return ErrorCode.topic_authorization_failed, "Topic authorization failed."
+    return None

@@ -16,6 +16,8 @@
   the current one is PRODUCER_FENCED, so a late EndTxn of an earlier transaction cannot
   end the current one. An abort with nothing to abort (Empty, Complete*) succeeds and
   bumps the epoch too. Errors carry producer id and epoch -1, as Kafka's do.
+- Authorization (with an authorizer), first: WRITE on the transactional id, else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as in Kafka's KafkaApis.
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
 from oncelog.clock import now_ms
 from oncelog.coordinator.txn.coordinator import EndTxnResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 FIRST_TRANSACTION_V2_VERSION = 5
 
 
 @api(26, "EndTxn", range(0, 6), first_transaction_v2_version=FIRST_TRANSACTION_V2_VERSION)
 async def handle(ctx: RequestContext, request) -> object:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return ctx.response.make("EndTxnResponse", throttle_time=NO_THROTTLE,
+                                 error_code=ErrorCode.transactional_id_authorization_failed,
+                                 producer_id=-1, producer_epoch=-1)
     result = ctx.broker.txn_coordinator.end_transaction_result(
         request.transactional_id, request.producer_id, request.producer_epoch,
         commit=request.committed, now=now_ms(),

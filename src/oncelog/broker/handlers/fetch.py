@@ -1,5 +1,11 @@
 """Fetch (key 1), v4-v12.
 
+- Authorization (with an authorizer), as Kafka's KafkaApis, once per request (not again
+  while long polling): a fetch from a replica (`replica_id` >= 0) needs CLUSTER_ACTION
+  on the cluster, else every partition gets TOPIC_AUTHORIZATION_FAILED; a consumer's
+  needs READ on each topic, else that topic's partitions get TOPIC_AUTHORIZATION_FAILED,
+  asked before whether the topic exists. Refused partitions do not end a long poll early
+  (Kafka merges them into the answer of the others).
 - Reads whole batches from the segment files (bytes only, never records), starting
   with the batch that holds `fetch_offset`, up to the high watermark
   (read_uncommitted) or the last stable offset (read_committed, isolation_level 1).
@@ -32,6 +38,7 @@ import asyncio
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.errors import OffsetOutOfRangeError
 
 READ_COMMITTED = 1
@@ -43,17 +50,27 @@ async def handle(ctx: RequestContext, request) -> object:
     loop = asyncio.get_running_loop()
     max_wait_s = request.max_wait.total_seconds()
     deadline = loop.time() + max_wait_s
-    watched = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    refused = _refused_by_acls(ctx, request) if ctx.broker.acls is not None else frozenset()
+    watched = [(t.topic, p.partition) for t in request.topics if t.topic not in refused for p in t.partitions]
     max_bytes = min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
     min_bytes = min(request.min_bytes, max_bytes)
     while True:
-        response, total_bytes, failed = _read_all(ctx, request, max_bytes)
+        response, total_bytes, failed = _read_all(ctx, request, max_bytes, refused)
         remaining = deadline - loop.time()
         if failed or total_bytes >= min_bytes or remaining <= 0 or not watched:
             if not ctx.broker.leadership.is_replica_fetch(_replica_id(request)):
                 _count(ctx, response)
             return response
         await ctx.broker.wait_for_append(watched, remaining)
+
+
+def _refused_by_acls(ctx: RequestContext, request) -> frozenset[str]:
+    """The topics the request may not read: all of them for a replica without
+    CLUSTER_ACTION, else those the consumer may not READ."""
+    names = {topic.topic for topic in request.topics}
+    if _replica_id(request) >= 0:  # Kafka's isFromFollower
+        return frozenset() if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION) else frozenset(names)
+    return frozenset(name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
 
 
 def _count(ctx: RequestContext, response) -> None:
@@ -68,7 +85,7 @@ def _count(ctx: RequestContext, response) -> None:
                 counts.failed_fetch += 1
 
 
-def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int, bool]:
+def _read_all(ctx: RequestContext, request, max_bytes: int, refused: frozenset[str]) -> tuple[object, int, bool]:
     make = ctx.response.make
     logs = ctx.broker.logs
     leadership = ctx.broker.leadership
@@ -80,6 +97,10 @@ def _read_all(ctx: RequestContext, request, max_bytes: int) -> tuple[object, int
     failed = False
     topics = []
     for topic in request.topics:
+        if topic.topic in refused:
+            topics.append(make("FetchableTopicResponse", topic=topic.topic, partitions=tuple(
+                _error(make, wanted.partition, ErrorCode.topic_authorization_failed) for wanted in topic.partitions)))
+            continue
         partitions = []
         for wanted in topic.partitions:
             code, _epoch = leadership.leader_epoch(topic.topic, wanted.partition,

@@ -15,6 +15,10 @@
 - v4 batches keys (`coordinator_keys`) and answers one entry per key; v0-v3 take one
   `key` and answer at the top level.
 - key_type 2 (share groups) and others get INVALID_REQUEST.
+- Authorization (with an authorizer), per key and before anything else, as Kafka's
+  KafkaApis: a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED),
+  a transaction key DESCRIBE on the transactional id (else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED), answered with no node (-1) and Kafka's message.
 """
 
 from __future__ import annotations
@@ -23,10 +27,17 @@ from oncelog.broker.dispatch import BrokerServices, RequestContext, api
 from oncelog.broker.leadership import BrokerView
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 GROUP, TRANSACTION = 0, 1
 INTERNAL_TOPIC = {GROUP: CONSUMER_OFFSETS, TRANSACTION: TRANSACTION_STATE}
 NOWHERE = BrokerView(-1, "", -1)
+# What a key's coordinator lookup needs: DESCRIBE on the key's resource, and the refusal.
+_REFUSAL = {
+    GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group authorization failed."),
+    TRANSACTION: (ResourceType.TRANSACTIONAL_ID, ErrorCode.transactional_id_authorization_failed,
+                  "Transactional Id authorization failed."),
+}
 
 
 @api(10, "FindCoordinator", range(0, 5))
@@ -36,13 +47,26 @@ async def handle(ctx: RequestContext, request) -> object:
     if ctx.version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            code, message, node = await _locate(ctx.broker, ctx.listener, key_type, key)
+            code, message, node = _refusal(ctx, key_type, key) or await _locate(ctx.broker, ctx.listener,
+                                                                                 key_type, key)
             coordinators.append(make("Coordinator", key=key, node_id=node.node_id, host=node.host, port=node.port,
                                      error_code=code, error_message=message))
         return make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
-    code, message, node = await _locate(ctx.broker, ctx.listener, key_type, request.key)
+    code, message, node = _refusal(ctx, key_type, request.key) or await _locate(ctx.broker, ctx.listener,
+                                                                                   key_type, request.key)
     return make("FindCoordinatorResponse", throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                 node_id=node.node_id, host=node.host, port=node.port)
+
+
+def _refusal(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None, BrokerView] | None:
+    """The answer for a key the principal may not DESCRIBE, or None."""
+    refusal = _REFUSAL.get(key_type)
+    if refusal is None:
+        return None
+    resource_type, code, message = refusal
+    if ctx.authorize(AclOperation.DESCRIBE, resource_type, key):
+        return None
+    return code, message, NOWHERE
 
 
 async def _locate(broker: BrokerServices, listener: str, key_type: int, key: str

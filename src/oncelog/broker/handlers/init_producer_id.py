@@ -21,6 +21,11 @@
   transaction instead of aborting it, bumps the epoch, and returns the kept
   transaction's producer id and epoch so the caller can commit or abort it with EndTxn.
 - PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v4.
+- Authorization (with an authorizer), before anything else, as Kafka's KafkaApis: a
+  transactional id needs WRITE on it, and with `enable2Pc` (KIP-939) TWO_PHASE_COMMIT on
+  it too, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an idempotent producer (no
+  transactional id) needs IDEMPOTENT_WRITE on the cluster or, since KIP-679, WRITE on
+  some topic, else CLUSTER_AUTHORIZATION_FAILED. Refusals carry producer id and epoch -1.
 """
 
 from __future__ import annotations
@@ -31,11 +36,16 @@ from oncelog.clock import now_ms
 from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.coordinator.txn.coordinator import InitResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(22, "InitProducerId", range(0, 7))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    refusal = _authorization_error(ctx, request)
+    if refusal is not None:
+        return make("InitProducerIdResponse", throttle_time=NO_THROTTLE, error_code=refusal,
+                    producer_id=-1, producer_epoch=-1)
     if request.transactional_id is None:
         try:
             producer_id = ctx.broker.producer_ids.next_producer_id()
@@ -67,3 +77,21 @@ async def handle(ctx: RequestContext, request) -> object:
         ongoing_txn_producer_id=result.ongoing_txn_producer_id,
         ongoing_txn_producer_epoch=result.ongoing_txn_producer_epoch,
     )
+
+
+def _authorization_error(ctx: RequestContext, request) -> ErrorCode | None:
+    transactional_id = request.transactional_id
+    if transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return ErrorCode.transactional_id_authorization_failed
+        if getattr(request, "enable2_pc", False) and not ctx.authorize(
+                AclOperation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return ErrorCode.transactional_id_authorization_failed
+        return None
+    acls = ctx.broker.acls
+    if acls is None or ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE):
+        return None
+    if acls.authorizer.authorize_by_resource_type(ctx.principal, ctx.client_host, AclOperation.WRITE,
+                                                  ResourceType.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed

@@ -1,5 +1,8 @@
 """ListOffsets (key 2), v1-v11.
 
+- Authorization (with an authorizer): DESCRIBE on each topic, else every partition asked
+  of it gets TOPIC_AUTHORIZATION_FAILED (offset -1, timestamp -1), before anything else
+  is looked at, as in Kafka's KafkaApis.
 - timestamp -1 (latest): the high watermark, or the last stable offset when the
   request's isolation level is read_committed (v2+).
 - -2 (earliest) and -4 (earliest local, v8+): the log start offset.
@@ -33,6 +36,7 @@ from collections import Counter
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.errors import LogError
 
 LATEST = -1
@@ -61,6 +65,12 @@ async def handle(ctx: RequestContext, request) -> object:
     asked = Counter((topic.name, wanted.partition_index) for topic in request.topics for wanted in topic.partitions)
     topics = []
     for topic in request.topics:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+            topics.append(make("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(
+                make("ListOffsetsPartitionResponse", partition_index=wanted.partition_index,
+                     error_code=ErrorCode.topic_authorization_failed, timestamp=-1, offset=-1, leader_epoch=-1)
+                for wanted in topic.partitions)))
+            continue
         partitions = []
         answered: set[int] = set()
         for wanted in topic.partitions:

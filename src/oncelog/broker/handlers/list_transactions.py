@@ -5,6 +5,8 @@
   in every state, ids whose last transaction started more than that many ms ago; an id
   that never started one counts as started at -1 and is kept) and
   `transactional_id_pattern` (v2: a regular expression).
+- With an authorizer, only the transactional ids the principal may DESCRIBE are listed,
+  as in Kafka's KafkaApis.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.clock import now_ms
 from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(66, "ListTransactions", range(0, 3))
@@ -42,6 +45,9 @@ async def handle(ctx: RequestContext, request) -> object:
                         error_code=ErrorCode.invalid_regular_expression,
                         unknown_state_filters=(), transaction_states=())
         found = [m for m in found if compiled.fullmatch(m.transactional_id)]
+    if ctx.broker.acls is not None:
+        found = [m for m in found
+                 if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)]
     return make(
         "ListTransactionsResponse",
         throttle_time=NO_THROTTLE,

@@ -14,6 +14,11 @@
   (v2+) older than the leader's is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH; an
   unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION. Errors carry epoch -1, offset -1.
 - A standalone broker leads every partition at leader epoch 0.
+- Authorization (with an authorizer), as Kafka's KafkaApis: CLUSTER_ACTION on the
+  cluster (what followers have) answers every topic; otherwise (KIP-320 consumers) each
+  topic needs DESCRIBE, else its partitions get TOPIC_AUTHORIZATION_FAILED. As in Kafka
+  the replica id does not choose the check: a replica without CLUSTER_ACTION is asked
+  for DESCRIBE like a consumer.
 - Deviation: an empty log that was never appended to has no epoch entry yet, so it
   answers (-1, -1); Kafka's leader assigns its epoch at the log end on election and
   answers (epoch, 0). Clients treat both as "nothing to truncate".
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 
@@ -30,10 +36,15 @@ from oncelog.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = []
+    cluster_action = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     for topic in request.topics:
+        allowed = cluster_action or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic)
         partitions = []
         for wanted in topic.partitions:
-            code, epoch, end_offset = _end_offset(ctx, topic.topic, wanted)
+            if allowed:
+                code, epoch, end_offset = _end_offset(ctx, topic.topic, wanted)
+            else:
+                code, epoch, end_offset = ErrorCode.topic_authorization_failed, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
             partitions.append(make("EpochEndOffset", error_code=code, partition=wanted.partition,
                                    leader_epoch=epoch, end_offset=end_offset))
         topics.append(make("OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(partitions)))

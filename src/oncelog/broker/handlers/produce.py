@@ -1,5 +1,12 @@
 """Produce (key 0), v3-v12 (v12 only with `transaction.version` finalized at 2).
 
+- Authorization (with an authorizer), first, as Kafka's KafkaApis: a request carrying
+  transactional batches needs WRITE on its transactional id, else every partition gets
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended; each topic needs WRITE,
+  else its partitions get TOPIC_AUTHORIZATION_FAILED, asked before whether the topic
+  exists (an unknown topic one may not write is not revealed as unknown). One
+  authorization per topic per request. acks=0 gets no answer, so a refusal closes the
+  connection, as every other failure does.
 - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition); acks=0 gets
   no response at all, and the connection is closed if any partition failed. On a
   single node acks=-1 and acks=1 are acknowledged after the same append (the ISR is
@@ -52,20 +59,29 @@ from oncelog.broker.dispatch import CloseConnection, RequestContext, api
 from oncelog.broker.partitions import ProduceOutcome, append_records, verify_with_remote_coordinator
 from oncelog.clock import now_ms
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.protocol.record_batch import ATTRIBUTES_POSITION, MAGIC, MAGIC_POSITION, TRANSACTIONAL_BIT
+from oncelog.security.acl import AclOperation, ResourceType
 
 # Kafka lets only this client id (its old AdminUtils' id) write to internal topics.
 ADMIN_CLIENT_ID = "__admin_client"
+# The attributes' low byte, which holds the transactional bit.
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_POSITION + 1
+_TRANSACTIONAL_ID_REFUSED = ProduceOutcome(ErrorCode.transactional_id_authorization_failed,
+                                           error_message="Transactional Id authorization failed.")
+_TOPIC_REFUSED = ProduceOutcome(ErrorCode.topic_authorization_failed)
 
 
 @api(0, "Produce", range(3, 13), first_transaction_v2_version=12)
 async def handle(ctx: RequestContext, request) -> object | None:
     make = ctx.response.make
     acks = request.acks
+    refused = _refused_by_acls(ctx, request) if ctx.broker.acls is not None else {}
     verified = {}
     if acks in (-1, 0, 1) and request.transactional_id is not None:
         verified = await verify_with_remote_coordinator(
             ctx.broker, request.transactional_id,
-            [(topic.name, data.index, data.records) for topic in request.topic_data for data in topic.partition_data],
+            [(topic.name, data.index, data.records) for topic in request.topic_data
+             if topic.name not in refused for data in topic.partition_data],
             ctx.version,
         )
     now = now_ms()
@@ -73,9 +89,12 @@ async def handle(ctx: RequestContext, request) -> object | None:
     failed = False
     for topic in request.topic_data:
         partitions = []
+        refusal = refused.get(topic.name)
         for data in topic.partition_data:
             verification = verified.get((topic.name, data.index))
-            if acks not in (-1, 0, 1):
+            if refusal is not None:
+                outcome = refusal
+            elif acks not in (-1, 0, 1):
                 outcome = ProduceOutcome(ErrorCode.invalid_required_acks)
             elif isinstance(verification, ProduceOutcome):
                 outcome = verification
@@ -113,6 +132,31 @@ async def handle(ctx: RequestContext, request) -> object | None:
         for name, partitions in outcomes
     )
     return make("ProduceResponse", responses=topics, throttle_time=NO_THROTTLE)
+
+
+def _refused_by_acls(ctx: RequestContext, request) -> dict[str, ProduceOutcome]:
+    """The topics of the request the principal may not write to, with their answer:
+    all of them when the request has transactional batches and its transactional id
+    may not be written (Kafka refuses the whole request then)."""
+    names = {topic.name for topic in request.topic_data}
+    if _has_transactional_records(request) and (
+            request.transactional_id is None
+            or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
+        return dict.fromkeys(names, _TRANSACTIONAL_ID_REFUSED)
+    return {name: _TOPIC_REFUSED for name in names if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)}
+
+
+def _has_transactional_records(request) -> bool:
+    """Whether a partition's batch is transactional, from its header's attributes, as
+    Kafka's RequestUtils.hasTransactionalRecords (one batch per partition is all
+    `append_records` accepts; a malformed one is refused there)."""
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            records = data.records
+            if (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and records[MAGIC_POSITION] == MAGIC
+                    and records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_BIT):
+                return True
+    return False
 
 
 def _count(ctx: RequestContext, request, outcomes) -> None:

@@ -39,6 +39,11 @@
   `__transaction_state` partition), acks=all as Kafka's; in cluster mode, when they are
   not, NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE. A group coordinated by another
   broker gets NOT_COORDINATOR before the transaction is looked at.
+- Authorization (with an authorizer), before anything else, as Kafka's KafkaApis: WRITE
+  on the transactional id, else every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+  then READ on the group, else every partition GROUP_AUTHORIZATION_FAILED; then READ on
+  each topic, else its partitions get TOPIC_AUTHORIZATION_FAILED (asked before whether
+  they exist) while the others are committed.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from oncelog.broker.handlers._txn import once_replicated as once_txn_replicated
 from oncelog.clock import now_ms
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 FIRST_TRANSACTION_ABORTABLE_VERSION = 4
 FIRST_IMPLICIT_ADD_VERSION = 5  # KIP-890 part 2
@@ -58,7 +64,17 @@ FIRST_IMPLICIT_ADD_VERSION = 5  # KIP-890 part 2
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
-    offsets, errors = split_offsets(ctx, request, coordinator, group_id_required=True)
+    denied = _authorization_error(ctx, request)
+    if denied is not None:
+        offsets = {}
+        errors = {(t.name, p.partition_index): denied for t in request.topics for p in t.partitions}
+    else:
+        offsets, errors = split_offsets(ctx, request, coordinator, group_id_required=True)
+        unreadable = {name for name in {t.name for t in request.topics}
+                      if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)}
+        for key in [key for key in (*offsets, *errors) if key[0] in unreadable]:
+            offsets.pop(key, None)
+            errors[key] = ErrorCode.topic_authorization_failed
     if offsets:
         refusal = coordinator.owner_error(request.group_id)
         if refusal is ErrorCode.none:
@@ -89,6 +105,16 @@ async def handle(ctx: RequestContext, request) -> object:
         for topic in request.topics
     )
     return make("TxnOffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _authorization_error(ctx: RequestContext, request) -> ErrorCode | None:
+    """The error of every partition when the transactional id or the group is refused
+    (producer id authorization is implied by the transactional id's, as in Kafka)."""
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ErrorCode.group_authorization_failed
+    return None
 
 
 async def _verify_transaction(ctx: RequestContext, request, coordinator) -> ErrorCode:
