@@ -179,8 +179,8 @@ def test_sink_summary_is_replaced_per_batch_and_pruned_after_decisions_kept_batc
 
 def test_batch_mode_decisions_count_resumed_batches_and_the_aborts_a_restart_recorded():
     from oncelog.spark.pipeline_metrics import QueryTotals
+    from oncelog.spark.pipeline_progress import BatchProgress
     from oncelog.spark.pipeline_report import RunIdentity
-    from oncelog.spark.pipeline_run import BatchProgress
 
     totals = QueryTotals(RunIdentity("id", "run", None, 0), "in", "out", "batch")
     progress = {"numInputRows": 4, "durationMs": {"addBatch": 30, "triggerExecution": 50}}

@@ -42,7 +42,8 @@ import signal
 import sys
 import threading
 
-from oncelog.spark.pipeline_run import BatchProgress, RunResult, run_pipeline
+from oncelog.spark.pipeline_progress import BatchProgress, RunResult
+from oncelog.spark.pipeline_run import run_pipeline
 from oncelog.spark.pipeline_spec import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_MASTER,

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql.streaming import StreamingQuery
 
-    from oncelog.spark.pipeline_run import BatchProgress, RunResult
+    from oncelog.spark.pipeline_progress import BatchProgress, RunResult
 
 # Spark's durationMs phases exported as `phase` of oncelog_pipeline_batch_duration_seconds.
 PHASES = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")

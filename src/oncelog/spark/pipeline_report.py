@@ -38,7 +38,7 @@ from oncelog.spark.pipeline_spec import PipelineSpec, report_client_settings
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
 
-    from oncelog.spark.pipeline_run import BatchProgress, RunResult
+    from oncelog.spark.pipeline_progress import BatchProgress, RunResult
 
 log = logging.getLogger("oncelog.pipeline")
 

@@ -2,123 +2,32 @@
 query, then watch it until its trigger ends it, `stop` is set (SIGTERM, SIGINT) or it fails
 (a PipelineError, one line). And its progress: one line per finished micro-batch (text or
 JSON lines, `ProgressWatch`), handed on to /metrics and the report topic
-(oncelog.spark.pipeline_metrics), and the run's totals (`RunResult`).
+(oncelog.spark.pipeline_metrics), and the run's totals (`RunResult`, pipeline_progress.py).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import signal
 import threading
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.spark.pipeline_checks import TransformReference, check_cluster, check_options, check_two_phase_commit
-from oncelog.spark.pipeline_failure import describe_failure, describe_ranges, spark_error_line
+from oncelog.spark.pipeline_failure import describe_failure, spark_error_line
 from oncelog.spark.pipeline_metrics import PipelineTelemetry
+from oncelog.spark.pipeline_progress import BatchProgress, RunResult
 from oncelog.spark.pipeline_query import build_output, start_query
 from oncelog.spark.pipeline_session import spark_log_path, start_session
 from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options
-from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary
+from oncelog.spark.sink_metrics import read_summary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 PROGRESS_POLL_S = 0.2
-KEPT_BATCHES = 10_000
-
-
-@dataclass(frozen=True)
-class BatchProgress:
-    """One finished micro-batch, from Spark's StreamingQueryProgress."""
-
-    batch_id: int
-    records: int
-    duration_ms: int  # the whole trigger: plan, read, transform, write, sink commit, offset commit
-    add_batch_ms: int  # reading, transforming, writing and the sink's commit of this batch
-    start_offsets: dict | None
-    end_offsets: dict | None
-    timestamp: str
-    phases_ms: dict[str, int] = field(default_factory=dict)  # all of Spark's durationMs
-    input_rows_per_second: float | None = None  # Spark's inputRowsPerSecond (None: not given)
-    processed_rows_per_second: float | None = None  # Spark's processedRowsPerSecond
-    sink: SinkBatchSummary | None = None  # what the sink's commit reported (oncelog.spark.sink_metrics)
-
-    @classmethod
-    def from_progress(cls, progress: dict, sink: SinkBatchSummary | None = None) -> BatchProgress:
-        durations = progress.get("durationMs") or {}
-        sources = progress.get("sources") or [{}]
-        return cls(
-            batch_id=int(progress["batchId"]),
-            records=int(progress.get("numInputRows") or 0),
-            duration_ms=int(durations.get("triggerExecution", 0)),
-            add_batch_ms=int(durations.get("addBatch", 0)),
-            start_offsets=_offsets(sources[0].get("startOffset")),
-            end_offsets=_offsets(sources[0].get("endOffset")),
-            timestamp=str(progress.get("timestamp", "")),
-            phases_ms={str(k): int(v) for k, v in durations.items()},
-            input_rows_per_second=_rate(progress.get("inputRowsPerSecond")),
-            processed_rows_per_second=_rate(progress.get("processedRowsPerSecond")),
-            sink=sink,
-        )
-
-    def as_json(self) -> dict:
-        return {
-            "event": "batch", "batch": self.batch_id, "records": self.records,
-            "duration_ms": self.duration_ms, "add_batch_ms": self.add_batch_ms,
-            "start_offsets": self.start_offsets, "end_offsets": self.end_offsets,
-            "timestamp": self.timestamp, "phases_ms": self.phases_ms,
-            "input_rows_per_second": self.input_rows_per_second,
-            "processed_rows_per_second": self.processed_rows_per_second,
-            "records_written": None if self.sink is None else self.sink.records_written,
-            "commit_ms": None if self.sink is None else self.sink.commit_ms,
-            "sink_outcome": None if self.sink is None else self.sink.outcome,
-        }
-
-    def as_text(self, source_topic: str) -> str:
-        rate = f", {self.records * 1000 / self.duration_ms:,.0f} records/s" if self.duration_ms else ""
-        return (
-            f"batch {self.batch_id}: {self.records:,} records in {self.duration_ms} ms{rate}; "
-            f"{source_topic} {describe_ranges(self.start_offsets, self.end_offsets)}"
-        )
-
-
-def _rate(raw: Any) -> float | None:
-    """Spark leaves out a rate it cannot compute (NaN, infinity)."""
-    try:
-        rate = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return rate if math.isfinite(rate) else None
-
-
-def _offsets(raw: Any) -> dict | None:
-    if raw is None or isinstance(raw, dict):
-        return raw
-    try:
-        return json.loads(raw)
-    except (TypeError, json.JSONDecodeError):
-        return None
-
-
-@dataclass
-class RunResult:
-    batch_count: int = 0
-    records: int = 0
-    # The latest micro-batches (all of them in short runs; a long-running pipeline keeps
-    # only the last KEPT_BATCHES).
-    batches: deque[BatchProgress] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
-    stopped_by_signal: bool = False
-
-    def add(self, batch: BatchProgress) -> None:
-        self.batch_count += 1
-        self.records += batch.records
-        self.batches.append(batch)
 
 
 class ProgressWatch:
