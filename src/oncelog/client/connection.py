@@ -1,8 +1,17 @@
 """One blocking TCP (or TLS) connection to one broker.
 
-- On connect it asks ApiVersions (v3, falling back to v0 as Kafka answers a version it
-  does not know) and keeps each API's version range; `version()` picks the highest
-  version both sides speak within the range a caller can use.
+- On connect: TLS (SSL, SASL_SSL), then ApiVersions (v3, falling back to v0 as Kafka
+  answers a version it does not know), keeping each API's version range: `version()`
+  picks the highest version both sides speak within the range a caller can use.
+- SASL_PLAINTEXT and SASL_SSL then authenticate: SaslHandshake v1, and SaslAuthenticate
+  (v0-v2) for each token of the configured mechanism (oncelog.security.sasl_client). A
+  failed exchange closes the connection and raises `AuthenticationFailed`, naming the
+  mechanism and the broker's message; it is not retriable, so no retry loop repeats it.
+- KIP-368: when SaslAuthenticate gives a session lifetime, the connection counts as
+  `closed` from SESSION_LIFETIME_USED of it on, so `Cluster` opens a fresh, freshly
+  authenticated one rather than re-authenticating this one (the broker closes a
+  connection whose session expired). The responses it still owes callers are read
+  before its socket closes.
 - Requests may be pipelined: `send()` several, then `receive()` each response by its
   correlation id. A broker answers in the order requests came, so a response read
   while waiting for a later one is kept for its own caller: a producer's Produce requests
@@ -20,19 +29,27 @@ import select
 import socket
 import ssl
 import struct
+import time
 from collections import deque
 
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
-from oncelog.client.config import SSL, ClientConfig, split_address
-from oncelog.client.errors import ConnectionLost, UnsupportedVersion
+from oncelog.client.config import ClientConfig, split_address
+from oncelog.client.errors import AuthenticationFailed, ConnectionLost, UnsupportedVersion
 from oncelog.protocol.client import decode_response, encode_request
+from oncelog.protocol.messages import RequestBuilder
+from oncelog.security.sasl_client import SaslClientError, new_sasl_client
 
 _SIZE = struct.Struct(">i")
 _ERROR_CODE = struct.Struct(">h")
 MAX_RESPONSE_BYTES = 1 << 30
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+# The share of a SASL session's lifetime after which the connection is replaced; Kafka's
+# clients re-authenticate at 85-95% of it.
+SESSION_LIFETIME_USED = 0.85
 
 
 class Connection:
@@ -47,6 +64,8 @@ class Connection:
         self._pending: deque = deque()  # (correlation id, request) sent, response not yet read
         self._ready: dict[int, object] = {}  # responses read on behalf of a later caller
         self._spare: bytearray | None = None  # a raw frame's buffer, given back for the next one
+        self._closed = True  # until connected
+        self.session_ends_at: float | None = None  # time.monotonic() after which it counts as closed
         self.versions: dict[int, tuple[int, int]] = {}
         host, port = split_address(address)
         try:
@@ -55,13 +74,15 @@ class Connection:
             raise ConnectionLost(f"cannot connect to {address}: {error}") from None
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            self._socket = _secure(raw, host, config) if config.security_protocol == SSL else raw
+            self._socket = _secure(raw, host, config) if config.uses_tls else raw
         except (OSError, ssl.SSLError) as error:
             raw.close()
             raise ConnectionLost(f"TLS handshake with {address} failed: {error}") from None
         self._prefix = bytearray(4)
-        self.closed = False
+        self._closed = False
         self.versions = self._api_versions()
+        if config.uses_sasl:
+            self._authenticate()
 
     # -- versions ---------------------------------------------------------------------------
 
@@ -91,6 +112,64 @@ class Connection:
             f"this client needs one of {lowest}-{highest}"
         )
 
+    # -- SASL -------------------------------------------------------------------------------
+
+    def _authenticate(self) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism has nothing more to
+        send. Closes the connection and raises AuthenticationFailed when it fails."""
+        config = self.config
+        assert config.sasl_mechanism is not None, "ClientConfig checks that SASL protocols name a mechanism"
+        mechanism = config.sasl_mechanism
+        what = f"SASL/{mechanism} authentication with {self.address}"
+        client = new_sasl_client(mechanism, username=config.sasl_username, password=config.sasl_password,
+                                 oauth_config=config.sasl_oauthbearer)
+        try:
+            handshake = self.request(RequestBuilder(SASL_HANDSHAKE_KEY, self.version(SASL_HANDSHAKE_KEY, 1, 1))
+                                     .make("SaslHandshakeRequest", mechanism=mechanism))
+            if handshake.error_code != ErrorCode.none:
+                offered = (f"the listener offers {', '.join(handshake.mechanisms)}" if handshake.mechanisms else
+                           "the listener offers no SASL mechanism: is kafka.security.protocol right?")
+                raise AuthenticationFailed(ErrorCode(handshake.error_code), what, offered)
+            build = RequestBuilder(SASL_AUTHENTICATE_KEY, self.version(SASL_AUTHENTICATE_KEY, 0, 2))
+            token: bytes | None = client.initial_response()
+            while token is not None:
+                sent_at = time.monotonic()
+                answer = self.request(build.make("SaslAuthenticateRequest", auth_bytes=token))
+                if answer.error_code != ErrorCode.none:
+                    raise AuthenticationFailed(ErrorCode(answer.error_code), what, answer.error_message)
+                lifetime = getattr(answer, "session_lifetime", None)  # v1+; 0: the session does not end
+                if lifetime is not None and lifetime.total_seconds() > 0:
+                    self.session_ends_at = sent_at + SESSION_LIFETIME_USED * lifetime.total_seconds()
+                try:
+                    token = client.evaluate(bytes(answer.auth_bytes))
+                except SaslClientError as error:
+                    raise AuthenticationFailed(ErrorCode.sasl_authentication_failed, what, str(error)) from None
+            if not client.complete:
+                raise AuthenticationFailed(ErrorCode.sasl_authentication_failed, what,
+                                           "the exchange ended before the client was authenticated")
+        except (AuthenticationFailed, UnsupportedVersion):
+            self.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        """Closed, or past its SASL session's end (KIP-368): no new request should go on
+        it. The socket of an expired connection stays open until the responses still
+        owed to callers have been read."""
+        if self._closed:
+            return True
+        if self._session_over():
+            self._close_if_drained()
+            return True
+        return False
+
+    def _session_over(self) -> bool:
+        return self.session_ends_at is not None and time.monotonic() >= self.session_ends_at
+
+    def _close_if_drained(self) -> None:
+        if not self._pending and not self._ready:
+            self.close()
+
     # -- requests ---------------------------------------------------------------------------
 
     def send(self, entity, *, raw: bool = False) -> int:
@@ -112,6 +191,8 @@ class Connection:
         requests went out; those that arrive first are kept for their own callers."""
         ready = self._ready.pop(correlation, None)
         if ready is not None:
+            if self._session_over():
+                self._close_if_drained()
             return ready
         while self._pending:
             expected, entity = self._pending.popleft()
@@ -127,6 +208,8 @@ class Connection:
                 except Exception as error:  # noqa: BLE001 (any decode failure: the stream is unusable)
                     self._fail(f"cannot decode the {type(entity).__name__[:-7]} response from {self.address}: {error}")
             if expected == correlation:
+                if self._session_over():
+                    self._close_if_drained()
                 return response
             self._ready[expected] = response
         raise ConnectionLost(f"no request {correlation} is waiting for an answer from {self.address}")
@@ -142,7 +225,7 @@ class Connection:
     def answer_arrived(self, correlation: int) -> bool:
         """Whether the response to `correlation` may be here, so `receive()` would not wait
         long: it was kept for this caller, or bytes wait in TLS's buffer or the socket."""
-        if self.closed:
+        if self._closed:
             return False
         if correlation in self._ready:
             return True
@@ -196,9 +279,9 @@ class Connection:
         raise ConnectionLost(message)
 
     def close(self) -> None:
-        if getattr(self, "closed", True):
+        if self._closed:
             return
-        self.closed = True
+        self._closed = True
         self._pending.clear()
         self._ready.clear()
         try:

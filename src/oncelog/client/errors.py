@@ -1,7 +1,8 @@
 """What the client raises. A broker's error code travels as `BrokerError` (with kio's
 `ErrorCode`, whose `retriable` flag mirrors Kafka's); a connection that failed or timed out
-as `ConnectionLost`; a retry loop that ran out of time as `NoAnswer`, naming what it tried
-and the last thing that went wrong."""
+as `ConnectionLost`; a SASL exchange that failed as `AuthenticationFailed`, never retried;
+a retry loop that ran out of time as `NoAnswer`, naming what it tried and the last thing
+that went wrong."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ class BrokerError(ClientError):
     @property
     def retriable(self) -> bool:
         return self.code in RETRIABLE
+
+
+class AuthenticationFailed(BrokerError):
+    """The SASL exchange on a new connection failed: SASL_AUTHENTICATION_FAILED (wrong
+    credentials, or a server signature that did not match), UNSUPPORTED_SASL_MECHANISM,
+    ILLEGAL_SASL_STATE. Not retriable: the same credentials fail again."""
 
 
 class NoAnswer(ClientError):

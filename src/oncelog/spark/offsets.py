@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
+from oncelog.client.config import librdkafka_settings
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.spark.errors import BrokerUnreachable, SourceOptionError, TopicNotFound
 from oncelog.spark.options import (
@@ -104,7 +105,7 @@ class ClusterView:
         self.options = options
         config: dict[str, str | int | float | bool] = {
             key: value
-            for key, value in options.client_settings
+            for key, value in librdkafka_settings(options.client_settings).items()
             if key not in _CONSUMER_ONLY_SETTINGS
         }
         config["bootstrap.servers"] = options.bootstrap_servers
@@ -115,6 +116,25 @@ class ClusterView:
                 f"kafka.* options rejected by the Kafka client: {error}"
             ) from None
         self._timeout_s = options.metadata_timeout_ms / 1000
+        if options.client.uses_sasl:
+            self._check_credentials()
+
+    def _check_credentials(self) -> None:
+        """librdkafka reports refused SASL credentials only in its log, and its calls wait
+        out fetchOffset.timeoutMs as for an unreachable broker: oncelog's client, which the
+        executors use, says at once (its connection stays for them in this process)."""
+        from oncelog.client.cluster import shared_cluster
+        from oncelog.client.errors import AuthenticationFailed, ClientError
+
+        try:
+            shared_cluster(self.options.client).any_connection()
+        except AuthenticationFailed as error:
+            raise SourceOptionError(
+                f"kafka.bootstrap.servers={self.options.bootstrap_servers} refused the kafka.sasl.* "
+                f"credentials: {error}"
+            ) from None
+        except ClientError:
+            pass  # unreachable: the calls say so, naming their timeout
 
     # Partitions -------------------------------------------------------------------------
 

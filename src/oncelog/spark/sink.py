@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 
 from oncelog.client.cluster import shared_cluster
 from oncelog.client.config import ClientConfig
-from oncelog.client.errors import ClientError
+from oncelog.client.errors import AuthenticationFailed, ClientError
 from oncelog.spark import trace
 from oncelog.spark.errors import ClusterUnreachable, TwoPhaseCommitUnavailable
 from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV, pause_point
@@ -123,6 +123,9 @@ def check_reachable(options: SinkOptions) -> None:
     timeout_ms = min(options.cluster_timeout_ms, 30_000)
     try:
         cluster.retrying("Metadata", time.monotonic() + timeout_ms / 1000, lambda: cluster.refresh_metadata(()))
+    except AuthenticationFailed as error:  # it answered: the credentials (kafka.sasl.*) are wrong
+        raise ClusterUnreachable(f"kafka.bootstrap.servers={options.bootstrap_servers} refused the kafka.sasl.* "
+                                 f"credentials: {error}") from None
     except ClientError as error:
         raise ClusterUnreachable(
             f"no answer from kafka.bootstrap.servers={options.bootstrap_servers} "

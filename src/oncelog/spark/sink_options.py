@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.client.config import ClientConfig, ConfigError
+from oncelog.client.config import ClientConfig, ConfigError, librdkafka_settings
 from oncelog.client.producer import ProducerSettings
 from oncelog.spark.errors import SourceError
 from oncelog.spark.options import positive_int
@@ -155,7 +155,7 @@ def check_client_settings(options: SinkOptions) -> None:
     from confluent_kafka import KafkaException, Producer
 
     try:
-        Producer({**dict(options.client_settings), "bootstrap.servers": "", "log_level": 0})
+        Producer({**librdkafka_settings(options.client_settings), "bootstrap.servers": "", "log_level": 0})
     except (KafkaException, ValueError, TypeError) as error:
         detail = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
         raise SinkOptionError(f"kafka.* options rejected by librdkafka: {detail}") from None
