@@ -222,6 +222,7 @@ def test_a_client_without_a_certificate_cannot_connect_to_a_required_mtls_listen
     ({"listeners": "SSL://127.0.0.1:0"}, "JKS keystores cannot be read"),
     ({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/nonexistent.p12"},
      "cannot read /nonexistent.p12"),
+    ({"listeners": "PLAINTEXT://0.0.0.0:0"}, "non-routable address 0.0.0.0"),  # as Kafka: say what to advertise
 ])
 def test_a_listener_that_cannot_work_stops_the_start_with_one_line(tmp_path, settings, message):
     with pytest.raises(ConfigError, match=message), EmbeddedBroker(tmp_path / "b", settings):
@@ -295,3 +296,13 @@ def test_re_authenticating_as_someone_else_fails_and_closes(tmp_path):
         _correlation, error_code = struct.unpack_from(">ih", read_frame(sock))
         assert error_code == 58  # SASL_AUTHENTICATION_FAILED
         assert sock.recv(1) == b""
+
+
+def test_a_listener_on_every_interface_advertises_the_machines_name_or_what_it_is_told(tmp_path):
+    with EmbeddedBroker(tmp_path / "a", {"listeners": "PLAINTEXT://:0"}) as running:
+        assert running.broker.endpoints["PLAINTEXT"][0] == socket.getfqdn()
+    with EmbeddedBroker(tmp_path / "b", {"listeners": "PLAINTEXT://0.0.0.0:0",
+                                         "advertised.listeners": "PLAINTEXT://127.0.0.1:0"}) as running:
+        host, port = running.broker.endpoints["PLAINTEXT"]
+        assert (host, port) == ("127.0.0.1", running.port)
+        AdminClient({"bootstrap.servers": f"{host}:{port}"}).list_topics(timeout=10)

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import dataclasses
 import logging
+import socket
 import time
 import uuid
 from collections import defaultdict
@@ -27,7 +28,7 @@ from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
-from oncelog.broker.listener_setup import listener_bindings
+from oncelog.broker.listener_setup import inter_broker_security, listener_bindings
 from oncelog.broker.metrics import (
     LATE_TRANSACTION_BUFFER_MS,
     BrokerSnapshot,
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.broker")
 
 SCRAM_CREDENTIALS_FILE = "scram-credentials.json"
+NON_ROUTABLE = frozenset({"0.0.0.0", "::"})  # bound to every interface: not an address to advertise
 
 
 
@@ -140,7 +142,7 @@ class Broker:
         """Cluster membership (quorum member, cluster id) or standalone identity, and the
         producer-id source: what must exist before the logs are opened."""
         if self.cluster_settings is not None:
-            self.cluster = ClusterRuntime(self, self.cluster_settings)
+            self.cluster = ClusterRuntime(self, self.cluster_settings, inter_broker_security(self.config))
             self.leadership = self.cluster.replicas
             self.topics = ClusterTopics(self.cluster, self.config, self.logs)
             self.cluster.start_member()
@@ -224,11 +226,16 @@ class Broker:
         """Every listener: bound, with what it advertises (port 0: the port it got)."""
         bound = await self.server.start(listener_bindings(self.config, self.scram_credentials.lookup))
         for spec in self.config.listeners:
-            bound_host, bound_port = bound[spec.name]
-            host = spec.bind.host or bound_host
+            _bound_host, bound_port = bound[spec.name]
             advertised = spec.advertised
-            self.endpoints[spec.name] = (advertised.host or host, advertised.port or bound_port) if advertised \
-                else (host, bound_port)
+            host = advertised.host if advertised is not None and advertised.host else spec.bind.host
+            if not host:  # every interface, as Kafka: the machine's name
+                host = socket.getfqdn()
+            elif host in NON_ROUTABLE:
+                raise ConfigError(f"advertised.listeners: listener {spec.name} would advertise the non-routable "
+                                  f"address {host}; give the address clients use in advertised.listeners")
+            self.endpoints[spec.name] = (host, advertised.port if advertised is not None and advertised.port
+                                         else bound_port)
         first = self.config.listeners[0]
         self.host, self.port = self.endpoints[first.name]
         self.bound_port = bound[first.name][1]

@@ -15,6 +15,7 @@ from functools import partial
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.server import ListenerBinding
+from oncelog.security.inter_broker import PeerSecurity
 from oncelog.security.listeners import ListenerSpec
 from oncelog.security.sasl import (
     SUPPORTED_MECHANISMS,
@@ -25,8 +26,15 @@ from oncelog.security.sasl import (
     parse_plain_jaas_users,
 )
 from oncelog.security.sasl.scram import ScramCredential
+from oncelog.security.sasl_client import UnsecuredTokenConfig, new_sasl_client
 from oncelog.security.session import ListenerSecurity
-from oncelog.security.tls import PrincipalMapper, TlsConfigError, certificate_subject, server_context
+from oncelog.security.tls import (
+    PrincipalMapper,
+    TlsConfigError,
+    certificate_subject,
+    client_context,
+    server_context,
+)
 
 ScramLookup = Callable[[str, str], "ScramCredential | None"]
 
@@ -99,3 +107,46 @@ def _certificate_principal(mapper: PrincipalMapper, der: bytes) -> str | None:
     closes the connection, as Kafka fails its authentication)."""
     name = mapper.name(certificate_subject(der))
     return None if name is None else f"User:{name}"
+
+
+def inter_broker_security(config: BrokerConfig) -> PeerSecurity | None:
+    """How this broker connects to the others (cluster mode), as Kafka's brokers do: to
+    their `inter.broker.listener.name` listener, with TLS per its `ssl.*` settings (its
+    keystore as the client certificate) and SASL with `sasl.mechanism.inter.broker.protocol`
+    and the user of the listener's JAAS config for that mechanism (`username` and
+    `password`; OAUTHBEARER's `unsecuredLoginStringClaim_sub`). None: PLAINTEXT."""
+    spec = config.inter_broker_listener
+    if not (spec.protocol.tls or spec.protocol.sasl):
+        return None
+    ssl_context = None
+    if spec.protocol.tls:
+        try:
+            ssl_context = client_context(config.listener_strings(spec.name, "ssl."))
+        except TlsConfigError as error:
+            raise ConfigError(f"inter-broker listener {spec.name}: {error}") from None
+    if not spec.protocol.sasl:
+        return PeerSecurity(ssl_context)
+    mechanism = config["sasl.mechanism.inter.broker.protocol"].strip().upper()
+    offered = [m.strip().upper() for m in config.for_listener(spec.name, "sasl.enabled.mechanisms").split(",")]
+    if mechanism not in offered:
+        raise ConfigError(f"sasl.mechanism.inter.broker.protocol: {mechanism} is not enabled on the inter-broker "
+                          f"listener {spec.name} (it offers {', '.join(offered)})")
+    key = f"listener.name.{spec.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    jaas = config.jaas_config(spec.name, mechanism)
+    if jaas is None:
+        raise ConfigError(f"{key}: the inter-broker listener needs this broker's own credentials (username and "
+                          "password options) for its connections to the other brokers")
+    try:
+        options = parse_jaas_config(jaas)[2]
+        if mechanism == "OAUTHBEARER":
+            token = UnsecuredTokenConfig.from_jaas_options(options)
+            factory = partial(new_sasl_client, mechanism, oauth_config=token)
+        else:
+            username, password = options.get("username"), options.get("password")
+            if not username or not password:
+                raise ValueError("no username and password options (this broker's own credentials)")
+            factory = partial(new_sasl_client, mechanism, username=username, password=password)
+        factory()  # a credential that cannot work fails here, at start
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    return PeerSecurity(ssl_context, mechanism, factory)

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView
     from oncelog.cluster.image import MetadataDelta, MetadataImage
-    from oncelog.cluster.peer import PeerSecurity
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
+    from oncelog.security.inter_broker import PeerSecurity
     from oncelog.storage.manager import LogManager, TopicInfo
 
 # A topic's new override set, from its overrides now (the config APIs' read-modify-write).

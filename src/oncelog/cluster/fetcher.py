@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oncelog import clock
-from oncelog.cluster.peer import PeerConnection, PeerSecurity
+from oncelog.cluster.peer import PeerConnection
 from oncelog.protocol.messages import ErrorCode, request_class
+from oncelog.security.inter_broker import PeerSecurity
 from oncelog.storage.errors import UnexpectedAppendOffsetError
 
 if TYPE_CHECKING:

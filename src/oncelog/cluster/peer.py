@@ -29,10 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import ssl
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -40,6 +37,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from oncelog.protocol import framing
 from oncelog.protocol.client import decode_response, encode_request
+from oncelog.security.inter_broker import PeerSecurity
 
 if TYPE_CHECKING:
     from oncelog.broker.node import BrokerDirectory
@@ -48,18 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.cluster.peer")
 
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the send queue
-
-
-@dataclass(frozen=True)
-class PeerSecurity:
-    """How this broker connects to the others' inter-broker listener: TLS (a client
-    context with the listener's truststore and keystore) and SASL (the mechanism of
-    `sasl.mechanism.inter.broker.protocol`, with the credentials of the listener's JAAS
-    config). None of either: PLAINTEXT."""
-
-    ssl_context: ssl.SSLContext | None = None
-    sasl_mechanism: str | None = None
-    new_sasl_client: Callable[[], SaslClient] | None = field(default=None, repr=False)
 
 
 class PeerAuthenticationError(ConnectionError):

@@ -62,10 +62,10 @@ from oncelog.cluster.etcd_member import EtcdMember
 from oncelog.cluster.fetcher import ReplicaFetchers
 from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage
 from oncelog.cluster.metadata_store import MetadataConflict, MetadataStore
-from oncelog.cluster.peer import PeerSecurity
 from oncelog.cluster.placement import elect_leader, elect_on_return
 from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.settings import ClusterSettings
+from oncelog.security.inter_broker import PeerSecurity
 from oncelog.storage.errors import StorageError
 
 if TYPE_CHECKING:
