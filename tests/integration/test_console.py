@@ -144,13 +144,18 @@ def test_the_console_is_read_only_and_serves_only_its_own_files(scene):
     with urllib.request.urlopen(url + "/api/console", timeout=10) as response:
         assert response.headers["Content-Type"] == "application/json"
         data = json.load(response)
-    assert data["mode"] == "standalone" and data["actions"] == {"abort": False}
+    assert data["mode"] == "standalone" and data["actions"] == {"sign_in": False}  # no authorizer: no actions
     assert {p["topic"] for p in data["partitions"]} >= {"orders", "__transaction_state"}
     for method in ("POST", "DELETE", "PUT"):
         request = urllib.request.Request(url + "/api/console", data=b"{}", method=method)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code == 405
+    abort = urllib.request.Request(url + "/api/transactions/abort", data=b'{"transactional_id": "console-open"}',
+                                   method="POST", headers={"X-Oncelog-Console": "1"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(abort, timeout=10)
+    assert refused.value.code == 401  # nobody can sign in without an authorizer
     for path in ("/static/../http.py", "/static/%2e%2e/http.py", "/static/nothing.js", "/admin"):
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(url + path, timeout=10)

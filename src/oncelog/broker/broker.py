@@ -28,7 +28,7 @@ from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.leadership import StandaloneLeadership
-from oncelog.broker.listener_setup import inter_broker_security, listener_bindings
+from oncelog.broker.listener_setup import inter_broker_security, listener_bindings, plain_users
 from oncelog.broker.metrics import (
     LATE_TRANSACTION_BUFFER_MS,
     BrokerSnapshot,
@@ -264,7 +264,9 @@ class Broker:
             self.node_id, lambda: self.cluster_id, self.logs.partitions, self.txn_coordinator,
             self.group_coordinator, lambda: self.cluster.image if self.cluster is not None else None,
             self.config["min.insync.replicas"],
-            self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS)
+            self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
+            acls=lambda: self.acls, scram_lookup=self.scram_credentials.lookup,
+            plain_users=plain_users(self.config))
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))

@@ -5,28 +5,36 @@ transactions this broker coordinates that are not finished, every local partitio
 offsets and producers, the groups it coordinates with their lag, and in cluster mode the
 brokers and ISR of the metadata image. `ConsoleSource` is what the HTTP threads call: it
 asks the loop for that view and the LSO-lag history, and reads the pipelines' reports
-(on the calling thread; they come from a topic, not from broker state).
+(on the calling thread; they come from a topic, not from broker state). With an
+authorizer it also signs operators in (their SCRAM or PLAIN password) and aborts an open
+transaction for one who holds Cluster ALTER, as the coordinator aborts a timed-out one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from oncelog.clock import now_ms
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.protocol.messages import ErrorCode
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from oncelog.security.passwords import password_matches
+from oncelog.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
 from oncelog.web.history import LagHistory
 from oncelog.web.model import BrokerView, ConsoleView, GroupOffsetView, GroupView, PartitionView, TransactionView
 from oncelog.web.pipelines import PipelineReports
 
 if TYPE_CHECKING:
+    from oncelog.broker.authorization import Acls
     from oncelog.cluster.image import MetadataImage
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
     from oncelog.storage.log import PartitionLog
 
+_T = TypeVar("_T")
 VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this time
 _PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
 
@@ -43,6 +51,10 @@ class ConsoleParts:
     image: Callable[[], MetadataImage | None]  # cluster mode: the metadata image this broker acts on
     default_min_insync_replicas: int
     late_transaction_ms: int  # an open transaction older than this is late (Kafka's definition)
+    # Signing in (only with an authorizer): the ACLs, SCRAM credentials and the listeners' PLAIN users.
+    acls: Callable[[], Acls | None] = lambda: None
+    scram_lookup: Callable[[str, str], ScramCredential | None] = lambda _user, _mechanism: None
+    plain_users: tuple[Mapping[str, str], ...] = ()
 
 
 def console_view(parts: ConsoleParts) -> ConsoleView:
@@ -175,3 +187,59 @@ class ConsoleSource:
 
     def close(self) -> None:
         self._pipelines.close()
+
+    # -- signing in and aborting (only with an authorizer) ---------------------------------------
+
+    @property
+    def sign_in_enabled(self) -> bool:
+        """The console offers actions only where the broker can tell who may take them."""
+        return self._parts.acls() is not None
+
+    def authenticate(self, user: str, password: str) -> str | None:
+        """The principal of `user` if `password` is theirs (SCRAM credentials or a
+        listener's PLAIN users), else None. The key derivation runs on this (HTTP) thread."""
+        parts = self._parts
+        credentials = self._call(lambda: {mechanism: parts.scram_lookup(user, mechanism)
+                                          for mechanism in SCRAM_MECHANISMS})
+        if password_matches(user, password, scram_lookup=lambda _u, mechanism: credentials.get(mechanism),
+                            plain_users=parts.plain_users):
+            return f"User:{user}"
+        return None
+
+    def may_abort(self, principal: str, host: str) -> bool:
+        """Aborting another producer's transaction is an operator's act: Cluster ALTER, as
+        kafka-transactions.sh abort needs (its WriteTxnMarkers)."""
+        return self._call(lambda: self._may_abort(principal, host))
+
+    def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]:
+        """(HTTP status, message) of aborting `transactional_id`'s open transaction."""
+        return self._call(lambda: self._abort(principal, host, transactional_id))
+
+    def _may_abort(self, principal: str, host: str) -> bool:
+        acls = self._parts.acls()
+        return acls is not None and acls.authorizer.authorize(principal, host, AclOperation.ALTER,
+                                                              ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def _abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]:
+        coordinator = self._parts.txn_coordinator
+        if not self._may_abort(principal, host):
+            return 403, f"{principal} may not abort transactions (needs Cluster ALTER)"
+        if coordinator is None:
+            return 409, "this broker has no transaction coordinator"
+        code = coordinator.abort_ongoing(transactional_id, now_ms(), by=f"{principal} (console, {host})")
+        if code == ErrorCode.transactional_id_not_found:
+            return 404, f"this broker coordinates no transactional id {transactional_id!r}"
+        if code != ErrorCode.none:
+            return 409, f"the transaction of {transactional_id!r} is not open (or is already ending)"
+        return 200, f"aborting the transaction of {transactional_id!r}; its producer is fenced"
+
+    def _call(self, work: Callable[[], _T]) -> _T:
+        async def on_loop() -> _T:
+            return work()
+
+        future = asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
+        try:
+            return future.result(VIEW_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            raise

@@ -150,3 +150,15 @@ def inter_broker_security(config: BrokerConfig) -> PeerSecurity | None:
     except ValueError as error:
         raise ConfigError(f"{key}: {error}") from None
     return PeerSecurity(ssl_context, mechanism, factory)
+
+
+def plain_users(config: BrokerConfig) -> tuple[dict[str, str], ...]:
+    """The PLAIN users of every SASL listener that offers PLAIN (checked at start by
+    `listener_bindings`), for password checks outside SASL (the console's sign-in)."""
+    users = []
+    for spec in config.listeners:
+        if spec.protocol.sasl and "PLAIN" in config.for_listener(spec.name, "sasl.enabled.mechanisms").upper():
+            jaas = config.jaas_config(spec.name, "PLAIN")
+            if jaas is not None:
+                users.append(parse_plain_jaas_users(jaas))
+    return tuple(users)

@@ -112,6 +112,4 @@ class ConsoleView:
             "late_transaction_ms": self.late_transaction_ms, "completed": self.completed,
             "lso_history": lso_history,
             "pipelines": pipelines, "pipelines_error": pipelines_error,
-            # Read-only: aborting from the page needs an authorizer to ask (not built yet).
-            "actions": {"abort": False},
         }

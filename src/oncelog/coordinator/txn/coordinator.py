@@ -549,12 +549,28 @@ class TransactionCoordinator:
                 log.info("aborting transaction of %r (producer %d epoch %d): open for %d ms, timeout %d ms",
                          metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
                          now - metadata.txn_start_timestamp, metadata.txn_timeout_ms)
-                metadata.prepare_fence_epoch()
-                self.end_transaction(metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
-                                     commit=False, from_client=False, now=now,
-                                     transaction_version=self.transaction_version)
+                self._fence_and_abort(metadata, now)
                 aborted.append(metadata.transactional_id)
         return aborted
+
+    def abort_ongoing(self, transactional_id: str, now: int, by: str) -> ErrorCode:
+        """An operator's abort of an open transaction (the console's): as a timeout
+        aborts it, fencing its producer. TRANSACTIONAL_ID_NOT_FOUND, or INVALID_TXN_STATE
+        unless it is Ongoing with no transition in flight."""
+        metadata = self.txns.get(transactional_id)
+        if metadata is None:
+            return ErrorCode.transactional_id_not_found
+        if metadata.state is not S.ONGOING or metadata.pending:
+            return ErrorCode.invalid_txn_state
+        log.warning("%s aborts the transaction of %r (producer %d epoch %d), open for %d ms", by, transactional_id,
+                    metadata.producer_id, metadata.producer_epoch, now - metadata.txn_start_timestamp)
+        self._fence_and_abort(metadata, now)
+        return ErrorCode.none
+
+    def _fence_and_abort(self, metadata: TransactionMetadata, now: int) -> None:
+        metadata.prepare_fence_epoch()
+        self.end_transaction(metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
+                             commit=False, from_client=False, now=now, transaction_version=self.transaction_version)
 
     def expire_ids(self, now: int) -> list[str]:
         """Remove ids idle for transactional.id.expiration.ms (tombstone, then forget)."""

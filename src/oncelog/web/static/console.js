@@ -1,4 +1,6 @@
-// The oncelog console: reads /api/console every REFRESH_MS and redraws. Read-only.
+// The oncelog console: reads /api/console every REFRESH_MS and redraws. Read-only, except
+// that on a broker with an authorizer a signed-in operator with Cluster ALTER may abort an
+// open transaction.
 // Every value from the broker reaches the page through textContent (never as HTML):
 // transactional ids, group ids and topic names are whatever clients chose.
 "use strict";
@@ -10,6 +12,9 @@ const STALE_PIPELINE_MS = 60000;
 let lsoChart = null;
 let lsoChartKeys = "";
 let latest = null;
+// Signed in (brokers with an authorizer only): the credentials live in this page's memory
+// for its lifetime, never in storage; every action sends them again.
+let session = null; // {authorization, principal, mayAbort}
 
 // Internal topics (__consumer_offsets, __transaction_state, _oncelog_pipelines) are hidden
 // unless asked for: they are many, and rarely what an operator looks for first.
@@ -110,14 +115,21 @@ function renderSummary(data) {
       el("div", { class: "value" }, value), el("div", { class: "label" }, label))));
 }
 
+function abortButton(t) {
+  if (!session || !session.mayAbort || t.state !== "Ongoing") return null;
+  const button = el("button", { type: "button", class: "abort", "data-abort": t.transactional_id }, "Abort");
+  button.addEventListener("click", () => abortTransaction(t.transactional_id));
+  return button;
+}
+
 function renderTransactions(data) {
   const rows = data.transactions.map((t) => el("tr", { class: t.hanging ? "hanging" : null, "data-txn": t.transactional_id },
     el("td", {}, t.transactional_id, " ", t.hanging ? flag("hanging", "hanging") : null,
       t.prepared ? flag("prepared (2PC)", "info") : null),
     cell(t.producer_id, true), cell(t.producer_epoch, true), cell(t.state),
     cell(duration(t.age_ms), true), cell(t.prepared ? "none (2PC)" : duration(t.timeout_ms), true),
-    cell(t.partitions.join(", ") || "–")));
-  fillTable("transactions", rows, "No open transactions.", 7);
+    cell(t.partitions.join(", ") || "–"), el("td", {}, abortButton(t))));
+  fillTable("transactions", rows, "No open transactions.", 8);
 }
 
 function renderPartitions(data) {
@@ -222,8 +234,59 @@ function renderPipelines(data) {
   container.replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "No pipeline has reported yet.")]));
 }
 
+function renderSignIn(data) {
+  const enabled = Boolean(data.actions && data.actions.sign_in);
+  document.getElementById("sign-in").hidden = !enabled || session !== null;
+  document.getElementById("signed-in").hidden = session === null;
+  if (session !== null) {
+    document.getElementById("signed-in-as").textContent =
+      `${session.principal}${session.mayAbort ? "" : " (may not abort transactions)"}`;
+  }
+}
+
+function showResult(text, isError) {
+  const result = document.getElementById("action-result");
+  result.hidden = false;
+  result.textContent = text;
+  result.classList.toggle("error", isError);
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const user = document.getElementById("sign-in-user").value;
+  const password = document.getElementById("sign-in-password").value;
+  const authorization = "Basic " + btoa(unescape(encodeURIComponent(`${user}:${password}`)));
+  document.getElementById("sign-in-password").value = "";
+  const response = await fetch("/api/session", { headers: { Authorization: authorization }, cache: "no-store" });
+  const answer = await response.json();
+  if (!response.ok) {
+    showResult(`Sign-in failed: ${answer.error}`, true);
+    return;
+  }
+  session = { authorization, principal: answer.principal, mayAbort: answer.may_abort };
+  document.getElementById("action-result").hidden = true;
+  if (latest !== null) render(latest);
+}
+
+function signOut() {
+  session = null;
+  if (latest !== null) render(latest);
+}
+
+async function abortTransaction(transactionalId) {
+  if (!session || !window.confirm(`Abort the open transaction of ${transactionalId}? Its producer is fenced.`)) return;
+  const response = await fetch("/api/transactions/abort", {
+    method: "POST",
+    headers: { Authorization: session.authorization, "Content-Type": "application/json", "X-Oncelog-Console": "1" },
+    body: JSON.stringify({ transactional_id: transactionalId }),
+  });
+  const answer = await response.json();
+  showResult(response.ok ? answer.message : `Not aborted: ${answer.error}`, !response.ok);
+}
+
 function render(data) {
   latest = data;
+  renderSignIn(data);
   document.getElementById("identity").textContent =
     `broker ${data.node_id} · cluster ${data.cluster_id} · ${data.mode}`;
   renderSummary(data);
@@ -254,5 +317,7 @@ async function refresh() {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
+  document.getElementById("sign-in").addEventListener("submit", signIn);
+  document.getElementById("sign-out").addEventListener("click", signOut);
   refresh();
 });

@@ -1,0 +1,91 @@
+"""The console on a broker with an authorizer: an operator signs in with a SASL user's
+password and, holding Cluster ALTER, aborts an open transaction from the page (its
+producer is fenced); anyone else sees no button, and the abort endpoint refuses requests
+without credentials, without the right, or without the console's own header (a page of
+another site cannot send it)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from tests.support.browser import chromium
+from tests.support.secured import secured_broker
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    config = {"http.listener": "127.0.0.1:0",
+              "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000"}
+    with secured_broker(tmp_path_factory.mktemp("console-actions"), config) as broker:
+        broker.create_topic("payments")
+        producer = Producer({**broker.client("admin"), "transactional.id": "stuck-payments"})
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("payments", b"pending")
+        producer.flush(10)
+        host, port = broker.running.broker.http.address
+        with chromium() as browser:
+            yield {"url": f"http://{host}:{port}", "browser": browser, "producer": producer}
+
+
+def post_abort(url: str, user: str | None, *, console_header: bool = True) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if console_header:
+        headers["X-Oncelog-Console"] = "1"
+    if user is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()
+    request = urllib.request.Request(url + "/api/transactions/abort", method="POST", headers=headers,
+                                     data=json.dumps({"transactional_id": "stuck-payments"}).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def sign_in(page, user: str, password: str) -> None:
+    page.fill("#sign-in-user", user)
+    page.fill("#sign-in-password", password)
+    page.click("#sign-in button[type=submit]")
+
+
+def test_the_abort_endpoint_refuses_forgeries_strangers_and_the_unauthorized(scene):
+    url = scene["url"]
+    assert post_abort(url, "admin", console_header=False)[0] == 403  # what another site's page would send
+    assert post_abort(url, None)[0] == 401
+    status, answer = post_abort(url, "alice")  # signed in, no Cluster ALTER
+    assert status == 403 and "Cluster ALTER" in answer["error"]
+
+
+def test_only_an_operator_with_cluster_alter_gets_the_abort_button_and_it_fences_the_producer(scene):
+    page = scene["browser"].new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        page.goto(scene["url"] + "/")
+        page.wait_for_selector("#sign-in:not([hidden])", timeout=15_000)
+        sign_in(page, "alice", "wrong")
+        page.wait_for_selector("#action-result:not([hidden])")
+        assert "Sign-in failed" in page.inner_text("#action-result")
+        sign_in(page, "alice", "alice-secret")
+        page.wait_for_selector("#signed-in:not([hidden])")
+        assert "User:alice (may not abort transactions)" in page.inner_text("#signed-in")
+        page.wait_for_selector('#transactions tr[data-txn="stuck-payments"]')
+        assert page.locator("button[data-abort]").count() == 0
+        page.click("#sign-out")
+        sign_in(page, "admin", "admin-secret")
+        page.wait_for_selector('button[data-abort="stuck-payments"]', timeout=10_000)
+        page.click('button[data-abort="stuck-payments"]')
+        page.wait_for_selector("#action-result:not([hidden])")
+        assert "aborting the transaction of 'stuck-payments'" in page.inner_text("#action-result")
+        page.wait_for_function(
+            "() => !document.querySelector('#transactions tr[data-txn=\"stuck-payments\"]')", timeout=10_000)
+    finally:
+        page.close()
+    with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):
+        scene["producer"].commit_transaction(10)
