@@ -306,3 +306,16 @@ def test_a_listener_on_every_interface_advertises_the_machines_name_or_what_it_i
         host, port = running.broker.endpoints["PLAINTEXT"]
         assert (host, port) == ("127.0.0.1", running.port)
         AdminClient({"bootstrap.servers": f"{host}:{port}"}).list_topics(timeout=10)
+
+
+def test_describe_configs_never_sends_a_password(secure):
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = secure["admin"]
+    broker_id = str(secure["running"].broker.node_id)
+    described = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker_id)])
+    [entries] = [future.result(10) for future in described.values()]
+    password = entries["ssl.keystore.password"]
+    assert password.is_sensitive and password.value is None
+    assert "test-store-secret" not in repr({name: entry.value for name, entry in entries.items()})
+    assert entries["ssl.keystore.type"].value == "PKCS12" and not entries["ssl.keystore.type"].is_sensitive

@@ -72,7 +72,7 @@ _BROKER_SYNONYMS = {key: group for group in _TOPIC_SYNONYMS.values() if len(grou
 _TOPIC_DEFAULTS = LogConfig().to_kafka_dict()
 _UNREAD_BROKER_DEFAULTS = {definition.broker_key: _TOPIC_DEFAULTS[name] for name, definition in TOPIC_CONFIGS.items()}
 
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
 _INT_KEYS = frozenset({"max.message.bytes", "index.interval.bytes", "segment.bytes", "num.partitions",
                        "node.id", "broker.id", "default.replication.factor", "socket.request.max.bytes",
                        "message.max.bytes", "log.index.interval.bytes", "max.connections"})
@@ -80,6 +80,8 @@ _LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy", "log.dirs", "lis
 
 
 def _config_type(key: str, value: str | None) -> int:
+    if _sensitive(key):
+        return TYPE_PASSWORD
     if key in _LIST_KEYS:
         return TYPE_LIST
     if key in _INT_KEYS:
@@ -159,11 +161,12 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
         make(
             "DescribeConfigsResourceResult",
             name=key,
-            value=value,
+            value=None if _sensitive(key) else value,  # as Kafka: a password's value is never sent
             read_only=resource.resource_type == BROKER and key not in DYNAMIC_KEYS,
             config_source=source,
-            is_sensitive=False,
-            synonyms=tuple(make("DescribeConfigsSynonym", name=n, value=v, source=s) for n, v, s in synonyms)
+            is_sensitive=_sensitive(key),
+            synonyms=tuple(make("DescribeConfigsSynonym", name=n, value=None if _sensitive(n) else v, source=s)
+                           for n, v, s in synonyms)
             if include_synonyms else (),
             config_type=_config_type(key, value),
             documentation=None,
@@ -178,6 +181,12 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
         resource_name=resource.resource_name,
         configs=configs if code == ErrorCode.none else (),
     )
+
+
+def _sensitive(key: str) -> bool:
+    """Passwords and keys (Kafka's PASSWORD-typed settings)."""
+    setting = SETTINGS.get(key)
+    return setting is not None and setting.sensitive
 
 
 def _default(broker_key: str) -> str | None:
