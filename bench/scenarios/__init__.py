@@ -14,7 +14,7 @@ for the shape) and list it below. Numbering follows the issue:
 
 from __future__ import annotations
 
-from bench.scenarios import consume, pipeline, produce, replicated, startup, transactions
+from bench.scenarios import consume, consume_many, pipeline, produce, replicated, startup, transactions
 from bench.scenarios.base import Scenario
 
 SCENARIOS: list[Scenario] = [
@@ -28,6 +28,7 @@ SCENARIOS: list[Scenario] = [
     transactions.EVERY_1000,
     consume.READ_UNCOMMITTED,
     consume.READ_COMMITTED,
+    consume_many.CONSUME_MANY,
     transactions.COMMIT_LATENCY,
     startup.STARTUP,
     startup.RECOVERY,

@@ -165,6 +165,8 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("socket.request.max.bytes", _int, "104857600", "Largest request frame; larger closes the connection."),
         Setting("fetch.max.bytes", _int, "57671680",
                 "Largest Fetch response: caps a request's max_bytes (one whole batch is still returned)."),
+        Setting("max.incremental.fetch.session.cache.slots", _int, "1000",
+                "Incremental fetch sessions (KIP-227) the broker keeps; past it, new ones evict or go sessionless."),
         Setting("max.connections", _int, "2147483647", "Connections accepted at once."),
         Setting("queued.max.request.bytes", _int, "-1",
                 "Request bytes held in memory over all connections before the broker stops reading "
@@ -389,6 +391,9 @@ class BrokerConfig:
                 raise ConfigError(f"{key}: must be positive, got {self[key]}")
         if self["fetch.max.bytes"] < 1024:  # Kafka's lower bound
             raise ConfigError(f"fetch.max.bytes: must be at least 1024, got {self['fetch.max.bytes']}")
+        if self["max.incremental.fetch.session.cache.slots"] < 0:  # Kafka's atLeast(0)
+            raise ConfigError("max.incremental.fetch.session.cache.slots: must be at least 0, got "
+                              f"{self['max.incremental.fetch.session.cache.slots']}")
         queued = self["queued.max.request.bytes"]
         if 0 < queued < self["socket.request.max.bytes"]:
             # Kafka's rule too: its memory pool refuses a bound below the largest single request.

@@ -10,6 +10,13 @@ Fetched batches are appended with their offsets and leader epochs as the leader 
 them (`PartitionLog.append_as_follower`), which also rebuilds producer state and the
 aborted-transaction index the way the leader built them. The follower's high watermark
 is min(the leader's, its own log end).
+
+Each fetcher keeps an incremental fetch session (KIP-227) with its leader, as Kafka's
+FetchSessionHandler does: a full fetch opens it, then each fetch names only the
+partitions added or whose position moved, and those left out (`forgotten_topics_data`);
+the leader answers only the partitions that changed. FETCH_SESSION_ID_NOT_FOUND starts
+over with a new session, any other session error, a lost connection or a partition
+added anew closes the old one with the next full fetch.
 """
 
 from __future__ import annotations
@@ -18,10 +25,11 @@ import asyncio
 import datetime
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oncelog import clock
+from oncelog.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION_ID, PartitionRequest, next_epoch
 from oncelog.cluster.peer import PeerConnection
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.security.inter_broker import PeerSecurity
@@ -34,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncelog.cluster.fetcher")
 
 FETCH_VERSION = 12
-NO_SESSION_EPOCH = -1  # FINAL_EPOCH: a full fetch that opens no fetch session
+SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch})
 RETRIABLE = frozenset({
     ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
     ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available, ErrorCode.unknown_topic_id,
@@ -46,6 +54,57 @@ class FetchState:
     log: PartitionLog
     leader_epoch: int
     delayed_until: float = 0.0  # loop time before which the partition is left out
+
+
+@dataclass
+class FetchSessionState:
+    """This fetcher's side of its fetch session with the leader (Kafka's FetchSessionHandler)."""
+
+    session_id: int = NO_SESSION_ID
+    epoch: int = INITIAL_EPOCH  # of the next request; INITIAL_EPOCH: a full fetch
+    # What the leader's session holds: each partition's request, and the FetchState it was for.
+    sent: dict[tuple[str, int], tuple[PartitionRequest, FetchState]] = field(default_factory=dict)
+
+    def next_request(self, wanted: dict[tuple[str, int], tuple[PartitionRequest, FetchState]]
+                     ) -> tuple[dict[tuple[str, int], PartitionRequest], list[tuple[str, int]]]:
+        """The partitions the next request names, and those it forgets."""
+        if any(tp in self.sent and self.sent[tp][1] is not state for tp, (_, state) in wanted.items()):
+            # A partition added anew (a new leader epoch, a new log): the leader's idea of
+            # what we were last told of it may be stale, so start a new session.
+            self.epoch = INITIAL_EPOCH
+        previous, self.sent = self.sent, dict(wanted)
+        if self.epoch == INITIAL_EPOCH:
+            return {tp: request for tp, (request, _) in wanted.items()}, []
+        changed = {tp: request for tp, (request, _) in wanted.items()
+                   if tp not in previous or previous[tp][0] != request}
+        return changed, [tp for tp in previous if tp not in wanted]
+
+    def answered(self, code: ErrorCode, session_id: int, request_epoch: int) -> bool:
+        """Take the leader's answer to a request of `request_epoch`; whether its partitions
+        are to be processed."""
+        if self.epoch != request_epoch:
+            # Reset while the request was out: the next fetch is full whatever the answer;
+            # it closes the session the leader may have opened meanwhile.
+            if session_id != NO_SESSION_ID:
+                self.session_id = session_id
+            return code == ErrorCode.none
+        if code == ErrorCode.fetch_session_id_not_found:
+            self.session_id, self.epoch = NO_SESSION_ID, INITIAL_EPOCH
+            return False
+        if code != ErrorCode.none:
+            self.failed()
+            return False
+        if session_id == NO_SESSION_ID:  # none opened, or the leader closed ours
+            self.session_id, self.epoch = NO_SESSION_ID, INITIAL_EPOCH
+        elif self.epoch == INITIAL_EPOCH:
+            self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
+        else:
+            self.epoch = next_epoch(self.epoch)
+        return True
+
+    def failed(self) -> None:
+        """The request or its answer went wrong: the next fetch is full and closes the session."""
+        self.epoch = INITIAL_EPOCH
 
 
 class ReplicaFetchers:
@@ -65,6 +124,9 @@ class ReplicaFetchers:
             fetcher.start()
         fetcher.partitions[tp] = FetchState(partition_log, leader_epoch)
         fetcher.wake()
+
+    def fetcher_of(self, leader_id: int) -> ReplicaFetcher | None:
+        return self._fetchers.get(leader_id)
 
     def remove_partition(self, tp) -> None:
         for fetcher in self._fetchers.values():
@@ -92,6 +154,7 @@ class ReplicaFetcher:
         self._peer: PeerConnection | None = None
         self._task: asyncio.Task | None = None
         self._wakeup = asyncio.Event()
+        self.session = FetchSessionState()
         config = broker.config
         self._wait_ms = config["replica.fetch.wait.max.ms"]
         self._partition_max_bytes = config["replica.fetch.max.bytes"]
@@ -105,6 +168,7 @@ class ReplicaFetcher:
         self._wakeup.set()
 
     def reconnect(self) -> None:
+        self.session.failed()
         if self._peer is not None:
             self._peer.close()
             self._peer = None
@@ -132,15 +196,18 @@ class ReplicaFetcher:
                 if peer is None:
                     await asyncio.sleep(self._backoff_s)
                     continue
-                response = await peer.request(self._request(wanted), timeout_s=self._wait_ms / 1000 + 10)
+                request = self._request(wanted)
+                response = await peer.request(request, timeout_s=self._wait_ms / 1000 + 10)
             except (ConnectionError, TimeoutError) as error:
                 log.debug("fetch from broker %d failed: %s", self.leader_id, error)
+                self.session.failed()
                 await asyncio.sleep(self._backoff_s)
                 continue
             try:
-                self._process(response, wanted, loop.time())
+                self._process(response, request.session_epoch, wanted, loop.time())
             except Exception:
                 log.exception("processing a fetch response from broker %d failed", self.leader_id)
+                self.session.failed()  # the leader's session thinks we took all of it
                 await asyncio.sleep(self._backoff_s)
 
     def _connection(self) -> PeerConnection | None:
@@ -154,20 +221,25 @@ class ReplicaFetcher:
             self._peer.retarget(*address)
         return self._peer
 
-    def _request(self, wanted: dict) -> object:
+    def _request(self, wanted: dict) -> Any:
         request_type: Any = request_class(1, FETCH_VERSION)  # the Fetch request of FETCH_VERSION
         module = sys.modules[request_type.__module__]  # FetchTopic, FetchPartition of this version
+        positions = {tp: (self._position(state), state) for tp, state in sorted(wanted.items())}
+        session = self.session
+        named, forgotten = session.next_request(positions)
         by_topic: dict[str, list] = {}
-        for (topic, partition), state in sorted(wanted.items()):
-            partition_log = state.log
+        for (topic, partition), position in named.items():
             by_topic.setdefault(topic, []).append(module.FetchPartition(
                 partition=partition,
-                current_leader_epoch=state.leader_epoch,
-                fetch_offset=partition_log.log_end_offset,
-                last_fetched_epoch=partition_log.leader_epoch_cache.latest_epoch,
-                log_start_offset=partition_log.log_start_offset,
-                partition_max_bytes=self._partition_max_bytes,
+                current_leader_epoch=position.current_leader_epoch,
+                fetch_offset=position.fetch_offset,
+                last_fetched_epoch=position.last_fetched_epoch,
+                log_start_offset=position.log_start_offset,
+                partition_max_bytes=position.partition_max_bytes,
             ))
+        forgotten_by_topic: dict[str, list[int]] = {}
+        for topic, partition in forgotten:
+            forgotten_by_topic.setdefault(topic, []).append(partition)
         return request_type(
             cluster_id=None,
             replica_id=self.broker.node_id,
@@ -175,16 +247,31 @@ class ReplicaFetcher:
             min_bytes=1,
             max_bytes=self._max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=NO_SESSION_EPOCH,
+            session_id=session.session_id,
+            session_epoch=session.epoch,
             topics=tuple(module.FetchTopic(topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()),
-            forgotten_topics_data=(),
+            forgotten_topics_data=tuple(module.ForgottenTopic(topic=topic, partitions=tuple(parts))
+                                        for topic, parts in forgotten_by_topic.items()),
             rack_id="",
         )
 
-    def _process(self, response, wanted: dict[tuple[str, int], FetchState], now: float) -> None:
-        if response.error_code != ErrorCode.none:
-            log.info("fetch from broker %d: %s", self.leader_id, ErrorCode(response.error_code).name)
+    def _position(self, state: FetchState) -> PartitionRequest:
+        partition_log = state.log
+        return PartitionRequest(
+            fetch_offset=partition_log.log_end_offset,
+            partition_max_bytes=self._partition_max_bytes,
+            current_leader_epoch=state.leader_epoch,
+            last_fetched_epoch=partition_log.leader_epoch_cache.latest_epoch,
+            log_start_offset=partition_log.log_start_offset,
+        )
+
+    def _process(self, response, request_epoch: int, wanted: dict[tuple[str, int], FetchState], now: float) -> None:
+        code = ErrorCode(response.error_code)
+        if not self.session.answered(code, response.session_id, request_epoch):
+            if code in SESSION_ERRORS:
+                log.info("fetch from broker %d: %s; the next fetch is a full one", self.leader_id, code.name)
+                return  # at once, no backoff: Kafka's fetcher goes on with a full fetch
+            log.info("fetch from broker %d: %s", self.leader_id, code.name)
             for waiting in wanted.values():
                 waiting.delayed_until = now + self._backoff_s
             return

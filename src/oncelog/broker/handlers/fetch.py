@@ -26,8 +26,15 @@
 - Fetches from replicas (cluster mode; `replica_id` >= 0) read up to the log end
   offset, move the follower's state at the leader (high watermark, ISR), and get
   `diverging_epoch` when the follower's `last_fetched_epoch` shows its log diverged.
-- Fetch sessions (KIP-227): the broker answers session_id 0, which tells clients it
-  keeps no session, so every request is a full fetch.
+- Fetch sessions (KIP-227, broker/fetch_sessions.py): a full fetch with epoch 0 opens a
+  session when the cache (`max.incremental.fetch.session.cache.slots`) has or can make
+  room; an incremental fetch reads every partition of its session (with the fetch
+  positions the session holds) and answers only the changed ones; epoch -1 is a full
+  fetch without a session. Session errors (FETCH_SESSION_ID_NOT_FOUND,
+  INVALID_FETCH_SESSION_EPOCH) are answered at once, with no partitions. Authorization
+  and leadership are checked on every request for every partition read, so an
+  incremental fetch repeats a refused or failing partition each time, as Kafka does.
+  The session cache is built on the broker's first Fetch (see `_session_cache`).
 - Deviation: the response never ends with a partial batch (Kafka may truncate the last
   batch at the byte limit; clients skip such a tail, so whole batches are equivalent).
 """
@@ -35,14 +42,34 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from oncelog import clock
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    NO_SESSION_ID,
+    FetchSessionCache,
+    PartitionAnswer,
+    PartitionRequest,
+)
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.errors import OffsetOutOfRangeError
 
+if TYPE_CHECKING:
+    from oncelog.storage.log import PartitionLog
+
 READ_COMMITTED = 1
 ZSTD_MIN_FETCH_VERSION = 10
+SESSION_CACHE_SLOTS = "max.incremental.fetch.session.cache.slots"
+
+# One session cache per broker, made on its first Fetch: the cache lives as long as the
+# broker object does (a weak key), so a restarted broker starts with none.
+_session_caches: weakref.WeakKeyDictionary[object, FetchSessionCache] = weakref.WeakKeyDictionary()
 
 
 @api(1, "Fetch", range(4, 13))
@@ -50,25 +77,93 @@ async def handle(ctx: RequestContext, request) -> object:
     loop = asyncio.get_running_loop()
     max_wait_s = request.max_wait.total_seconds()
     deadline = loop.time() + max_wait_s
-    refused = _refused_by_acls(ctx, request) if ctx.broker.acls is not None else frozenset()
-    watched = [(t.topic, p.partition) for t in request.topics if t.topic not in refused for p in t.partitions]
+    replica_id = _replica_id(request)
+    from_replica = ctx.broker.leadership.is_replica_fetch(replica_id)
+    context = _session_cache(ctx).open(
+        getattr(request, "session_id", NO_SESSION_ID), getattr(request, "session_epoch", FINAL_EPOCH),
+        _wanted(request), _forgotten(request), privileged=from_replica, now_ms=clock.now_ms())
+    if context.error is not ErrorCode.none:
+        return _response(ctx, context.error, NO_SESSION_ID, ())
+    wanted = context.partitions
+    topics = {topic for (topic, _), _ in wanted}
+    refused = _refused_by_acls(ctx, replica_id, topics) if ctx.broker.acls is not None else frozenset()
+    watched = [tp for tp, _ in wanted if tp[0] not in refused]
     max_bytes = min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
     min_bytes = min(request.min_bytes, max_bytes)
+    read_committed = request.isolation_level == READ_COMMITTED and not from_replica
     while True:
-        response, total_bytes, failed = _read_all(ctx, request, max_bytes, refused)
+        reads, total_bytes, failed = _read_all(ctx, replica_id, from_replica, read_committed, wanted, max_bytes,
+                                               refused)
         remaining = deadline - loop.time()
         if failed or total_bytes >= min_bytes or remaining <= 0 or not watched:
-            if not ctx.broker.leadership.is_replica_fetch(_replica_id(request)):
-                _count(ctx, response)
-            return response
+            break
         await ctx.broker.wait_for_append(watched, remaining)
+    outcome = context.complete({tp: read.answer for tp, read in reads.items()}, clock.now_ms())
+    make = ctx.response.make
+    response = _response(ctx, outcome.error, outcome.session_id,
+                         [(tp, _partition_data(ctx, make, tp[1], reads[tp], read_committed))
+                          for tp in outcome.partitions])
+    if not from_replica:
+        _count(ctx, response)
+    return response
 
 
-def _refused_by_acls(ctx: RequestContext, request) -> frozenset[str]:
+def session_cache_of(broker: object) -> FetchSessionCache | None:
+    """The broker's fetch session cache, once a Fetch has made it (for /metrics and tests)."""
+    return _session_caches.get(broker)
+
+
+def _session_cache(ctx: RequestContext) -> FetchSessionCache:
+    broker = ctx.broker
+    cache = _session_caches.get(broker)
+    if cache is None:
+        cache = _session_caches[broker] = FetchSessionCache(broker.config[SESSION_CACHE_SLOTS])
+    return cache
+
+
+def _wanted(request) -> dict[TopicPartition, PartitionRequest]:
+    """The request's partitions, in its order."""
+    return {
+        (topic.topic, wanted.partition): PartitionRequest(
+            fetch_offset=wanted.fetch_offset,
+            partition_max_bytes=wanted.partition_max_bytes,
+            current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
+            last_fetched_epoch=getattr(wanted, "last_fetched_epoch", -1),
+            log_start_offset=getattr(wanted, "log_start_offset", -1),
+        )
+        for topic in request.topics
+        for wanted in topic.partitions
+    }
+
+
+def _forgotten(request) -> list[TopicPartition]:
+    return [(topic.topic, partition) for topic in getattr(request, "forgotten_topics_data", ())
+            for partition in topic.partitions]
+
+
+def _response(ctx: RequestContext, code: ErrorCode, session_id: int, partitions) -> object:
+    """The FetchResponse of `partitions` ((topic, partition), PartitionData), in order; a
+    topic's consecutive partitions share one entry, as in Kafka's FetchResponse.of."""
+    make = ctx.response.make
+    topics: list[tuple[str, list]] = []
+    for (topic, _), data in partitions:
+        if not topics or topics[-1][0] != topic:
+            topics.append((topic, []))
+        topics[-1][1].append(data)
+    return make(
+        "FetchResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        session_id=session_id,
+        responses=tuple(make("FetchableTopicResponse", topic=topic, partitions=tuple(datas))
+                        for topic, datas in topics),
+    )
+
+
+def _refused_by_acls(ctx: RequestContext, replica_id: int, names: set[str]) -> frozenset[str]:
     """The topics the request may not read: all of them for a replica without
     CLUSTER_ACTION, else those the consumer may not READ."""
-    names = {topic.topic for topic in request.topics}
-    if _replica_id(request) >= 0:  # Kafka's isFromFollower
+    if replica_id >= 0:  # Kafka's isFromFollower
         return frozenset() if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION) else frozenset(names)
     return frozenset(name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
 
@@ -85,95 +180,115 @@ def _count(ctx: RequestContext, response) -> None:
                 counts.failed_fetch += 1
 
 
-def _read_all(ctx: RequestContext, request, max_bytes: int, refused: frozenset[str]) -> tuple[object, int, bool]:
-    make = ctx.response.make
+@dataclass(slots=True)
+class _PartitionRead:
+    """One partition's read: what the session compares (`answer`) and what the response
+    entity needs besides; entities are built only for the partitions answered."""
+
+    answer: PartitionAnswer
+    records: bytes | memoryview = b""
+    log: PartitionLog | None = None
+    fetch_offset: int = 0
+    upper_bound: int = 0
+    diverging: tuple[int, int] | None = None
+
+
+def _failed(code: ErrorCode) -> _PartitionRead:
+    return _PartitionRead(PartitionAnswer(code, -1, -1, -1, 0))
+
+
+def _read_all(ctx: RequestContext, replica_id: int, from_replica: bool, read_committed: bool,
+              wanted: list[tuple[TopicPartition, PartitionRequest]], max_bytes: int,
+              refused: frozenset[str]) -> tuple[dict[TopicPartition, _PartitionRead], int, bool]:
+    """Read every wanted partition: the reads, the record bytes, whether one failed."""
     logs = ctx.broker.logs
     leadership = ctx.broker.leadership
-    replica_id = _replica_id(request)
-    from_replica = leadership.is_replica_fetch(replica_id)
-    read_committed = request.isolation_level == READ_COMMITTED and not from_replica
+    zstd_unsupported = ctx.version < ZSTD_MIN_FETCH_VERSION
     budget = max_bytes
     total = 0
     failed = False
-    topics = []
-    for topic in request.topics:
-        if topic.topic in refused:
-            topics.append(make("FetchableTopicResponse", topic=topic.topic, partitions=tuple(
-                _error(make, wanted.partition, ErrorCode.topic_authorization_failed) for wanted in topic.partitions)))
+    reads: dict[TopicPartition, _PartitionRead] = {}
+    for tp, position in wanted:
+        topic, partition = tp
+        if topic in refused:
+            reads[tp] = _failed(ErrorCode.topic_authorization_failed)
             continue
-        partitions = []
-        for wanted in topic.partitions:
-            code, _epoch = leadership.leader_epoch(topic.topic, wanted.partition,
-                                                   getattr(wanted, "current_leader_epoch", -1))
-            log_ = logs.partition(topic.topic, wanted.partition)
-            if code is not ErrorCode.none or log_ is None:
-                failed = True
-                partitions.append(_error(make, wanted.partition,
-                                         code if code is not ErrorCode.none else ErrorCode.unknown_topic_or_partition))
+        code, _epoch = leadership.leader_epoch(topic, partition, position.current_leader_epoch)
+        log_ = logs.partition(topic, partition)
+        if code is not ErrorCode.none or log_ is None:
+            failed = True
+            reads[tp] = _failed(code if code is not ErrorCode.none else ErrorCode.unknown_topic_or_partition)
+            continue
+        if from_replica:
+            diverging = _diverging_epoch(log_, position)
+            if diverging is not None:
+                failed = True  # answer at once: the follower truncates before fetching on
+                reads[tp] = _PartitionRead(
+                    PartitionAnswer(ErrorCode.none, log_.high_watermark, log_.last_stable_offset,
+                                    log_.log_start_offset, 0, diverging=True), diverging=diverging)
                 continue
-            if from_replica:
-                diverging = _diverging_epoch(log_, wanted)
-                if diverging is not None:
-                    failed = True  # answer at once: the follower truncates before fetching on
-                    partitions.append(_diverged(make, log_, wanted.partition, *diverging))
-                    continue
-                code = leadership.follower_fetched(topic.topic, wanted.partition, replica_id, wanted.fetch_offset)
-                if code is not ErrorCode.none:
-                    failed = True
-                    partitions.append(_error(make, wanted.partition, code))
-                    continue
-                stable = log_.log_end_offset
-            else:
-                stable = log_.last_stable_offset if read_committed else log_.high_watermark
-            records = b""
-            code = ErrorCode.none
-            try:
-                if budget > 0:
-                    result = log_.read(
-                        wanted.fetch_offset,
-                        min(wanted.partition_max_bytes, budget),
-                        upper_bound=stable,
-                        min_one_batch=total == 0,
-                    )
-                    records = result.records
-                elif not log_.log_start_offset <= wanted.fetch_offset <= log_.log_end_offset:
-                    raise OffsetOutOfRangeError(f"{topic.topic}-{wanted.partition}", wanted.fetch_offset,
-                                                log_.log_start_offset, log_.log_end_offset)
-            except OffsetOutOfRangeError:
-                code = ErrorCode.offset_out_of_range
+            code = leadership.follower_fetched(topic, partition, replica_id, position.fetch_offset)
+            if code is not ErrorCode.none:
                 failed = True
-            total += len(records)
-            budget -= len(records)
-            if ctx.version < ZSTD_MIN_FETCH_VERSION and log_.config.compression_type == "zstd":
-                partitions.append(_error(make, wanted.partition, ErrorCode.unsupported_compression_type))
+                reads[tp] = _failed(code)
                 continue
-            partitions.append(
-                make(
-                    "PartitionData",
-                    partition_index=wanted.partition,
-                    error_code=code,
-                    high_watermark=log_.high_watermark,
-                    last_stable_offset=log_.last_stable_offset,
-                    log_start_offset=log_.log_start_offset,
-                    aborted_transactions=(
-                        _aborted(ctx, log_, wanted.fetch_offset, stable, records) if read_committed else None
-                    ),
-                    preferred_read_replica=-1,
-                    records=records,
+            stable = log_.log_end_offset
+        else:
+            stable = log_.last_stable_offset if read_committed else log_.high_watermark
+        records: bytes | memoryview = b""
+        code = ErrorCode.none
+        try:
+            if budget > 0:
+                result = log_.read(
+                    position.fetch_offset,
+                    min(position.partition_max_bytes, budget),
+                    upper_bound=stable,
+                    min_one_batch=total == 0,
                 )
-            )
-        topics.append(make("FetchableTopicResponse", topic=topic.topic, partitions=tuple(partitions)))
-    response = make(
-        "FetchResponse",
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=tuple(topics),
+                records = result.records
+            elif not log_.log_start_offset <= position.fetch_offset <= log_.log_end_offset:
+                raise OffsetOutOfRangeError(f"{topic}-{partition}", position.fetch_offset,
+                                            log_.log_start_offset, log_.log_end_offset)
+        except OffsetOutOfRangeError:
+            code = ErrorCode.offset_out_of_range
+            failed = True
+        total += len(records)
+        budget -= len(records)
+        if zstd_unsupported and log_.config.compression_type == "zstd":
+            reads[tp] = _failed(ErrorCode.unsupported_compression_type)
+            continue
+        reads[tp] = _PartitionRead(
+            PartitionAnswer(code, log_.high_watermark, log_.last_stable_offset, log_.log_start_offset, len(records)),
+            records, log_, position.fetch_offset, stable)
+    return reads, total, failed
+
+
+def _partition_data(ctx: RequestContext, make, partition: int, read: _PartitionRead, read_committed: bool) -> object:
+    """The response's PartitionData of one read."""
+    answer = read.answer
+    extra = {}
+    if read.diverging is not None:
+        epoch, end_offset = read.diverging
+        extra["diverging_epoch"] = make("EpochEndOffset", epoch=epoch, end_offset=end_offset)
+    return make(
+        "PartitionData",
+        partition_index=partition,
+        error_code=answer.error_code,
+        high_watermark=answer.high_watermark,
+        last_stable_offset=answer.last_stable_offset,
+        log_start_offset=answer.log_start_offset,
+        aborted_transactions=(
+            _aborted(ctx, read.log, read.fetch_offset, read.upper_bound, read.records)
+            if read_committed and read.log is not None else None
+        ),
+        preferred_read_replica=-1,
+        records=read.records,
+        **extra,
     )
-    return response, total, failed
 
 
-def _aborted(ctx: RequestContext, log_, fetch_offset: int, upper_bound: int, records: bytes) -> tuple:
+def _aborted(ctx: RequestContext, log_, fetch_offset: int, upper_bound: int,
+             records: bytes | memoryview) -> tuple:
     """Aborted transactions overlapping the fetched range (filled by the transaction index)."""
     collect = getattr(log_, "aborted_transactions", None)
     if collect is None or not records:
@@ -194,43 +309,14 @@ def _replica_id(request) -> int:
     return replica_id
 
 
-def _diverging_epoch(log_, wanted) -> tuple[int, int] | None:
+def _diverging_epoch(log_, wanted: PartitionRequest) -> tuple[int, int] | None:
     """Kafka's check of a follower's last fetched epoch (v12+): when this log's epoch at
     or below it ends before the fetch offset, or is older, the follower's log diverged
     there: (epoch, end offset) to truncate to, else None."""
-    last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+    last_fetched_epoch = wanted.last_fetched_epoch
     if last_fetched_epoch < 0:
         return None
     epoch, end_offset = log_.end_offset_for_epoch(last_fetched_epoch)
     if end_offset < wanted.fetch_offset or epoch < last_fetched_epoch:
         return epoch, end_offset
     return None
-
-
-def _diverged(make, log_, partition: int, epoch: int, end_offset: int) -> object:
-    return make(
-        "PartitionData",
-        partition_index=partition,
-        error_code=ErrorCode.none,
-        high_watermark=log_.high_watermark,
-        last_stable_offset=log_.last_stable_offset,
-        log_start_offset=log_.log_start_offset,
-        diverging_epoch=make("EpochEndOffset", epoch=epoch, end_offset=end_offset),
-        aborted_transactions=None,
-        preferred_read_replica=-1,
-        records=b"",
-    )
-
-
-def _error(make, partition: int, code: ErrorCode) -> object:
-    return make(
-        "PartitionData",
-        partition_index=partition,
-        error_code=code,
-        high_watermark=-1,
-        last_stable_offset=-1,
-        log_start_offset=-1,
-        aborted_transactions=None,
-        preferred_read_replica=-1,
-        records=b"",
-    )

@@ -1,0 +1,111 @@
+"""FetchSessionCache without sockets: epochs and Kafka's eviction rules, driven through time."""
+
+from __future__ import annotations
+
+import random
+
+from oncelog.broker.fetch_sessions import (
+    EVICTION_MS,
+    MAX_SESSION_ID,
+    NO_SESSION_ID,
+    FetchSessionCache,
+    PartitionAnswer,
+    PartitionRequest,
+    next_epoch,
+)
+from oncelog.protocol.messages import ErrorCode
+
+
+def wanted(size: int, topic: str = "t") -> dict[tuple[str, int], PartitionRequest]:
+    return {(topic, p): PartitionRequest(fetch_offset=0, partition_max_bytes=1024) for p in range(size)}
+
+
+def answers(partitions, high_watermark: int = 0, record_bytes: int = 0) -> dict[tuple[str, int], PartitionAnswer]:
+    return {tp: PartitionAnswer(ErrorCode.none, high_watermark, high_watermark, 0, record_bytes) for tp in partitions}
+
+
+def open_session(cache: FetchSessionCache, size: int, now_ms: int, *, privileged: bool = False) -> int:
+    context = cache.open(NO_SESSION_ID, 0, wanted(size), (), privileged=privileged, now_ms=now_ms)
+    return context.complete(answers(wanted(size)), now_ms).session_id
+
+
+def use(cache: FetchSessionCache, session_id: int, now_ms: int) -> None:
+    session = cache.get(session_id)
+    assert session is not None
+    context = cache.open(session_id, session.epoch, {}, (), privileged=False, now_ms=now_ms)
+    assert context.error is ErrorCode.none
+
+
+def test_epochs_wrap_from_the_largest_int32_to_1():
+    assert [next_epoch(e) for e in (0, 1, MAX_SESSION_ID, -1)] == [1, 2, 1, -1]
+
+
+def test_consumer_cannot_evict_a_young_session_even_with_more_partitions():
+    cache = FetchSessionCache(1, rng=random.Random(1))
+    first = open_session(cache, 2, now_ms=0)
+    assert open_session(cache, 50, now_ms=1_000) == NO_SESSION_ID
+    assert cache.get(first) is not None
+
+
+def test_an_idle_session_is_evicted_first():
+    cache = FetchSessionCache(2, rng=random.Random(1))
+    idle = open_session(cache, 10, now_ms=0)
+    busy = open_session(cache, 1, now_ms=0)
+    use(cache, busy, now_ms=EVICTION_MS)
+    newcomer = open_session(cache, 1, now_ms=EVICTION_MS + 1)
+    assert newcomer != NO_SESSION_ID
+    assert cache.get(idle) is None and cache.get(busy) is not None
+    assert cache.evictions == 1
+
+
+def test_follower_evicts_the_smallest_consumer_session():
+    cache = FetchSessionCache(2, rng=random.Random(1))
+    small = open_session(cache, 1, now_ms=0)
+    large = open_session(cache, 5, now_ms=0)
+    follower = open_session(cache, 1, now_ms=1_000, privileged=True)
+    assert follower != NO_SESSION_ID
+    assert cache.get(small) is None and cache.get(large) is not None
+    # Followers' young sessions are safe from other followers.
+    assert open_session(cache, 100, now_ms=2_000, privileged=True) != NO_SESSION_ID  # evicts `large`
+    assert open_session(cache, 100, now_ms=3_000, privileged=True) == NO_SESSION_ID
+    assert cache.get(follower) is not None
+
+
+def test_long_lived_sessions_go_to_a_larger_newcomer_only():
+    cache = FetchSessionCache(1, rng=random.Random(1))
+    old = open_session(cache, 5, now_ms=0)
+    use(cache, old, now_ms=EVICTION_MS + 1)  # lived past 120 s by its last use, still busy
+    now = EVICTION_MS + 2
+    assert open_session(cache, 5, now_ms=now) == NO_SESSION_ID  # equal size: the incumbent stays
+    assert open_session(cache, 6, now_ms=now) != NO_SESSION_ID
+    assert cache.get(old) is None
+
+
+def test_incremental_answer_moves_partitions_with_records_to_the_back():
+    cache = FetchSessionCache(1, rng=random.Random(1))
+    session_id = open_session(cache, 3, now_ms=0)
+    context = cache.open(session_id, 1, {}, (), privileged=False, now_ms=1)
+    outcome = context.complete({**answers(wanted(3)), ("t", 0): PartitionAnswer(ErrorCode.none, 1, 1, 0, 100)}, 1)
+    assert outcome.partitions == [("t", 0)]
+    session = cache.get(session_id)
+    assert session is not None and list(session.partitions) == [("t", 1), ("t", 2), ("t", 0)]
+
+
+def test_errors_are_answered_every_time_and_the_partition_again_once_they_clear():
+    cache = FetchSessionCache(1, rng=random.Random(1))
+    session_id = open_session(cache, 1, now_ms=0)
+    failing = {("t", 0): PartitionAnswer(ErrorCode.not_leader_or_follower, -1, -1, -1, 0)}
+    for epoch in (1, 2):
+        assert cache.open(session_id, epoch, {}, (), privileged=False, now_ms=1).complete(failing, 1).partitions
+    cleared = cache.open(session_id, 3, {}, (), privileged=False, now_ms=1).complete(answers(wanted(1)), 1)
+    assert cleared.partitions == [("t", 0)]
+    quiet = cache.open(session_id, 4, {}, (), privileged=False, now_ms=1).complete(answers(wanted(1)), 1)
+    assert quiet.partitions == []
+
+
+def test_a_duplicate_fetch_while_one_waits_is_invalid_fetch_session_epoch():
+    cache = FetchSessionCache(1, rng=random.Random(1))
+    session_id = open_session(cache, 1, now_ms=0)
+    waiting = cache.open(session_id, 1, {}, (), privileged=False, now_ms=1)
+    cache.open(session_id, 2, {}, (), privileged=False, now_ms=2)
+    assert waiting.complete(answers(wanted(1)), 3).error is ErrorCode.invalid_fetch_session_epoch
