@@ -253,7 +253,8 @@ def test_configs_refusals_are_one_line_naming_what_is_wrong(cli, topic):
     assert cli.fails("configs", "--alter", "--topic", topic) == (
         "oncelog: error: --alter needs --add-config, --add-config-file or --delete-config")
     assert cli.fails("configs", "--describe") == (
-        "oncelog: error: --entity-type is required (or --topic, --broker, --broker-defaults, --group)")
+        "oncelog: error: --entity-type is required (or --topic, --broker, --broker-defaults, --group, --user, "
+        "--client, --user-defaults, --client-defaults)")
 
 
 # ---------------------------------------------------------------------------- produce

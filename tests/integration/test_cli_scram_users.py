@@ -113,7 +113,7 @@ def test_password_from_a_file_works_and_bad_values_are_refused_without_echoing_t
     assert users.fails("--alter", "--entity-name", "erin", "--add-config",
                        "SCRAM-SHA-256=[iterations=1000,password=hunter2]") == (
         "oncelog: error: --add-config SCRAM-SHA-256: iterations 1000 is less than the minimum 4096")
-    assert users.fails("--alter", "--entity-name", "erin", "--add-config", "consumer_byte_rate=1024") == (
-        "oncelog: error: --add-config of users takes SCRAM-SHA-256 and SCRAM-SHA-512 "
-        "(oncelog has no client quotas), not 'consumer_byte_rate'")
+    assert users.fails("--alter", "--entity-name", "erin", "--add-config", "retention.ms=1") == (
+        "oncelog: error: Only quota and SCRAM credential configs can be added for 'users' using "
+        "--bootstrap-server. Unexpected config names: Set(retention.ms)")
     assert not any("hunter2" in text or "with a comma" in text for text in users.printed)

@@ -37,10 +37,13 @@ from oncelog.broker.metrics import (
     PartitionSnapshot,
     metrics_registry,
 )
+from oncelog.broker.quota_store import FILE_NAME as QUOTAS_FILE_NAME
+from oncelog.broker.quota_store import ClientQuotaStore, FileClientQuotaStore
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
 from oncelog.broker.topics import StandaloneTopics
 from oncelog.clock import now_ms
+from oncelog.cluster.client_quotas import shared_client_quotas
 from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
 from oncelog.cluster.producer_ids import ClusterProducerIds
 from oncelog.cluster.runtime import ClusterRuntime
@@ -88,6 +91,7 @@ class Broker:
         # SCRAM credentials (AlterUserScramCredentials), salted and hashed, in the first log dir.
         self.scram_credentials: ScramCredentialStore
         self.acls: Acls | None = None  # authorizer.class.name: the ACLs (None: everything is allowed)
+        self.client_quotas: ClientQuotaStore  # client quotas: stored here, enforced by self.server.quotas
         # Set by start(), before anything uses them.
         self.logs: LogManager
         self.producer_ids: ProducerIdManager | ClusterProducerIds
@@ -188,6 +192,14 @@ class Broker:
         else:  # in the metadata quorum, shared by every broker: read before the listeners open
             self.scram_credentials = await shared_scram_credentials(self.cluster, scram_file)
             self.acls = await shared_acls(self.config, self.cluster, self.config.log_dirs[0] / ACLS_FILE)
+        # Client quotas, read before the listeners open (a file standalone, the metadata quorum in cluster mode).
+        if self.cluster is None:
+            quota_file = FileClientQuotaStore(self.config.log_dirs[0], self.server.quotas.replace)
+            quota_file.load()
+            self.client_quotas = quota_file
+        else:
+            self.client_quotas = await shared_client_quotas(
+                self.cluster, self.server.quotas.replace, self.config.log_dirs[0] / QUOTAS_FILE_NAME)
         await self._listen()
         if self.cluster is not None:
             await self.cluster.start()

@@ -171,6 +171,9 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("queued.max.request.bytes", _int, "-1",
                 "Request bytes held in memory over all connections before the broker stops reading "
                 "requests (-1 or 0: no bound; else at least socket.request.max.bytes)."),
+        Setting("quota.window.num", _int, "11",
+                "Windows a client quota's rate is measured over (the current one and those before it)."),
+        Setting("quota.window.size.seconds", _int, "1", "Length of each window of a client quota's rate."),
         Setting("producer.id.expiration.ms", _int, "86400000", "Forget an idle producer's state after this long."),
         Setting("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producers are looked for."),
         Setting("producer.id.max.entries.per.partition", _int, "100000",
@@ -394,6 +397,9 @@ class BrokerConfig:
         if self["max.incremental.fetch.session.cache.slots"] < 0:  # Kafka's atLeast(0)
             raise ConfigError("max.incremental.fetch.session.cache.slots: must be at least 0, got "
                               f"{self['max.incremental.fetch.session.cache.slots']}")
+        for key in ("quota.window.num", "quota.window.size.seconds"):  # Kafka's atLeast(1)
+            if self[key] < 1:
+                raise ConfigError(f"{key}: must be at least 1, got {self[key]}")
         queued = self["queued.max.request.bytes"]
         if 0 < queued < self["socket.request.max.bytes"]:
             # Kafka's rule too: its memory pool refuses a bound below the largest single request.

@@ -30,6 +30,7 @@ from oncelog.security.session import ConnectionSession
 if TYPE_CHECKING:
     from oncelog.broker.authorization import Acls
     from oncelog.broker.dynamic_config_store import DynamicConfigStore
+    from oncelog.broker.quota_store import ClientQuotaStore
     from oncelog.broker.topic_stats import TopicStats
     from oncelog.cluster.runtime import ClusterRuntime
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -84,6 +85,8 @@ class BrokerServices(Node, Protocol):
     def topic_stats(self) -> TopicStats: ...
     @property
     def scram_credentials(self) -> ScramCredentialStore: ...
+    @property
+    def client_quotas(self) -> ClientQuotaStore: ...  # AlterClientQuotas: stored, then enforced by the server
     @property
     def acls(self) -> Acls | None: ...  # None: no authorizer, everything is allowed
     async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float) -> None: ...

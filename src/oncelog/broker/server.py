@@ -26,6 +26,11 @@ Limits, as Kafka's SocketServer applies them:
   allocated) and released once its request has been handled. When the pool is used up,
   a connection that needs a new frame buffer stops reading until memory is released.
   Kafka's default (-1, or any value <= 0) is no bound.
+
+Client quotas (oncelog.broker.quotas, .throttling): a request of a client a quota applies
+to is charged after its handler answers; over a quota, its response carries the throttle
+time and the connection is muted for that long once the response is sent (KIP-219).
+Without any quota configured, a request costs one attribute test.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ from dataclasses import dataclass
 from oncelog.broker.dispatch import BrokerServices, CloseConnection, RequestContext
 from oncelog.broker.handlers import handler_table
 from oncelog.broker.handlers.api_versions import unsupported_version_response
+from oncelog.broker.quotas import ClientQuotas
 from oncelog.broker.request_stats import RequestStats
+from oncelog.broker.throttling import RequestCharge
 from oncelog.protocol import framing
 from oncelog.protocol.error_counts import count_errors
 from oncelog.protocol.messages import (
@@ -155,6 +162,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._writing_paused = False
         self._drain_waiter: asyncio.Future | None = None
+        self.muted_until = 0.0  # a client over its quota: no request is taken before this (loop time)
 
     # -- asyncio protocol callbacks --------------------------------------------------
 
@@ -364,6 +372,15 @@ class _Connection(asyncio.BufferedProtocol):
         self._update_reading()
         return frame
 
+    def mute(self, throttle_ms: int) -> None:
+        """Take no request for `throttle_ms` from now (a quota's throttle time)."""
+        self.muted_until = asyncio.get_running_loop().time() + throttle_ms / 1000
+
+    async def wait_unmuted(self) -> None:
+        delay, self.muted_until = self.muted_until - asyncio.get_running_loop().time(), 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
+
     async def write(self, response: list) -> None:
         """Send one response (its buffers, in order: one writev, no joining copy)."""
         if self.transport.is_closing():
@@ -394,6 +411,8 @@ class KafkaServer:
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task] = set()
         self.request_stats = RequestStats()  # per API, for /metrics
+        # Client quotas: replaced by the broker's quota store at start-up and on every change.
+        self.quotas = ClientQuotas(broker.config["quota.window.num"], broker.config["quota.window.size.seconds"])
 
     async def start(self, listeners: list[ListenerBinding]) -> dict[str, tuple[str, int]]:
         """Listen on every listener; the bound (host, port) of each, by name."""
@@ -443,13 +462,15 @@ class KafkaServer:
                     if session.expects_raw_tokens:
                         response = self._raw_token(session, frame)
                     else:
-                        response = await self._handle(frame, session)
+                        response = await self._handle(frame, session, connection)
                 finally:
                     connection.frame_done(frame)
                 if session.failed:  # a failed authentication: answer late, then close (a guesser waits)
                     await asyncio.sleep(session.listener.failed_authentication_delay_ms / 1000)
                 if response is not None:
                     await connection.write(response)
+                if connection.muted_until:  # over a quota: the answer went out, the next request waits
+                    await connection.wait_unmuted()
                 if session.failed:
                     return
         except ConnectionError:
@@ -471,7 +492,7 @@ class KafkaServer:
         outcome = session.authenticate(bytes(frame))
         return [] if session.failed else [_SIZE.pack(len(outcome.token)) + outcome.token]
 
-    async def _handle(self, frame: bytearray, session: ConnectionSession) -> list | None:
+    async def _handle(self, frame: bytearray, session: ConnectionSession, connection: _Connection) -> list | None:
         """The response frame's buffers for one request frame, or None for no response."""
         try:
             api_key, version, correlation_id, client_id, position = framing.read_request_header(frame)
@@ -509,14 +530,26 @@ class KafkaServer:
             handlers=self.handlers,
             finalized_features_epoch=self.finalized_features_epoch,
         )
+        quota = self.quotas.of(session.principal, client_id) if self.quotas.active else None
+        charge = None if quota is None else RequestCharge(quota, api_key, request, len(frame), self.broker)
         stats = self.request_stats.started(api_key)
         started = time.perf_counter()
         try:
-            response = await handler.handle(context, request)
+            if charge is None:
+                response = await handler.handle(context, request)
+            else:
+                response = await charge.timed(handler.handle(context, charge.request))
         finally:
             self.request_stats.finished(stats, time.perf_counter() - started)
-        if response is None:
-            return None  # e.g. Produce with acks=0
+        if response is None:  # e.g. Produce with acks=0
+            if charge is not None and (throttled := charge.settle(None, None)) is not None:
+                connection.mute(throttled[0])
+            return None
         count_errors(response, stats.errors)
         flexible_header = flexible and api_key != framing.API_VERSIONS_KEY
-        return encode_response_frame(correlation_id, response, flexible_header=flexible_header)
+        encoded = encode_response_frame(correlation_id, response, flexible_header=flexible_header)
+        if charge is not None and (throttled := charge.settle(response, encoded)) is not None:
+            throttle_ms, response = throttled
+            connection.mute(throttle_ms)
+            encoded = encode_response_frame(correlation_id, response, flexible_header=flexible_header)
+        return encoded

@@ -15,6 +15,8 @@ Key layout under the prefix:
     acls                       {"v":1,"acls":[{"resource_type","name","pattern_type","principal","host",
                                                "operation","permission_type"}, ...]}  every ACL
     scram-credentials          {"v":1,"users":{user:{mechanism:{"salt","stored_key","server_key","iterations"}}}}
+    client-quotas              {"v":1,"entities":[{"entity":{"user":U,"client-id":C},"quotas":{key:value}}, ...]}
+                               (oncelog.broker.quotas.configs_to_json; a null name is the default)
     producer-ids/next-block    (not part of the image)
     features                   (not part of the image)
 
@@ -54,6 +56,7 @@ class KeyKind(Enum):
     BROKER_CONFIGS = "broker_configs"
     ACLS = "acls"
     SCRAM_CREDENTIALS = "scram_credentials"
+    CLIENT_QUOTAS = "client_quotas"
     PRODUCER_ID_BLOCK = "producer_id_block"
     FEATURES = "features"
     UNKNOWN = "unknown"
@@ -63,6 +66,7 @@ _PRODUCER_ID_BLOCK = "producer-ids/next-block"
 _BROKER_CONFIGS = "configs/brokers"
 _ACLS = "acls"
 _SCRAM_CREDENTIALS = "scram-credentials"
+_CLIENT_QUOTAS = "client-quotas"
 
 
 def _parse_relative(rest: str, key: str) -> tuple:
@@ -79,6 +83,8 @@ def _parse_relative(rest: str, key: str) -> tuple:
         return (KeyKind.ACLS,)
     if rest == _SCRAM_CREDENTIALS:
         return (KeyKind.SCRAM_CREDENTIALS,)
+    if rest == _CLIENT_QUOTAS:
+        return (KeyKind.CLIENT_QUOTAS,)
     parts = rest.split("/")
     if len(parts) == 2 and parts[0] == "brokers":
         node_id = _parse_int(parts[1])
@@ -165,11 +171,16 @@ class Keys:
     def scram_credentials(self) -> str:
         return self.prefix + _SCRAM_CREDENTIALS
 
+    @property
+    def client_quotas(self) -> str:
+        return self.prefix + _CLIENT_QUOTAS
+
     def parse(self, key: str) -> tuple:
         """`(KeyKind.BROKER, node_id)`, `(KeyKind.TOPIC, name)`,
         `(KeyKind.PARTITION, topic, partition)`, `(KeyKind.CONTROLLER,)`,
         `(KeyKind.PRODUCER_ID_BLOCK,)`, `(KeyKind.FEATURES,)`, `(KeyKind.BROKER_CONFIGS,)`,
-        `(KeyKind.ACLS,)`, `(KeyKind.SCRAM_CREDENTIALS,)`, or `(KeyKind.UNKNOWN, key)`
+        `(KeyKind.ACLS,)`, `(KeyKind.SCRAM_CREDENTIALS,)`, `(KeyKind.CLIENT_QUOTAS,)`, or
+        `(KeyKind.UNKNOWN, key)`
         for anything else, including keys outside this cluster's prefix."""
         if not key.startswith(self.prefix):
             return (KeyKind.UNKNOWN, key)
@@ -406,6 +417,17 @@ def decode_scram_credentials(kv: KeyValue) -> Mapping[str, Any]:
     return MappingProxyType({"users": MappingProxyType(_field(_decode(kv, what), "users", dict, kv, what))})
 
 
+def encode_client_quotas(document: Mapping[str, Any]) -> bytes:
+    """The client quotas as oncelog.broker.quotas.configs_to_json spells them."""
+    return _encode(dict(document))
+
+
+def decode_client_quotas(kv: KeyValue) -> Mapping[str, Any]:
+    """{"entities": [...]}; each entry is checked by whoever reads it (configs_from_json)."""
+    what = "client quotas"
+    return MappingProxyType({"entities": tuple(_field(_decode(kv, what), "entities", list, kv, what))})
+
+
 def encode_controller(node_id: int) -> bytes:
     return _encode({"node_id": node_id})
 
@@ -437,6 +459,7 @@ class MetadataImage:
     # the repr: long, and the credentials' keys are secrets.
     acls: Mapping[str, Any] = field(default_factory=dict, repr=False)
     scram_credentials: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    client_quotas: Mapping[str, Any] = field(default_factory=dict, repr=False)  # decode_client_quotas, {} if none
     _by_topic: Mapping[str, tuple[PartitionRecord, ...]] = field(
         init=False, repr=False, compare=False
     )
@@ -496,7 +519,7 @@ class MetadataImage:
         brokers = {other: registration for other, registration in self.brokers.items() if other != node_id}
         controller = NO_CONTROLLER if self.controller_id == node_id else self.controller_id
         return MetadataImage(self.revision, brokers, self.topics, partitions, controller, self.broker_configs,
-                             self.acls, self.scram_credentials)
+                             self.acls, self.scram_credentials, self.client_quotas)
 
     def live_broker_ids(self) -> set[int]:
         return set(self.brokers)
@@ -527,12 +550,13 @@ class _MutableState:
     broker_configs: Mapping[str, Any]
     acls: Mapping[str, Any]
     scram_credentials: Mapping[str, Any]
+    client_quotas: Mapping[str, Any]
 
     @classmethod
     def of(cls, image: MetadataImage) -> _MutableState:
         return cls(
             dict(image.brokers), dict(image.topics), dict(image.partitions), image.controller_id,
-            image.broker_configs, image.acls, image.scram_credentials,
+            image.broker_configs, image.acls, image.scram_credentials, image.client_quotas,
         )
 
     def put(self, kv: KeyValue) -> None:
@@ -552,6 +576,8 @@ class _MutableState:
             self.acls = decode_acls(kv)
         elif kind is KeyKind.SCRAM_CREDENTIALS:
             self.scram_credentials = decode_scram_credentials(kv)
+        elif kind is KeyKind.CLIENT_QUOTAS:
+            self.client_quotas = decode_client_quotas(kv)
         # Producer-id blocks, features and keys this version does not know: not image state.
 
     def delete(self, key: str) -> None:
@@ -571,13 +597,15 @@ class _MutableState:
             self.acls = {}
         elif kind is KeyKind.SCRAM_CREDENTIALS:
             self.scram_credentials = {}
+        elif kind is KeyKind.CLIENT_QUOTAS:
+            self.client_quotas = {}
 
     def freeze(self, revision: int) -> MetadataImage:
         partitions = {
             key: record for key, record in self.partitions.items() if key[0] in self.topics
         }
         return MetadataImage(revision, self.brokers, self.topics, partitions, self.controller_id,
-                             self.broker_configs, self.acls, self.scram_credentials)
+                             self.broker_configs, self.acls, self.scram_credentials, self.client_quotas)
 
 
 @dataclass(slots=True)
@@ -602,6 +630,7 @@ class MetadataDelta:
     broker_configs_changed: bool = False
     acls_changed: bool = False
     scram_credentials_changed: bool = False
+    client_quotas_changed: bool = False
 
     @classmethod
     def diff(cls, old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -633,6 +662,8 @@ class MetadataDelta:
         delta.acls_changed = old.acls is not new.acls and old.acls != new.acls
         delta.scram_credentials_changed = (old.scram_credentials is not new.scram_credentials
                                            and old.scram_credentials != new.scram_credentials)
+        delta.client_quotas_changed = (old.client_quotas is not new.client_quotas
+                                       and old.client_quotas != new.client_quotas)
         return delta
 
     @property
@@ -648,4 +679,5 @@ class MetadataDelta:
             or self.broker_configs_changed
             or self.acls_changed
             or self.scram_credentials_changed
+            or self.client_quotas_changed
         )

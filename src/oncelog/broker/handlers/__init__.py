@@ -12,6 +12,7 @@ from oncelog.broker.dispatch import TRANSACTION_V2_LEVEL, ApiHandler
 from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
     alter_replica_log_dirs,
@@ -25,6 +26,7 @@ from oncelog.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -63,6 +65,7 @@ from oncelog.broker.handlers import (
 HANDLERS: tuple[ApiHandler, ...] = (
     add_offsets_to_txn.handle,
     add_partitions_to_txn.handle,
+    alter_client_quotas.handle,
     alter_configs.handle,
     alter_partition_reassignments.handle,
     alter_replica_log_dirs.handle,
@@ -76,6 +79,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     delete_records.handle,
     delete_topics.handle,
     describe_acls.handle,
+    describe_client_quotas.handle,
     describe_cluster.handle,
     describe_configs.handle,
     describe_groups.handle,
