@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 from oncelog import EmbeddedBroker
 from oncelog.broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, PartitionRequest
-from oncelog.broker.handlers.fetch import session_cache_of
 from oncelog.cluster.fetcher import FetchSessionState, FetchState, ReplicaFetchers
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.config import LogConfig
@@ -59,7 +58,7 @@ async def _follow(leader: EmbeddedBroker, topic: str, directory: Path) -> None:
         fetchers.add_partition((topic, partition), LEADER_ID, 0, partition_log)
     fetcher = fetchers.fetcher_of(LEADER_ID)
     assert fetcher is not None
-    cache = session_cache_of(leader.broker)
+    cache = leader.broker.fetch_sessions
     written = 0
 
     async def produce_and_replicate(what: str) -> None:
@@ -72,7 +71,7 @@ async def _follow(leader: EmbeddedBroker, topic: str, directory: Path) -> None:
 
     try:
         await produce_and_replicate("first")
-        cache = session_cache_of(leader.broker)
+        cache = leader.broker.fetch_sessions
         assert cache is not None and cache.created == 1 and len(cache) == 1
         first_session = fetcher.session.session_id
         assert first_session != 0 and cache.get(first_session) is not None

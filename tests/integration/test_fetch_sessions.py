@@ -24,7 +24,6 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.handlers.fetch import session_cache_of
 from oncelog.protocol.client import WireClient
 from oncelog.security.acl import AclOperation, ResourceType
 from tests.support.java import JavaProgram
@@ -101,7 +100,7 @@ def open_session(client: WireClient, topic: str) -> int:
 def test_full_fetch_with_epoch_0_opens_a_session_and_answers_every_partition(broker, topic):
     with WireClient.connect(broker.bootstrap_servers) as client:
         session_id = open_session(client, topic)
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     assert cache is not None and cache.get(session_id) is not None
 
 
@@ -166,7 +165,7 @@ def test_forgotten_partitions_leave_the_session(broker, topic):
         produce_to_partitions(broker.bootstrap_servers, topic, [(0, b"a"), (1, b"b"), (3, b"c")])
         response = fetch(client, {}, session_id=session_id, epoch=2)
         assert list(answered(response)) == [(topic, 3)]
-        cache = session_cache_of(broker.broker)
+        cache = broker.broker.fetch_sessions
         assert cache is not None
         session = cache.get(session_id)
         assert session is not None and set(session.partitions) == {(topic, 2), (topic, 3)}
@@ -225,7 +224,7 @@ def test_a_full_cache_answers_new_consumers_without_a_session(tmp_path):
             bigger = fetch(second, positions(topic))
             assert (bigger.session_id, set(answered(bigger))) == (0, set(positions(topic)))
             assert fetch(first, {}, session_id=session_id, epoch=1).error_code == ErrorCode.none
-        cache = session_cache_of(one_slot.broker)
+        cache = one_slot.broker.fetch_sessions
         assert cache is not None and (len(cache), cache.evictions) == (1, 0)
 
 
@@ -257,7 +256,7 @@ def test_librdkafka_consumes_without_a_session(broker):
     topic = unique("librdkafka")
     create_topic(broker.bootstrap_servers, topic, partitions=8)
     produce_to_partitions(broker.bootstrap_servers, topic, [(p, f"r{p}".encode()) for p in range(8)])
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     before = cache.created if cache is not None else 0
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": unique("g"),
                          "enable.auto.commit": False})
@@ -272,7 +271,7 @@ def test_librdkafka_consumes_without_a_session(broker):
     finally:
         consumer.close()
     assert values == {f"r{p}".encode() for p in range(8)}
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     assert (cache.created if cache is not None else 0) == before
 
 
@@ -281,7 +280,7 @@ def test_kafka_python_consumes_through_an_incremental_session(broker):
     partitions = 24
     create_topic(broker.bootstrap_servers, topic, partitions=partitions)
     produce_to_partitions(broker.bootstrap_servers, topic, [(p, f"r{p}".encode()) for p in range(partitions)])
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     incremental_before = cache.incremental_fetches if cache is not None else 0
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False,
                              fetch_max_wait_ms=100)
@@ -300,7 +299,7 @@ def test_kafka_python_consumes_through_an_incremental_session(broker):
     finally:
         consumer.close()
     assert values == {f"r{p}".encode() for p in range(partitions)} | {b"later"}
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     assert cache is not None and cache.incremental_fetches > incremental_before
 
 
@@ -312,7 +311,7 @@ def test_java_client_consumes_many_partitions_through_a_session_and_changes_assi
         broker, java_tools, tmp_path):
     topic = unique("java-many")
     create_topic(broker.bootstrap_servers, topic, partitions=JAVA_PARTITIONS)
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     created_before = cache.created if cache is not None else 0
     incremental_before = cache.incremental_fetches if cache is not None else 0
     program = JavaProgram(java_tools, tmp_path, JAVA_SOURCE)
@@ -325,7 +324,7 @@ def test_java_client_consumes_many_partitions_through_a_session_and_changes_assi
     output = run.stdout + run.stderr
     assert "invalid full fetch response" not in output
     assert "invalid incremental fetch response" not in output
-    cache = session_cache_of(broker.broker)
+    cache = broker.broker.fetch_sessions
     assert cache is not None
     assert cache.created > created_before
     assert cache.incremental_fetches > incremental_before

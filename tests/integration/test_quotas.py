@@ -33,7 +33,6 @@ from kio.static.primitive import f64, i8, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
 from oncelog.admin.wire import Cluster
-from oncelog.broker.handlers.fetch import session_cache_of
 from oncelog.cli import main
 from oncelog.protocol.client import WireClient, decode_response, encode_request
 from oncelog.security.acl import AclOperation, ResourceType
@@ -200,7 +199,7 @@ def test_a_throttled_fetch_that_would_open_a_session_gets_no_partitions_and_no_s
         first = fetch(client, 1)  # one 10 KB batch, more than the quota's window holds: throttled at once
     assert first.throttle_time > datetime.timedelta(0)
     assert (first.error_code, first.session_id, first.responses) == (ErrorCode.none, 0, ())
-    cache = session_cache_of(throttling_broker.broker)
+    cache = throttling_broker.broker.fetch_sessions
     assert cache is not None and len(cache) == 0  # the session the fetch opened is closed again
 
 

@@ -27,6 +27,7 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
+from oncelog.broker.fetch_sessions import FetchSessionCache
 from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.listener_setup import inter_broker_security, listener_bindings, plain_users
 from oncelog.broker.metrics import (
@@ -115,6 +116,8 @@ class Broker:
         self.http: HttpListener | None = None  # http.listener: /metrics and the console
         self._console: ConsoleSource | None = None
         self.topic_stats = TopicStats()  # per-topic traffic, counted by Produce and Fetch
+        # KIP-227: consumers' and followers' incremental fetch sessions (a restart starts with none).
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.producers_expired = 0  # by the producer-expiry timer, for /metrics
         # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
         self.dynamic_configs: DynamicConfigStore | None = None

@@ -30,6 +30,7 @@ from oncelog.security.session import ConnectionSession
 if TYPE_CHECKING:
     from oncelog.broker.authorization import Acls
     from oncelog.broker.dynamic_config_store import DynamicConfigStore
+    from oncelog.broker.fetch_sessions import FetchSessionCache
     from oncelog.broker.quota_store import ClientQuotaStore
     from oncelog.broker.topic_stats import TopicStats
     from oncelog.cluster.runtime import ClusterRuntime
@@ -83,6 +84,8 @@ class BrokerServices(Node, Protocol):
     def dynamic_configs(self) -> DynamicConfigStore | None: ...
     @property
     def topic_stats(self) -> TopicStats: ...
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
     @property
     def scram_credentials(self) -> ScramCredentialStore: ...
     @property

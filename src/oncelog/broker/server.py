@@ -531,7 +531,8 @@ class KafkaServer:
             finalized_features_epoch=self.finalized_features_epoch,
         )
         quota = self.quotas.of(session.principal, client_id) if self.quotas.active else None
-        charge = None if quota is None else RequestCharge(quota, api_key, request, len(frame), self.broker)
+        charge = None if quota is None else RequestCharge(quota, api_key, request, len(frame),
+                                                                    self.broker.fetch_sessions)
         stats = self.request_stats.started(api_key)
         started = time.perf_counter()
         try:

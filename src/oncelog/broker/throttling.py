@@ -33,8 +33,7 @@ from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import replace
 from typing import Any
 
-from oncelog.broker.fetch_sessions import FINAL_EPOCH
-from oncelog.broker.handlers.fetch import session_cache_of
+from oncelog.broker.fetch_sessions import FINAL_EPOCH, FetchSessionCache
 from oncelog.broker.quotas import ClientQuota, monotonic_ms
 from oncelog.protocol.messages import ErrorCode
 
@@ -47,11 +46,12 @@ class RequestCharge:
     """One request of a client with a quota: `request` to hand to the handler, `timed` to
     run the handler through, then `settle` once its response is encoded."""
 
-    __slots__ = ("_api_key", "_broker", "_consumer_fetch", "_loop_time", "_quota", "_request_bytes", "request")
+    __slots__ = ("_api_key", "_consumer_fetch", "_fetch_sessions", "_loop_time", "_quota", "_request_bytes", "request")
 
-    def __init__(self, quota: ClientQuota, api_key: int, request: Any, request_bytes: int, broker: object) -> None:
+    def __init__(self, quota: ClientQuota, api_key: int, request: Any, request_bytes: int,
+                 fetch_sessions: FetchSessionCache) -> None:
         self._quota = quota
-        self._broker = broker
+        self._fetch_sessions = fetch_sessions
         self._api_key = api_key
         self._request_bytes = request_bytes
         self._consumer_fetch = api_key == FETCH_KEY and not _from_follower(request)
@@ -90,7 +90,7 @@ class RequestCharge:
             return throttle_ms, None
         if self._consumer_fetch:
             quota.unrecord_fetch(fetched, now_ms)
-            _forget_answer(self._broker, self.request, response)
+            _forget_answer(self._fetch_sessions, self.request, response)
             response = _without_records(response, self.request)
         if "throttle_time" in getattr(type(response), "__dataclass_fields__", ()):
             response = replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
@@ -104,11 +104,10 @@ def _from_follower(request: Any) -> bool:
     return replica_id >= 0
 
 
-def _forget_answer(broker: object, request: Any, response: Any) -> None:
+def _forget_answer(cache: FetchSessionCache, request: Any, response: Any) -> None:
     """The fetch session no longer counts on the answer the client will not get."""
     session_id = getattr(response, "session_id", 0)
-    cache = session_cache_of(broker)
-    if not session_id or cache is None or getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
+    if not session_id or getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
         return
     if getattr(request, "session_epoch", -1) <= 0:  # the answer opened this session: a full fetch naming it closes it
         cache.open(session_id, FINAL_EPOCH, {}, (), privileged=False, now_ms=monotonic_ms())

@@ -34,7 +34,7 @@
   INVALID_FETCH_SESSION_EPOCH) are answered at once, with no partitions. Authorization
   and leadership are checked on every request for every partition read, so an
   incremental fetch repeats a refused or failing partition each time, as Kafka does.
-  The session cache is built on the broker's first Fetch (see `_session_cache`).
+  The session cache is the broker's (`Broker.fetch_sessions`).
 - Deviation: the response never ends with a partial batch (Kafka may truncate the last
   batch at the byte limit; clients skip such a tail, so whole batches are equivalent).
 """
@@ -42,7 +42,6 @@
 from __future__ import annotations
 
 import asyncio
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,7 +50,6 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.fetch_sessions import (
     FINAL_EPOCH,
     NO_SESSION_ID,
-    FetchSessionCache,
     PartitionAnswer,
     PartitionRequest,
 )
@@ -65,11 +63,6 @@ if TYPE_CHECKING:
 
 READ_COMMITTED = 1
 ZSTD_MIN_FETCH_VERSION = 10
-SESSION_CACHE_SLOTS = "max.incremental.fetch.session.cache.slots"
-
-# One session cache per broker, made on its first Fetch: the cache lives as long as the
-# broker object does (a weak key), so a restarted broker starts with none.
-_session_caches: weakref.WeakKeyDictionary[object, FetchSessionCache] = weakref.WeakKeyDictionary()
 
 
 @api(1, "Fetch", range(4, 13))
@@ -79,7 +72,7 @@ async def handle(ctx: RequestContext, request) -> object:
     deadline = loop.time() + max_wait_s
     replica_id = _replica_id(request)
     from_replica = ctx.broker.leadership.is_replica_fetch(replica_id)
-    context = _session_cache(ctx).open(
+    context = ctx.broker.fetch_sessions.open(
         getattr(request, "session_id", NO_SESSION_ID), getattr(request, "session_epoch", FINAL_EPOCH),
         _wanted(request), _forgotten(request), privileged=from_replica, now_ms=clock.now_ms())
     if context.error is not ErrorCode.none:
@@ -106,19 +99,6 @@ async def handle(ctx: RequestContext, request) -> object:
     if not from_replica:
         _count(ctx, response)
     return response
-
-
-def session_cache_of(broker: object) -> FetchSessionCache | None:
-    """The broker's fetch session cache, once a Fetch has made it (for /metrics and tests)."""
-    return _session_caches.get(broker)
-
-
-def _session_cache(ctx: RequestContext) -> FetchSessionCache:
-    broker = ctx.broker
-    cache = _session_caches.get(broker)
-    if cache is None:
-        cache = _session_caches[broker] = FetchSessionCache(broker.config[SESSION_CACHE_SLOTS])
-    return cache
 
 
 def _wanted(request) -> dict[TopicPartition, PartitionRequest]:
