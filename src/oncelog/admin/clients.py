@@ -135,9 +135,13 @@ def _librdkafka_logger(*, verbose: bool) -> logging.Logger:
 
 
 def make_client(factory: Any, config: dict[str, Any]) -> Any:
-    """Construct a confluent-kafka client, turning bad properties into a CommandError."""
+    """Construct a confluent-kafka client, turning bad properties into a CommandError.
+    Kafka's property names stay usable: a Java `sasl.jaas.config` (which librdkafka
+    refuses) reaches librdkafka as sasl.username/sasl.password or sasl.oauthbearer.config."""
+    from oncelog.client.config import librdkafka_settings
+
     try:
-        return factory(config)
+        return factory(librdkafka_settings(config.items()))
     except (KafkaException, ValueError, TypeError) as error:
         raise CommandError(f"invalid client configuration: {_error_text(error)}") from None
 
@@ -194,6 +198,7 @@ def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = No
     a broker that is still starting); a connected but slow one gets CONNECT_TIMEOUT_S."""
     started = time.monotonic()
     attempt_timeout_s = 1.0
+    security_checked = False
     while True:
         remaining_s = started + CONNECT_TIMEOUT_S - time.monotonic()
         try:
@@ -207,6 +212,9 @@ def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = No
             code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
             refused = code in (KafkaError._TRANSPORT, KafkaError._RESOLVE,
                                KafkaError._ALL_BROKERS_DOWN)
+            if code in _UNREACHABLE and not security_checked:
+                security_checked = True
+                _check_security(args)
             if (
                 code not in _UNREACHABLE
                 or elapsed_s >= CONNECT_TIMEOUT_S
@@ -214,6 +222,14 @@ def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = No
             ):
                 raise command_error(error, bootstrap=args.bootstrap_server) from None
         attempt_timeout_s = min(attempt_timeout_s * 2, CONNECT_TIMEOUT_S)
+
+
+def _check_security(args: argparse.Namespace) -> None:
+    """A refused login or TLS handshake, which librdkafka reports only in its log (and then
+    as an unreachable broker), as its own one-line error (oncelog.admin.wire)."""
+    from oncelog.admin.wire import check_security
+
+    check_security(args.bootstrap_server, user_properties(args))
 
 
 def topic_partitions(metadata: Any, topic: str) -> list[int]:

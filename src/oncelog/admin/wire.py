@@ -5,20 +5,33 @@ consumer's coordinator check):
 connection options as every other command (`--bootstrap-server`, `--command-config`,
 `-X`, `$ONCELOG_BOOTSTRAP`).
 
-Of the client properties, these commands use `bootstrap.servers`, `client.id` and
+The connections are oncelog's client's (oncelog.client.connection): PLAINTEXT, SSL,
+SASL_PLAINTEXT and SASL_SSL, with the client properties every command takes
+(oncelog.client.config): `security.protocol`, `ssl.ca.location`,
+`ssl.certificate.location`, `ssl.key.location`, `ssl.key.password`,
+`ssl.endpoint.identification.algorithm`, `enable.ssl.certificate.verification`,
+`sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER), `sasl.username`,
+`sasl.password`, `sasl.oauthbearer.config`, or Java's `sasl.jaas.config`. Also
+`bootstrap.servers`, `client.id`, `socket.connection.setup.timeout.ms` and
 `request.timeout.ms` (how long to wait for each answer; Kafka's admin client default,
-30000). The others are checked as librdkafka checks them (a misspelt key is an error)
-and have no further effect; `security.protocol` must be PLAINTEXT, the only listener
-oncelog has.
+30000). Every property is first checked as librdkafka checks it (a misspelt key is an
+error); the others have no further effect here. A client certificate or CA that only
+librdkafka can read (`ssl.keystore.location`, the inline `*.pem` ones) is refused rather
+than left out of the handshake.
+
+A refused login, a failed TLS handshake and a broker that does not answer are each one
+line (a CommandError); an authorization failure is the broker's error code, reported by
+the command that asked.
 """
 
 # No `from __future__ import annotations`: kio reads the field types of the response
 # classes below at run time.
 import argparse
-import struct
+import dataclasses
+import ssl
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
@@ -36,10 +49,12 @@ from kio.serial import entity_reader
 from kio.static.primitive import i8, i16, i32, i64
 from kio.static.protocol import Entity
 
+from oncelog.client.config import ClientConfig, ConfigError
+from oncelog.client.connection import Connection
+from oncelog.client.errors import AuthenticationFailed, ConnectionLost, UnsupportedVersion
 from oncelog.errors import CommandError
 from oncelog.names import TopicPartition
 from oncelog.protocol import framing
-from oncelog.protocol.client import WireClient, encode_request
 
 GROUP_COORDINATOR, TRANSACTION_COORDINATOR = 0, 1  # FindCoordinator key_type
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms for admin clients
@@ -47,20 +62,24 @@ COORDINATOR_RETRY_S = 0.25
 # While __transaction_state is being created or loaded (5 s); a group consumer waits as
 # long as a command waits for its cluster (clients.CONNECT_TIMEOUT_S).
 TRANSACTION_COORDINATOR_WAIT_S = 5.0
+SECURITY_CHECK_TIMEOUT_S = 5.0  # check_security's wait for each answer
 RETRIABLE_COORDINATOR_ERRORS = frozenset({
     ErrorCode.coordinator_not_available,
     ErrorCode.coordinator_load_in_progress,
     ErrorCode.not_coordinator,
 })
 
-
+# Certificates and keys librdkafka reads and oncelog's client does not (it takes PEM files):
+# refused, so that a connection never leaves out a certificate the user gave.
+LIBRDKAFKA_ONLY_TLS_SETTINGS = ("ssl.keystore.location", "ssl.certificate.pem", "ssl.key.pem", "ssl.ca.pem",
+                                "ssl.crl.location")
 
 
 @dataclass(frozen=True, slots=True)
 class WireSettings:
     bootstrap: str
-    client_id: str
     request_timeout_s: float
+    properties: Mapping[str, str]  # every client property given, for ClientConfig.from_settings
 
 
 def wire_settings(args: argparse.Namespace) -> WireSettings:
@@ -70,9 +89,6 @@ def wire_settings(args: argparse.Namespace) -> WireSettings:
     from oncelog.admin.clients import client_config, make_client
 
     config = client_config(args)
-    protocol = str(config.get("security.protocol", "PLAINTEXT"))
-    if protocol.upper() != "PLAINTEXT":
-        raise CommandError(f"security.protocol={protocol}: only PLAINTEXT is supported")
     try:
         timeout_ms = int(config.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS))
     except ValueError:
@@ -81,34 +97,18 @@ def wire_settings(args: argparse.Namespace) -> WireSettings:
         raise CommandError(f"request.timeout.ms must be a positive number of milliseconds, "
                            f"got {config['request.timeout.ms']!r}")
     make_client(AdminClient, config)  # librdkafka's check of every property; no connection is made
-    return WireSettings(str(config["bootstrap.servers"]), str(config["client.id"]), timeout_ms / 1000)
+    properties = {key: str(value) for key, value in config.items() if key != "logger"}
+    if str(properties.get("security.protocol", "PLAINTEXT")).upper() in ("SSL", "SASL_SSL"):
+        for key in LIBRDKAFKA_ONLY_TLS_SETTINGS:
+            if key in properties:
+                raise CommandError(
+                    f"invalid client configuration: {key}: this command takes the client certificate, its key "
+                    "and the CA as PEM files (ssl.certificate.location, ssl.key.location, ssl.ca.location)"
+                )
+    return WireSettings(str(config["bootstrap.servers"]), timeout_ms / 1000, properties)
 
 
 # -- talking to the cluster -----------------------------------------------------------------
-
-
-class _WireClient(WireClient):
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        super().__init__(host, port, timeout)
-        self.address = f"{host}:{port}"
-        self.timeout_s = timeout
-
-    @classmethod
-    def connect(cls, bootstrap: str, timeout: float = 10.0) -> "_WireClient":
-        host, _, port = bootstrap.rpartition(":")
-        return cls(host, int(port), timeout)
-
-    def request_as(self, entity, response_class: type[Entity]):
-        """As `request`, decoding the response with `response_class` (same wire layout)."""
-        self._correlation += 1
-        self.send_raw(encode_request(entity, self._correlation))
-        frame = self.read_frame()
-        (correlation,) = struct.unpack_from(">i", frame, 0)
-        if correlation != self._correlation:
-            raise ConnectionError(f"response correlation id {correlation}, expected {self._correlation}")
-        position = framing.skip_tagged_fields(frame, 4) if response_class.__flexible__ else 4
-        response, _ = entity_reader(response_class)(frame, position)
-        return response
 
 
 # DescribeTransactions v0 with transaction_start_time read as plain int64 milliseconds:
@@ -154,33 +154,34 @@ class PartitionInfo:
 
 
 class Cluster:
-    """Connections to the brokers of one cluster, opened on first use, by node id."""
+    """Connections to the brokers of one cluster, opened on first use, by node id.
+    `properties`: the client properties (security settings, client.id) of every
+    connection; PLAINTEXT when there are none."""
 
-    def __init__(self, bootstrap: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_MS / 1000) -> None:
+    def __init__(self, bootstrap: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_MS / 1000,
+                 properties: Mapping[str, str] | None = None) -> None:
+        try:
+            config = ClientConfig.from_settings(bootstrap, properties or {})
+        except ConfigError as error:
+            raise CommandError(f"invalid client configuration: {error}") from None
+        # request.timeout.ms bounds every answer, as Kafka's admin client does.
+        self.config = dataclasses.replace(config, request_timeout_s=request_timeout_s)
         self.request_timeout_s = request_timeout_s
-        connected: _WireClient | None = None
-        errors = []
-        for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
-            try:
-                connected = _WireClient.connect(address, request_timeout_s)
-                break
-            except (OSError, ValueError) as error:
-                errors.append(f"{address}: {getattr(error, 'strerror', None) or error}")
-        if connected is None:
-            raise CommandError(f"cannot connect to {bootstrap}: {'; '.join(errors) or 'no address given'}")
-        self._bootstrap = connected
-        self._clients: dict[int, _WireClient] = {}
+        self._bootstrap_servers = bootstrap
+        self._bootstrap: Connection | None = None
+        self._clients: dict[int, Connection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Cluster":
         """The cluster the command's connection options name."""
         settings = wire_settings(args)
-        return cls(settings.bootstrap, request_timeout_s=settings.request_timeout_s)
+        return cls(settings.bootstrap, request_timeout_s=settings.request_timeout_s, properties=settings.properties)
 
     def close(self) -> None:
-        for client in (self._bootstrap, *self._clients.values()):
-            client.close()
+        for connection in (self._bootstrap, *self._clients.values()):
+            if connection is not None:
+                connection.close()
 
     def __enter__(self) -> Self:
         return self
@@ -189,33 +190,94 @@ class Cluster:
         self.close()
 
     def request(self, entity, node_id: int | None = None, response_class: type[Entity] | None = None):
-        client = self._bootstrap if node_id is None else self._client(node_id)
+        """The response to `entity` from broker `node_id` (None: a bootstrap server),
+        decoded with `response_class` when given (the same wire layout as kio's)."""
+        api = _api_name(entity)
+        connection = self._bootstrap_connection(api) if node_id is None else self._client(node_id, api)
         try:
-            if response_class is not None:
-                return client.request_as(entity, response_class)
-            return client.request(entity)
-        except TimeoutError:
-            raise CommandError(
-                f"no answer from {client.address} within {client.timeout_s:g}s to {_api_name(entity)} "
-                "(request.timeout.ms)"
-            ) from None
-        except (OSError, ConnectionError) as error:
-            raise CommandError(f"{_api_name(entity)} to {client.address} failed: {error}") from None
+            if response_class is None:
+                return connection.request(entity)
+            frame = connection.receive(connection.send(entity, raw=True)).toreadonly()  # kio reads read-only
+            position = framing.skip_tagged_fields(frame, 0) if response_class.__flexible__ else 0
+            response, _ = entity_reader(response_class)(frame, position)
+            return response
+        except ConnectionLost as error:
+            if isinstance(error.__context__, TimeoutError):
+                raise self._no_answer(connection.address, api) from None
+            raise CommandError(f"{api} to {connection.address} failed: {error}") from None
 
-    def _client(self, node_id: int) -> _WireClient:
-        if node_id not in self._clients:
+    def connect(self) -> None:
+        """Connect to a bootstrap server now rather than on the first request: TLS, ApiVersions
+        and SASL, each failure its one-line CommandError."""
+        self._bootstrap_connection("ApiVersions")
+
+    def _bootstrap_connection(self, api: str) -> Connection:
+        """A connection to the first bootstrap server that takes one (TCP), as before any
+        request; a server that refuses the connection is passed over for the next."""
+        if self._bootstrap is not None and not self._bootstrap.closed:
+            return self._bootstrap
+        unreachable = []
+        for address in self.config.bootstrap_servers:
+            try:
+                self._bootstrap = self._connect(address, -1, api)
+                return self._bootstrap
+            except _Unreachable as error:
+                unreachable.append(f"{address}: {error}")
+        raise CommandError(f"cannot connect to {self._bootstrap_servers}: {'; '.join(unreachable)}")
+
+    def _client(self, node_id: int, api: str) -> Connection:
+        connection = self._clients.get(node_id)
+        if connection is None or connection.closed:
             if node_id not in self.brokers:
                 self.metadata(())
             if node_id not in self.brokers:
                 raise CommandError(f"broker {node_id} is not in the cluster's metadata")
             host, port = self.brokers[node_id]
             try:
-                self._clients[node_id] = _WireClient(host, port, self.request_timeout_s)
-            except OSError as error:
-                raise CommandError(
-                    f"cannot connect to broker {node_id} at {host}:{port}: {error.strerror or error}"
-                ) from None
-        return self._clients[node_id]
+                connection = self._clients[node_id] = self._connect(f"{host}:{port}", node_id, api)
+            except _Unreachable as error:
+                raise CommandError(f"cannot connect to broker {node_id} at {host}:{port}: {error}") from None
+        return connection
+
+    def _connect(self, address: str, node_id: int, api: str) -> Connection:
+        """A connection, TLS and SASL done (the `api` request waits for it). _Unreachable
+        when the TCP connection itself fails, SecurityFailure when TLS or the login does;
+        any other failure is a CommandError."""
+        try:
+            return Connection(address, self.config, node_id)
+        except AuthenticationFailed as error:
+            raise SecurityFailure(f"authentication failed: {error}") from None
+        except UnsupportedVersion as error:
+            raise CommandError(str(error)) from None
+        except ConnectionLost as error:
+            # Connection says which step failed only in its message: connecting, the TLS
+            # handshake (its own one line), or an answer (ApiVersions, SASL) after that.
+            message = str(error)
+            prefix = f"cannot connect to {address}: "
+            if message.startswith(prefix):
+                reason = getattr(error.__context__, "strerror", None) or message.removeprefix(prefix)
+                raise _Unreachable(reason) from None
+            if message.startswith("TLS handshake"):
+                raise SecurityFailure(message) from None
+            if isinstance(error.__context__, ssl.SSLError):  # TLS 1.3: a refused client certificate comes later
+                raise SecurityFailure(f"TLS handshake with {address} failed: {error.__context__}") from None
+            closed = message.endswith("closed the connection") or isinstance(
+                error.__context__, (ConnectionResetError, BrokenPipeError))
+            if self.config.uses_tls and closed:
+                # As a broker refuses a client certificate (or its absence) under TLS 1.3.
+                certificate = self.config.ssl_certificate_location
+                question = (f"does it trust the client certificate {certificate}?" if certificate else
+                            "does the listener require a client certificate (ssl.certificate.location, "
+                            "ssl.key.location)?")
+                raise SecurityFailure(f"TLS with {address} failed: the broker closed the connection after the "
+                                      f"handshake; {question}") from None
+            if isinstance(error.__context__, TimeoutError):
+                raise self._no_answer(address, api) from None
+            raise CommandError(f"{api} to {address} failed: {message}") from None
+
+    def _no_answer(self, address: str, api: str) -> CommandError:
+        return CommandError(f"no answer from {address} within {self.request_timeout_s:g}s to {api} "
+                            "(request.timeout.ms)")
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, list[PartitionInfo]]:
         """Partitions by topic (all topics when `topics` is None); also learns the brokers.
@@ -320,6 +382,33 @@ ERROR_TEXT = {
     ErrorCode.unknown_topic_or_partition: "no such topic or partition",
     ErrorCode.transactional_id_not_found: "not found",
 }
+
+
+class _Unreachable(Exception):
+    """The TCP connection to a broker failed; the message is the reason."""
+
+
+class SecurityFailure(CommandError):
+    """The TLS handshake or the SASL login with a broker failed."""
+
+
+def check_security(bootstrap: str, properties: Mapping[str, str]) -> None:
+    """For the commands on librdkafka, which reports a refused login or a failed TLS
+    handshake only in its log, and then as an unreachable broker: connect to a bootstrap
+    server as `properties` say, with oncelog's client, and raise the SecurityFailure if
+    there is one. Nothing when the client cannot tell (settings only librdkafka takes, a
+    broker it cannot reach either): librdkafka's own error stands."""
+    if properties.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
+        return
+    if any(key in properties for key in LIBRDKAFKA_ONLY_TLS_SETTINGS):
+        return
+    try:
+        with Cluster(bootstrap, request_timeout_s=SECURITY_CHECK_TIMEOUT_S, properties=properties) as cluster:
+            cluster.connect()
+    except SecurityFailure:
+        raise
+    except CommandError:
+        pass
 
 
 def describe_error(code: ErrorCode) -> str:

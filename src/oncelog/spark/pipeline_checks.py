@@ -125,17 +125,21 @@ def check_cluster(spec: PipelineSpec) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
+    from oncelog.client.config import librdkafka_settings
+
     refused_codes = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
-    settings: dict[str, str | int | float | bool] = {
-        key[len("kafka."):]: value for key, value in spec.source_options if key.startswith("kafka.")
-    }
-    # No librdkafka log lines (refused connections...): the outcome is reported as one line.
-    settings.update({"bootstrap.servers": spec.bootstrap_servers, "log_level": 0})
     try:
+        # A Java sasl.jaas.config becomes librdkafka's settings, as the source and sink give them.
+        settings: dict[str, str | int | float | bool] = dict(librdkafka_settings(
+            (key[len("kafka."):], value) for key, value in spec.source_options if key.startswith("kafka.")
+        ))
+        # No librdkafka log lines (refused connections...): the outcome is reported as one line.
+        settings.update({"bootstrap.servers": spec.bootstrap_servers, "log_level": 0})
         admin = AdminClient(settings)
     except (KafkaException, ValueError, TypeError) as error:
         raise PipelineError(f"--source-option: invalid client setting: {one_line(error)}") from None
     started = time.monotonic()
+    credentials_checked = False
     while True:
         try:
             metadata = admin.list_topics(timeout=1.0)
@@ -144,6 +148,9 @@ def check_cluster(spec: PipelineSpec) -> None:
             waited = time.monotonic() - started
             # A refused connection gets a short grace (a broker still starting), a slow one longer.
             refused = _error_code(error) in refused_codes
+            if refused and not credentials_checked:
+                credentials_checked = True
+                _check_credentials(spec)
             if waited >= BROKER_CHECK_TIMEOUT_S or (refused and waited >= BROKER_REFUSED_GRACE_S):
                 raise PipelineError(
                     f"cannot reach the broker at --bootstrap-server {spec.bootstrap_servers}: {one_line(error)}"
@@ -155,6 +162,30 @@ def check_cluster(spec: PipelineSpec) -> None:
                 f"{option} topic {topic!r} does not exist on {spec.bootstrap_servers} "
                 f"(create it: oncelog topics create --bootstrap-server {spec.bootstrap_servers} --topic {topic})"
             )
+
+
+def _check_credentials(spec: PipelineSpec) -> None:
+    """librdkafka reports refused SASL credentials only in its log, then as a broker it
+    cannot reach: ask with oncelog's client (the one the source's and sink's tasks use),
+    which says so. Nothing when it does not tell (no SASL, or no broker answers)."""
+    from oncelog.client.cluster import shared_cluster
+    from oncelog.client.errors import AuthenticationFailed, ClientError
+    from oncelog.spark.errors import SourceError
+    from oncelog.spark.options import parse_options
+
+    try:
+        client = parse_options(source_options(spec), streaming=True).client
+    except SourceError:
+        return  # check_options reports it
+    if not client.uses_sasl:
+        return
+    try:
+        shared_cluster(client).any_connection()
+    except AuthenticationFailed as error:
+        raise PipelineError(f"the broker at --bootstrap-server {spec.bootstrap_servers} refused the "
+                            f"kafka.sasl.* credentials: {error}") from None
+    except ClientError:
+        pass
 
 
 def _error_code(error: Exception) -> int | None:

@@ -236,8 +236,12 @@ def source_options(spec: PipelineSpec) -> dict[str, str]:
 
 def report_client_settings(spec: PipelineSpec) -> dict[str, str]:
     """The reporter's producer: the sink's bootstrap servers and `kafka.*` client settings
-    (--sink-option and the connection options), which librdkafka already accepted."""
-    return {key[len("kafka."):]: value for key, value in sink_options(spec).items() if key.startswith("kafka.")}
+    (--sink-option and the connection options) as librdkafka takes them (a Java
+    `sasl.jaas.config` becomes `sasl.username` and `sasl.password`)."""
+    from oncelog.client.config import librdkafka_settings
+
+    return librdkafka_settings((key[len("kafka."):], value) for key, value in sink_options(spec).items()
+                               if key.startswith("kafka."))
 
 
 def sink_options(spec: PipelineSpec) -> dict[str, str]:
