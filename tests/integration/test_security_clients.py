@@ -41,15 +41,13 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 from oncelog import EmbeddedBroker
-from tests.support.certs import PASSWORD, CertificateAuthority, Issued
+from tests.support.certs import CertificateAuthority, Issued, four_listeners
 from tests.support.java import JavaProgram, JavaRun
 from tests.support.kafka import create_topics
 
 DEADLINE_S = 20.0
 RECORDS = 3  # per transaction; with the COMMIT marker the partition then ends at RECORDS + 1
 WRONG_PASSWORD = "not-the-password"
-PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-              'password="admin-secret" user_admin="admin-secret" user_bob="bob-secret";')
 SOURCE = Path(__file__).resolve().parents[1] / "java" / "SecureRoundTrip.java"
 # librdkafka before 2.6.1 repeats its client nonce in the SCRAM client-final message
 # (confluentinc/librdkafka#4895); Apache Kafka 4 checks the nonce as RFC 5802 says
@@ -117,21 +115,7 @@ def secure(tmp_path_factory) -> Iterator[Secured]:
     ca = CertificateAuthority.create(base / "certs")
     server = ca.issue("broker", "CN=localhost,O=oncelog", server=True)
     alice = ca.issue("alice", "CN=alice,OU=eng,O=oncelog", server=False)
-    config = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(server.pkcs12), "ssl.keystore.password": PASSWORD,
-        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.certificate),
-        "listener.name.ssl.ssl.client.auth": "required",
-        "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
-        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
-        "listener.name.sasl_ssl.ssl.keystore.location": "",  # not the broker-wide PKCS12 one
-        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": server.certificate.read_text(),
-        "listener.name.sasl_ssl.ssl.keystore.key": server.key.read_text(),
-        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
-        "connection.failed.authentication.delay.ms": "50",
-    }
+    config = four_listeners(ca, server, sasl_ssl_mechanisms="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
     with EmbeddedBroker(base / "data", config) as running:
         addresses = {name: f"{host}:{port}" for name, (host, port) in running.broker.endpoints.items()}
         admin = AdminClient({"bootstrap.servers": addresses["PLAINTEXT"]})

@@ -26,10 +26,7 @@ from confluent_kafka.admin import (
 
 from oncelog import EmbeddedBroker
 from oncelog.broker.config import ConfigError
-from tests.support.certs import PASSWORD, CertificateAuthority
-
-PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-              'password="admin-secret" user_admin="admin-secret" user_bob="bob-secret";')
+from tests.support.certs import PLAIN_JAAS, CertificateAuthority, four_listeners
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +35,7 @@ def secure(tmp_path_factory):
     ca = CertificateAuthority.create(base / "certs")
     server = ca.issue("broker", "CN=localhost,O=oncelog", server=True)
     alice = ca.issue("alice", "CN=alice,OU=eng,O=oncelog", server=False)
-    config = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(server.pkcs12), "ssl.keystore.password": PASSWORD,
-        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.certificate),
-        "listener.name.ssl.ssl.client.auth": "required",
-        "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
-        # SASL_SSL with a PEM keystore given inline.
-        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
-        "listener.name.sasl_ssl.ssl.keystore.location": "",  # not the broker-wide PKCS12 one
-        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": server.certificate.read_text(),
-        "listener.name.sasl_ssl.ssl.keystore.key": server.key.read_text(),
-        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
-        "connection.failed.authentication.delay.ms": "50",
-    }
+    config = four_listeners(ca, server)
     with EmbeddedBroker(base / "data", config) as running:
         endpoints = running.broker.endpoints
         addresses = {name: f"{host}:{port}" for name, (host, port) in endpoints.items()}

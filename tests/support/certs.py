@@ -85,3 +85,31 @@ def _name(subject: str) -> x509.Name:
     # RFC 4514 text lists the most specific part first; the certificate holds them the other way round.
     parts = [part.split("=", 1) for part in subject.split(",")]
     return x509.Name([x509.NameAttribute(oids[key.strip()], value.strip()) for key, value in reversed(parts)])
+
+
+# PLAIN users of the SASL_SSL listener of `four_listeners`: admin and bob.
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_bob="bob-secret";')
+
+
+def four_listeners(ca: CertificateAuthority, server: Issued, *,
+                   sasl_ssl_mechanisms: str = "PLAIN,SCRAM-SHA-256") -> dict[str, str]:
+    """A broker's settings with one listener of each security protocol: PLAINTEXT (for
+    setup), SSL requiring client certificates (a PKCS12 keystore; the principal is the
+    certificate's CN), SASL_SSL (a PEM keystore given inline; PLAIN users admin and bob,
+    and SCRAM) and SASL_PLAINTEXT (SCRAM-SHA-512, OAUTHBEARER)."""
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(server.pkcs12), "ssl.keystore.password": PASSWORD,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.certificate),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": "",  # not the broker-wide PKCS12 one
+        "listener.name.sasl_ssl.ssl.keystore.certificate.chain": server.certificate.read_text(),
+        "listener.name.sasl_ssl.ssl.keystore.key": server.key.read_text(),
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": sasl_ssl_mechanisms,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+        "connection.failed.authentication.delay.ms": "50",
+    }
