@@ -18,6 +18,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from oncelog.admin.wire import (
+    DEFAULT_REQUEST_TIMEOUT_MS,
+    LIBRDKAFKA_ONLY_TLS_SETTINGS,
+    Cluster,
+    WireSettings,
+    check_security,
+)
 from oncelog.errors import CommandError
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
@@ -227,9 +234,38 @@ def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = No
 def _check_security(args: argparse.Namespace) -> None:
     """A refused login or TLS handshake, which librdkafka reports only in its log (and then
     as an unreachable broker), as its own one-line error (oncelog.admin.wire)."""
-    from oncelog.admin.wire import check_security
-
     check_security(args.bootstrap_server, user_properties(args))
+
+
+def wire_cluster(args: argparse.Namespace) -> Cluster:
+    """The cluster the command's connection options name, for the wire-protocol commands."""
+    settings = wire_settings(args)
+    return Cluster(settings.bootstrap, request_timeout_s=settings.request_timeout_s, properties=settings.properties)
+
+
+def wire_settings(args: argparse.Namespace) -> WireSettings:
+    """The connection options of a wire-protocol command (oncelog.admin.wire), resolved as
+    for every command."""
+    from confluent_kafka.admin import AdminClient
+
+    config = client_config(args)
+    try:
+        timeout_ms = int(config.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS))
+    except ValueError:
+        timeout_ms = 0
+    if timeout_ms <= 0:
+        raise CommandError(f"request.timeout.ms must be a positive number of milliseconds, "
+                           f"got {config['request.timeout.ms']!r}")
+    make_client(AdminClient, config)  # librdkafka's check of every property; no connection is made
+    properties = {key: str(value) for key, value in config.items() if key != "logger"}
+    if str(properties.get("security.protocol", "PLAINTEXT")).upper() in ("SSL", "SASL_SSL"):
+        for key in LIBRDKAFKA_ONLY_TLS_SETTINGS:
+            if key in properties:
+                raise CommandError(
+                    f"invalid client configuration: {key}: this command takes the client certificate, its key "
+                    "and the CA as PEM files (ssl.certificate.location, ssl.key.location, ssl.ca.location)"
+                )
+    return WireSettings(str(config["bootstrap.servers"]), timeout_ms / 1000, properties)
 
 
 def topic_partitions(metadata: Any, topic: str) -> list[int]:

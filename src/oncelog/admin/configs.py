@@ -88,6 +88,7 @@ from oncelog.admin.clients import (
     fetch_metadata,
     make_client,
     read_properties_file,
+    wire_cluster,
 )
 from oncelog.admin.wire import Cluster
 from oncelog.errors import CommandError
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if types and types[0] in QUOTA_ENTITY_TYPES:
         return _alter_quota_entity(args, types, names) if args.alter else _describe_quota_entity(args, types, names)
     entity_type, name = _entity(args, types, names)
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         if args.alter:
             return _alter(cluster, args, entity_type, name)
         return _describe(cluster, args, entity_type, name)
@@ -413,7 +414,7 @@ def _alter_quotas(args: argparse.Namespace, entity: list[tuple[str, str | None]]
             values[key] = float(text)
         except ValueError:
             raise CommandError(f"Cannot parse quota configuration value for {key}: {text}") from None
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         if to_delete:  # as kafka-configs.sh: only what the entity has
             current = {key for _entity, values in _described_quotas(cluster, entity) for key in values}
             missing = [key for key in to_delete if key not in current]
@@ -443,7 +444,7 @@ def _described_quotas(cluster: Cluster, entity: list[tuple[str, str | None]]) ->
 
 def _describe_quota_entity(args: argparse.Namespace, types: list[str], names: list[str]) -> int:
     entity = _quota_entity(args, types, names)
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         described = _described_quotas(cluster, entity)
     words = dict(QUOTA_ENTITY_TYPES.values())
     for entities, values in described:

@@ -556,9 +556,10 @@ def _require_group_coordinator(args: argparse.Namespace) -> None:
     """librdkafka also waits silently for a coordinator the cluster cannot have yet (too
     few brokers for `__consumer_offsets`): ask FindCoordinator, again while the answer
     is retriable, for as long as a command waits for its cluster, then say why."""
-    from oncelog.admin.wire import GROUP_COORDINATOR, Cluster
+    from oncelog.admin.clients import wire_cluster
+    from oncelog.admin.wire import GROUP_COORDINATOR
 
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         cluster.coordinator(args.group, GROUP_COORDINATOR, CONNECT_TIMEOUT_S)
 
 

@@ -39,7 +39,7 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
-from oncelog.admin.clients import add_connection_arguments
+from oncelog.admin.clients import add_connection_arguments, wire_cluster
 from oncelog.admin.wire import Cluster, PartitionInfo, describe_error
 from oncelog.errors import CommandError
 from oncelog.names import INTERNAL_TOPICS, TopicPartition
@@ -106,7 +106,7 @@ def add_describe_producers(actions: argparse._SubParsersAction, name: str, *, al
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         listings = cluster.list_transactions()
     print_table(
         ("TransactionalId", "Coordinator", "ProducerId", "TransactionState"),
@@ -116,7 +116,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         coordinator, state = cluster.describe_transaction(args.transactional_id)
     if state.error_code != ErrorCode.none:
         raise CommandError(f"transactional id {args.transactional_id!r}: {describe_error(state.error_code)}")
@@ -134,7 +134,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_describe_producers(args: argparse.Namespace) -> int:
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         producers = cluster.describe_producers([cluster.partition(args.topic, args.partition)])
     print_table(
         ("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
@@ -163,7 +163,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
     if args.max_transaction_timeout < 0:
         raise CommandError("--max-transaction-timeout must not be negative")
     max_timeout_ms = args.max_transaction_timeout * 60_000
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         partitions = _partitions_to_search(cluster, args.topic, args.partition, args.broker_id)
         now = time.time_ns() // 1_000_000
         candidates = [
@@ -231,7 +231,7 @@ def _partitions_to_search(cluster: Cluster, topic: str | None, partition: int | 
 
 
 def run_abort(args: argparse.Namespace) -> int:
-    with Cluster.from_args(args) as cluster:
+    with wire_cluster(args) as cluster:
         info = cluster.partition(args.topic, args.partition)
         producers = cluster.describe_producers([info])[(args.topic, args.partition)]
         matching = [p for p in producers if p.current_txn_start_offset == args.start_offset]

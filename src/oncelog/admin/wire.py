@@ -26,7 +26,6 @@ the command that asked.
 
 # No `from __future__ import annotations`: kio reads the field types of the response
 # classes below at run time.
-import argparse
 import dataclasses
 import ssl
 import time
@@ -82,30 +81,6 @@ class WireSettings:
     properties: Mapping[str, str]  # every client property given, for ClientConfig.from_settings
 
 
-def wire_settings(args: argparse.Namespace) -> WireSettings:
-    """The connection options of a wire-protocol command, resolved as for every command."""
-    from confluent_kafka.admin import AdminClient
-
-    from oncelog.admin.clients import client_config, make_client
-
-    config = client_config(args)
-    try:
-        timeout_ms = int(config.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS))
-    except ValueError:
-        timeout_ms = 0
-    if timeout_ms <= 0:
-        raise CommandError(f"request.timeout.ms must be a positive number of milliseconds, "
-                           f"got {config['request.timeout.ms']!r}")
-    make_client(AdminClient, config)  # librdkafka's check of every property; no connection is made
-    properties = {key: str(value) for key, value in config.items() if key != "logger"}
-    if str(properties.get("security.protocol", "PLAINTEXT")).upper() in ("SSL", "SASL_SSL"):
-        for key in LIBRDKAFKA_ONLY_TLS_SETTINGS:
-            if key in properties:
-                raise CommandError(
-                    f"invalid client configuration: {key}: this command takes the client certificate, its key "
-                    "and the CA as PEM files (ssl.certificate.location, ssl.key.location, ssl.ca.location)"
-                )
-    return WireSettings(str(config["bootstrap.servers"]), timeout_ms / 1000, properties)
 
 
 # -- talking to the cluster -----------------------------------------------------------------
@@ -171,12 +146,6 @@ class Cluster:
         self._bootstrap: Connection | None = None
         self._clients: dict[int, Connection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Cluster":
-        """The cluster the command's connection options name."""
-        settings = wire_settings(args)
-        return cls(settings.bootstrap, request_timeout_s=settings.request_timeout_s, properties=settings.properties)
 
     def close(self) -> None:
         for connection in (self._bootstrap, *self._clients.values()):
