@@ -206,6 +206,25 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("group.max.session.timeout.ms", _int, "1800000",
                 "Largest session.timeout.ms a group member may ask for."),
         Setting("group.max.size", _int, "2147483647", "Most members a consumer group may have."),
+        Setting("group.consumer.session.timeout.ms", _int, "45000",
+                "KIP-848 consumer groups: a member that sends no heartbeat for this long is removed."),
+        Setting("group.consumer.min.session.timeout.ms", _int, "45000",
+                "Smallest group.consumer.session.timeout.ms allowed."),
+        Setting("group.consumer.max.session.timeout.ms", _int, "60000",
+                "Largest group.consumer.session.timeout.ms allowed."),
+        Setting("group.consumer.heartbeat.interval.ms", _int, "5000",
+                "KIP-848 consumer groups: how often members are told to heartbeat."),
+        Setting("group.consumer.min.heartbeat.interval.ms", _int, "5000",
+                "Smallest group.consumer.heartbeat.interval.ms allowed."),
+        Setting("group.consumer.max.heartbeat.interval.ms", _int, "15000",
+                "Largest group.consumer.heartbeat.interval.ms allowed."),
+        Setting("group.consumer.max.size", _int, "2147483647", "Most members a KIP-848 consumer group may have."),
+        Setting("group.consumer.assignors", _str, "uniform,range",
+                "Server-side assignors of consumer groups (uniform, range, or Kafka's class names); the first "
+                "is the default."),
+        Setting("group.consumer.migration.policy", _str, "bidirectional",
+                "Online conversion between classic and consumer groups: disabled, upgrade, downgrade or "
+                "bidirectional."),
         # Cluster mode (docs/cluster.md): set controller.quorum.voters or
         # controller.quorum.bootstrap.servers; without either the broker runs standalone.
         Setting("process.roles", _str, "",

@@ -3,7 +3,9 @@
 - Per group: state, protocol type, and (when Stable) the selected protocol and each
   member's metadata and assignment; in other states members are listed without them.
 - v0-v5: an unknown group is described as Dead with no error, as Kafka does; v6 answers
-  GROUP_ID_NOT_FOUND (KIP-1043).
+  GROUP_ID_NOT_FOUND (KIP-1043). A consumer group (KIP-848) is described as Kafka 4
+  does: as Dead below v6, GROUP_ID_NOT_FOUND "Group <id> is not a classic group." at v6
+  (ConsumerGroupDescribe describes it).
 - Each group needs Group DESCRIBE: else GROUP_AUTHORIZATION_FAILED, with no state.
 - v3+: with `include_authorized_operations`, each group described without error carries
   the principal's operations on it (every group operation, READ, DELETE and DESCRIBE,
@@ -49,9 +51,11 @@ async def handle(ctx: RequestContext, request) -> object:
                 ErrorCode.group_id_not_found if ctx.version >= 6 else ErrorCode.none
             )
             described = error == ErrorCode.none  # v0-v5: an unknown group is described, as Dead
+            kind = "is not a classic group" if coordinator is not None and coordinator.is_consumer_group(group_id) \
+                else "not found"
             groups.append(make(
                 "DescribedGroup", error_code=error,
-                error_message=f"Group {group_id} not found." if error == ErrorCode.group_id_not_found else None,
+                error_message=f"Group {group_id} {kind}." if error == ErrorCode.group_id_not_found else None,
                 group_id=group_id, group_state="Dead", protocol_type="", protocol_data="", members=(),
                 authorized_operations=operations(group_id) if described else AUTHORIZED_OPERATIONS_OMITTED,
             ))

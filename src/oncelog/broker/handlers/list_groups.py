@@ -5,7 +5,9 @@
   `__consumer_offsets` partitions this broker leads, as in Kafka: admin clients ask
   every broker and merge the answers.
 - v4+: states_filter (case-insensitive; empty = all) and each group's state.
-- v5+: types_filter and the group type: all groups here are "classic".
+- v5+: types_filter ("classic", "consumer"; case-insensitive) and each group's type.
+  Classic and consumer (KIP-848) groups are listed together: a consumer group with
+  protocol type "consumer" and its state (Empty, Assigning, Reconciling, Stable).
 - Authorization, as Kafka's KafkaApis: with Cluster DESCRIBE every group is listed,
   else only those the principal may DESCRIBE (never an error).
 """
@@ -17,8 +19,6 @@ from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
-CLASSIC = "classic"
-
 
 @api(16, "ListGroups", range(0, 6))
 async def handle(ctx: RequestContext, request) -> object:
@@ -27,13 +27,12 @@ async def handle(ctx: RequestContext, request) -> object:
     if coordinator is None:
         return make("ListGroupsResponse", throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.coordinator_not_available, groups=())
-    types = {kind.lower() for kind in getattr(request, "types_filter", ())}
-    listed = [] if types and CLASSIC not in types else coordinator.list_groups(getattr(request, "states_filter", ()))
+    listed = coordinator.list_groups(getattr(request, "states_filter", ()), getattr(request, "types_filter", ()))
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         listed = [g for g in listed if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     groups = tuple(
         make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
-             group_type=CLASSIC)
+             group_type=g.group_type)
         for g in listed
     )
     return make("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)

@@ -5,6 +5,10 @@
 - Members commit with their member id and generation (and group.instance.id v7+):
   UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, and REBALANCE_IN_PROGRESS while
   the group waits for its assignment. Commits during PreparingRebalance are accepted.
+- A consumer group's member (KIP-848) commits with its member epoch: STALE_MEMBER_EPOCH
+  for another epoch, UNKNOWN_MEMBER_ID for a member it does not have, UNSUPPORTED_VERSION
+  below v9 (Kafka 4's ConsumerGroup.validateOffsetCommit); one with no members takes
+  commits without a member (generation -1), as an empty classic group does.
 - A generation for a group that does not exist: GROUP_ID_NOT_FOUND from v9,
   ILLEGAL_GENERATION below (Kafka 4's coordinator).
 - Generation -1 with no member id: a consumer that assigns partitions itself (or an admin
@@ -64,6 +68,7 @@ async def handle(ctx: RequestContext, request) -> object:
             request.generation_id_or_member_epoch,
             offsets,
             retention_ms=duration_ms(getattr(request, "retention_time", None)),
+            api_version=ctx.version,
         )
         results = await once_replicated(coordinator, request.group_id, results)
         if ctx.version < FIRST_VERSION_WITH_GROUP_ID_NOT_FOUND:

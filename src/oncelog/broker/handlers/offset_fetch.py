@@ -13,8 +13,10 @@
   Offsets are shown only for topics the principal may DESCRIBE: partitions asked for of
   another topic get TOPIC_AUTHORIZATION_FAILED (offset -1, after the others); with
   every partition asked for, the other topics are left out.
-- Deviation: member id and epoch (v9, KIP-848 consumer groups) are ignored for classic
-  groups; v10 (topic ids) is not offered, nor v0, which Kafka 4 removed.
+- v9: a consumer group's member (KIP-848) fetches with its member id and epoch, checked
+  as Kafka 4 does (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH as the group's error); an admin
+  client sends neither. Classic groups ignore them, as Kafka's.
+- Deviation: v10 (topic ids) is not offered, nor v0, which Kafka 4 removed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ async def handle(ctx: RequestContext, request) -> object:
     if ctx.version >= 8:
         groups = tuple(
             _fetch_group(ctx, group.group_id, group.topics, require_stable, "OffsetFetchResponseGroup",
-                         "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions")
+                         "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
+                         getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
             for group in request.groups
         )
         return make("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=groups)
@@ -45,7 +48,8 @@ async def handle(ctx: RequestContext, request) -> object:
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_stable: bool,
-                 group_class: str | None, topic_class: str, partition_class: str):
+                 group_class: str | None, topic_class: str, partition_class: str, member_id: str | None = None,
+                 member_epoch: int = -1):
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
 
@@ -67,7 +71,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_s
     elif coordinator is None:
         error, offsets = ErrorCode.coordinator_not_available, {}
     else:
-        error, offsets = coordinator.fetch_offsets(group_id, wanted, require_stable)
+        error, offsets = coordinator.fetch_offsets(group_id, wanted, require_stable, member_id, member_epoch)
     # In the order asked for; every committed partition, sorted, when all were asked for.
     if wanted is None:
         order = sorted(tp for tp in offsets if describable(tp[0]))

@@ -1,17 +1,23 @@
 """The inputs and results of the group coordinator's operations, and its settings.
 
 Plain frozen values that the broker's handlers build from requests and turn back into
-responses: what `GroupCoordinator` takes (JoinRequest, CommitOffset), what it answers
-(JoinResult, SyncResult, FetchedOffset, GroupSummary, ListedGroup), and the broker
-settings it runs with (GroupSettings). Nothing here has behaviour beyond reading config.
+responses: what `GroupCoordinator` takes (JoinRequest, CommitOffset, HeartbeatRequest),
+what it answers (JoinResult, SyncResult, FetchedOffset, GroupSummary, ListedGroup,
+HeartbeatResult, ConsumerGroupSummary), and the broker settings it runs with
+(GroupSettings, with the group.consumer.* keys of KIP-848). Nothing here has behaviour
+beyond reading and checking config.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
+
+from oncelog.coordinator.group.assignment import Assignment
+from oncelog.coordinator.group.assignors import assignor_names
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
@@ -27,6 +33,14 @@ class GroupSettings:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     offsets_topic_partitions: int = 50
+    # Consumer groups (KIP-848): the session and heartbeat interval the coordinator
+    # imposes, the assignors it offers (the first is the default), its largest group,
+    # and whether classic groups convert to consumer groups and back online.
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_migration_policy: str = "bidirectional"
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> GroupSettings:
@@ -39,7 +53,49 @@ class GroupSettings:
             offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
             offsets_topic_partitions=config["offsets.topic.num.partitions"],
-        )
+            consumer_session_timeout_ms=_within(config, "group.consumer.session.timeout.ms",
+                                                "group.consumer.min.session.timeout.ms",
+                                                "group.consumer.max.session.timeout.ms"),
+            consumer_heartbeat_interval_ms=_within(config, "group.consumer.heartbeat.interval.ms",
+                                                   "group.consumer.min.heartbeat.interval.ms",
+                                                   "group.consumer.max.heartbeat.interval.ms"),
+            consumer_max_size=config["group.consumer.max.size"],
+            consumer_assignors=assignor_names(config["group.consumer.assignors"]),
+            consumer_migration_policy=_migration_policy(config["group.consumer.migration.policy"]),
+        )._checked()
+
+    def _checked(self) -> GroupSettings:
+        if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
+            raise ValueError(f"group.consumer.heartbeat.interval.ms={self.consumer_heartbeat_interval_ms} must be "
+                             f"less than group.consumer.session.timeout.ms={self.consumer_session_timeout_ms}")
+        return self
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.consumer_migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.consumer_migration_policy in ("downgrade", "bidirectional")
+
+
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+
+
+def _within(config: BrokerConfig, key: str, minimum_key: str, maximum_key: str) -> int:
+    """A consumer group timing, checked against its bounds as Kafka checks it at start-up."""
+    value, minimum, maximum = config[key], config[minimum_key], config[maximum_key]
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{key}={value} must be within {minimum_key}={minimum} and {maximum_key}={maximum}")
+    return value
+
+
+def _migration_policy(value: str) -> str:
+    policy = value.strip().lower()
+    if policy not in MIGRATION_POLICIES:
+        raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}, "
+                         f"not {value!r}")
+    return policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +198,70 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848)
+
+
+# ---- consumer groups (KIP-848) ------------------------------------------------------------
+
+TopicPartitionIds = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """A ConsumerGroupHeartbeat. None (or -1) means "unchanged since the last heartbeat"."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned_partitions: TopicPartitionIds | None = None
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None  # None: unchanged, not sent
+
+
+@dataclass(frozen=True, slots=True)
+class AssignedTopic:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberSummary:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[AssignedTopic, ...]
+    target_assignment: tuple[AssignedTopic, ...]
+    uses_classic_protocol: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupSummary:
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: tuple[ConsumerMemberSummary, ...]

@@ -1,4 +1,5 @@
-"""The group coordinator: Kafka's classic consumer-group protocol and offset storage.
+"""The group coordinator: Kafka's classic group protocol, the consumer group protocol
+(KIP-848), and offset storage.
 
 `GroupCoordinator` owns the groups of the `__consumer_offsets` partitions this broker
 leads: it holds the one groups dict, the index of groups with pending transactional
@@ -7,6 +8,10 @@ offsets by producer, the scheduler and the `OffsetsTopic`, answers the lookups
 protocol operation to the part that owns it, all sharing that state:
 
     membership.py   Membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, rebalancing
+    consumer_membership.py  ConsumerMembership: ConsumerGroupHeartbeat, ConsumerGroupDescribe,
+                    target assignments and reconciliation of consumer groups (KIP-848)
+    classic_members.py  ClassicMembers: classic members of consumer groups, and converting
+                    groups between the protocols online (upgrade, downgrade)
     offsets.py      Offsets: OffsetCommit/TxnOffsetCommit, OffsetFetch, OffsetDelete,
                     DeleteGroups, offset expiration
     loading.py      GroupLoader: loading a partition's groups, dropping them on resignation
@@ -33,21 +38,27 @@ The group's states and transitions are in `state.py`; the records in `records.py
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncelog.coordinator.group.api import (
     CommitOffset,
+    ConsumerGroupSummary,
     FetchedOffset,
     GroupSettings,
     GroupsSnapshot,
     GroupSummary,
+    HeartbeatRequest,
+    HeartbeatResult,
     JoinRequest,
+    JoinResult,
     ListedGroup,
     MemberSummary,
 )
+from oncelog.coordinator.group.classic_members import ClassicMembers
+from oncelog.coordinator.group.consumer_membership import ConsumerMembership
 from oncelog.coordinator.group.loading import GroupLoader
 from oncelog.coordinator.group.membership import Membership
 from oncelog.coordinator.group.offsets import Offsets
@@ -74,12 +85,20 @@ class GroupCoordinator:
             self._groups, self.settings, self._scheduler, self._offsets_topic,
             owner_error=self.owner_error, create_group=self._create_group,
         )
+        self._consumer = ConsumerMembership(
+            self._groups, self.settings, self._scheduler, self._offsets_topic, broker.logs,
+            owner_error=self.owner_error, create_group=self._create_group,
+        )
+        # Classic members of consumer groups and the conversions between the protocols.
+        self._classic_members = ClassicMembers(self._consumer, self._membership, self._scheduler,
+                                               broker.logs, self._groups)
         self._offsets = Offsets(
             self._groups, self._open_groups_by_producer, self.settings, self._scheduler, self._offsets_topic,
-            self._membership, owner_error=self.owner_error, create_group=self._create_group,
+            self._membership, self._consumer, owner_error=self.owner_error, create_group=self._create_group,
         )
         self._loader = GroupLoader(
-            self._groups, self._open_groups_by_producer, self._scheduler, self._offsets_topic, self._membership
+            self._groups, self._open_groups_by_producer, self._scheduler, self._offsets_topic, self._membership,
+            self._consumer,
         )
         # The partitions this broker leads are loaded as their leadership is announced
         # (`on_leadership`, `OffsetsTopic.take`), in both modes.
@@ -95,6 +114,8 @@ class GroupCoordinator:
             for member in group.members.values():
                 if member.heartbeat_timer is not None:
                     member.heartbeat_timer.cancel()
+            if group.consumer is not None:
+                self._consumer.cancel_timers(group.consumer)
 
     # ---- lookups ---------------------------------------------------------------------------
 
@@ -126,29 +147,73 @@ class GroupCoordinator:
 
     # ---- membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup (membership.py) ------------
 
+    # A consumer group's classic members (KIP-848's online migration) are served by
+    # classic_members.py; a JoinGroup for an empty consumer group makes it a classic group.
+
+    def _consumer_group(self, group_id: str) -> Group | None:
+        group = self._groups.get(group_id)
+        if group is None or group.consumer is None or self.owner_error(group_id) != ErrorCode.none:
+            return None
+        return group
+
+    @staticmethod
+    def _answered(result: object) -> asyncio.Future:
+        waiter = asyncio.get_running_loop().create_future()
+        waiter.set_result(result)
+        return waiter
+
     def join_group(self, request: JoinRequest) -> asyncio.Future:
+        group = self._consumer_group(request.group_id)
+        if group is not None:
+            assert group.consumer is not None
+            if not group.consumer.is_empty:
+                return self._answered(self._classic_members.join(group, request))
+            error = self._consumer.release_empty_group(group)
+            if error != ErrorCode.none:
+                return self._answered(JoinResult(error, member_id=request.member_id))
         return self._membership.join_group(request)
 
     def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None,
                    assignments: Mapping[str, bytes]) -> asyncio.Future:
+        group = self._consumer_group(group_id)
+        if group is not None:
+            return self._answered(self._classic_members.sync(group, generation_id, member_id, group_instance_id,
+                                                             protocol_type, protocol_name))
         return self._membership.sync_group(group_id, generation_id, member_id, group_instance_id, protocol_type,
                                            protocol_name, assignments)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        group = self._consumer_group(group_id)
+        if group is not None:
+            return self._classic_members.heartbeat(group, generation_id, member_id, group_instance_id)
         return self._membership.heartbeat(group_id, generation_id, member_id, group_instance_id)
 
     def leave_group(self, group_id: str, leaving: Iterable[tuple[str, str | None]]
                     ) -> tuple[ErrorCode, list[ErrorCode]]:
+        group = self._consumer_group(group_id)
+        if group is not None:
+            return self._classic_members.leave(group, list(leaving))
         return self._membership.leave_group(group_id, leaving)
+
+    # ---- consumer groups: ConsumerGroupHeartbeat, ConsumerGroupDescribe (consumer_membership.py)
+
+    def consumer_group_heartbeat(self, request: HeartbeatRequest,
+                                 describable: Callable[[str], bool] | None = None) -> HeartbeatResult:
+        return self._consumer.heartbeat(request, describable)
+
+    def consumer_group_describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroupSummary | None]:
+        """(error, error message, the group): GROUP_ID_NOT_FOUND for a group that does not
+        exist or is a classic group, NOT_COORDINATOR for one coordinated elsewhere."""
+        return self._consumer.describe(group_id)
 
     # ---- offsets (offsets.py) ---------------------------------------------------------------
 
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
-                       offsets: Mapping[TopicPartition, CommitOffset], *, retention_ms: int = -1
-                       ) -> dict[TopicPartition, ErrorCode]:
+                       offsets: Mapping[TopicPartition, CommitOffset], *, retention_ms: int = -1,
+                       api_version: int = 9) -> dict[TopicPartition, ErrorCode]:
         return self._offsets.commit_offsets(group_id, member_id, group_instance_id, generation_id, offsets,
-                                            retention_ms=retention_ms)
+                                            retention_ms=retention_ms, api_version=api_version)
 
     def txn_offset_commit(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                           generation_id: int, group_instance_id: str | None,
@@ -159,9 +224,10 @@ class GroupCoordinator:
     def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None:
         self._offsets.complete_transaction(offsets_partition, producer_id, committed)
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+                      member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[ErrorCode, dict[TopicPartition, FetchedOffset]]:
-        return self._offsets.fetch_offsets(group_id, partitions, require_stable)
+        return self._offsets.fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                        ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
@@ -183,24 +249,25 @@ class GroupCoordinator:
         by_state: dict[tuple[str, str], int] = {}
         committed: dict[tuple[str, str, int], int] = {}
         for group in self._groups.values():
-            key = (group.state.value, group.protocol_type or "")
+            key = (group.state_name, group.protocol_type or ("consumer" if group.consumer is not None else ""))
             by_state[key] = by_state.get(key, 0) + 1
             for (topic, partition), offset in group.offsets.items():
                 committed[(group.group_id, topic, partition)] = offset.value.offset
         loads = self._loader.load_times
-        return GroupsSnapshot(by_state, self._membership.rebalances, committed, loads.count, loads.total_s,
-                              loads.cumulative())
+        return GroupsSnapshot(by_state, self._membership.rebalances + self._consumer.rebalances, committed,
+                              loads.count, loads.total_s, loads.cumulative())
 
     # ---- DescribeGroups / ListGroups -----------------------------------------------------
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
-        """(NONE, None) when the group does not exist (Kafka reports it as Dead);
+        """(NONE, None) when the group does not exist, or is a consumer group (Kafka 4
+        describes it as Dead, or answers GROUP_ID_NOT_FOUND from DescribeGroups v6);
         (NOT_COORDINATOR, None) for a group coordinated elsewhere."""
         owner = self.owner_error(group_id)
         if owner != ErrorCode.none:
             return owner, None
         group = self._groups.get(group_id)
-        if group is None or group.is_(DEAD):
+        if group is None or group.is_(DEAD) or group.consumer is not None:
             return ErrorCode.none, None
         stable = group.is_(STABLE)
         members = tuple(
@@ -216,12 +283,25 @@ class GroupCoordinator:
             (group.protocol_name or "") if stable else "", members,
         )
 
-    def list_groups(self, states: Iterable[str] = ()) -> list[ListedGroup]:
-        """The groups this broker coordinates (only those of the partitions it leads)."""
-        wanted = {state.lower() for state in states}
-        return [
-            ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
-            for group in self._groups.values()
-            if not group.is_(DEAD) and (not wanted or group.state.value.lower() in wanted)
-        ]
+    def is_consumer_group(self, group_id: str) -> bool:
+        group = self._groups.get(group_id)
+        return group is not None and group.consumer is not None
+
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
+        """The groups this broker coordinates (only those of the partitions it leads), of
+        both protocols; `states` and `types` ("classic", "consumer") filter, case-insensitively."""
+        wanted_states = {state.strip().lower() for state in states}
+        wanted_types = {kind.strip().lower() for kind in types}
+        listed = []
+        for group in self._groups.values():
+            if group.is_(DEAD):
+                continue
+            state = group.state_name
+            if wanted_states and state.lower() not in wanted_states:
+                continue
+            if wanted_types and group.group_type not in wanted_types:
+                continue
+            protocol_type = (group.protocol_type or "") if group.consumer is None else "consumer"
+            listed.append(ListedGroup(group.group_id, protocol_type, state, group.group_type))
+        return listed
 

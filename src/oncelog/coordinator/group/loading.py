@@ -1,8 +1,13 @@
 """Loading groups from `__consumer_offsets`, and dropping them when the partition goes.
 
-Owns rebuilding the coordinator's state from the log: groups from their GroupMetadata
-records (written by `persistence.py`), committed offsets, and transactional offsets that
-stay pending until their producer's COMMIT/ABORT marker. A standalone broker leads every
+Owns rebuilding the coordinator's state from the log: classic groups from their
+GroupMetadata records (written by `persistence.py`), consumer groups (KIP-848) by
+replaying their records in log order (`ConsumerGroup.replay`, the same path the live
+coordinator takes after a write), committed offsets, and transactional offsets that
+stay pending until their producer's COMMIT/ABORT marker. A GroupMetadata tombstone
+drops the classic group and its pending transactional offsets, not its committed ones:
+those have their own tombstones (DeleteGroups writes them), and a group converted to
+a consumer group keeps them. A standalone broker leads every
 partition and loads them all at start-up (`load`); in cluster mode a partition is loaded
 when this broker becomes its leader and dropped when it stops leading it
 (`on_leadership`): its groups' timers stop and whatever their members wait for is
@@ -19,7 +24,9 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.coordinator.group import records
+from oncelog.coordinator.group import consumer_records, records
+from oncelog.coordinator.group.consumer_group import ConsumerGroup, PartitionOwnershipError
+from oncelog.coordinator.group.consumer_membership import ConsumerMembership
 from oncelog.coordinator.group.membership import Membership
 from oncelog.coordinator.group.offsets_topic import OffsetsTopic
 from oncelog.coordinator.group.records import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, RecordFormatError
@@ -46,12 +53,14 @@ class GroupLoader:
     empties them of that partition's groups when it stops leading it."""
 
     def __init__(self, groups: dict[str, Group], open_groups_by_producer: dict[int, set[str]],
-                 scheduler: Scheduler, offsets_topic: OffsetsTopic, membership: Membership) -> None:
+                 scheduler: Scheduler, offsets_topic: OffsetsTopic, membership: Membership,
+                 consumer: ConsumerMembership) -> None:
         self._groups = groups
         self._open_groups_by_producer = open_groups_by_producer
         self._scheduler = scheduler
         self._offsets_topic = offsets_topic
         self._membership = membership
+        self._consumer = consumer
         self.load_times = Histogram()  # loading a partition (KIP-484's load time), for /metrics
 
     def _now(self) -> int:
@@ -86,6 +95,9 @@ class GroupLoader:
             self._membership.cancel_group_timers(group)
             for member in group.members.values():
                 self._membership.release_member(member, ErrorCode.not_coordinator)
+            if group.consumer is not None:
+                self._consumer.cancel_timers(group.consumer)
+                group.consumer.dead = True
             # Dead: a timer or callback still holding the group finds nothing to do.
             group.transition_to(DEAD, self._now())
             del self._groups[group.group_id]
@@ -101,6 +113,7 @@ class GroupLoader:
         metadata: dict[str, GroupMetadataValue | None] = {}
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        consumer_groups: dict[str, ConsumerGroup] = {}
         for batch in self._offsets_topic.read(partition):
             header = batch.header
             if header.is_control:
@@ -136,18 +149,27 @@ class GroupLoader:
                             None if record.value is None else records.decode_group_metadata_value(record.value)
                         )
                         if record.value is None:
-                            offsets.pop(key.group, None)
                             for producer_groups in pending.values():
                                 producer_groups.pop(key.group, None)
-                except RecordFormatError as error:
+                    elif key is None and not header.is_transactional:
+                        self._replay_consumer_record(consumer_groups, record.key or b"", record.value)
+                except (RecordFormatError, PartitionOwnershipError) as error:
                     log.error("__consumer_offsets-%d offset %d: skipping undecodable record: %s",
                               partition, record.offset, error)
         group_ids = {g for g, value in metadata.items() if value is not None} | {g for g, o in offsets.items() if o}
         for producer_groups in pending.values():
             group_ids |= {g for g, o in producer_groups.items() if o}
+        group_ids |= set(consumer_groups)
         offset_count = 0
         for group_id in group_ids:
-            group = self._restore_group(group_id, metadata.get(group_id))
+            consumer_group = consumer_groups.get(group_id)
+            if consumer_group is not None and metadata.get(group_id) is not None:
+                log.error("group %s has both classic and consumer group records; loading it as a consumer group",
+                          group_id)
+            group = self._restore_group(group_id, None if consumer_group is not None else metadata.get(group_id))
+            if consumer_group is not None:
+                group.consumer = consumer_group
+                self._consumer.on_loaded(consumer_group)
             for tp, offset in offsets.get(group_id, {}).items():
                 group.offsets[tp] = offset
                 offset_count += 1
@@ -157,6 +179,22 @@ class GroupLoader:
                     self._groups[group_id].add_pending_txn_offsets(producer_id, group_offsets)
                     self._open_groups_by_producer.setdefault(producer_id, set()).add(group_id)
         return len(group_ids), offset_count
+
+    @staticmethod
+    def _replay_consumer_record(consumer_groups: dict[str, ConsumerGroup], raw_key: bytes,
+                                raw_value: bytes | None) -> None:
+        """A consumer group record, in log order; a tombstone of its epoch record drops the group."""
+        key = consumer_records.decode_key(raw_key)
+        if key is None:
+            return  # a record of another group type (share, streams): not this coordinator's
+        value = None if raw_value is None else consumer_records.decode_value(key, raw_value)
+        if key.version == consumer_records.GROUP_METADATA_KEY and value is None:
+            consumer_groups.pop(key.group, None)
+            return
+        group = consumer_groups.get(key.group)
+        if group is None:
+            group = consumer_groups[key.group] = ConsumerGroup(key.group)
+        group.replay(key, value)
 
     def _restore_group(self, group_id: str, value: GroupMetadataValue | None) -> Group:
         now = self._now()

@@ -296,6 +296,10 @@ class Membership:
         if group.can_rebalance:
             self._prepare_rebalance(group, reason)
 
+    def prepare_rebalance(self, group: Group, reason: str) -> None:
+        """Start a rebalance (a consumer group just became this classic group again)."""
+        self._maybe_prepare_rebalance(group, reason)
+
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.is_(COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)

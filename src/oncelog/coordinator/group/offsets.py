@@ -8,7 +8,10 @@ Offsets are appended to the group's `__consumer_offsets` partition before they c
 
 It works on the coordinator's groups dict and its index of the groups with pending
 transactional offsets by producer (`open_groups_by_producer`, shared with loading); a
-commit refreshes the committing member's session through `Membership`.
+commit refreshes the committing member's session through `Membership`. Commits to a
+consumer group (KIP-848) are checked against the member's epoch as Kafka 4 does
+(STALE_MEMBER_EPOCH; ILLEGAL_GENERATION for TxnOffsetCommit), and deleting or expiring
+one tombstones its records through `ConsumerMembership`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from oncelog.coordinator.group import records
 from oncelog.coordinator.group.api import NO_OFFSET, UNSTABLE_OFFSET, CommitOffset, FetchedOffset, GroupSettings
+from oncelog.coordinator.group.consumer_group import group_removal_records
+from oncelog.coordinator.group.consumer_membership import Change, ConsumerMembership, encode
 from oncelog.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from oncelog.coordinator.group.membership import Membership
 from oncelog.coordinator.group.offsets_topic import OffsetsTopic
@@ -47,7 +52,7 @@ class Offsets:
 
     def __init__(self, groups: dict[str, Group], open_groups_by_producer: dict[int, set[str]],
                  settings: GroupSettings, scheduler: Scheduler, offsets_topic: OffsetsTopic,
-                 membership: Membership, *, owner_error: Callable[[str], ErrorCode],
+                 membership: Membership, consumer: ConsumerMembership, *, owner_error: Callable[[str], ErrorCode],
                  create_group: Callable[[str], Group]) -> None:
         self._groups = groups
         # Groups with pending transactional offsets, by producer id: where a marker for the
@@ -57,6 +62,7 @@ class Offsets:
         self._scheduler = scheduler
         self._offsets_topic = offsets_topic
         self._membership = membership
+        self._consumer = consumer
         self._owner_error = owner_error
         self._create_group = create_group
         self._expiration_timer: Cancellable | None = None
@@ -71,9 +77,15 @@ class Offsets:
     # ---- OffsetCommit / TxnOffsetCommit --------------------------------------------------
 
     def _validate_offset_commit(self, group: Group, generation_id: int, member_id: str,
-                                group_instance_id: str | None, *, transactional: bool) -> ErrorCode:
+                                group_instance_id: str | None, *, transactional: bool, api_version: int) -> ErrorCode:
         if group.is_(DEAD):
             return ErrorCode.coordinator_not_available
+        if group.consumer is not None:
+            error, _ = group.consumer.validate_offset_commit(member_id, generation_id, transactional=transactional,
+                                                             api_version=api_version)
+            if transactional and error == ErrorCode.stale_member_epoch:
+                return ErrorCode.illegal_generation  # TxnOffsetCommit's clients know only this one
+            return error
         if generation_id < 0 and group.is_(EMPTY):
             return ErrorCode.none  # an admin client, or a consumer not using group management
         if generation_id >= 0 or member_id or group_instance_id is not None:
@@ -122,8 +134,8 @@ class Offsets:
         }
 
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
-                       offsets: Mapping[TopicPartition, CommitOffset], *, retention_ms: int = -1
-                       ) -> dict[TopicPartition, ErrorCode]:
+                       offsets: Mapping[TopicPartition, CommitOffset], *, retention_ms: int = -1,
+                       api_version: int = 9) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: an error code per partition. A member of a group that does not
         exist gets GROUP_ID_NOT_FOUND (the handler answers ILLEGAL_GENERATION below v9, as
         Kafka does). `retention_ms` other than -1: the offsets expire that long after now."""
@@ -140,7 +152,7 @@ class Offsets:
                 return all_fail(ErrorCode.group_id_not_found)
             group = self._create_group(group_id)  # a "simple" consumer storing offsets only
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
-                                             transactional=False)
+                                             transactional=False, api_version=api_version)
         if error != ErrorCode.none:
             return all_fail(error)
         if group.is_(COMPLETING_REBALANCE):
@@ -186,7 +198,7 @@ class Offsets:
                 return all_fail(ErrorCode.illegal_generation)
             group = self._create_group(group_id)  # a producer committing for a simple group
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
-                                             transactional=True)
+                                             transactional=True, api_version=-1)
         if error != ErrorCode.none:
             return all_fail(error)
         partition = self._offsets_topic.partition_for(group_id)
@@ -235,17 +247,23 @@ class Offsets:
 
     # ---- OffsetFetch ---------------------------------------------------------------------
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+                      member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[ErrorCode, dict[TopicPartition, FetchedOffset]]:
         """Committed offsets of `partitions` (None: every partition with an offset).
         With `require_stable`, a partition with pending transactional offsets answers
-        UNSTABLE_OFFSET_COMMIT, so the consumer retries once the transaction ends."""
+        UNSTABLE_OFFSET_COMMIT, so the consumer retries once the transaction ends. A
+        member of a consumer group (OffsetFetch v9) must be one at its epoch."""
         owner = self._owner_error(group_id)
         if owner != ErrorCode.none:
             return owner, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
             return ErrorCode.none, dict.fromkeys(partitions or (), NO_OFFSET)
+        if group.consumer is not None:
+            error, _ = group.consumer.validate_offset_fetch(member_id, member_epoch)
+            if error != ErrorCode.none:
+                return error, {}
         wanted = list(group.offsets) if partitions is None else partitions
         result = {}
         for tp in wanted:
@@ -270,9 +288,9 @@ class Offsets:
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
             return ErrorCode.group_id_not_found, {}
-        if group.is_(EMPTY):
+        if group.is_empty:
             deletable = list(partitions)
-        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE or group.consumer is not None:
             deletable = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
         else:
             return ErrorCode.non_empty_group, {}
@@ -296,7 +314,7 @@ class Offsets:
                 results[group_id] = owner
             elif group is None or group.is_(DEAD):
                 results[group_id] = ErrorCode.group_id_not_found
-            elif not group.is_(EMPTY):
+            elif not group.is_empty:
                 results[group_id] = ErrorCode.non_empty_group
             else:
                 try:
@@ -311,9 +329,17 @@ class Offsets:
     def _remove_group(self, group: Group) -> None:
         """Tombstone the group and its offsets, then forget it (state Dead)."""
         tombstones = [Record(self._offset_key(group.group_id, tp), None) for tp in self._all_offset_partitions(group)]
-        tombstones.append(Record(records.encode_group_metadata_key(GroupMetadataKey(group.group_id)), None))
+        consumer_group = group.consumer
+        if consumer_group is None:
+            tombstones.append(Record(records.encode_group_metadata_key(GroupMetadataKey(group.group_id)), None))
+        else:
+            tombstones.extend(encode(group.group_id, Change(group_removal_records(consumer_group))))
         self._offsets_topic.append(self._offsets_topic.partition_for(group.group_id), tombstones, now_ms=self._now())
         self._membership.cancel_group_timers(group)
+        if consumer_group is not None:
+            self._consumer.cancel_timers(consumer_group)
+            consumer_group.dead = True
+            group.consumer = None
         group.transition_to(DEAD, self._now())
         group.offsets.clear()
         group.pending_txn_offsets.clear()
@@ -366,7 +392,7 @@ class Offsets:
                     group.remove_offsets(expired)
                     expired_total += len(expired)
                     log.info("group %s: %d offset(s) expired", group.group_id, len(expired))
-                if group.is_(EMPTY) and not group.has_offsets and not group.pending_members:
+                if group.is_empty and not group.has_offsets and not group.pending_members:
                     self._remove_group(group)
                     log.info("group %s: empty with no offsets, removed", group.group_id)
             except WRITE_ERRORS as error:
@@ -382,6 +408,13 @@ class Offsets:
                 return now >= value.expire_timestamp_ms
             return now - base(committed) >= retention
 
+        if group.consumer is not None:
+            # Kafka's ConsumerGroup: from the commit, once empty or no longer subscribed.
+            def committed_at(committed: CommittedOffset) -> int:
+                return committed.value.commit_timestamp_ms
+            return [tp for tp, c in group.offsets.items()
+                    if (group.consumer.is_empty or not group.consumer.is_subscribed_to_topic(tp[0]))
+                    and expired(tp, c, committed_at)]
         if group.is_(EMPTY):
             def since(committed: CommittedOffset) -> int:
                 return max(group.current_state_timestamp_ms, committed.value.commit_timestamp_ms)

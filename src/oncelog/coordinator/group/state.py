@@ -1,4 +1,6 @@
-"""One classic consumer group: its state machine, members, generation and offsets.
+"""One group: a classic group's state machine, members and generation, and the
+committed offsets of a group of either protocol (a consumer group's membership is in
+`consumer_group.py`, reached through `Group.consumer`).
 
 Kafka's classic group states and their valid previous states (`VALID_PREVIOUS_STATES`):
 
@@ -21,54 +23,45 @@ import asyncio
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncelog.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
+from oncelog.coordinator.group.group_states import (
+    CAN_REBALANCE as CAN_REBALANCE,
+)
+from oncelog.coordinator.group.group_states import (
+    COMPLETING_REBALANCE as COMPLETING_REBALANCE,
+)
+from oncelog.coordinator.group.group_states import (
+    DEAD as DEAD,
+)
+from oncelog.coordinator.group.group_states import (
+    EMPTY as EMPTY,
+)
+from oncelog.coordinator.group.group_states import (
+    PREPARING_REBALANCE as PREPARING_REBALANCE,
+)
+from oncelog.coordinator.group.group_states import (
+    STABLE as STABLE,
+)
+from oncelog.coordinator.group.group_states import (
+    VALID_PREVIOUS_STATES as VALID_PREVIOUS_STATES,
+)
+from oncelog.coordinator.group.group_states import (
+    Cancellable as Cancellable,
+)
+from oncelog.coordinator.group.group_states import (
+    GroupState as GroupState,
+)
+from oncelog.coordinator.group.group_states import (
+    IllegalGroupTransition as IllegalGroupTransition,
+)
 from oncelog.names import TopicPartition
 
-
-class GroupState(Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-EMPTY = GroupState.EMPTY
-PREPARING_REBALANCE = GroupState.PREPARING_REBALANCE
-COMPLETING_REBALANCE = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
-
-VALID_PREVIOUS_STATES: Mapping[GroupState, frozenset[GroupState]] = {
-    EMPTY: frozenset({PREPARING_REBALANCE}),
-    PREPARING_REBALANCE: frozenset({EMPTY, STABLE, COMPLETING_REBALANCE}),
-    COMPLETING_REBALANCE: frozenset({PREPARING_REBALANCE}),
-    STABLE: frozenset({COMPLETING_REBALANCE}),
-    DEAD: frozenset({EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD}),
-}
-
-# States from which a join or a departure starts a new rebalance.
-CAN_REBALANCE = frozenset({EMPTY, STABLE, COMPLETING_REBALANCE})
-
-
-class IllegalGroupTransition(RuntimeError):
-    def __init__(self, group_id: str, current: GroupState, target: GroupState) -> None:
-        super().__init__(
-            f"group {group_id!r} cannot move from {current.value} to {target.value}; "
-            f"{target.value} is reachable only from "
-            f"{', '.join(sorted(s.value for s in VALID_PREVIOUS_STATES[target]))}"
-        )
-        self.current = current
-        self.target = target
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
+if TYPE_CHECKING:
+    from oncelog.coordinator.group.consumer_group import ConsumerGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +155,23 @@ class Group:
     join_timer: Cancellable | None = None
     sync_timer: Cancellable | None = None
     initial_join_in_progress: bool = False
+    # Set when the group is a consumer group (KIP-848): its membership is there, and the
+    # classic fields above stay unused (Empty, no members). Offsets stay here either way,
+    # so a group keeps them when it converts between the protocols.
+    consumer: ConsumerGroup | None = None
+
+    @property
+    def group_type(self) -> str:
+        return "classic" if self.consumer is None else "consumer"
+
+    @property
+    def is_empty(self) -> bool:
+        """No members, whatever the protocol (DeleteGroups, offset expiry)."""
+        return self.state is EMPTY if self.consumer is None else self.consumer.is_empty
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value if self.consumer is None else self.consumer.state.value
 
     # ---- state machine -------------------------------------------------------------------
 
@@ -310,6 +320,8 @@ class Group:
 
     def is_subscribed_to_topic(self, topic: str) -> bool:
         """Unknown subscriptions count as subscribed, so nothing is deleted by mistake."""
+        if self.consumer is not None:
+            return self.consumer.is_subscribed_to_topic(topic)
         return self.subscribed_topics is None or topic in self.subscribed_topics
 
     def init_next_generation(self, now_ms: int) -> None:
