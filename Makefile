@@ -55,7 +55,7 @@ $(SETUP_STAMP): pyproject.toml setup.py src/oncelog/client/_record_starts.c
 	  rm -rf $(VENV); \
 	  $(PYTHON) -m venv $(VENV); \
 	fi
-	@echo "setup: installing oncelog and its test and lint dependencies into $(VENV) with pip: about 35 packages,"
+	@echo "setup: installing oncelog and its test and lint dependencies into $(VENV) with pip: about 45 packages,"
 	@echo "setup: 745 MB installed (pyspark 490 MB, Playwright 165 MB). About 120 s on a fresh 2-core machine, 15-30 s"
 	@echo "setup: when pip's cache already has them; done once (again only when pyproject.toml or setup.py changes)."
 	@started=$$SECONDS; \
