@@ -9,6 +9,7 @@
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
+#   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -30,7 +31,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-cluster soak-faults compat clean distclean
+.PHONY: help setup test lint demo bench soak soak-cluster soak-faults groups-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -107,6 +108,9 @@ soak-cluster: setup
 soak-faults: setup
 	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --faults pause,partition,disk --fault-seconds 20-35 \
 	  --session-timeout-ms 9000 --seed 11
+
+groups-faults: setup
+	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_consumer_group_protocol.py $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

@@ -471,6 +471,7 @@ def test_java_client_consume_transform_produce_in_a_rebalancing_consumer_group(b
     assert listed["java-ctp"].type == ConsumerGroupType.CONSUMER
 
 
+@pytest.mark.slow  # `make groups-faults` (~17 s: a 3-broker cluster and a kill)
 def test_consume_transform_produce_through_a_group_coordinator_failover(tmp_path):
     """Cluster mode: the broker coordinating the group (the leader of its
     `__consumer_offsets` partition) is killed while the loop runs; the next leader loads
@@ -558,6 +559,7 @@ def test_heartbeat_needs_group_read_and_topic_describe_and_describe_needs_group_
             assert topics == {"visible"}
 
 
+@pytest.mark.slow  # `make groups-faults` (~15 s; the librdkafka kill loop stays in the default run)
 def test_java_consume_transform_produce_member_killed_again_and_again_writes_each_record_once(broker, java_tools,
                                                                                               tmp_path):
     bootstrap = broker.bootstrap_servers
