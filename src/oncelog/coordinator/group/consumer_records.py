@@ -37,7 +37,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from oncelog.coordinator.group.records import RecordFormatError
+from oncelog.coordinator.group.records import RecordFormatError, RecordReader
 
 GROUP_METADATA_KEY = 3
 PARTITION_METADATA_KEY = 4
@@ -267,20 +267,10 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
 # ---- reading ---------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "position")
+class _Reader(RecordReader):
+    """RecordReader with the flexible versions' compact strings, bytes and arrays."""
 
-    def __init__(self, data: bytes, position: int = 0) -> None:
-        self.data = data
-        self.position = position
-
-    def _take(self, size: int) -> bytes:
-        end = self.position + size
-        if size < 0 or end > len(self.data):
-            raise RecordFormatError(f"field of {size} bytes runs past the end of a {len(self.data)}-byte record")
-        chunk = self.data[self.position : end]
-        self.position = end
-        return chunk
+    __slots__ = ()
 
     def uvarint(self) -> int:
         value = shift = 0
@@ -296,15 +286,6 @@ class _Reader:
     def int8(self) -> int:
         return _INT8.unpack(self._take(1))[0]
 
-    def int16(self) -> int:
-        return _INT16.unpack(self._take(2))[0]
-
-    def int32(self) -> int:
-        return _INT32.unpack(self._take(4))[0]
-
-    def int64(self) -> int:
-        return _INT64.unpack(self._take(8))[0]
-
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self._take(16))
 
@@ -316,12 +297,6 @@ class _Reader:
             return self._take(length).decode()
         except UnicodeDecodeError as error:
             raise RecordFormatError(f"string is not UTF-8: {error}") from None
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise RecordFormatError("null in a non-nullable string field")
-        return value
 
     def bytes_(self) -> bytes:
         length = self.uvarint() - 1

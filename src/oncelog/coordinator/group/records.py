@@ -183,12 +183,15 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
 # ---- reading ---------------------------------------------------------------------------
 
 
-class _Reader:
+class RecordReader:
+    """Fields of a non-flexible record, in order (consumer_records.py extends it with the
+    flexible versions' compact fields)."""
+
     __slots__ = ("data", "position")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, position: int = 0) -> None:
         self.data = data
-        self.position = 0
+        self.position = position
 
     def _take(self, size: int) -> bytes:
         end = self.position + size
@@ -230,7 +233,7 @@ class _Reader:
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     """The key of a `__consumer_offsets` record; None for record types this coordinator
     does not own (newer group types)."""
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.int16()
     if version in (0, 1):
         return OffsetCommitKey(reader.string(), reader.string(), reader.int32())
@@ -240,7 +243,7 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.int16()
     if version not in (0, 1, 2, 3):
         raise RecordFormatError(f"unsupported OffsetCommitValue version {version}")
@@ -253,7 +256,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.int16()
     if version not in (0, 1, 2, 3):
         raise RecordFormatError(f"unsupported GroupMetadataValue version {version}")
