@@ -120,7 +120,12 @@ def read_everything(bootstrap: str, topic: str, expected: int, timeout_s: float 
 def stop(cluster: RunningCluster) -> None:
     cluster.process.send_signal(signal.SIGTERM)
     assert cluster.process.stderr is not None  # a PIPE (start_cluster)
-    assert cluster.process.wait(60) == 0, cluster.process.stderr.read()
+    if cluster.process.wait(60) != 0:
+        error = cluster.process.stderr.read()
+        logs = error.rsplit("its log: ", 1)[-1].strip().split(", ") if "its log: " in error else []
+        tails = "".join(f"\n--- {path} (last lines) ---\n{Path(path).read_text()[-6000:]}"
+                        for path in logs if Path(path).exists())
+        raise AssertionError(error + tails)
 
 
 def test_cluster_restarted_after_sigterm_on_its_data_dir_has_every_acknowledged_record(data_dir):

@@ -476,7 +476,8 @@ class Broker:
         for key in partitions:
             self._fetch_waiters[key].add(waiter)
         try:
-            await asyncio.wait_for(waiter, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await waiter
         except TimeoutError:
             pass
         finally:

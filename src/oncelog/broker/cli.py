@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig, ConfigError, parse_overrides
+from oncelog.broker.stuck_stop import watch_shutdown
 from oncelog.errors import CommandError
 
 
@@ -76,4 +77,5 @@ async def _serve_until_signalled(broker) -> None:
     print(f"oncelog broker {broker.node_id} listening on {bound}"
           + ("" if advertised == bound else f" (advertised to clients as {advertised})"), flush=True)
     await stop.wait()
+    watch_shutdown(loop)
     await broker.stop()

@@ -215,7 +215,8 @@ class FaultProxy:
                 self.stats[kind] += 1
             writer.write(request)
             await writer.drain()
-            response = await asyncio.wait_for(_read_frame(reader), REPLAY_ANSWER_TIMEOUT_S)
+            async with asyncio.timeout(REPLAY_ANSWER_TIMEOUT_S):
+                response = await _read_frame(reader)
         except (OSError, asyncio.IncompleteReadError, TimeoutError):
             self.stats["replay_failed"] += 1
             return

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -59,6 +58,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_start(args: argparse.Namespace) -> int:
     from oncelog.local.cluster import (
         ClusterProcess,
+        NodesDidNotStop,
         node_configs,
         read_node_configs,
         write_node_configs,
@@ -134,10 +134,11 @@ def run_start(args: argparse.Namespace) -> int:
             raise CommandError("every node of the cluster has exited")
     try:
         cluster.stop_all()
-    except subprocess.TimeoutExpired as error:
+    except NodesDidNotStop as error:
+        logs = ", ".join(str(cluster.nodes[node_id].log_path) for node_id in error.node_ids)
         cluster.kill_all()
-        raise CommandError(f"a node did not stop within {error.timeout:.0f}s of SIGTERM; every node was "
-                           "killed (its data recovers at the next start)") from None
+        raise CommandError(f"{error}; every node was killed (its data recovers at the next start); "
+                           f"its log: {logs}") from None
     return 0
 
 

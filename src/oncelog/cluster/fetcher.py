@@ -187,7 +187,8 @@ class ReplicaFetcher:
             if not wanted:
                 self._wakeup.clear()
                 try:
-                    await asyncio.wait_for(self._wakeup.wait(), self._backoff_s)
+                    async with asyncio.timeout(self._backoff_s):
+                        await self._wakeup.wait()
                 except TimeoutError:
                     pass
                 continue

@@ -84,7 +84,8 @@ class PeerConnection:
                 raise ConnectionError(f"broker {self.node_id} left the cluster")
             exchange = self._in_flight = asyncio.ensure_future(self._exchange(entity))
             try:
-                return await asyncio.wait_for(exchange, timeout_s)
+                async with asyncio.timeout(timeout_s):  # not wait_for: on 3.11 it can swallow a cancel
+                    return await exchange
             except asyncio.CancelledError:
                 self.reset()  # part of the request may have gone out
                 if self._abandoned:

@@ -190,7 +190,8 @@ class ClusterRuntime:
         self.replicas.close()
         if self.lease:
             try:  # leaderships move at once instead of after the session timeout
-                await asyncio.wait_for(self.client.lease_revoke(self.lease), 2)
+                async with asyncio.timeout(2):
+                    await self.client.lease_revoke(self.lease)
             except Exception:  # noqa: BLE001, S110 (best effort: unrevoked, the lease expires after the session timeout)
                 pass
         await self.client.close()
@@ -215,7 +216,8 @@ class ClusterRuntime:
         future = asyncio.get_running_loop().create_future()
         self._revision_waiters.append((revision, future))
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(future)
             return True
         except TimeoutError:
             return False
@@ -441,7 +443,8 @@ class ClusterRuntime:
     async def _leave(self, lease: int) -> None:
         """Revoke the lease: the registration goes, and the controller reacts at once."""
         try:
-            await asyncio.wait_for(self.client.lease_revoke(lease), self.settings.request_timeout_ms / 1000)
+            async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
+                await self.client.lease_revoke(lease)
         except (EtcdError, OSError, TimeoutError) as error:
             log.info("broker %d: leaving the cluster by revoking its lease failed (%s); it lapses on its own",
                      self.node_id, error)
@@ -507,7 +510,8 @@ class ClusterRuntime:
                     self.controller_revision = None
             self._reconcile_wanted.clear()
             try:
-                await asyncio.wait_for(self._reconcile_wanted.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._reconcile_wanted.wait()
             except TimeoutError:
                 pass
             if self.image.controller_id != self.node_id:

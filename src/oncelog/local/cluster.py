@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +30,16 @@ from typing import Self
 from oncelog.broker.config import ConfigError, read_properties
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import BrokerProcess, child_pids, free_port
+
+
+class NodesDidNotStop(Exception):
+    """Nodes still running `timeout` seconds after SIGTERM."""
+
+    def __init__(self, node_ids: list[int], timeout: float) -> None:
+        super().__init__(f"node(s) {', '.join(map(str, node_ids))} did not stop within {timeout:.0f}s of SIGTERM")
+        self.node_ids = node_ids
+        self.timeout = timeout
+
 
 # Quick failure detection for tests; Kafka's defaults (9 s sessions) stay the broker's.
 FAST_FAILOVER = {
@@ -201,9 +212,22 @@ class ClusterProcess:
         for node in self.nodes.values():
             node.kill()
 
-    def stop_all(self) -> None:
-        for node_id in self.alive():
-            self.nodes[node_id].stop()
+    def stop_all(self, timeout: float = 30.0) -> None:
+        """SIGTERM every node at once, then wait for all of them: one after another, the
+        last ones would stop with their etcd members already out of quorum. NodesDidNotStop
+        names the nodes still running after `timeout` (they are left running)."""
+        alive = self.alive()
+        for node_id in alive:
+            self.nodes[node_id].terminate()
+        deadline = time.monotonic() + timeout
+        stuck = []
+        for node_id in alive:
+            try:
+                self.nodes[node_id].wait_stopped(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stuck.append(node_id)
+        if stuck:
+            raise NodesDidNotStop(stuck, timeout)
 
     # ---- what the cluster says ---------------------------------------------------------
 

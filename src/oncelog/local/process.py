@@ -116,9 +116,18 @@ class BrokerProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM: a clean shutdown (flush, checkpoints)."""
+        self.terminate()
+        return self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """Send SIGTERM and return at once; `wait_stopped` waits for the clean shutdown."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float) -> int:
+        """The exit code once the process has exited; subprocess.TimeoutExpired after `timeout`."""
         if self.process is None:
             return 0
-        self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout)
         self.process = None
         return code
