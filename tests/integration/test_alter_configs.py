@@ -114,15 +114,19 @@ def test_missing_topics_illegal_names_and_other_resources_are_refused(shared_bro
     assert (code, message) == (ErrorCode.invalid_request, "Group configs (KIP-848) are not supported by oncelog.")
 
 
-def wire_alter(broker, resources, resource_type: int = 2, *,
-               validate_only: bool = False) -> list[tuple[str, ErrorCode, str | None]]:
+def wire_alter(broker, resources, resource_type: int = 2, *, validate_only: bool = False,
+               client: WireClient | None = None) -> list[tuple[str, ErrorCode, str | None]]:
+    """IncrementalAlterConfigs through a new connection, or through `client`."""
     request = incremental_v1.IncrementalAlterConfigsRequest(resources=tuple(
         incremental_v1.AlterConfigsResource(resource_type=i8(resource_type), resource_name=name, configs=tuple(
             incremental_v1.AlterableConfig(name=key, config_operation=i8(operation), value=value)
             for key, operation, value in configs))
         for name, configs in resources), validate_only=validate_only)
-    with WireClient.connect(broker.bootstrap_servers) as client:
+    if client is not None:
         response = client.request(request)
+    else:
+        with WireClient.connect(broker.bootstrap_servers) as new_client:
+            response = new_client.request(request)
     return [(r.resource_name, r.error_code, r.error_message) for r in response.responses]
 
 
@@ -280,3 +284,32 @@ def test_append_to_the_cluster_default_starts_from_its_own_value_not_this_broker
                                           validate_only=True)
         assert code == ErrorCode.invalid_request and "log.segment.bytes" in message
         assert describe_wire(broker, 4, "1")["log.segment.bytes"][1] == DEFAULT
+
+
+def test_broker_level_dynamic_keys_act_where_they_are_read_and_survive_a_restart(tmp_path):
+    with EmbeddedBroker(tmp_path / "broker") as broker:
+        # num.partitions: the next topic created without a count gets the cluster default's
+        assert wire_alter(broker, [("", [("num.partitions", 0, "5")])], resource_type=4) == \
+            [("", ErrorCode.none, None)]
+        assert describe_wire(broker, 4, "1")["num.partitions"][:3] == ("5", DYNAMIC_DEFAULT, False)
+        admin = admin_for(broker)
+        admin.create_topics([NewTopic("by-default", -1, 1)])["by-default"].result(10)
+        assert len(admin.list_topics("by-default", timeout=10).topics["by-default"].partitions) == 5
+        # max.connections: the next connection is refused, one already open keeps working
+        with WireClient.connect(broker.bootstrap_servers) as open_before:
+            assert wire_alter(broker, [("1", [("max.connections", 0, "1")])], resource_type=4) == \
+                [("1", ErrorCode.none, None)]
+            with pytest.raises(ConnectionError), WireClient.connect(broker.bootstrap_servers, timeout=5) as refused:
+                refused.request(describe_v4.DescribeConfigsRequest(resources=(), include_synonyms=False,
+                                                                   include_documentation=False))
+            [(_, code, _message)] = wire_alter(broker, [("1", [("max.connections", 1, None)])], resource_type=4,
+                                               client=open_before)
+            assert code == ErrorCode.none
+        # a bad value names the key and changes nothing
+        [(_, code, message)] = wire_alter(broker, [("", [("num.partitions", 0, "0")])], resource_type=4)
+        assert code == ErrorCode.invalid_request and "num.partitions" in message
+    with EmbeddedBroker(tmp_path / "broker") as broker:
+        admin = admin_for(broker)
+        admin.create_topics([NewTopic("after-restart", -1, 1)])["after-restart"].result(10)
+        assert len(admin.list_topics("after-restart", timeout=10).topics["after-restart"].partitions) == 5
+        assert describe_wire(broker, 4, "1")["max.connections"][1] == DEFAULT

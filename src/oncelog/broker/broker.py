@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from oncelog.broker.authorization import ACLS_FILE, Acls
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
-from oncelog.broker.dynamic_config import DynamicBrokerConfigs, topic_defaults
+from oncelog.broker.dynamic_config import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.fetch_sessions import FetchSessionCache
 from oncelog.broker.leadership import StandaloneLeadership
@@ -170,7 +170,6 @@ class Broker:
             self.dynamic_configs = ClusterDynamicConfigStore(self.cluster, self.apply_dynamic_configs)
         self.cleaner = LogCleaner(self.logs, CleanerConfig(
             enabled=self.config["log.cleaner.enable"],
-            backoff_ms=self.config["log.cleaner.backoff.ms"],
             dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
             io_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
         ))
@@ -213,7 +212,7 @@ class Broker:
                 self.config["replica.high.watermark.checkpoint.interval.ms"] if self.cluster else 60_000,
                 self._checkpoint,
             )),
-            asyncio.create_task(self._clean_logs(self.config["log.cleaner.backoff.ms"])),
+            asyncio.create_task(self._clean_logs()),
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
             ),
@@ -264,12 +263,14 @@ class Broker:
 
     def apply_dynamic_configs(self, configs: DynamicBrokerConfigs) -> None:
         """New dynamic broker configs: every topic without its own override gets the
-        defaults they give at once."""
+        defaults they give at once, and the broker-level keys take their new values."""
+        layered = configs.layered(self.node_id, self.config.explicit)
         try:
-            defaults = topic_defaults(configs.layered(self.node_id, self.config.explicit))
+            defaults = topic_defaults(layered)
         except (ConfigError, InvalidConfigError) as error:  # checked when set: a value this version refuses
             log.error("dynamic broker configs not applied: %s", error)
             return
+        self.config.apply_dynamic(layered, BROKER_LEVEL_KEYS)
         self.logs.set_default_config(defaults)
 
     def _start_http(self, host: str, port: int) -> None:
@@ -378,17 +379,18 @@ class Broker:
     def _checkpoint(self) -> None:
         self.logs.checkpoint()
 
-    async def _clean_logs(self, backoff_ms: int) -> None:
+    async def _clean_logs(self) -> None:
         """Kafka's cleaner thread loop: clean the filthiest compacted partition, round
         after round while one qualifies and rounds make progress, then back off for
-        log.cleaner.backoff.ms. Each round's heavy part runs on the cleaner thread."""
+        log.cleaner.backoff.ms (dynamic: read at every pause). Each round's heavy part
+        runs on the cleaner thread."""
         loop = asyncio.get_running_loop()
 
         def run_in_cleaner_thread(step):
             return loop.run_in_executor(self._cleaner_thread, step)
 
         while True:
-            await asyncio.sleep(max(backoff_ms, 10) / 1000)
+            await asyncio.sleep(max(self.config["log.cleaner.backoff.ms"], 10) / 1000)
             try:
                 while True:
                     stats = await self.cleaner.clean_filthiest_in_thread(now_ms(), run_in_cleaner_thread)

@@ -408,7 +408,7 @@ class BrokerConfig:
                                   f"(listeners: {', '.join(sorted(names))})")
         self.http_listener = parse_http_listener(self["http.listener"])
         for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",
-                    "producer.id.max.entries.per.partition"):
+                    "default.replication.factor", "producer.id.max.entries.per.partition"):
             if self[key] <= 0:
                 raise ConfigError(f"{key}: must be positive, got {self[key]}")
         if self["fetch.max.bytes"] < 1024:  # Kafka's lower bound
@@ -416,6 +416,9 @@ class BrokerConfig:
         if self["max.incremental.fetch.session.cache.slots"] < 0:  # Kafka's atLeast(0)
             raise ConfigError("max.incremental.fetch.session.cache.slots: must be at least 0, got "
                               f"{self['max.incremental.fetch.session.cache.slots']}")
+        for key in ("max.connections", "log.cleaner.backoff.ms"):  # Kafka's atLeast(0)
+            if self[key] < 0:
+                raise ConfigError(f"{key}: must be at least 0, got {self[key]}")
         for key in ("quota.window.num", "quota.window.size.seconds"):  # Kafka's atLeast(1)
             if self[key] < 1:
                 raise ConfigError(f"{key}: must be at least 1, got {self[key]}")
@@ -437,6 +440,14 @@ class BrokerConfig:
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
+
+    def apply_dynamic(self, layered: Mapping[str, str], keys: frozenset[str]) -> None:
+        """Give `keys` the values of `layered` (static, then the dynamic broker configs),
+        their built-in default where unset: every holder of this config reads the new
+        value at its next use. Only the broker calls it, with values already checked."""
+        for key in keys:
+            setting = SETTINGS[key]
+            self._values[key] = setting.parse(layered.get(key, setting.default))
 
     def for_listener(self, listener: str, key: str) -> Any:
         """`key` as one listener sees it: listener.name.<listener>.<key> when set, else `key`."""

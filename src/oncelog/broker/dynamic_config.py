@@ -6,13 +6,20 @@ broker resource with an empty name; DYNAMIC_DEFAULT_BROKER_CONFIG). A key's valu
 first of: this broker's dynamic value, the cluster default's, server.properties or
 --override (STATIC_BROKER_CONFIG), the built-in default.
 
-The keys that can change are the broker keys that give topics their defaults
-(`log.retention.ms`, `log.segment.bytes`, `log.cleanup.policy`, `log.cleaner.*`
-compaction settings, `message.max.bytes`, `min.insync.replicas`, ...: Kafka's
-DynamicLogConfig keys, among those oncelog reads); a change reaches every topic without
-an override of its own at once. Any other key is INVALID_REQUEST, `Cannot update these
-configs dynamically: Set(...)`, and a bad value INVALID_REQUEST naming the resource and
-the key, as Kafka answers for broker resources.
+The keys that can change:
+- the broker keys that give topics their defaults (`log.retention.ms`,
+  `log.segment.bytes`, `log.cleanup.policy`, `log.cleaner.*` compaction settings,
+  `message.max.bytes`, `min.insync.replicas`, ...: Kafka's DynamicLogConfig keys, among
+  those oncelog reads); a change reaches every topic without an override of its own at
+  once;
+- `BROKER_LEVEL_KEYS`, read where they act: `num.partitions` and
+  `default.replication.factor` (the next topic created with -1, as Confluent Platform
+  allows; Apache Kafka keeps them static), `max.connections` (the next connection, as
+  Kafka's SocketServer) and `log.cleaner.backoff.ms` (the cleaner's next pause, as
+  Kafka's LogCleaner).
+Any other key is INVALID_REQUEST, `Cannot update these configs dynamically: Set(...)`,
+and a bad value INVALID_REQUEST naming the resource and the key, as Kafka answers for
+broker resources.
 
 This module is the domain: the layers as a value (`DynamicBrokerConfigs`), the checks,
 and the topic defaults a layering gives. Where the layers are kept is the broker's
@@ -32,12 +39,16 @@ from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import InvalidConfigError
 
 # The broker keys behind topic defaults that oncelog reads (BrokerConfig.log_defaults).
-DYNAMIC_KEYS = frozenset(
+TOPIC_DEFAULT_KEYS = frozenset(
     key
     for definition in TOPIC_CONFIGS.values()
     for key in (definition.broker_key, *(fallback for fallback, _factor in definition.broker_fallbacks))
     if key in SETTINGS
 )
+# Dynamic keys the broker reads where they act (BrokerConfig.apply_dynamic keeps them current).
+BROKER_LEVEL_KEYS = frozenset({"num.partitions", "default.replication.factor", "max.connections",
+                               "log.cleaner.backoff.ms"})
+DYNAMIC_KEYS = TOPIC_DEFAULT_KEYS | BROKER_LEVEL_KEYS
 
 CLUSTER_DEFAULT = ""  # the broker resource name of the cluster-wide default
 
@@ -103,7 +114,7 @@ def check(resource_name: str, overrides: Mapping[str, str], layered: Mapping[str
         raise ConfigChangeError(ErrorCode.invalid_request,
                                 f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
     try:
-        topic_defaults(layered)
+        topic_defaults(layered)  # BrokerConfig checks the broker-level keys on the way
     except (ConfigError, InvalidConfigError) as error:
         if isinstance(error, InvalidConfigError):  # named by the topic key it feeds: name the broker key
             definition = TOPIC_CONFIGS.get(error.key)

@@ -406,7 +406,7 @@ class KafkaServer:
         # The level can only change across a restart, so the start time orders them.
         self.finalized_features_epoch = time.time_ns() // 1_000_000
         self.max_request_bytes = broker.config["socket.request.max.bytes"]
-        self.max_connections = broker.config["max.connections"]
+        self._config = broker.config  # max.connections is dynamic: read per connection
         self.request_memory = RequestMemoryPool(broker.config["queued.max.request.bytes"])
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task] = set()
@@ -439,8 +439,9 @@ class KafkaServer:
             await server.wait_closed()
 
     def _connection_made(self, connection: _Connection) -> None:
-        if len(self._connections) >= self.max_connections:
-            log.warning("refusing connection: max.connections=%d reached", self.max_connections)
+        max_connections = self._config["max.connections"]
+        if len(self._connections) >= max_connections:
+            log.warning("refusing connection: max.connections=%d reached", max_connections)
             connection.release_all()
             connection.transport.close()
             return

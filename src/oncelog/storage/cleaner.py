@@ -104,10 +104,10 @@ RunInThread = Callable[[ThreadStep], Awaitable[Any]]
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    """Broker-wide cleaner settings (log.cleaner.*)."""
+    """Broker-wide cleaner settings (log.cleaner.*; the broker's cleaner loop reads
+    log.cleaner.backoff.ms itself, at every pause)."""
 
     enabled: bool = True
-    backoff_ms: int = 15_000
     dedupe_buffer_size: int = 128 * 1024 * 1024
     io_buffer_load_factor: float = 0.9
 
