@@ -351,6 +351,32 @@ def test_a_dynamic_broker_default_reaches_every_broker_and_a_brokers_own_stays_i
     assert eventually(2, ("1073741824", 5)) == ("1073741824", 5)
 
 
+def test_a_group_config_set_through_one_broker_is_described_by_another(cluster):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    def set_session(node_id: int, value: str | None) -> None:
+        operation = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+        resource = ConfigResource(ResourceType.GROUP, "cluster-group-configs", incremental_configs=[
+            ConfigEntry("consumer.session.timeout.ms", value, incremental_operation=operation)])
+        admin = AdminClient({"bootstrap.servers": cluster.nodes[node_id].bootstrap_servers})
+        admin.incremental_alter_configs([resource])[resource].result(30)
+
+    def session_on(node_id: int, wanted: tuple[str, int]) -> tuple[str, int]:
+        admin = AdminClient({"bootstrap.servers": cluster.nodes[node_id].bootstrap_servers})
+        resource = ConfigResource(ResourceType.GROUP, "cluster-group-configs")
+        deadline = time.monotonic() + 15
+        while True:
+            entry = admin.describe_configs([resource])[resource].result(10)["consumer.session.timeout.ms"]
+            if (entry.value, entry.source) == wanted or time.monotonic() > deadline:
+                return entry.value, entry.source
+            time.sleep(0.2)
+
+    set_session(1, "50000")
+    assert session_on(2, ("50000", 8)) == ("50000", 8)  # DYNAMIC_GROUP_CONFIG, from the metadata store
+    set_session(3, None)
+    assert session_on(2, ("45000", 5)) == ("45000", 5)
+
+
 def console_url(cluster: ClusterProcess, node: int) -> str:
     found = re.findall(r"the console at (http://\S+/)", cluster.nodes[node].log_path.read_text())
     assert found, f"broker {node} logged no console address"

@@ -109,9 +109,6 @@ def test_missing_topics_illegal_names_and_other_resources_are_refused(shared_bro
     [(_, code, message)] = wire_alter(shared_broker, [("99", [("log.retention.ms", 0, "1")])], resource_type=4)
     assert (code, message) == (ErrorCode.invalid_request,
                                "Unexpected broker id, expected 1 or empty string, but received 99")
-    [(_, code, message)] = wire_alter(shared_broker, [("some-group", [("consumer.session.timeout.ms", 0, "45000")])],
-                                      resource_type=32)
-    assert (code, message) == (ErrorCode.invalid_request, "Group configs (KIP-848) are not supported by oncelog.")
 
 
 def wire_alter(broker, resources, resource_type: int = 2, *, validate_only: bool = False,

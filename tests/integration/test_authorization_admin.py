@@ -445,6 +445,20 @@ def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(secured):
     assert (refused, allowed) == (ErrorCode.cluster_authorization_failed, ErrorCode.invalid_request)
 
 
+def test_group_configs_need_alter_and_describe_configs_on_the_group(secured):
+    secured.allow("alice", GROUP, "gc-mine", ALTER_CONFIGS)
+    secured.allow("alice", GROUP, "gc-other", DESCRIBE_CONFIGS)
+    session = [ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)]
+    alice = AdminClient(secured.client("alice"))
+    resources = [ConfigResource(ClientResourceType.GROUP, name, incremental_configs=session)
+                 for name in ("gc-mine", "gc-other")]
+    altered = alice.incremental_alter_configs(resources)
+    assert [outcome(f) for f in altered.values()] == [None, "GROUP_AUTHORIZATION_FAILED"]
+    described = alice.describe_configs([ConfigResource(ClientResourceType.GROUP, name)
+                                        for name in ("gc-mine", "gc-other", "gc-none")])
+    assert [outcome(f) for f in described.values()] == [None, None, "GROUP_AUTHORIZATION_FAILED"]
+
+
 def test_list_config_resources_needs_cluster_describe_configs(secured):
     secured.create_topic("lcr-topic")
     alice = kafka_python_admin(secured, "alice")

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from oncelog.broker.broker import Broker, data_dir_config
 from oncelog.broker.config import BrokerConfig
-from oncelog.coordinator.group.api import GroupSettings, JoinRequest, JoinResult
+from oncelog.coordinator.group.api import GroupSettings, GroupTimings, JoinRequest, JoinResult
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.scheduler import ManualScheduler
 from oncelog.coordinator.group.state import PREPARING_REBALANCE, STABLE, Group, GroupState
@@ -53,8 +53,9 @@ def on_loop(test):
 class Harness:
     """A group coordinator on real logs under `data_dir`, with a manual clock."""
 
-    def __init__(self, data_dir: Path, **settings) -> None:
+    def __init__(self, data_dir: Path, *, group_timings: GroupTimings | None = None, **settings) -> None:
         self.data_dir = data_dir
+        self.group_timings = group_timings  # the groups' own configs (KIP-848), None: none
         self.clock = ManualScheduler()
         self.settings = GroupSettings(**{
             "initial_rebalance_delay_ms": INITIAL_DELAY_MS,
@@ -70,7 +71,8 @@ class Harness:
         self.broker = Broker(config)
         self.broker.logs = LogManager(config.log_dirs, LogConfig().with_overrides(config.log_defaults()))
         self.broker.logs.load()
-        self.coordinator = GroupCoordinator(self.broker, settings=self.settings, scheduler=self.clock)
+        self.coordinator = GroupCoordinator(self.broker, settings=self.settings, scheduler=self.clock,
+                                            group_timings=self.group_timings)
         # As a standalone broker does: the topic exists (FindCoordinator created it) and
         # this broker leads, so coordinates, every partition of it.
         partitions = self.settings.offsets_topic_partitions

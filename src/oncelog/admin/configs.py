@@ -4,6 +4,7 @@
     oncelog configs --alter --topic T --add-config 'retention.ms=86400000,cleanup.policy=[delete,compact]'
     oncelog configs --alter --topic T --delete-config retention.ms
     oncelog configs --alter --entity-type brokers --entity-default --add-config log.retention.ms=3600000
+    oncelog configs --alter --entity-type groups --entity-name G --add-config consumer.session.timeout.ms=50000
 
 `--describe` prints `Dynamic configs for topic T are:` and each override with its
 synonyms (`--all`: every key, `All configs for ...`); without a name it describes every
@@ -11,7 +12,9 @@ topic. `--alter` sends one IncrementalAlterConfigs (SET for `--add-config` and
 `--add-config-file`, DELETE for `--delete-config`) and prints `Completed updating config
 for topic T.`. A list value is written in brackets, `key=[a,b]`, as in Kafka's tool.
 Entity types: topics, brokers (`--entity-name ID`, or `--entity-default` for the
-cluster-wide default), groups (which oncelog's brokers refuse), and clients and users
+cluster-wide default), groups (KIP-848 group configs: consumer.session.timeout.ms and
+consumer.heartbeat.interval.ms; without a name `--describe` lists every group the brokers
+know and every group with configs, as kafka-configs.sh 4.1), and clients and users
 (client quotas and SCRAM credentials, below).
 
 Speaks the protocol directly (oncelog.admin.wire, like `oncelog transactions`):
@@ -79,6 +82,8 @@ from kio.schema.describe_client_quotas.v1 import request as describe_quotas_v1
 from kio.schema.describe_configs.v4 import request as describe_v4
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as alter_v1
+from kio.schema.list_config_resources.v1 import request as list_resources_v1
+from kio.schema.list_groups.v4 import request as list_groups_v4
 from kio.static.primitive import f64, i8
 
 from oncelog.admin.clients import (
@@ -104,7 +109,7 @@ ENTITY_TYPES = {
 # DescribeConfigs' config_source, by Kafka's names
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-           7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+           7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
 # What --describe shows without --all, by entity: the source of the entity's own overrides.
 TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, GROUP_CONFIG = 1, 2, 3, 8
 OWN_SOURCE = {"topics": TOPIC_CONFIG, "brokers": DYNAMIC_BROKER_CONFIG, "groups": GROUP_CONFIG}
@@ -125,7 +130,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Describe and alter configs, as kafka-configs.sh does: one of --describe or --alter, "
                     "and the entity (--entity-type with --entity-name or --entity-default, or --topic, "
                     "--broker, --broker-defaults, --group, --user, --client, --user-defaults, --client-defaults).",
-        epilog="Client quotas (--entity-type clients and/or users, each with --entity-name or --entity-default): "
+        epilog="Groups (--entity-type groups --entity-name GROUP, KIP-848): consumer.session.timeout.ms, "
+               "consumer.heartbeat.interval.ms. "
+               "Client quotas (--entity-type clients and/or users, each with --entity-name or --entity-default): "
                f"--add-config 'producer_byte_rate=1024', keys {', '.join(QUOTA_KEYS)} (the last stored, not "
                "enforced). "
                "Users (--entity-type users --entity-name NAME): --add-config "
@@ -262,9 +269,12 @@ def _alter(cluster: Cluster, args: argparse.Namespace, entity_type: str, name: s
 
 def _describe(cluster: Cluster, args: argparse.Namespace, entity_type: str, name: str | None) -> int:
     if name is None:
-        if entity_type != "topics":
+        if entity_type == "groups":
+            names = _group_ids(cluster)
+        elif entity_type == "topics":
+            names = sorted(topic for topic in cluster.metadata(None) if topic not in INTERNAL_TOPICS)
+        else:
             raise CommandError(f"--describe of {entity_type} needs --entity-name (or --entity-default)")
-        names = sorted(topic for topic in cluster.metadata(None) if topic not in INTERNAL_TOPICS)
     else:
         names = [name]
     for each in names:
@@ -282,6 +292,22 @@ def _describe(cluster: Cluster, args: argparse.Namespace, entity_type: str, name
             if args.all or entry.config_source == own:
                 print(f"  {_entry_line(entry)}")
     return 0
+
+
+def _group_ids(cluster: Cluster) -> list[str]:
+    """Every group some broker coordinates (ListGroups to each) and every group with
+    configs of its own (ListConfigResources), as kafka-configs.sh 4.1 describes groups."""
+    cluster.metadata(())  # learns the brokers
+    group_ids: set[str] = set()
+    for node_id in sorted(cluster.brokers):
+        response = cluster.request(list_groups_v4.ListGroupsRequest(states_filter=()), node_id)
+        _raise_for(response.error_code, None, "groups", "")
+        group_ids.update(group.group_id for group in response.groups)
+    listed = cluster.request(list_resources_v1.ListConfigResourcesRequest(
+        resource_types=(i8(ENTITY_TYPES["groups"][0]),)))
+    _raise_for(listed.error_code, None, "groups", "")
+    group_ids.update(resource.resource_name for resource in listed.config_resources)
+    return sorted(group_ids)
 
 
 def _raise_for(code: ErrorCode, message: str | None, entity_type: str, name: str) -> None:

@@ -28,6 +28,8 @@ from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
 from oncelog.broker.fetch_sessions import FetchSessionCache
+from oncelog.broker.group_config_store import FileGroupConfigStore, GroupConfigStore
+from oncelog.broker.group_configs import StoredGroupTimings
 from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.listener_setup import inter_broker_security, listener_bindings, plain_users
 from oncelog.broker.metrics import (
@@ -46,6 +48,7 @@ from oncelog.broker.topics import StandaloneTopics
 from oncelog.clock import now_ms
 from oncelog.cluster.client_quotas import shared_client_quotas
 from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
+from oncelog.cluster.group_configs import ClusterGroupConfigStore
 from oncelog.cluster.producer_ids import ClusterProducerIds
 from oncelog.cluster.runtime import ClusterRuntime
 from oncelog.cluster.security import shared_acls, shared_scram_credentials
@@ -121,6 +124,8 @@ class Broker:
         self.producers_expired = 0  # by the producer-expiry timer, for /metrics
         # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
         self.dynamic_configs: DynamicConfigStore | None = None
+        # Group configs (KIP-848): a file standalone, the metadata store in cluster mode (set by start()).
+        self.group_configs: GroupConfigStore
         self._stopped = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -174,13 +179,20 @@ class Broker:
             io_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
         ))
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
+        # The groups' own configs (KIP-848), which the group coordinator reads at each use.
+        if self.cluster is None:
+            group_file = FileGroupConfigStore(self.config.log_dirs[0])
+            group_file.load()
+            self.group_configs = group_file
+        else:
+            self.group_configs = ClusterGroupConfigStore(self.cluster)
         # Each coordinator loads the partitions of its internal topic this broker leads
         # as their leadership is announced: standalone, all of them now (groups before
         # transactions: markers the transaction coordinator completes on load must find
         # the pending transactional offsets), at a coordinator epoch above every earlier
         # start's; in cluster mode as the leaderships arrive with the metadata
         # (cluster.start below).
-        self.group_coordinator = GroupCoordinator(self)
+        self.group_coordinator = GroupCoordinator(self, group_timings=StoredGroupTimings(self.group_configs.current))
         self.txn_coordinator = TransactionCoordinator(self)
         self.leadership.add_leadership_listener(self._coordinator_leadership)
         if isinstance(self.leadership, StandaloneLeadership):

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from oncelog.broker.authorization import Acls
     from oncelog.broker.dynamic_config_store import DynamicConfigStore
     from oncelog.broker.fetch_sessions import FetchSessionCache
+    from oncelog.broker.group_config_store import GroupConfigStore
     from oncelog.broker.quota_store import ClientQuotaStore
     from oncelog.broker.topic_stats import TopicStats
     from oncelog.cluster.runtime import ClusterRuntime
@@ -82,6 +83,8 @@ class BrokerServices(Node, Protocol):
     def group_coordinator(self) -> GroupCoordinator: ...
     @property
     def dynamic_configs(self) -> DynamicConfigStore | None: ...
+    @property
+    def group_configs(self) -> GroupConfigStore: ...  # KIP-848 group configs
     @property
     def topic_stats(self) -> TopicStats: ...
     @property

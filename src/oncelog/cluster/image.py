@@ -12,6 +12,7 @@ Key layout under the prefix:
     topics/<name>              {"v":1,"topic_id","partitions","configs"}
     partitions/<name>/<p>      {"v":1,"replicas","isr","leader","leader_epoch","partition_epoch"}
     configs/brokers            {"v":1,"default":{key:value},"brokers":{"<id>":{key:value}}}  dynamic broker configs
+    configs/groups             {"v":1,"groups":{"<group id>":{key:value}}}  group configs (KIP-848)
     acls                       {"v":1,"acls":[{"resource_type","name","pattern_type","principal","host",
                                                "operation","permission_type"}, ...]}  every ACL
     scram-credentials          {"v":1,"users":{user:{mechanism:{"salt","stored_key","server_key","iterations"}}}}
@@ -54,6 +55,7 @@ class KeyKind(Enum):
     TOPIC = "topic"
     PARTITION = "partition"
     BROKER_CONFIGS = "broker_configs"
+    GROUP_CONFIGS = "group_configs"
     ACLS = "acls"
     SCRAM_CREDENTIALS = "scram_credentials"
     CLIENT_QUOTAS = "client_quotas"
@@ -64,6 +66,7 @@ class KeyKind(Enum):
 
 _PRODUCER_ID_BLOCK = "producer-ids/next-block"
 _BROKER_CONFIGS = "configs/brokers"
+_GROUP_CONFIGS = "configs/groups"
 _ACLS = "acls"
 _SCRAM_CREDENTIALS = "scram-credentials"
 _CLIENT_QUOTAS = "client-quotas"
@@ -79,6 +82,8 @@ def _parse_relative(rest: str, key: str) -> tuple:
         return (KeyKind.PRODUCER_ID_BLOCK,)
     if rest == _BROKER_CONFIGS:
         return (KeyKind.BROKER_CONFIGS,)
+    if rest == _GROUP_CONFIGS:
+        return (KeyKind.GROUP_CONFIGS,)
     if rest == _ACLS:
         return (KeyKind.ACLS,)
     if rest == _SCRAM_CREDENTIALS:
@@ -164,6 +169,10 @@ class Keys:
         return self.prefix + _BROKER_CONFIGS
 
     @property
+    def group_configs(self) -> str:
+        return self.prefix + _GROUP_CONFIGS
+
+    @property
     def acls(self) -> str:
         return self.prefix + _ACLS
 
@@ -179,6 +188,7 @@ class Keys:
         """`(KeyKind.BROKER, node_id)`, `(KeyKind.TOPIC, name)`,
         `(KeyKind.PARTITION, topic, partition)`, `(KeyKind.CONTROLLER,)`,
         `(KeyKind.PRODUCER_ID_BLOCK,)`, `(KeyKind.FEATURES,)`, `(KeyKind.BROKER_CONFIGS,)`,
+        `(KeyKind.GROUP_CONFIGS,)`,
         `(KeyKind.ACLS,)`, `(KeyKind.SCRAM_CREDENTIALS,)`, `(KeyKind.CLIENT_QUOTAS,)`, or
         `(KeyKind.UNKNOWN, key)`
         for anything else, including keys outside this cluster's prefix."""
@@ -391,6 +401,17 @@ def decode_broker_configs(kv: KeyValue) -> Mapping[str, Any]:
     return MappingProxyType(value)
 
 
+def encode_group_configs(document: Mapping[str, Any]) -> bytes:
+    """The group configs (oncelog.broker.group_configs's JSON form)."""
+    return _encode(dict(document))
+
+
+def decode_group_configs(kv: KeyValue) -> Mapping[str, Any]:
+    """{"groups": {group: {key: value}}}; checked by whoever reads it (GroupConfigs.from_json)."""
+    what = "group configs"
+    return MappingProxyType({"groups": _field(_decode(kv, what), "groups", dict, kv, what)})
+
+
 def encode_acls(bindings: Iterable[Mapping[str, str]]) -> bytes:
     """Every ACL, each as oncelog.security.acl_store.binding_to_json spells it."""
     return _encode({"acls": [dict(binding) for binding in bindings]})
@@ -460,6 +481,7 @@ class MetadataImage:
     acls: Mapping[str, Any] = field(default_factory=dict, repr=False)
     scram_credentials: Mapping[str, Any] = field(default_factory=dict, repr=False)
     client_quotas: Mapping[str, Any] = field(default_factory=dict, repr=False)  # decode_client_quotas, {} if none
+    group_configs: Mapping[str, Any] = field(default_factory=dict, repr=False)  # decode_group_configs, {} if none
     _by_topic: Mapping[str, tuple[PartitionRecord, ...]] = field(
         init=False, repr=False, compare=False
     )
@@ -519,7 +541,7 @@ class MetadataImage:
         brokers = {other: registration for other, registration in self.brokers.items() if other != node_id}
         controller = NO_CONTROLLER if self.controller_id == node_id else self.controller_id
         return MetadataImage(self.revision, brokers, self.topics, partitions, controller, self.broker_configs,
-                             self.acls, self.scram_credentials, self.client_quotas)
+                             self.acls, self.scram_credentials, self.client_quotas, self.group_configs)
 
     def live_broker_ids(self) -> set[int]:
         return set(self.brokers)
@@ -551,12 +573,13 @@ class _MutableState:
     acls: Mapping[str, Any]
     scram_credentials: Mapping[str, Any]
     client_quotas: Mapping[str, Any]
+    group_configs: Mapping[str, Any]
 
     @classmethod
     def of(cls, image: MetadataImage) -> _MutableState:
         return cls(
             dict(image.brokers), dict(image.topics), dict(image.partitions), image.controller_id,
-            image.broker_configs, image.acls, image.scram_credentials, image.client_quotas,
+            image.broker_configs, image.acls, image.scram_credentials, image.client_quotas, image.group_configs,
         )
 
     def put(self, kv: KeyValue) -> None:
@@ -578,6 +601,8 @@ class _MutableState:
             self.scram_credentials = decode_scram_credentials(kv)
         elif kind is KeyKind.CLIENT_QUOTAS:
             self.client_quotas = decode_client_quotas(kv)
+        elif kind is KeyKind.GROUP_CONFIGS:
+            self.group_configs = decode_group_configs(kv)
         # Producer-id blocks, features and keys this version does not know: not image state.
 
     def delete(self, key: str) -> None:
@@ -599,13 +624,16 @@ class _MutableState:
             self.scram_credentials = {}
         elif kind is KeyKind.CLIENT_QUOTAS:
             self.client_quotas = {}
+        elif kind is KeyKind.GROUP_CONFIGS:
+            self.group_configs = {}
 
     def freeze(self, revision: int) -> MetadataImage:
         partitions = {
             key: record for key, record in self.partitions.items() if key[0] in self.topics
         }
         return MetadataImage(revision, self.brokers, self.topics, partitions, self.controller_id,
-                             self.broker_configs, self.acls, self.scram_credentials, self.client_quotas)
+                             self.broker_configs, self.acls, self.scram_credentials, self.client_quotas,
+                             self.group_configs)
 
 
 @dataclass(slots=True)
@@ -631,6 +659,7 @@ class MetadataDelta:
     acls_changed: bool = False
     scram_credentials_changed: bool = False
     client_quotas_changed: bool = False
+    group_configs_changed: bool = False
 
     @classmethod
     def diff(cls, old: MetadataImage, new: MetadataImage) -> MetadataDelta:
@@ -664,6 +693,8 @@ class MetadataDelta:
                                            and old.scram_credentials != new.scram_credentials)
         delta.client_quotas_changed = (old.client_quotas is not new.client_quotas
                                        and old.client_quotas != new.client_quotas)
+        delta.group_configs_changed = (old.group_configs is not new.group_configs
+                                       and old.group_configs != new.group_configs)
         return delta
 
     @property
@@ -680,4 +711,5 @@ class MetadataDelta:
             or self.acls_changed
             or self.scram_credentials_changed
             or self.client_quotas_changed
+            or self.group_configs_changed
         )

@@ -11,9 +11,15 @@ Each resource gets its own error code and message, as in Kafka:
 - brokers (type 4): this broker's dynamic configs (its id) or the cluster-wide default
   (empty name), see oncelog.broker.dynamic_config; another broker's id is INVALID_REQUEST
   ("Unexpected broker id, expected N or empty string, but received M"), as in Kafka.
+- groups (type 32): a group's own configs (KIP-848's consumer.session.timeout.ms and
+  consumer.heartbeat.interval.ms, see oncelog.broker.group_configs), whether or not the
+  group exists; an unknown key or a bad value is INVALID_CONFIG with Kafka's message, an
+  empty name INVALID_REQUEST ("Default group resources are not allowed."). Stored as the
+  dynamic broker configs are, and read by the group coordinator at the group's next
+  heartbeat.
 - a resource named twice in one request: INVALID_REQUEST for each copy.
-- Deviation: broker loggers (8) and groups (32) are INVALID_REQUEST with a message saying
-  so: oncelog has no run-time log levels and no KIP-848 group configs.
+- Deviation: broker loggers (8) are INVALID_REQUEST with a message saying so: oncelog has
+  no run-time log levels.
 - Authorization, as Kafka (the broker's checks, then the controller's
   authorizeAlterResource), after the duplicate check and, for brokers, the broker id
   check: a topic needs Topic ALTER_CONFIGS (else TOPIC_AUTHORIZATION_FAILED); brokers
@@ -26,7 +32,8 @@ Each resource gets its own error code and message, as in Kafka:
 
 The handlers say what a resource's changes make of its overrides (`Change`); this module
 gives it the keys' built-in defaults and list keys of the resource's type, and the owner
-of the overrides (the topics' or the dynamic broker configs' store) applies the result.
+of the overrides (the topics', the dynamic broker configs' or the group configs' store)
+applies the result.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from oncelog.broker import dynamic_config
+from oncelog.broker import dynamic_config, group_configs
 from oncelog.broker.config import SETTINGS
 from oncelog.broker.config_changes import ConfigChangeError
 from oncelog.broker.dispatch import RequestContext
@@ -57,7 +64,6 @@ BROKER_DEFAULTS = {key: setting.default for key, setting in SETTINGS.items()}
 
 _UNSUPPORTED = {
     BROKER_LOGGER: "Broker logger levels cannot be changed at run time on oncelog.",
-    GROUP: "Group configs (KIP-848) are not supported by oncelog.",
 }
 
 # The ACL resource a config resource type is authorized on, and the error when refused.
@@ -126,6 +132,8 @@ async def _alter(ctx: RequestContext, resource, change: Change, validate_only: b
                                                   validate_only=validate_only)
         elif kind == BROKER:
             await _alter_broker(ctx, name, change, validate_only)
+        elif kind == GROUP:
+            await _alter_group(ctx, name, change, validate_only)
         else:
             return ErrorCode.invalid_request, _UNSUPPORTED.get(kind, f"Unexpected resource type {kind}.")
     except InvalidTopicError as error:
@@ -153,3 +161,13 @@ async def _alter_broker(ctx: RequestContext, name: str, change: Change, validate
 
     await store.alter(name, lambda current: change(current, BROKER_DEFAULTS, BROKER_LIST_KEYS), check,
                       validate_only=validate_only)
+
+
+async def _alter_group(ctx: RequestContext, group_id: str, change: Change, validate_only: bool) -> None:
+    group_configs.check_group_id(group_id)
+    config = ctx.broker.config
+    broker_values = {key: config[key] for key in group_configs.BROKER_KEYS}
+    defaults = {key: str(broker_values[group_key.broker_key]) for key, group_key in group_configs.GROUP_KEYS.items()}
+    await ctx.broker.group_configs.alter(
+        group_id, lambda current: group_configs.normalized(change(current, defaults, frozenset())),
+        lambda overrides: group_configs.check(overrides, broker_values), validate_only=validate_only)

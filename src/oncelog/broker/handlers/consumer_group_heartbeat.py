@@ -2,10 +2,11 @@
 
 - A member joins with epoch 0 (its subscription: topic names and/or a regex, an optional
   server assignor of group.consumer.assignors, its rebalance timeout), heartbeats every
-  group.consumer.heartbeat.interval.ms with its epoch and owned partitions, and leaves
-  with -1 (a static member, for now, with -2). The answer carries the member's epoch,
-  the heartbeat interval and, when it changed (or the request was a full one), the
-  partitions it may now consume, by topic id. The work is the coordinator's
+  heartbeat interval (the group's consumer.heartbeat.interval.ms config, else the
+  broker's group.consumer.heartbeat.interval.ms) with its epoch and owned partitions,
+  and leaves with -1 (a static member, for now, with -2). The answer carries the
+  member's epoch, the heartbeat interval and, when it changed (or the request was a full
+  one), the partitions it may now consume, by topic id. The work is the coordinator's
   (coordinator/group/consumer_membership.py): group epoch, target assignment by the
   uniform or range assignor, reconciliation with revocation before reassignment.
 - v0: a member joining without a member id gets one from the coordinator; v1: the

@@ -14,6 +14,12 @@
   keys Kafka has no default for (`log.retention.ms`, `log.roll.ms`, ...) have a null
   value until set; the dynamic keys (oncelog.broker.dynamic_config) are not read-only.
   The cluster default resource (empty name) lists the dynamic defaults only.
+- Group resources (type 32), whether or not the group exists: its config keys
+  (oncelog.broker.group_configs) with the value it runs with. Synonyms as Kafka's since
+  KAFKA-20289: the group's own value (DYNAMIC_GROUP_CONFIG, 8) when set, then the broker
+  key the default comes from (`group.consumer.session.timeout.ms`) by source, as above;
+  the entry's source is the first synonym's. An empty name is INVALID_REQUEST ("Group
+  name must not be empty"), as in Kafka.
 - `configuration_keys` narrows the list (null or empty: all); an illegal topic name is INVALID_TOPIC_EXCEPTION,
   a missing topic UNKNOWN_TOPIC_OR_PARTITION, another broker id or resource type
   INVALID_REQUEST.
@@ -31,6 +37,7 @@ from collections.abc import Mapping
 from oncelog.broker.config import SETTINGS
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.dynamic_config import DYNAMIC_KEYS
+from oncelog.broker.group_configs import GROUP_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
@@ -57,6 +64,7 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_GROUP_CONFIG = 8  # Kafka's GROUP_CONFIG
 
 # Broker keys whose Kafka default is null (a coarser key supplies the value).
 _NO_KAFKA_DEFAULT = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms",
@@ -80,6 +88,8 @@ _LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy", "log.dirs", "lis
 
 
 def _config_type(key: str, value: str | None) -> int:
+    if key in GROUP_KEYS:
+        return TYPE_INT
     if _sensitive(key):
         return TYPE_PASSWORD
     if key in _LIST_KEYS:
@@ -150,6 +160,11 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
             for key, default_value in sorted(_dynamic_layer(broker, "").items()):
                 entries.append((key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG,
                                 [(key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
+    elif resource.resource_type == GROUP:
+        if resource.resource_name:
+            entries = _group_entries(broker, resource.resource_name, layers)
+        else:
+            code, message = ErrorCode.invalid_request, "Group name must not be empty"
     else:
         code, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}."
 
@@ -222,3 +237,17 @@ def _synonyms(name: str, names: list[str], layers: list[tuple[int, Mapping[str, 
     while found and found[0][0] != name:
         found.pop(0)
     return found
+
+
+def _group_entries(broker, group_id: str, layers: list[tuple[int, Mapping[str, str]]]
+                   ) -> list[tuple[str, str | None, int, list[tuple[str, str, int]]]]:
+    """A group's config keys: its own value, else the broker key's (KAFKA-20289's synonyms)."""
+    own = broker.group_configs.current().of(group_id)
+    entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
+    for key, group_key in sorted(GROUP_KEYS.items()):
+        synonyms = _synonyms(group_key.broker_key, [group_key.broker_key], layers)
+        if key in own:
+            synonyms.insert(0, (key, own[key], DYNAMIC_GROUP_CONFIG))
+        value = synonyms[0][1] if synonyms else None
+        entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+    return entries

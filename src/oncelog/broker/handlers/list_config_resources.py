@@ -2,11 +2,12 @@
 
 - v1 (KIP-1142) lists the resources DescribeConfigs can be asked about, of the types
   asked for (all supported types when the list is empty): every topic, internal ones
-  included (TOPIC, 2), and this broker (BROKER, 4, named by its node id). A type Kafka
-  does not list (anything but 2, 4, 8, 16, 32) makes the whole answer UNSUPPORTED_VERSION,
-  as in Kafka.
-- Client metrics subscriptions (16) and group configs (32): oncelog has neither, so
-  none are listed; v0 (client metrics only) is always empty.
+  included (TOPIC, 2), this broker (BROKER, 4, named by its node id), and every group
+  that has configs of its own (GROUP, 32; whether or not the group exists, as Kafka's
+  configs of groups without members). A type Kafka does not list (anything but 2, 4, 8,
+  16, 32) makes the whole answer UNSUPPORTED_VERSION, as in Kafka.
+- Client metrics subscriptions (16): oncelog has none, so none are listed; v0 (client
+  metrics only) is always empty.
 - Deviation: broker loggers (8) are accepted but not listed, since oncelog's
   DescribeConfigs has no logger resources (Kafka lists each broker).
 - Authorization, as Kafka's KafkaApis, before anything else: Cluster DESCRIBE_CONFIGS,
@@ -42,5 +43,8 @@ async def handle(ctx: RequestContext, request) -> object:
     if TOPIC in wanted:
         resources.extend(make("ConfigResource", resource_name=name, resource_type=TOPIC)
                          for name in sorted(ctx.broker.logs.topics()))
+    if GROUP in wanted:
+        resources.extend(make("ConfigResource", resource_name=group_id, resource_type=GROUP)
+                         for group_id in sorted(ctx.broker.group_configs.current().per_group))
     return make("ListConfigResourcesResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 config_resources=tuple(resources))

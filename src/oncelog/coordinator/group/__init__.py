@@ -14,7 +14,7 @@ transactional offsets.
     offsets.py            committed and transactional offsets, OffsetDelete, expiration
     loading.py            loading a partition's groups, dropping them on resignation
     persistence.py        the GroupMetadata record; what a failed write answers
-    api.py                the operations' inputs and results, GroupSettings
+    api.py                the operations' inputs and results, GroupSettings, GroupTimings
     state.py              Group (a classic group, and any group's offsets) and Member,
                           the classic state machine (transition table)
     records.py            Kafka's __consumer_offsets key/value formats of classic groups and offsets

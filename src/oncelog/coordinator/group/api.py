@@ -3,16 +3,16 @@
 Plain frozen values that the broker's handlers build from requests and turn back into
 responses: what `GroupCoordinator` takes (JoinRequest, CommitOffset, HeartbeatRequest),
 what it answers (JoinResult, SyncResult, FetchedOffset, GroupSummary, ListedGroup,
-HeartbeatResult, ConsumerGroupSummary), and the broker settings it runs with
-(GroupSettings, with the group.consumer.* keys of KIP-848). Nothing here has behaviour
-beyond reading and checking config.
+HeartbeatResult, ConsumerGroupSummary), the broker settings it runs with
+(GroupSettings, with the group.consumer.* keys of KIP-848) and what it asks of a group's
+own configs (GroupTimings). Nothing here has behaviour beyond reading and checking config.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -77,6 +77,25 @@ class GroupSettings:
     @property
     def downgrade_enabled(self) -> bool:
         return self.consumer_migration_policy in ("downgrade", "bidirectional")
+
+
+class GroupTimings(Protocol):
+    """A consumer group's own session timeout and heartbeat interval (KIP-848 group
+    configs, oncelog.broker.group_configs): None where the group has none and
+    GroupSettings' consumer_* apply."""
+
+    def session_timeout_ms(self, group_id: str) -> int | None: ...
+    def heartbeat_interval_ms(self, group_id: str) -> int | None: ...
+
+
+class NoGroupTimings:
+    """No group has configs of its own (a coordinator without a store: tests, tools)."""
+
+    def session_timeout_ms(self, group_id: str) -> int | None:
+        return None
+
+    def heartbeat_interval_ms(self, group_id: str) -> int | None:
+        return None
 
 
 MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")

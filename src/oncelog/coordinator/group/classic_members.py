@@ -171,7 +171,7 @@ class ClassicMembers:
                 for member in members:
                     if member.member_id in live.members:
                         self._consumer.schedule_session(live, member.member_id,
-                                                        self._consumer.session_timeout_of(member))
+                                                        self._consumer.session_timeout_of(group_id, member))
 
         change.after.append(sessions)
         log.info("group %s: the classic group (generation %d, %d member(s)) becomes a consumer group", group_id,
@@ -385,7 +385,7 @@ class ClassicMembers:
         except GroupError as error:
             return SyncResult(error.code)
         self._consumer.cancel(group, SYNC, member_id)
-        self._consumer.schedule_session(group, member_id, self._consumer.session_timeout_of(member))
+        self._consumer.schedule_session(group, member_id, self._consumer.session_timeout_of(group.group_id, member))
         version = subscription_version(member.classic.supported_protocols[0][1])
         return SyncResult(ErrorCode.none, encode_assignment(self._to_names(member.assigned_partitions), version),
                           CONSUMER_PROTOCOL_TYPE, name)
@@ -399,7 +399,7 @@ class ClassicMembers:
             return error.code
         if generation_id != member.member_epoch:
             return ErrorCode.illegal_generation
-        self._consumer.schedule_session(group, member_id, self._consumer.session_timeout_of(member))
+        self._consumer.schedule_session(group, member_id, self._consumer.session_timeout_of(group.group_id, member))
         # It must rejoin when the group moved on, when it must revoke, or when partitions it
         # waits for became free.
         if (member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS

@@ -18,12 +18,16 @@ batch of Kafka's consumer group records, and only then replayed into the group
 state. The handler answers once the batch is on the ISR.
 
 Members leave with epoch -1 (or -2, a static member that will come back); a member
-that sends nothing for group.consumer.session.timeout.ms is removed, and one that does
-not revoke within its rebalance timeout is fenced. A static member (instance id) that
-left with -2 may come back under a new member id and gets its assignment back without
-a rebalance. A regex subscription (`subscribed_topic_regex`, RE2/J syntax, matched
-against whole topic names with Python's `re`, internal topics excluded) is resolved
-when a member brings it and refreshed at most every 10 s when topics come and go.
+that sends nothing for its session timeout is removed, and one that does not revoke
+within its rebalance timeout is fenced. The session timeout and the heartbeat interval
+a heartbeat answers are the group's own configs (`GroupTimings`: KIP-848's
+consumer.session.timeout.ms and consumer.heartbeat.interval.ms, read at each
+heartbeat), else the broker's group.consumer.session.timeout.ms and
+group.consumer.heartbeat.interval.ms. A static member (instance id) that left with -2
+may come back under a new member id and gets its assignment back without a rebalance.
+A regex subscription (`subscribed_topic_regex`, RE2/J syntax, matched against whole
+topic names with Python's `re`, internal topics excluded) is resolved when a member
+brings it and refreshed at most every 10 s when topics come and go.
 
 Deviations from Kafka: regular expressions are resolved synchronously in the heartbeat
 (Kafka resolves them in the background); the topics a regex resolves to are those the
@@ -50,8 +54,10 @@ from oncelog.coordinator.group.api import (
     ConsumerGroupSummary,
     ConsumerMemberSummary,
     GroupSettings,
+    GroupTimings,
     HeartbeatRequest,
     HeartbeatResult,
+    NoGroupTimings,
 )
 from oncelog.coordinator.group.assignment import EMPTY, Assignment, assignment, to_wire
 from oncelog.coordinator.group.assignors import ASSIGNORS, GroupSpec, MemberSubscription, PartitionAssignorError
@@ -171,9 +177,10 @@ class ConsumerMembership:
 
     def __init__(self, groups: dict[str, Group], settings: GroupSettings, scheduler: Scheduler,
                  offsets_topic: OffsetsTopic, topics: TopicsImage, *, owner_error: Callable[[str], ErrorCode],
-                 create_group: Callable[[str], Group]) -> None:
+                 create_group: Callable[[str], Group], timings: GroupTimings | None = None) -> None:
         self._groups = groups
         self._settings = settings
+        self._timings = timings or NoGroupTimings()
         self._scheduler = scheduler
         self._offsets_topic = offsets_topic
         self._topics = topics
@@ -334,7 +341,7 @@ class ConsumerMembership:
                 return
             if replaced is not None:
                 self.cancel_member_timers(live, replaced)
-            self.schedule_session(live, reconciled.member_id, self._settings.consumer_session_timeout_ms)
+            self.schedule_session(live, reconciled.member_id, self.session_timeout_of(group_id, reconciled))
             if assignment_changed:
                 if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(live, reconciled)
@@ -353,7 +360,7 @@ class ConsumerMembership:
         send_assignment = full_request or reconciled.assigned_partitions != member.assigned_partitions
         return HeartbeatResult(
             ErrorCode.none, member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self._settings.consumer_heartbeat_interval_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_of(group_id),
             assignment=reconciled.assigned_partitions if send_assignment else None,
         )
 
@@ -676,17 +683,24 @@ class ConsumerMembership:
         if self.fence_member(group, member) != ErrorCode.none:
             log.warning("group %s: could not remove member %s; trying again at its next session timeout",
                         group.group_id, member_id)
-            self.schedule_session(group, member_id, self.session_timeout_of(member))
+            self.schedule_session(group, member_id, self.session_timeout_of(group.group_id, member))
 
     @property
     def settings(self) -> GroupSettings:
         return self._settings
 
-    def session_timeout_of(self, member: ConsumerGroupMember) -> int:
-        """A classic member keeps the session timeout it joined with; the others get the coordinator's."""
+    def session_timeout_of(self, group_id: str, member: ConsumerGroupMember) -> int:
+        """A classic member keeps the session timeout it joined with; the others get the
+        group's own (consumer.session.timeout.ms), else the coordinator's."""
         if member.classic is not None and member.classic.session_timeout_ms > 0:
             return member.classic.session_timeout_ms
-        return self._settings.consumer_session_timeout_ms
+        own = self._timings.session_timeout_ms(group_id)
+        return self._settings.consumer_session_timeout_ms if own is None else own
+
+    def heartbeat_interval_of(self, group_id: str) -> int:
+        """The group's own consumer.heartbeat.interval.ms, else the coordinator's."""
+        own = self._timings.heartbeat_interval_ms(group_id)
+        return self._settings.consumer_heartbeat_interval_ms if own is None else own
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
         member_id, epoch = member.member_id, member.member_epoch
@@ -706,7 +720,7 @@ class ConsumerMembership:
     def on_loaded(self, group: ConsumerGroup) -> None:
         """A loaded group's members must heartbeat again within their session (Kafka's onLoaded)."""
         for member in group.members.values():
-            self.schedule_session(group, member.member_id, self.session_timeout_of(member))
+            self.schedule_session(group, member.member_id, self.session_timeout_of(group.group_id, member))
             if member.state is MemberState.UNREVOKED_PARTITIONS:
                 self._schedule_rebalance_timeout(group, member)
 

@@ -16,7 +16,7 @@ protocol operation to the part that owns it, all sharing that state:
                     DeleteGroups, offset expiration
     loading.py      GroupLoader: loading a partition's groups, dropping them on resignation
     persistence.py  the GroupMetadata record, and the errors a failed write answers
-    api.py          the inputs and results of these operations, and GroupSettings
+    api.py          the inputs and results of these operations, GroupSettings and GroupTimings
 
 Every change that must survive a restart is appended to the group's `__consumer_offsets`
 partition before it takes effect, and loading a partition rebuilds the same state from
@@ -50,6 +50,7 @@ from oncelog.coordinator.group.api import (
     GroupSettings,
     GroupsSnapshot,
     GroupSummary,
+    GroupTimings,
     HeartbeatRequest,
     HeartbeatResult,
     JoinRequest,
@@ -71,7 +72,10 @@ if TYPE_CHECKING:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Node, *, settings: GroupSettings | None = None, scheduler=None) -> None:
+    def __init__(self, broker: Node, *, settings: GroupSettings | None = None, scheduler=None,
+                 group_timings: GroupTimings | None = None) -> None:
+        """`group_timings`: the groups' own session timeouts and heartbeat intervals
+        (KIP-848 group configs); None: every group runs with `settings`."""
         self.settings = settings or GroupSettings.from_config(broker.config)
         self._scheduler = scheduler or LoopScheduler()
         self._offsets_topic = OffsetsTopic(broker, self.settings.offsets_topic_partitions)
@@ -87,7 +91,7 @@ class GroupCoordinator:
         )
         self._consumer = ConsumerMembership(
             self._groups, self.settings, self._scheduler, self._offsets_topic, broker.logs,
-            owner_error=self.owner_error, create_group=self._create_group,
+            owner_error=self.owner_error, create_group=self._create_group, timings=group_timings,
         )
         # Classic members of consumer groups and the conversions between the protocols.
         self._classic_members = ClassicMembers(self._consumer, self._membership, self._scheduler,
