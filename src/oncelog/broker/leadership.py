@@ -97,8 +97,7 @@ class StandaloneLeadership:
                 listener((topic, partition), True, self._coordinator_epoch)
 
     def partition_count(self, topic: str) -> int | None:
-        info = self._logs().topic(topic)
-        return None if info is None else info.num_partitions
+        return self._logs().partition_count(topic)
 
     def leader_of(self, topic: str, partition: int) -> int | None:
         return self._node_id if self._logs().partition(topic, partition) is not None else None

@@ -540,6 +540,12 @@ class LogManager:
         record = self._topics.get(name)
         return None if record is None else self._info(record)
 
+    def partition_count(self, name: str) -> int | None:
+        """The topic's partition count, None if it does not exist: `topic(name)` without
+        building its effective config (the coordinators ask on every request)."""
+        record = self._topics.get(name)
+        return None if record is None else record.num_partitions
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         name = self._topic_names_by_id.get(topic_id)
         return None if name is None else self._info(self._topics[name])

@@ -31,8 +31,8 @@ def duration_ms(value, default_ms: int = -1) -> int:
 
 
 def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
-    info = ctx.broker.logs.topic(topic)
-    return info is not None and 0 <= partition < info.num_partitions
+    count = ctx.broker.logs.partition_count(topic)
+    return count is not None and 0 <= partition < count
 
 
 def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_required: bool = False):
