@@ -98,13 +98,15 @@ def produce(args: argparse.Namespace) -> dict:
         shares = [args.messages // args.producers + (1 if number < args.messages % args.producers else 0)
                   for number in range(args.producers)]
         failures: list[str] = []
+        spread = _Spread(args.spread, len(producer.list_topics(topic, timeout=10).topics[topic].partitions))
         threads = [threading.Thread(target=_run_transactions,
                                     args=(other, topic, value, share, args.transaction_size, commit_latencies,
-                                          failures))
-                   for other, share in zip(others, shares[1:], strict=True)]
+                                          failures, spread, number + 1))
+                   for number, (other, share) in enumerate(zip(others, shares[1:], strict=True))]
         for thread in threads:
             thread.start()
-        _run_transactions(producer, topic, value, shares[0], args.transaction_size, commit_latencies, failures)
+        _run_transactions(producer, topic, value, shares[0], args.transaction_size, commit_latencies, failures,
+                          spread, 0)
         for thread in threads:
             thread.join()
         for other in others:
@@ -156,24 +158,43 @@ def _warm_transactional(config: dict, transactional_id: str, topic: str, value: 
     return producer
 
 
+class _Spread:
+    """--spread K over a topic of N partitions: the partition of a transaction's i-th record."""
+
+    def __init__(self, width: int, partitions: int) -> None:
+        if width > partitions:
+            _fail(f"--spread {width}: the topic has only {partitions} partitions")
+        self.width = width
+        self.partitions = partitions
+
+    def partition(self, transaction: int, record: int) -> int:
+        return (transaction + record % self.width) % self.partitions
+
+
 def _run_transactions(producer, topic: str, value: bytes, messages: int, transaction_size: int,
-                      commit_latencies: list[float], failures: list[str]) -> None:
+                      commit_latencies: list[float], failures: list[str], spread: _Spread, first: int) -> None:
     """`messages` records in transactions of `transaction_size`, appending each commit's
-    latency (list.append is atomic: threads share the list)."""
+    latency (list.append is atomic: threads share the list); `first`: the producer's
+    number, where its transactions start on the topic (--spread)."""
     from confluent_kafka import KafkaException
 
     produce_one, poll = producer.produce, producer.poll
     sent = 0
+    transaction = first
     while sent < messages and not failures:
         producer.begin_transaction()
         in_this = min(transaction_size, messages - sent)
-        for _ in range(in_this):
+        for record in range(in_this):
             while True:
                 try:
-                    produce_one(topic, value)
+                    if spread.width:
+                        produce_one(topic, value, partition=spread.partition(transaction, record))
+                    else:
+                        produce_one(topic, value)
                     break
                 except BufferError:
                     poll(0.001)
+        transaction += 1
         commit_started = time.perf_counter()
         try:
             producer.commit_transaction(60)
@@ -383,6 +404,9 @@ def main() -> None:
     p.add_argument("--transaction-size", type=int, default=1000)
     p.add_argument("--producers", type=int, default=1,
                    help="transactional producers running at once, each with its own transactional id")
+    p.add_argument("--spread", type=int, default=0, metavar="K",
+                   help="each transaction's records round-robin over K of the topic's partitions, "
+                        "the next transaction starting one partition further (default: the partitioner's)")
     p.set_defaults(run=produce)
     c = modes.add_parser("consume")
     c.add_argument("--bootstrap", required=True)

@@ -7,6 +7,7 @@ for the shape) and list it below. Numbering follows the issue:
  2m 2 with /metrics scraped (the HTTP listener's cost)
  2r 2 on 3 brokers (RF 3) vs 1
  3 txn every 10 records        3c 3 from 16 producers at once  4 txn every 1000 records
+ 3p 3c over 4 of 8 partitions per transaction
  5 consume read_uncommitted    5c consume read_committed     6 commit latency p50/p99
  7 start-up                   7r recovery after kill -9       8 Spark pipeline
  8s the Spark source alone     8w the Spark sink alone
@@ -25,6 +26,7 @@ SCENARIOS: list[Scenario] = [
     replicated.REPLICATED,
     transactions.EVERY_10,
     transactions.EVERY_10_CONCURRENT,
+    transactions.EVERY_10_SPREAD,
     transactions.EVERY_1000,
     consume.READ_UNCOMMITTED,
     consume.READ_COMMITTED,
