@@ -1,5 +1,5 @@
-"""`oncelog chaos`, the short version: a minute of broker kills (SIGKILL, about one every
-two seconds) and dropped responses under transactional, idempotent and
+"""`oncelog chaos`, the short version: 40 seconds of broker kills (SIGKILL, about one every
+1.3 seconds) and dropped responses under transactional, idempotent and
 consume-transform-produce clients; the history checker must find nothing. The same on a
 3-node cluster (`--brokers 3`) with every kind of fault in turn, one node hit at a time:
 kills, process pauses, network partitions and a full disk (the last two as root only),
@@ -22,8 +22,8 @@ from oncelog.chaos.history import History, TxnOutcome
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import child_pids
 
-SECONDS = 60
-KILLS_PER_MINUTE = 30  # 30 planned: slow restarts on a loaded machine still leave >= 20
+SECONDS = 40
+KILLS_PER_MINUTE = 45  # 30 planned: slow restarts on a loaded machine still leave >= 20
 
 
 def run_chaos(tmp_path, *arguments: str, timeout: float) -> subprocess.CompletedProcess:
@@ -40,7 +40,7 @@ def field(output: str, name: str) -> int:
     return int(found[-1])
 
 
-def test_a_minute_of_broker_kills_and_dropped_responses_leaves_no_anomaly(tmp_path):
+def test_broker_kills_and_dropped_responses_leave_no_anomaly(tmp_path):
     finished = run_chaos(tmp_path, "--seconds", str(SECONDS), "--kills-per-minute", str(KILLS_PER_MINUTE),
                          "--seed", "7", timeout=240)
     output = finished.stdout
@@ -65,7 +65,7 @@ def test_a_minute_of_broker_kills_and_dropped_responses_leaves_no_anomaly(tmp_pa
     assert {"idem", "tail-rc", "tail-ru", "final-read_committed", "final-read_uncommitted"} <= clients, clients
 
 
-CLUSTER_SECONDS = 75
+CLUSTER_SECONDS = 60  # 10 faults a minute: the 6 the test needs, with room
 
 
 def test_every_kind_of_fault_on_a_three_broker_cluster_leaves_no_anomaly_and_identical_replicas(tmp_path):
