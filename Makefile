@@ -10,6 +10,7 @@
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
+#   make iceberg-faults the Iceberg sink's long fault run (12 driver kills at every pause point, a concurrent writer)
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -31,7 +32,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-cluster soak-faults groups-faults compat clean distclean
+.PHONY: help setup test lint demo bench soak soak-cluster soak-faults groups-faults iceberg-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -111,6 +112,9 @@ soak-faults: setup
 
 groups-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_consumer_group_protocol.py $(PYTEST_ARGS)
+
+iceberg-faults: setup
+	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

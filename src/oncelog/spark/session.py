@@ -132,7 +132,8 @@ def build_session(
     log_level: str = "WARN",
     log_file: Path | None = None,
 ):
-    """A SparkSession (the active one if it exists) with `format("oncelog")` registered.
+    """A SparkSession (the active one if it exists) with `format("oncelog")` and
+    `format("oncelog-iceberg")` registered.
     With `log_file`, the driver's JVM logs there (log4j2) instead of on stderr."""
     from pyspark.sql import SparkSession
 
@@ -158,7 +159,10 @@ def build_session(
 
 
 def register(spark: SparkSession) -> None:
-    """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work."""
+    """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work, and
+    the Iceberg sink `writeStream.format("oncelog-iceberg")` (oncelog.spark.iceberg)."""
+    from oncelog.spark.iceberg import OncelogIcebergDataSource  # no pyiceberg import until it writes
     from oncelog.spark.source import OncelogDataSource  # imports pyspark: only when used
 
     spark.dataSource.register(OncelogDataSource)
+    spark.dataSource.register(OncelogIcebergDataSource)
