@@ -21,12 +21,7 @@ failed, killed and re-run attempts are deleted).
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -41,8 +36,8 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
 from oncelog.local.process import BrokerProcess
-from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 
+from .driver_runs import run_driver
 from .iceberg_pipeline import catalog_options
 from .iceberg_support import attempt_logs, column_counts, load_table, sink_snapshots, unreferenced_data_files
 from .sink_support import create_topics, write_source
@@ -103,54 +98,12 @@ class OtherWriter:
         self._thread.join(30)
 
 
-def kill_process_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(30)
-
-
 def run_pipeline(config: dict, work: Path, run: int, *, pause_at: str | None,
                  kill_after_progress_s: float | None) -> str:
-    """One run of the pipeline process: "finished", "killed at <point>", "killed at random"
-    or "failed: <why>" (the next run restarts it)."""
-    pause_file = work / f"paused-{run}"
-    env = {**os.environ, PAUSE_FILE_ENV: str(pause_file)}
-    env.pop(PAUSE_AT_ENV, None)
-    if pause_at:
-        env[PAUSE_AT_ENV] = pause_at
-    log_path = work / f"run-{run}.log"
-    with open(log_path, "wb") as log:  # the child keeps its own descriptor
-        started = time.time()
-        process = subprocess.Popen([sys.executable, str(PIPELINE), json.dumps(config)], stdout=log, stderr=log,
-                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    offsets = Path(config["query"]["checkpoint"]) / "offsets"
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    kill_at = None
-    try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                if process.returncode == 0:
-                    return "finished"
-                reasons = [line for line in log_path.read_text(errors="replace").splitlines()
-                           if line.startswith("query failed: ")]
-                return "failed: " + " | ".join(reason[:600] for reason in reasons)
-            if pause_file.exists():
-                time.sleep(0.2)  # let the paused process settle: the point is reached
-                kill_process_group(process)
-                return f"killed at {pause_file.read_text()}"
-            if kill_after_progress_s is not None and kill_at is None and offsets.exists() and any(
-                    entry.stat().st_mtime > started for entry in offsets.iterdir()):
-                kill_at = time.monotonic() + kill_after_progress_s  # a micro-batch of this run has started
-            if kill_at is not None and time.monotonic() >= kill_at:
-                kill_process_group(process)
-                return "killed at random"
-            time.sleep(0.1)
-        raise AssertionError(f"pipeline run {run} did not end within {RUN_TIMEOUT_S}s; see {log_path}")
-    finally:
-        if process.poll() is None:
-            kill_process_group(process)
+    """One run of the pipeline process (driver_runs.run_driver)."""
+    return run_driver(PIPELINE, config, work, run, checkpoints=[Path(config["query"]["checkpoint"])],
+                      pause_at=pause_at, kill_after_progress_s=kill_after_progress_s, timeout_s=RUN_TIMEOUT_S,
+                      failure_line=lambda line: line.startswith("query failed: "))
 
 
 @pytest.fixture

@@ -17,12 +17,7 @@ partition must be whole micro-batches (the `batch` header says which).
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -32,8 +27,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from oncelog.local.process import BrokerProcess
-from oncelog.spark.sink import PAUSE_AT_ENV, PAUSE_FILE_ENV
 
+from .driver_runs import run_driver
 from .sink_support import BATCH_HEADER, create_topics, read_all, transformed, values, write_source
 
 PIPELINE = Path(__file__).with_name("sink_pipeline.py")
@@ -78,65 +73,22 @@ class BatchVisibilityWatcher:
         self._consumer.close()
 
 
-def kill_process_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(30)
-
-
-def newest_offset_file(checkpoints: list[Path]) -> float:
-    times = [entry.stat().st_mtime for checkpoint in checkpoints if (checkpoint / "offsets").exists()
-             for entry in (checkpoint / "offsets").iterdir()]
-    return max(times, default=0.0)
-
-
 def run_pipeline(config: dict, work: Path, run: int, *, pause_at: str | None, kill_after_progress_s: float | None,
                  broker: BrokerProcess | None = None, restart_broker_after_progress_s: float | None = None) -> str:
-    """One run of the pipeline process. Returns how it ended: "finished", "killed at ...", or
-    "failed: <why>" (it exited with an error: the next run restarts it)."""
-    pause_file = work / f"paused-{run}"
-    env = {**os.environ, PAUSE_FILE_ENV: str(pause_file)}
-    env.pop(PAUSE_AT_ENV, None)
-    if pause_at:
-        env[PAUSE_AT_ENV] = pause_at
-    with open(work / f"run-{run}.log", "wb") as log:  # the child keeps its own descriptor
-        started = time.time()
-        process = subprocess.Popen([sys.executable, str(PIPELINE), json.dumps(config)], stdout=log, stderr=log,
-                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    checkpoints = [Path(query["checkpoint"]) for query in config["queries"]]
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    kill_at = progress_at = None
-    broker_restarted = False
-    try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                if process.returncode == 0:
-                    return "finished"
-                reasons = [line for line in (work / f"run-{run}.log").read_text(errors="replace").splitlines()
-                           if line.startswith("query ") and " failed: " in line]
-                return "failed: " + " | ".join(reason[:600] for reason in reasons)
-            if pause_file.exists():
-                time.sleep(0.2)  # let the paused process settle: the point is reached
-                kill_process_group(process)
-                return f"killed at {pause_file.read_text()}"
-            if progress_at is None and newest_offset_file(checkpoints) > started:
-                progress_at = time.monotonic()  # a micro-batch of this run has started
-                if kill_after_progress_s is not None:
-                    kill_at = progress_at + kill_after_progress_s
-            if broker is not None and restart_broker_after_progress_s is not None and not broker_restarted and (
-                    progress_at is not None and time.monotonic() - progress_at > restart_broker_after_progress_s):
-                broker.restart()  # while micro-batches run
-                broker_restarted = True
-            if kill_at is not None and time.monotonic() >= kill_at:
-                kill_process_group(process)
-                return "killed at random"
-            time.sleep(0.1)
-        raise AssertionError(f"pipeline run {run} did not end within {RUN_TIMEOUT_S}s; see {work}/run-{run}.log")
-    finally:
-        if process.poll() is None:
-            kill_process_group(process)
+    """One run of the pipeline process (driver_runs.run_driver), the broker restarted once
+    `restart_broker_after_progress_s` after its first micro-batch started, if given."""
+    restarted: list[bool] = []
+
+    def restart_broker(progress_at: float | None) -> None:
+        if (broker is not None and restart_broker_after_progress_s is not None and not restarted
+                and progress_at is not None and time.monotonic() - progress_at > restart_broker_after_progress_s):
+            broker.restart()  # while micro-batches run
+            restarted.append(True)
+
+    return run_driver(PIPELINE, config, work, run, checkpoints=[Path(q["checkpoint"]) for q in config["queries"]],
+                      pause_at=pause_at, kill_after_progress_s=kill_after_progress_s, timeout_s=RUN_TIMEOUT_S,
+                      failure_line=lambda line: line.startswith("query ") and " failed: " in line,
+                      while_running=restart_broker)
 
 
 @pytest.fixture
