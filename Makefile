@@ -11,6 +11,7 @@
 #   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
 #   make iceberg-faults the Iceberg sink's long fault run (12 driver kills at every pause point, a concurrent writer)
+#                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -114,7 +115,7 @@ groups-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_consumer_group_protocol.py $(PYTEST_ARGS)
 
 iceberg-faults: setup
-	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py tests/integration/test_demo.py $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

@@ -72,7 +72,7 @@ def produce(args: argparse.Namespace) -> dict:
             errors.append(str(error))
 
     producer = Producer({**config, "on_delivery": on_delivery})
-    value = os.urandom(args.size)
+    value = b"warm-up".ljust(args.size, b"x") if args.text else os.urandom(args.size)
     topic = args.topic
     transactional = bool(args.transactional_id)
     if transactional:
@@ -114,7 +114,9 @@ def produce(args: argparse.Namespace) -> dict:
         if failures:
             _fail(f"commit_transaction failed: {failures[0]}")
     else:
-        for _ in range(args.messages):
+        for number in range(args.messages):
+            if args.text:  # a distinct value per record: its number, padded to --size
+                value = f"{number:012d}".ljust(args.size, "x").encode()
             try:
                 produce_one(topic, value)
             except BufferError:  # the client's queue is full: let librdkafka drain it
@@ -404,6 +406,8 @@ def main() -> None:
     p.add_argument("--transaction-size", type=int, default=1000)
     p.add_argument("--producers", type=int, default=1,
                    help="transactional producers running at once, each with its own transactional id")
+    p.add_argument("--text", action="store_true",
+                   help="distinct text values (the record's number padded to --size) instead of one random value")
     p.add_argument("--spread", type=int, default=0, metavar="K",
                    help="each transaction's records round-robin over K of the topic's partitions, "
                         "the next transaction starting one partition further (default: the partitioner's)")

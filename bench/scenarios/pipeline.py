@@ -1,5 +1,6 @@
-"""Scenarios 8, 8s and 8w: the exactly-once Spark pipeline, and its source and sink alone,
-each against the same work done with confluent-kafka in the same run.
+"""Scenarios 8, 8i, 8s and 8w: the exactly-once Spark pipeline, into a topic and into an
+Iceberg table, and its source and sink alone, each against the same work done another way
+in the same run.
 
 Scenario 8, for 1 KB and for 100-byte records, each on a fresh oncelog broker (two-phase
 commit on) with an input topic of 2 partitions holding PIPELINE_RECORDS records written
@@ -20,6 +21,13 @@ input record exactly once (by count), or the run fails. With --profile the conne
 trace their steps (ONCELOG_SPARK_TRACE) and bench/profile_pipeline.py splits a steady
 micro-batch into Spark's phases and the connectors' steps (bench/results/profiles/).
 
+Scenario 8i: the same pipeline (`--sql`, available-now, 20,000 offsets per micro-batch,
+`local[2]`, 1 KB records) once into an Iceberg table (`--sink iceberg:bench.pipeline`,
+the embedded SQLite catalog and a local warehouse) and once into a topic (partition
+mode), on one broker and one input; msg/s of the steady micro-batches of each, and their
+ratio. The table is counted with pyiceberg afterwards (every input record once, by count),
+the topic with a read_committed consumer.
+
 Scenario 8s (source alone): in one child process, the source's reader (`read_range`, what
 a Spark task runs, without Spark) reads a whole partition into Arrow batches, alternating
 with a plain confluent-kafka read_committed consumer loop over the same partition
@@ -33,6 +41,7 @@ their signatures), as peer "baseline".
 
     python -m bench.scenarios.pipeline direct --bootstrap H:P --input T --output T --messages N
     python -m bench.scenarios.pipeline count --bootstrap H:P --topic T
+    python -m bench.scenarios.pipeline count-table --warehouse DIR --table NS.T
     python -m bench.scenarios.pipeline source|sink --bootstrap H:P --topic T --runs N
 """
 
@@ -158,15 +167,17 @@ class PipelineScenario(Scenario):
         return figures
 
 
-def _run_spark(peer: str, settings: Settings, bootstrap: str, mode: str, output: str, label: str) -> dict:
+def _run_spark(peer: str, settings: Settings, bootstrap: str, mode: str, output: str, label: str, *,
+               sink: tuple[str, ...] | None = None, sql: str = SPARK_SQL) -> dict:
+    """One run of the runner; `sink`: its sink arguments (default: the topic `output` in `mode`)."""
     checkpoint = Path(tempfile.mkdtemp(prefix="pipeline-checkpoint-", dir=settings.work_dir))
     trace = checkpoint.with_suffix(".trace.jsonl")
     extra = {"ONCELOG_SPARK_TRACE": str(trace)} if settings.profile else {}
     command = [
         sys.executable, "-m", "oncelog.spark.pipeline",
-        "--source", INPUT, "--sink", output, "--sql", SPARK_SQL,
+        "--source", INPUT, *(sink or ("--sink", output, "--mode", mode)), "--sql", sql,
         "--checkpoint", str(checkpoint), "--bootstrap-servers", bootstrap,
-        "--mode", mode, "--trigger", "available-now", "--master", "local[2]",
+        "--trigger", "available-now", "--master", "local[2]",
         "--max-offsets-per-trigger", str(COMMIT_EVERY), "--progress", "json",
     ]
     started_at = time.time()
@@ -227,6 +238,71 @@ def _child(peer: str, settings: Settings, mode: str, *args: object, timeout: flo
     if done.returncode != 0 or not result or "error" in result:
         raise ScenarioFailed(f"pipeline {mode}: {result.get('error') or done.stderr.strip()[-1500:]}")
     return result
+
+
+ICEBERG_TABLE = "bench.pipeline"
+# The table gets the key and the enriched value as strings (Iceberg readers expect text).
+ICEBERG_SQL = "SELECT CAST(key AS STRING) AS key, concat('enriched:', CAST(value AS STRING)) AS value FROM source"
+KAFKA_SQL_AS_TEXT = "SELECT key, CAST(concat('enriched:', CAST(value AS STRING)) AS BINARY) AS value FROM source"
+
+
+class IcebergScenario(Scenario):
+    """8i: the runner into an Iceberg table against the runner into a topic, same input."""
+
+    id = "8i"
+    title = "Spark pipeline into an Iceberg table vs into a topic"
+    metrics = (
+        Metric("iceberg_msg_per_s", "iceberg msg/s"),
+        Metric("kafka_msg_per_s", "kafka (partition) msg/s"),
+        Metric("iceberg_vs_kafka", "iceberg / kafka"),
+        Metric("iceberg_batch_p50_ms", "iceberg batch p50 ms", higher_is_better=False),
+        Metric("kafka_batch_p50_ms", "kafka batch p50 ms", higher_is_better=False),
+    )
+    peers = (ONCELOG,)
+    supports_baseline = False  # the baseline tree may have no Iceberg sink
+
+    def unavailable_reason(self, settings: Settings) -> str | None:
+        if importlib.util.find_spec("pyiceberg") is None:
+            return "needs pyiceberg (pip install -e .)"
+        return _spark_unavailable()
+
+    def run_once(self, peer: str, settings: Settings) -> dict[str, float]:
+        records = _records(settings, PIPELINE_RECORDS)
+        warehouse = Path(tempfile.mkdtemp(prefix="iceberg-warehouse-", dir=settings.work_dir))
+        catalog = ("type=sql", f"uri=sqlite:///{warehouse}/catalog.db", f"warehouse=file://{warehouse}")
+        output = "bench-pipeline-kafka"
+        with running(peer, settings) as (bootstrap, _target):
+            for topic in (INPUT, output):
+                loadgen("create-topic", "--bootstrap", bootstrap, "--topic", topic, "--partitions", PARTITIONS)
+            loadgen("produce", "--bootstrap", bootstrap, "--topic", INPUT, "--messages", records,
+                    "--size", 1024, "--acks", "all", "--idempotent", "--text")
+            total = records + 1  # loadgen's warm-up record is on the topic too
+            iceberg_sink = ("--sink", f"iceberg:{ICEBERG_TABLE}",
+                            *(part for pair in catalog for part in ("--iceberg-catalog", pair)))
+            iceberg = _run_spark(peer, settings, bootstrap, "", "", "iceberg", sink=iceberg_sink, sql=ICEBERG_SQL)
+            kafka = _run_spark(peer, settings, bootstrap, "partition", output, "kafka-as-text", sql=KAFKA_SQL_AS_TEXT)
+            counted = _child(ONCELOG, settings, "count", "--bootstrap", bootstrap, "--topic", output)["records"]
+        rows = _child(ONCELOG, settings, "count-table", "--warehouse", warehouse, "--table", ICEBERG_TABLE)
+        if rows["rows"] != total or rows["distinct_values"] != total:
+            raise ScenarioFailed(f"the table holds {rows['rows']} rows ({rows['distinct_values']} distinct), "
+                                 f"expected {total}")
+        if counted != total:
+            raise ScenarioFailed(f"the topic holds {counted} records, expected {total}")
+        return {
+            "iceberg_msg_per_s": iceberg["msg_per_s"], "kafka_msg_per_s": kafka["msg_per_s"],
+            "iceberg_vs_kafka": iceberg["msg_per_s"] / kafka["msg_per_s"],
+            "iceberg_batch_p50_ms": iceberg["batch_p50_ms"], "kafka_batch_p50_ms": kafka["batch_p50_ms"],
+        }
+
+
+def count_table(args: argparse.Namespace) -> dict:
+    """Rows and distinct values of the Iceberg table, read with pyiceberg."""
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("default", type="sql", uri=f"sqlite:///{args.warehouse}/catalog.db",
+                           warehouse=f"file://{args.warehouse}")
+    values = catalog.load_table(args.table).scan(selected_fields=("value",)).to_arrow().column("value")
+    return {"rows": len(values), "distinct_values": len(values.unique())}
 
 
 class AloneScenario(Scenario):
@@ -533,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     count = modes.add_parser("count")
     count.add_argument("--bootstrap", required=True)
     count.add_argument("--topic", required=True)
+    table = modes.add_parser("count-table")
+    table.add_argument("--warehouse", required=True)
+    table.add_argument("--table", required=True)
     for name in ("source", "sink"):
         alone = modes.add_parser(name)
         alone.add_argument("--bootstrap", required=True)
@@ -541,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
         alone.add_argument("--size", type=int, default=1024)
         alone.add_argument("--runs", type=int, default=ALONE_RUNS)
     args = parser.parse_args(argv)
-    run = {"direct": direct_loop, "count": count_records, "source": source_alone, "sink": sink_alone}[args.mode]
+    run = {"direct": direct_loop, "count": count_records, "count-table": count_table, "source": source_alone,
+           "sink": sink_alone}[args.mode]
     try:
         result = run(args)
     except Exception as error:  # noqa: BLE001 (reported to the harness as JSON)
@@ -551,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 PIPELINE = PipelineScenario()
+ICEBERG = IcebergScenario()
 SOURCE_ALONE = SourceAlone()
 SINK_ALONE = SinkAlone()
 

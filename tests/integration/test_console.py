@@ -28,7 +28,8 @@ HANGING_ID = '<img src=x onerror="document.body.dataset.injected=1">hanging'
 def scene(tmp_path_factory):
     """A broker with: 3 plain records and an open transaction of 2 on orders-0, a
     transaction on orders-1 past its 1 s timeout (the coordinator's abort timer is held
-    off, so it hangs), group `readers` committed at 1 on orders-0, and one pipeline report."""
+    off, so it hangs), group `readers` committed at 1 on orders-0, and two pipelines'
+    reports (one into a topic, one into an Iceberg table)."""
     config = {"http.listener": "127.0.0.1:0",
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000"}
     with EmbeddedBroker(tmp_path_factory.mktemp("console"), config) as running:
@@ -39,6 +40,9 @@ def scene(tmp_path_factory):
         for _ in range(3):
             plain.produce("orders", b"plain", partition=0)
         plain.produce(REPORT_TOPIC, key=b"query-1", value=json.dumps(pipeline_report()).encode())
+        lake = {**pipeline_report(), "id": "query-2", "name": "orders-to-lake", "sink_topics": [],
+                "sink_table": "shop.orders", "sink_mode": "iceberg"}
+        plain.produce(REPORT_TOPIC, key=b"query-2", value=json.dumps(lake).encode())
         plain.flush(10)
         open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "console-open"})
         open_txn.init_transactions(10)
@@ -116,6 +120,8 @@ def test_the_console_shows_open_and_hanging_transactions_lso_lag_producers_group
         card = row_text(page, '[data-pipeline="query-1"]')
         assert "enrich-orders" in card and "running" in card and "2,101 records/s" in card and "batch" in card
         assert "42,000" in card and "35 ms" in card
+        lake_card = row_text(page, '[data-pipeline="query-2"]')
+        assert "orders → iceberg:shop.orders" in lake_card and "iceberg" in lake_card
         assert page.locator("#cluster").is_hidden()  # standalone: no brokers-and-ISR view
     finally:
         page.close()

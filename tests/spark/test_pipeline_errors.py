@@ -1,10 +1,11 @@
 """Bad input to the pipeline runner ends it with one line that says what is wrong, and
 leaves nothing in the sink topic.
 
-Options, the broker, the topics and the transform's module are checked before Spark
-starts (through `oncelog.cli.main`, and once as a real command); a transform that fails
-while the query is built or on a record is reported through Spark, the latter naming the
-micro-batch, its source offsets and the failing task's partition."""
+Options (an Iceberg sink's too), the broker, the topics, an Iceberg catalog and the
+transform's module are checked before Spark starts (through `oncelog.cli.main`, and once
+as a real command); a transform that fails while the query is built, columns that do not
+fit an Iceberg table, or a record that fails is reported through Spark, the latter naming
+the micro-batch, its source offsets and the failing task's partition."""
 
 from __future__ import annotations
 
@@ -146,6 +147,62 @@ def test_a_misspelt_sink_setting_is_one_line_before_spark_starts(capsys, shared_
     ]
 
 
+ICEBERG = ["--sink", "iceberg:db.orders"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--sink", "iceberg:"], "--sink iceberg:: give the table, as iceberg:NAMESPACE.TABLE (e.g. iceberg:db."),
+        (["--sink", "iceberg:orders"], "--sink iceberg:orders: the table must be namespace.table (letters, digits"),
+        (["--sink", "ICEBERG:db.x"], "--sink 'ICEBERG:db.x' is not a legal topic name (an Iceberg table: --sink"),
+        ([*ICEBERG, "--mode", "batch"], "--mode batch is the Kafka sink's: an Iceberg sink commits each micro-batch "),
+        ([*ICEBERG, "--transactional-id-prefix", "lake"], "--transactional-id-prefix is the Kafka sink's: an Iceberg "),
+        ([*ICEBERG, "--iceberg-catalog", "uri"], "--iceberg-catalog expects KEY=VALUE, got 'uri'"),
+        ([*ICEBERG, "--iceberg-catalog", "catalog.uri=sqlite:///c.db"],
+         "--iceberg-catalog takes the catalog's own property names: uri=..., not catalog.uri=..."),
+        ([*ICEBERG, "--iceberg-catalog", "type=rest", "--warehouse", "/data/lake"],
+         "--warehouse is the embedded catalog's directory: with --iceberg-catalog, give the catalog's own warehouse"),
+        (["--sink", "enriched", "--iceberg-catalog", "type=sql"],
+         "--iceberg-catalog is for an Iceberg sink (--sink iceberg:NAMESPACE.TABLE), not the topic 'enriched'"),
+        ([*ICEBERG, "--sink-option", "kafka.linger.ms=5"],
+         "--sink-option: unknown option 'kafka.linger.ms' for the oncelog-iceberg sink; it takes table, catalogName"),
+    ],
+    ids=["no-table", "no-namespace", "prefix-not-lower-case", "mode", "transactional-id-prefix",
+         "catalog-without-value", "catalog-prefixed-key", "warehouse-with-catalog", "catalog-for-a-topic",
+         "kafka-option-for-iceberg"],
+)
+def test_bad_iceberg_sink_arguments_are_one_line_before_any_connection(capsys, tmp_path, arguments, message):
+    code, err = run_cli(capsys, "--source", "orders", "--sql", "SELECT value FROM source",
+                        "--checkpoint", str(tmp_path / "checkpoint"), "--bootstrap-server", "127.0.0.1:9", *arguments)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"oncelog: error: {message}"), err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--sink-option", "createTableIfMissing=false"],
+         "--sink iceberg:shop.orders: no such table in the embedded Iceberg catalog (createTableIfMissing=false)"),
+        (["--iceberg-catalog", "type=nosuch"],
+         "--iceberg-catalog: cannot load Iceberg catalog 'default' (catalog.type): 'nosuch' is not a valid"),
+        (["--iceberg-catalog", "type=rest", "--iceberg-catalog", "uri=http://127.0.0.1:9"],
+         "cannot use the Iceberg catalog (--iceberg-catalog): ConnectionError: "),
+    ],
+    ids=["missing-table", "unknown-catalog-type", "unreachable-rest-catalog"],
+)
+def test_an_iceberg_catalog_that_cannot_take_the_table_is_one_line_before_spark_starts(
+        capsys, shared_broker, topics, tmp_path, arguments, message):
+    source, _ = topics
+    code, err = run_cli(capsys, "--source", source, "--sink", "iceberg:shop.orders",
+                        "--sql", "SELECT 1 AS n FROM source", "--checkpoint", str(tmp_path / "checkpoint"),
+                        "--bootstrap-server", shared_broker.bootstrap_servers, *arguments)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"oncelog: error: {message}"), err
+
+
 def test_batch_mode_against_a_broker_without_two_phase_commit_is_one_line_and_leaves_nothing_open(
     capsys, broker, tmp_path
 ):
@@ -226,6 +283,32 @@ def test_bad_sql_is_one_line(spark, shared_broker, topics, tmp_path, sql, messag
         run_pipeline(spec_for(shared_broker, topics, tmp_path, sql=sql), spark)
     assert "\n" not in str(raised.value)
     assert message in str(raised.value)
+
+
+def test_columns_that_do_not_fit_an_existing_iceberg_table_are_one_line_before_the_query_starts(
+        spark, shared_broker, topics, tmp_path):
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    catalog = load_catalog("default", type="sql", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+    catalog.create_namespace("shop")
+    catalog.create_table("shop.orders", Schema(NestedField(1, "id", LongType(), required=False)))
+    source, _ = topics
+    spec = PipelineSpec(source_topic=source, sink_topic=None, sink_table="shop.orders",
+                        checkpoint=str(tmp_path / "checkpoint"), bootstrap_servers=shared_broker.bootstrap_servers,
+                        sql="SELECT CAST(value AS STRING) AS body FROM source", progress="none")
+
+    with pytest.raises(PipelineError) as raised:
+        run_pipeline(spec, spark)
+
+    assert str(raised.value) == (
+        "--sink iceberg:shop.orders: column 'body' of the DataFrame is not a column of Iceberg table shop.orders "
+        "(its columns: id long); select only the table's columns or evolve the table's schema first"
+    )
+    assert not (tmp_path / "checkpoint" / "commits").exists()
 
 
 # A transform whose UDF raises on the record b"poison" (the producers put one at offset 7).

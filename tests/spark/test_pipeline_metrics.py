@@ -194,3 +194,45 @@ def test_batch_mode_decisions_count_resumed_batches_and_the_aborts_a_restart_rec
     assert (totals.batches, totals.input_records, totals.records_written) == (3, 12, 8)
     assert totals.sink_commits.count == 2 and totals.phases["addBatch"].count == 3
     assert totals.phases["walCommit"].count == 0
+
+
+def test_an_iceberg_sink_is_reported_by_its_table_and_its_snapshots_count_as_committed_or_resumed(tmp_path):
+    """No Spark: the report, the metrics and the progress lines of micro-batches whose
+    summaries the Iceberg sink wrote (mode iceberg; resumed: the table had the batch)."""
+    from prometheus_client import generate_latest
+
+    from oncelog.spark.pipeline_metrics import PipelineMetrics
+    from oncelog.spark.pipeline_progress import BatchProgress, RunResult
+    from oncelog.spark.pipeline_report import RunIdentity, report_record
+
+    spec = PipelineSpec(source_topic="orders", sink_topic=None, sink_table="shop.orders",
+                        checkpoint=str(tmp_path / "checkpoint"), sql="SELECT value FROM source")
+    run = RunIdentity("query-1", "run-1", None, 0)
+    progress = {"numInputRows": 4, "durationMs": {"addBatch": 30, "triggerExecution": 50},
+                "sources": [{"startOffset": {"orders": {"0": 0}}, "endOffset": {"orders": {"0": 4}}}]}
+    result = RunResult()
+    metrics = PipelineMetrics("127.0.0.1", 0)
+    metrics.query_started(run, spec)
+    for batch_id, outcome, written in ((5, "resumed", 4), (6, "committed", 3), (7, "committed", 0)):
+        batch = BatchProgress.from_progress({**progress, "batchId": batch_id}, SinkBatchSummary(
+            batch_id=batch_id, mode="iceberg", records_written=written, commit_ms=2.0, outcome=outcome))
+        result.add(batch)
+        metrics.observe(run, batch)
+
+    prefix = "4 records in 50 ms, 80 records/s; orders orders-0 [0, 4); "
+    assert [batch.as_text(spec.source_topic, spec.sink_table) for batch in result.batches] == [
+        f"batch 5: {prefix}shop.orders had this micro-batch already (committed before a restart): nothing appended",
+        f"batch 6: {prefix}3 rows appended to shop.orders in one snapshot",
+        f"batch 7: {prefix}no rows for shop.orders",
+    ]
+    report = report_record(spec, run, result, "running", now_ms=1)
+    assert {key: report[key] for key in ("sink_topics", "sink_table", "sink_mode", "records_written")} == {
+        "sink_topics": [], "sink_table": "shop.orders", "sink_mode": "iceberg", "records_written": 0}
+    scraped = samples(generate_latest(metrics.registry).decode())
+    info = [dict(labels) for (name, labels), _ in scraped.items() if name == "oncelog_pipeline_info"]
+    assert info == [{"query": "query-1", "id": "query-1", "run_id": "run-1", "source_topic": "orders",
+                     "sink_topic": "", "sink_table": "shop.orders", "sink_mode": "iceberg"}]
+    decisions = {dict(labels)["outcome"]: value for (name, labels), value in scraped.items()
+                 if name == "oncelog_pipeline_sink_decisions_total"}
+    assert decisions == {"committed": 2, "resumed": 1}
+    assert scraped[("oncelog_pipeline_sink_records_written_total", frozenset({("query", "query-1")}))] == 7

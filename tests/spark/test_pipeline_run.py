@@ -1,11 +1,14 @@
-"""The pipeline runner end to end: a real broker, real Spark, the exactly-once sink.
+"""The pipeline runner end to end: a real broker, real Spark, the exactly-once sinks.
 
 - through the `oncelog pipeline run` command (its own Spark driver process), with a
   transform loaded from a file whose Python UDF executors must import;
+- through the command into an Iceberg table (`--sink iceberg:NAMESPACE.TABLE`) in the
+  embedded SQLite catalog, read back with pyiceberg;
 - through `run_pipeline` on the tests' Spark session, with --sql, in batch mode, and again
   from the same checkpoint.
 The input holds committed and aborted transactions; the output is read with
-read_committed and must hold each committed record exactly once, and no aborted one."""
+read_committed (or from the table's current snapshot) and must hold each committed record
+exactly once, and no aborted one."""
 
 from __future__ import annotations
 
@@ -76,6 +79,54 @@ def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_co
     assert sum(b["records"] for b in batches) == 300
     output = read_committed(bootstrap, sink)
     assert Counter(output) == Counter(value.upper() + b"!" for value in committed)
+
+
+def test_iceberg_sink_from_the_command_line_writes_each_committed_record_once_one_snapshot_per_micro_batch(
+    spark, shared_broker, tmp_path
+):
+    """`--sink iceberg:shop.orders` parsed as the command parses it, run on the tests' Spark
+    session (a Spark of its own would add 20 s), twice on one checkpoint, into the embedded
+    SQLite catalog next to the checkpoint."""
+    from pyiceberg.catalog import load_catalog
+
+    from oncelog.spark.iceberg_commit import BATCH_ID_PROPERTY
+    from oncelog.spark.pipeline import build_parser, spec_from_args
+
+    bootstrap = shared_broker.bootstrap_servers
+    source = f"lake-in-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, source)
+    first = [f"order-{i}".encode() for i in range(150)]
+    produce_in_transactions(bootstrap, source, [(first[:80], True), ([b"aborted"] * 40, False), (first[80:], True)])
+    checkpoint = tmp_path / "checkpoints" / "orders"
+    spec = spec_from_args(build_parser().parse_args([
+        "--source", source, "--sink", "iceberg:shop.orders",
+        "--sql", "SELECT CAST(value AS STRING) AS body, partition, offset, timestamp FROM source",
+        "--sink-option", "partitionBy=partition", "--checkpoint", str(checkpoint),
+        "--bootstrap-servers", bootstrap, "--trigger", "available-now", "--max-offsets-per-trigger", "100",
+        "--no-report",
+    ]))
+    lines: list[str] = []
+
+    first_run = run_pipeline(spec, spark, emit=lines.append)
+    second = [f"later-{i}".encode() for i in range(30)]
+    produce_in_transactions(bootstrap, source, [(second, True)])
+    second_run = run_pipeline(spec, spark, emit=lines.append)
+
+    warehouse = tmp_path / "checkpoints" / "warehouse"  # the default: next to the checkpoint
+    assert lines[0] == (f"writing Iceberg table shop.orders in the embedded SQLite catalog "
+                        f"{warehouse}/catalog.db (its files under {warehouse})")
+    appended = [line for line in lines if line.endswith(" rows appended to shop.orders in one snapshot")]
+    assert len(appended) == first_run.batch_count + second_run.batch_count, lines
+    assert (first_run.records, second_run.records) == (150, 30)
+    table = load_catalog("default", type="sql", uri=f"sqlite:///{warehouse}/catalog.db",
+                         warehouse=f"file://{warehouse}").load_table("shop.orders")
+    assert Counter(table.scan().to_arrow().column("body").to_pylist()) == Counter(
+        value.decode() for value in first + second)
+    assert [field.name for field in table.schema().fields] == ["body", "partition", "offset", "timestamp"]
+    assert [field.name for field in table.spec().fields] == ["partition"]
+    assert [int(snapshot.summary[BATCH_ID_PROPERTY]) for snapshot in table.snapshots() if snapshot.summary] == [
+        batch.batch_id for run in (first_run, second_run) for batch in run.batches]
+    assert all(batch.sink is not None and batch.sink.mode == "iceberg" for batch in first_run.batches)
 
 
 def test_sql_pipeline_in_batch_mode_continues_from_its_checkpoint_without_duplicates(

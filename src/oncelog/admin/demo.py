@@ -3,9 +3,10 @@
 An order-enrichment pipeline on Spark, exactly once, through injected faults: an embedded
 broker, orders written in transactions (some aborted), the pipeline runner as a driver
 subprocess with a task that fails on its first attempt, the driver killed with SIGKILL
-and restarted from its checkpoint, then a read_committed check of every order. Prints a
-report; exits 1 if any order is missing, duplicated, leaked from an aborted transaction
-or wrongly enriched. The job itself is `oncelog.demo.job`.
+and restarted from its checkpoint, then a read_committed check of every order (with
+`--sink iceberg`: into an Apache Iceberg table, checked with pyiceberg). Prints a report;
+exits 1 if any order is missing, duplicated, leaked from an aborted transaction or
+wrongly enriched. The job itself is `oncelog.demo.job`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     demo.add_argument("--messages", type=int, default=20_000,
                       help="orders to write, committed and aborted (default: %(default)s)")
-    demo.add_argument("--mode", choices=("batch", "partition"), default="batch",
-                      help="the sink's mode (default: %(default)s)")
+    demo.add_argument("--sink", choices=("kafka", "iceberg"), default="kafka",
+                      help="kafka: the topic enriched-orders; iceberg: the Apache Iceberg table "
+                      "demo.enriched_orders in an embedded SQLite catalog, checked with pyiceberg "
+                      "(default: %(default)s)")
+    demo.add_argument("--mode", choices=("batch", "partition"),
+                      help="the Kafka sink's mode (default: batch)")
     demo.add_argument("--kills", type=int, default=1,
                       help="times the driver is killed with SIGKILL and restarted (default: %(default)s)")
     demo.add_argument(
         "--data-dir", type=Path,
         help="keep the broker's log here (default: a temporary directory, removed after)",
+    )
+    demo.add_argument(
+        "--warehouse", type=Path, metavar="DIR",
+        help="--sink iceberg: keep the Iceberg catalog and table here (default: a temporary directory, "
+        "removed after)",
     )
     demo.set_defaults(run=run)
 
@@ -41,8 +51,12 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--messages must be at least 10")
     if args.kills < 0:
         raise CommandError("--kills must not be negative")
+    if args.sink == "iceberg" and args.mode is not None:
+        raise CommandError("--mode is the Kafka sink's: with --sink iceberg each micro-batch is one snapshot")
+    if args.sink != "iceberg" and args.warehouse is not None:
+        raise CommandError("--warehouse is for --sink iceberg")
     try:
-        return run_demo(DemoSettings(messages=args.messages, mode=args.mode, kills=args.kills,
-                                     data_dir=args.data_dir))
+        return run_demo(DemoSettings(messages=args.messages, mode=args.mode or "batch", kills=args.kills,
+                                     data_dir=args.data_dir, sink=args.sink, warehouse=args.warehouse))
     except DemoError as error:
         raise CommandError(f"demo: {error}") from None

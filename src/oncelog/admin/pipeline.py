@@ -1,4 +1,5 @@
-"""`oncelog pipeline run`: an exactly-once Spark pipeline from one topic to another.
+"""`oncelog pipeline run`: an exactly-once Spark pipeline from one topic to another, or into
+an Apache Iceberg table.
 
 The options and the runner live in `oncelog.spark.pipeline` (also runnable as
 `python -m oncelog.spark.pipeline` and under spark-submit); this module only hangs them
@@ -18,16 +19,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     from oncelog.spark.pipeline import add_arguments
 
     pipeline = commands.add_parser(
-        "pipeline", help="run exactly-once Spark pipelines (topic -> transform -> topic)"
+        "pipeline", help="run exactly-once Spark pipelines (topic -> transform -> topic or Iceberg table)"
     )
     actions = pipeline.add_subparsers(dest="pipeline_action", metavar="ACTION", required=True)
     run = actions.add_parser(
         "run",
-        help="read a topic (read_committed), transform each micro-batch, write another topic exactly once",
+        help="read a topic (read_committed), transform each micro-batch, write another topic or an "
+        "Iceberg table exactly once",
         description="Read --source with read_committed, apply --transform or --sql, and write --sink "
-        "through the exactly-once oncelog sink. Progress lives in --checkpoint: run again with the "
-        "same checkpoint to continue where it stopped. Each micro-batch is reported to --report-topic "
-        "for the broker's console, and with --metrics-port served as Prometheus metrics.",
+        "through the exactly-once oncelog sink: a topic, or an Apache Iceberg table with --sink "
+        "iceberg:NAMESPACE.TABLE (one snapshot per micro-batch; the catalog from --iceberg-catalog, "
+        "else an embedded SQLite catalog in --warehouse). Progress lives in --checkpoint: run again "
+        "with the same checkpoint to continue where it stopped. Each micro-batch is reported to "
+        "--report-topic for the broker's console, and with --metrics-port served as Prometheus metrics.",
     )
     add_arguments(run, connection=False)
     add_connection_arguments(run, aliases=("--bootstrap-servers",))
@@ -38,9 +42,10 @@ def _run(args: argparse.Namespace) -> int:
     """The connection options as every oncelog command takes them: the bootstrap servers
     from --bootstrap-server (or --bootstrap-servers), else bootstrap.servers of -X or
     --command-config, else $ONCELOG_BOOTSTRAP; every other client property becomes a
-    `kafka.*` option of both the source and the sink (--source-option and --sink-option
-    win over them)."""
+    `kafka.*` option of both the source and the Kafka sink (--source-option and
+    --sink-option win over them); an Iceberg sink takes no Kafka settings."""
     from oncelog.spark.pipeline import PipelineError, run_from_args
+    from oncelog.spark.pipeline_spec import is_iceberg_sink
 
     properties = user_properties(args)
     args.bootstrap_servers = (args.bootstrap_server or properties.pop("bootstrap.servers", None)
@@ -48,7 +53,8 @@ def _run(args: argparse.Namespace) -> int:
     properties.pop("bootstrap.servers", None)
     shared = [f"kafka.{key}={value}" for key, value in properties.items()]
     args.source_option = shared + args.source_option
-    args.sink_option = shared + args.sink_option
+    if not is_iceberg_sink(args.sink):
+        args.sink_option = shared + args.sink_option
     try:
         return run_from_args(args)
     except PipelineError as error:

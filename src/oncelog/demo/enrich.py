@@ -9,8 +9,14 @@ It ships inside the package, so the demo runs from an installed oncelog in any d
 `enrich_orders(source)` gets the source stream (Spark's Kafka columns: key, value, topic,
 partition, offset, timestamp, ...) and returns the rows to write: `value` (JSON), `key`
 (the customer id, so one customer's orders stay in one partition) and `headers` (where
-the order came from). Everything is a column expression, so it runs inside Spark's JVM;
-nothing here needs Python on the executors.
+the order came from). `enrich_orders_as_rows(source)` is the same enrichment as columns,
+for an Iceberg table (`oncelog demo --sink iceberg`):
+
+    oncelog pipeline run --source orders --sink iceberg:demo.enriched_orders \\
+        --transform oncelog.demo.enrich:enrich_orders_as_rows --checkpoint /tmp/lake/orders
+
+Everything is a column expression, so it runs inside Spark's JVM; nothing here needs
+Python on the executors.
 
 An order, as the demo writes it:
     {"order_id": "o-000042", "customer_id": "c-0007", "currency": "EUR",
@@ -58,6 +64,29 @@ def customers(spark: SparkSession) -> DataFrame:
 
 
 def enrich_orders(source: DataFrame) -> DataFrame:
+    """For a topic: value (the enriched order as JSON), key (the customer id), headers (its source)."""
+    enriched = _enriched(source)
+    return enriched.select(
+        F.col("customer_id").alias("key"),
+        F.to_json(F.struct(*ENRICHED_FIELDS)).alias("value"),
+        F.array(F.struct(
+            F.lit("source").alias("key"),
+            F.col("source").cast("binary").alias("value"),
+        )).alias("headers"),
+    )
+
+
+def enrich_orders_as_rows(source: DataFrame) -> DataFrame:
+    """For a table: the enriched order's fields as columns, and `source`, where it came from."""
+    return _enriched(source).select(*ENRICHED_FIELDS, "source")
+
+
+# The enriched order's fields, in the order the JSON value and the table's columns have them.
+ENRICHED_FIELDS = ("order_id", "customer_id", "currency", "created_at", "total", "item_count", "tier")
+
+
+def _enriched(source: DataFrame) -> DataFrame:
+    """The enriched orders, ENRICHED_FIELDS and `source` (`orders-<partition>@<offset>`)."""
     orders = source.select(
         F.from_json(F.col("value").cast("string"), ORDER).alias("order"),
         "topic", "partition", "offset",
@@ -79,13 +108,7 @@ def enrich_orders(source: DataFrame) -> DataFrame:
         "topic", "partition", "offset",
     ).join(F.broadcast(customers(source.sparkSession)), "customer_id", "left")
     return enriched.select(
-        F.col("customer_id").alias("key"),
-        F.to_json(F.struct(
-            "order_id", "customer_id", "currency", "created_at", "total", "item_count",
-            F.coalesce("tier", F.lit("unknown")).alias("tier"),
-        )).alias("value"),
-        F.array(F.struct(
-            F.lit("source").alias("key"),
-            F.format_string("%s-%d@%d", "topic", "partition", "offset").cast("binary").alias("value"),
-        )).alias("headers"),
+        "order_id", "customer_id", "currency", "created_at", "total", "item_count",
+        F.coalesce("tier", F.lit("unknown")).alias("tier"),
+        F.format_string("%s-%d@%d", "topic", "partition", "offset").alias("source"),
     )

@@ -5,7 +5,8 @@
     [--conf spark.oncelog.demo.faultDir=/tmp/faults]
 
 The first attempt of task 0 of micro-batch `failBatch` raises `InjectedFault` on its
-`failAtRow`-th row (default 1), in the middle of the task. Spark retries the task (the
+`failAtRow`-th row (default 1), in the middle of the task (the check wraps the `value`
+column, or the first column when there is none: rows for an Iceberg table). Spark retries the task (the
 master must allow retries: `local[N,maxFailures]`), and the exactly-once sink must leave
 no visible trace of the failed attempt. Each injected failure leaves a file in
 `faultDir`, so the demo can count them. Without `failBatch` the transform changes nothing.
@@ -62,5 +63,6 @@ def fail_first_attempt(frame):
             f"injected failure of the first attempt of task 0 in micro-batch {fail_batch}, at row {rows_seen[0]}"
         )
 
-    check = F.udf(pass_or_fail, frame.schema["value"].dataType, useArrow=False)
-    return frame.withColumn("value", check("value"))
+    column = "value" if "value" in frame.columns else frame.columns[0]
+    check = F.udf(pass_or_fail, frame.schema[column].dataType, useArrow=False)
+    return frame.withColumn(column, check(column))

@@ -1,20 +1,22 @@
 """The main job: an order-enrichment pipeline, exactly once, through faults.
 
 1. An embedded broker (KIP-939 two-phase commit on) in a temporary directory; topics
-   `orders` and `enriched-orders`.
+   `orders` and `enriched-orders` (with `--sink iceberg`, the Apache Iceberg table
+   `demo.enriched_orders` in an embedded SQLite catalog instead of the second topic).
 2. A transactional producer writes JSON orders; every fifth transaction is aborted. A
    third is written up front, the rest while the pipeline runs.
 3. The pipeline runner (`python -m oncelog.spark.pipeline`, a driver subprocess with its
    own Spark) reads `orders` read_committed, applies oncelog.demo.enrich and writes
-   `enriched-orders` through the exactly-once sink. Faults:
+   `enriched-orders` through the exactly-once sink (or `oncelog.demo.enrich:
+   enrich_orders_as_rows` into the table, a snapshot per micro-batch). Faults:
    - the first attempt of a task in micro-batch 1 fails after passing on half its rows
      (`oncelog.demo.faults`; master `local[*,4]` lets Spark retry it);
    - the driver's process group (the Python driver and its JVM) is killed with SIGKILL
      in the middle of a micro-batch, and a new driver continues from the checkpoint
      (`--trigger available-now`: it stops once everything committed is processed).
-4. A read_committed consumer reads `enriched-orders` and the report compares it with what
-   was committed: duplicates, missing, aborted orders leaked, wrong enrichment. Exit 1
-   if any of them is not 0.
+4. A read_committed consumer reads `enriched-orders` (pyiceberg reads the table's current
+   snapshot) and the report compares it with what was committed: duplicates, missing,
+   aborted orders leaked, wrong enrichment. Exit 1 if any of them is not 0.
 
 While it runs, the broker's console (its `http.listener`, on a free port) shows the
 pipeline from the runner's reports, and each driver serves its micro-batches' metrics
@@ -35,7 +37,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
@@ -44,6 +47,8 @@ from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
 
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "enriched-orders"
+OUTPUT_TABLE = "demo.enriched_orders"  # --sink iceberg
+SINKS = ("kafka", "iceberg")
 PARTITIONS = 3
 MASTER = "local[*,4]"  # up to 4 attempts per task
 FAIL_BATCH_ID = 1
@@ -65,11 +70,24 @@ class DemoError(Exception):
 @dataclass(frozen=True)
 class DemoSettings:
     messages: int = 20_000
-    mode: str = "batch"
+    mode: str = "batch"  # the Kafka sink's
     kills: int = 1
     data_dir: Path | None = None
-    transform: str = "oncelog.demo.enrich:enrich_orders"  # module:function or path/to/file.py:function
+    # module:function or path/to/file.py:function; None: oncelog.demo.enrich's for the sink
+    transform: str | None = None
     seed: int = 7
+    sink: str = "kafka"  # or "iceberg": OUTPUT_TABLE in an embedded SQLite catalog
+    warehouse: Path | None = None  # the Iceberg catalog's directory; None: in the demo's temporary directory
+
+    @property
+    def iceberg(self) -> bool:
+        return self.sink == "iceberg"
+
+    @property
+    def transform_reference(self) -> str:
+        if self.transform is not None:
+            return self.transform
+        return f"oncelog.demo.enrich:{'enrich_orders_as_rows' if self.iceberg else 'enrich_orders'}"
 
 
 # -- the driver subprocess -----------------------------------------------------------------
@@ -183,18 +201,23 @@ def max_offsets_per_trigger(settings: DemoSettings) -> int:
 
 
 def pipeline_command(settings: DemoSettings, bootstrap: str, checkpoint: Path, fault_dir: Path,
-                     trigger: str) -> list[str]:
+                     trigger: str, warehouse: Path | None = None) -> list[str]:
+    """The runner's command line; `warehouse`: the embedded Iceberg catalog's directory (--sink iceberg)."""
     max_offsets = max_offsets_per_trigger(settings)
     # Halfway through a task's rows, so the failing attempt has transformed some first.
     fail_at_row = max(1, max_offsets // PARTITIONS // 3)
+    if settings.iceberg:
+        assert warehouse is not None
+        sink = ["--sink", f"iceberg:{OUTPUT_TABLE}", "--warehouse", str(warehouse)]
+    else:
+        sink = ["--sink", OUTPUT_TOPIC, "--mode", settings.mode]
     return [
         sys.executable, "-m", "oncelog.spark.pipeline",
-        "--source", INPUT_TOPIC, "--sink", OUTPUT_TOPIC,
-        "--transform", settings.transform,
+        "--source", INPUT_TOPIC, *sink,
+        "--transform", settings.transform_reference,
         "--transform", "oncelog.demo.faults:fail_first_attempt",
         "--checkpoint", str(checkpoint),
         "--bootstrap-servers", bootstrap,
-        "--mode", settings.mode,
         "--trigger", trigger,
         "--master", MASTER,
         "--max-offsets-per-trigger", str(max_offsets),
@@ -292,9 +315,11 @@ class Verdict:
     leaked: int
     unexpected: int
     wrong_enrichment: int
-    stuck_partitions: list[int]
-    uncommitted_output: int  # records in the output log no read_committed consumer sees
-    gate_records: int  # of which batch mode's gate records
+    stuck_partitions: list[int] = field(default_factory=list)
+    uncommitted_output: int = 0  # records in the output log no read_committed consumer sees
+    gate_records: int = 0  # of which batch mode's gate records
+    snapshots: int = 0  # --sink iceberg: the sink's snapshots in the table's history
+    stray_files: int = 0  # --sink iceberg: data files under the table that no snapshot lists
 
     @property
     def ok(self) -> bool:
@@ -305,14 +330,37 @@ class Verdict:
 def verify(bootstrap: str, seeded: Seeded) -> Verdict:
     committed_read = read_topic(bootstrap, OUTPUT_TOPIC, "read_committed")
     everything_read = read_topic(bootstrap, OUTPUT_TOPIC, "read_uncommitted")
+    enriched_orders: list[dict | None] = []
+    for value in committed_read.values:
+        try:
+            enriched = json.loads(value)
+        except ValueError:
+            enriched = None
+        enriched_orders.append(enriched if isinstance(enriched, dict) else None)
+
+    def placed(index: int, order: dict) -> bool:  # keyed by the customer, with its source header
+        headers = committed_read.headers[index]
+        return (committed_read.keys[index] == order["customer_id"].encode()
+                and any(name == "source" for name, _ in headers or ()))
+
+    return replace(
+        compare(enriched_orders, seeded, placed),
+        stuck_partitions=committed_read.stuck_partitions,
+        uncommitted_output=max(0, len(everything_read.values) - len(committed_read.values)),
+        gate_records=everything_read.gate_records,
+    )
+
+
+def compare(enriched_orders: list[dict | None], seeded: Seeded, placed: Callable[[int, dict], bool]) -> Verdict:
+    """The output's enriched orders (None: unreadable) against what was seeded.
+    `placed(index, order)`: the sink's own part of a right output (a topic's key and
+    header, a table's source column)."""
     seen: Counter[str] = Counter()
     wrong = 0
     unparseable = 0
-    for value, key, headers in zip(committed_read.values, committed_read.keys, committed_read.headers, strict=True):
-        try:
-            enriched = json.loads(value)
-            order_id = enriched["order_id"]
-        except (TypeError, ValueError, KeyError):
+    for index, enriched in enumerate(enriched_orders):
+        order_id = None if enriched is None else enriched.get("order_id")
+        if enriched is None or not isinstance(order_id, str):
             unparseable += 1
             continue
         seen[order_id] += 1
@@ -320,25 +368,35 @@ def verify(bootstrap: str, seeded: Seeded) -> Verdict:
         if order is None:
             continue
         expected = expected_enrichment(order)
+        total = enriched.get("total")
         if (
-            abs(float(enriched.get("total", math.nan)) - expected["total"]) > 0.005
+            abs((math.nan if total is None else float(total)) - expected["total"]) > 0.005
             or enriched.get("item_count") != expected["item_count"]
             or enriched.get("tier") != expected["tier"]
             or enriched.get("customer_id") != order["customer_id"]
-            or key != order["customer_id"].encode()
-            or not any(name == "source" for name, _ in headers or ())
+            or not placed(index, order)
         ):
             wrong += 1
     return Verdict(
-        output_records=len(committed_read.values),
+        output_records=len(enriched_orders),
         duplicates=sum(times - 1 for times in seen.values() if times > 1),
         missing=len(set(seeded.committed) - set(seen)),
         leaked=len(set(seen) & seeded.aborted),
         unexpected=len(set(seen) - set(seeded.committed) - seeded.aborted) + unparseable,
         wrong_enrichment=wrong,
-        stuck_partitions=committed_read.stuck_partitions,
-        uncommitted_output=max(0, len(everything_read.values) - len(committed_read.values)),
-        gate_records=everything_read.gate_records,
+    )
+
+
+def verify_table(warehouse: Path, seeded: Seeded) -> Verdict:
+    """--sink iceberg: the table's current snapshot, read with pyiceberg, against what was seeded."""
+    from oncelog.demo.lake import open_table, sink_snapshots, stray_data_files
+
+    table = open_table(warehouse)
+    rows = table.scan().to_arrow().to_pylist()
+    return replace(
+        compare(rows, seeded, lambda index, _order: bool(rows[index].get("source"))),
+        snapshots=sink_snapshots(table),
+        stray_files=len(stray_data_files(table)),
     )
 
 
@@ -363,23 +421,29 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
         data_dir = settings.data_dir or work / "broker"
         # http.listener: the console and the broker's /metrics, on a free port.
         broker_config = {"transaction.two.phase.commit.enable": "true", "http.listener": "127.0.0.1:0"}
+        warehouse = (settings.warehouse or work / "lake").resolve()
         with EmbeddedBroker(data_dir, broker_config) as broker:
             bootstrap = broker.bootstrap_servers
-            say(f"oncelog demo: order enrichment, exactly once, on Spark {MASTER} (sink mode {settings.mode})")
+            into = f"into Iceberg table {OUTPUT_TABLE}" if settings.iceberg else f"sink mode {settings.mode}"
+            say(f"oncelog demo: order enrichment, exactly once, on Spark {MASTER} ({into})")
             say(f"  broker {bootstrap} (embedded, transaction.two.phase.commit.enable=true), data in {data_dir}")
+            if settings.iceberg:
+                kept = "" if settings.warehouse else " (removed at the end; --warehouse DIR keeps it)"
+                say(f"  Iceberg catalog: embedded SQLite, {warehouse}/catalog.db, the table's files under "
+                    f"{warehouse}{kept}")
             console = _console_url(broker)
             if console is not None:
                 say(f"  console {console} (the broker's http.listener; its /metrics there too): "
                     "the pipeline's reports, transactions, partitions, while the demo runs")
-            _create_topics(bootstrap)
+            _create_topics(bootstrap, (INPUT_TOPIC,) if settings.iceberg else (INPUT_TOPIC, OUTPUT_TOPIC))
             seeder = OrderSeeder(bootstrap, INPUT_TOPIC, settings.messages, seed=settings.seed)
-            record, seeded = _run_pipeline_through_faults(settings, bootstrap, work, seeder, say)
-            verdict = verify(bootstrap, seeded)
-            _report(say, settings, seeded, record, verdict)
+            record, seeded = _run_pipeline_through_faults(settings, bootstrap, work, seeder, say, warehouse)
+            verdict = verify_table(warehouse, seeded) if settings.iceberg else verify(bootstrap, seeded)
+            _report(say, settings, seeded, record, verdict, warehouse)
             return 0 if verdict.ok else 1
 
 
-def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
+def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say, warehouse):
     checkpoint = work / "checkpoint"
     fault_dir = work / "faults"
     first_batch_done = threading.Event()
@@ -413,7 +477,7 @@ def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
     try:
         for kill_number in range(settings.kills):
             driver = Driver(
-                pipeline_command(settings, bootstrap, checkpoint, fault_dir, "processing-time=500ms"),
+                pipeline_command(settings, bootstrap, checkpoint, fault_dir, "processing-time=500ms", warehouse),
                 work / f"driver-{len(record.drivers) + 1}.log",
             ).start()
             record.drivers.append(driver)
@@ -441,7 +505,7 @@ def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say):
         if seeder.seeded.error:
             raise DemoError(seeder.seeded.error)
         driver = Driver(
-            pipeline_command(settings, bootstrap, checkpoint, fault_dir, "available-now"),
+            pipeline_command(settings, bootstrap, checkpoint, fault_dir, "available-now", warehouse),
             work / f"driver-{len(record.drivers) + 1}.log",
         ).start()
         how = "restarted from the checkpoint" if record.drivers else "started"
@@ -472,12 +536,12 @@ def _console_url(embedded) -> str | None:
     return None if address is None else f"http://{address[0]}:{address[1]}/"
 
 
-def _create_topics(bootstrap: str) -> None:
+def _create_topics(bootstrap: str, topics: tuple[str, ...]) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    futures = admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (INPUT_TOPIC, OUTPUT_TOPIC)])
+    futures = admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
     for topic, future in futures.items():
         try:
             future.result(30)
@@ -488,7 +552,8 @@ def _create_topics(bootstrap: str) -> None:
 # -- the report ------------------------------------------------------------------------------
 
 
-def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verdict: Verdict) -> None:
+def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verdict: Verdict,
+            warehouse: Path) -> None:
     # Each driver's first micro-batch also starts Spark's Python workers and warms up the
     # JVM: reported on its own, and left out of the steady figures.
     first_batches = [driver.batches[0] for driver in record.drivers if driver.batches]
@@ -503,7 +568,10 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
     say("")
     line("input committed", f"{len(seeded.committed):,} orders in {seeded.committed_transactions} transactions")
     line("input aborted", f"{len(seeded.aborted):,} orders in {seeded.aborted_transactions} transactions")
-    line("output records", f"{verdict.output_records:,} (read_committed)")
+    if settings.iceberg:
+        line("output records", f"{verdict.output_records:,} (the table's current snapshot, read with pyiceberg)")
+    else:
+        line("output records", f"{verdict.output_records:,} (read_committed)")
     line("duplicates", str(verdict.duplicates))
     line("missing", str(verdict.missing))
     line("aborted records leaked", str(verdict.leaked))
@@ -517,9 +585,15 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
     line("driver kills", f"{len(record.kills)} (SIGKILL to the driver's process group, "
          f"after micro-batch {', '.join(map(str, record.kills)) or '-'})")
     line("driver restarts", f"{record.restarts} (from the checkpoint)")
-    gates = f" and {verdict.gate_records} gate records of batch mode" if verdict.gate_records else ""
-    line("invisible output", f"{verdict.uncommitted_output:,} records of failed attempts{gates} in "
-         f"{OUTPUT_TOPIC}'s log, aborted: read_committed never shows them")
+    if settings.iceberg:
+        line("snapshots", f"{verdict.snapshots} (one per micro-batch with rows; each summary names the query "
+             "and the micro-batch, so a re-run adds nothing)")
+        line("stray data files", f"{verdict.stray_files} (files of failed or killed attempts in no snapshot; "
+             "the sink deletes them after each commit)")
+    else:
+        gates = f" and {verdict.gate_records} gate records of batch mode" if verdict.gate_records else ""
+        line("invisible output", f"{verdict.uncommitted_output:,} records of failed attempts{gates} in "
+             f"{OUTPUT_TOPIC}'s log, aborted: read_committed never shows them")
     if busy_ms:
         line("throughput", f"{processed * 1000 / busy_ms:,.0f} records/s ({processed:,} records in "
              f"{len(steady)} micro-batches, {busy_ms / 1000:.1f} s)")
@@ -531,6 +605,12 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
     line("where to look", "`oncelog pipeline run --metrics-port P` serves a pipeline's metrics at "
          "http://127.0.0.1:P/metrics; the broker's console (http.listener, at /) shows every pipeline's "
          "reports (topic _oncelog_pipelines)")
+    if settings.iceberg:
+        from oncelog.demo.lake import read_command
+
+        gone = "" if settings.warehouse else " (removed with the demo's temporary directory; --warehouse DIR keeps it)"
+        line("the table", f"{OUTPUT_TABLE}, SQLite catalog {warehouse}/catalog.db{gone}")
+        line("read it with", read_command(warehouse))
     line("result", "OK" if verdict.ok else "FAILED")
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from oncelog.spark.errors import SourceError
 
 FORMAT_NAME = "oncelog-iceberg"
+ICEBERG_MODE = "iceberg"  # the `mode` of this sink's batch summaries (oncelog.spark.sink_metrics)
 CATALOG_PREFIX = "catalog."
 DEFAULT_CATALOG_NAME = "default"
 DEFAULT_COMMIT_TIMEOUT_MS = 120_000
@@ -41,6 +42,7 @@ _SPARK_WRITER_OPTIONS = {
     "queryname", "path", "asyncprogresstrackingenabled", "asyncprogresstrackingcheckpointintervalms",
 }
 _NAME_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,254}")
+TABLE_NAME_RULE = "namespace.table (letters, digits, '_' and '-' in each part), e.g. db.orders"
 
 
 class IcebergSinkError(SourceError):
@@ -86,6 +88,15 @@ class IcebergSinkOptions:
         return dict(self.catalog_properties)
 
 
+def table_parts(name: str) -> tuple[str, ...] | None:
+    """`namespace.table` (`a.b.table` for nested namespaces) as its parts, or None when the
+    sink does not take it as a table name."""
+    parts = tuple(name.split("."))
+    if len(parts) < 2 or not all(_NAME_PART.fullmatch(part) for part in parts):
+        return None
+    return parts
+
+
 def parse_iceberg_options(raw: Mapping[str, str]) -> IcebergSinkOptions:
     options = {str(key).lower(): str(value) for key, value in raw.items()}
     for key in options:
@@ -96,11 +107,9 @@ def parse_iceberg_options(raw: Mapping[str, str]) -> IcebergSinkOptions:
     table = options.get("table", "").strip()
     if not table:
         raise IcebergOptionError("option table is required: namespace.table, e.g. db.orders")
-    parts = tuple(table.split("."))
-    if len(parts) < 2 or not all(_NAME_PART.fullmatch(part) for part in parts):
-        raise IcebergOptionError(
-            f"option table={table!r}: use namespace.table (letters, digits, '_' and '-' in each part), e.g. db.orders"
-        )
+    parts = table_parts(table)
+    if parts is None:
+        raise IcebergOptionError(f"option table={table!r}: use {TABLE_NAME_RULE}")
     catalog_properties = tuple(sorted(
         (key[len(CATALOG_PREFIX):], value) for key, value in options.items()
         if key.startswith(CATALOG_PREFIX) and len(key) > len(CATALOG_PREFIX)

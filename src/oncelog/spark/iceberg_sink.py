@@ -37,6 +37,7 @@ from oncelog.spark.iceberg_commit import (
 from oncelog.spark.iceberg_files import AttemptIdentity, IcebergTaskResult, write_attempt
 from oncelog.spark.iceberg_options import (
     FORMAT_NAME,
+    ICEBERG_MODE,
     IcebergOptionError,
     IcebergSinkError,
     IcebergSinkOptions,
@@ -46,8 +47,6 @@ from oncelog.spark.iceberg_options import (
 from oncelog.spark.iceberg_table import WriteTarget, open_table
 from oncelog.spark.sink_metrics import SinkBatchSummary, write_summary
 from oncelog.spark.worker import settle
-
-ICEBERG_MODE = "iceberg"  # the `mode` of this sink's batch summaries (oncelog.spark.sink_metrics)
 
 
 def stream_writer(raw_options, schema: StructType, overwrite: bool = False) -> IcebergStreamWriter:

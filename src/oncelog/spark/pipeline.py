@@ -1,7 +1,9 @@
-"""The pipeline runner: one topic -> a transform -> another topic, exactly once, on Spark.
+"""The pipeline runner: one topic -> a transform -> another topic or an Apache Iceberg
+table, exactly once, on Spark.
 
     oncelog pipeline run --source orders --sink enriched-orders \\
         --transform examples/enrich_orders.py:enrich_orders --checkpoint /var/lib/ckpt/orders
+    oncelog pipeline run --source orders --sink iceberg:shop.orders ...   into a table
     python -m oncelog.spark.pipeline ...        the same without the oncelog CLI
     spark-submit --master spark://host:7077 $(python -c \\
         'import oncelog.spark.pipeline as p; print(p.__file__)') ...    on a cluster
@@ -12,10 +14,11 @@ trigger ends the pipeline or SIGTERM/SIGINT stops it. The runner's parts live in
 - pipeline_spec: the command line (`add_arguments`, `spec_from_args`), parsed into a
   frozen `PipelineSpec`, and `PipelineError`;
 - pipeline_checks: the checks that take a second and run before Spark starts (ten
-  seconds): options, the transform's import, the broker, both topics;
+  seconds): options, the transform's import, the broker, the topics, an Iceberg catalog;
 - pipeline_session: the Spark session (spark-submit's, or a local one logging to a file);
 - pipeline_query: `format("oncelog")` source (read_committed) -> transform ->
-  `format("oncelog")` exactly-once sink, with Spark's checkpoint holding the progress;
+  `format("oncelog")` exactly-once sink (or `format("oncelog-iceberg")`, docs/iceberg.md),
+  with Spark's checkpoint holding the progress;
 - pipeline_run: `run_pipeline`, watching it: one progress line per micro-batch (text or
   JSON lines), SIGTERM stops it;
 - pipeline_metrics and pipeline_report: each micro-batch as Prometheus metrics
@@ -97,7 +100,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if spec.progress == "text":
         how = "stopped" if result.stopped_by_signal else "finished"
         print(f"pipeline {how}: {result.batch_count} micro-batches, {result.records:,} records "
-              f"from {spec.source_topic} to {spec.sink_topic}", flush=True)
+              f"from {spec.source_topic} to {spec.sink_name}", flush=True)
     return 0
 
 
@@ -111,7 +114,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m oncelog.spark.pipeline",
-        description="Run an exactly-once pipeline: source topic -> transform -> sink topic, on Spark.",
+        description="Run an exactly-once pipeline on Spark: source topic -> transform -> sink topic, "
+        "or an Apache Iceberg table (--sink iceberg:NAMESPACE.TABLE).",
     )
     add_arguments(parser)
     return parser

@@ -1,8 +1,9 @@
 """The checks the runner makes before Spark starts, in about a second where Spark takes ten
 to start before saying the same in a long trace: the source's and the sink's options as
-they will parse them, the broker and both topics (`check_cluster`), and for --mode batch
-the cluster's two-phase commit. Also the transform's reference (`TransformReference`):
-located here, imported on the driver once the session runs.
+they will parse them, the broker and the topics (`check_cluster`), for --mode batch the
+cluster's two-phase commit, and for an Iceberg sink its catalog (`check_iceberg_catalog`).
+Also the transform's reference (`TransformReference`): located here, imported on the
+driver once the session runs.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def check_options(spec: PipelineSpec) -> None:
     """The source's and the sink's options as they will get them, checked as they will
     check them (kafka.* names by librdkafka too), before Spark starts."""
     from oncelog.spark.errors import SourceError
+    from oncelog.spark.iceberg_options import parse_iceberg_options
     from oncelog.spark.options import parse_options
     from oncelog.spark.sink_options import check_client_settings, parse_sink_options
 
@@ -97,9 +99,38 @@ def check_options(spec: PipelineSpec) -> None:
     except SourceError as error:
         raise PipelineError(f"--source-option: {error}") from None
     try:
-        check_client_settings(parse_sink_options(sink_options(spec), streaming=True))
-    except SourceError as error:  # the sink's errors derive from the source's
+        if spec.sink_table is not None:
+            parse_iceberg_options(sink_options(spec))
+        else:
+            check_client_settings(parse_sink_options(sink_options(spec), streaming=True))
+    except SourceError as error:  # the sinks' errors derive from the source's
         raise PipelineError(f"--sink-option: {error}") from None
+
+
+def check_iceberg_catalog(spec: PipelineSpec) -> None:
+    """An Iceberg sink: its catalog loads (the embedded one's directory is created) and,
+    with createTableIfMissing=false, has the table. The DataFrame's columns are checked
+    against the table once the transform has built the plan (pipeline_query)."""
+    from oncelog.spark.iceberg_options import IcebergSinkError, parse_iceberg_options
+    from oncelog.spark.iceberg_table import open_catalog
+
+    warehouse = spec.embedded_warehouse
+    if warehouse is not None:
+        try:
+            warehouse.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise PipelineError(f"--warehouse {warehouse}: cannot create it: {error.strerror or error}") from None
+    options = parse_iceberg_options(sink_options(spec))
+    where = "the embedded Iceberg catalog" if warehouse is not None else "the Iceberg catalog (--iceberg-catalog)"
+    try:
+        catalog = open_catalog(options)
+        exists = options.create_table or catalog.table_exists(options.table)
+    except IcebergSinkError as error:
+        raise PipelineError(f"--iceberg-catalog: {error}") from None
+    except Exception as error:  # noqa: BLE001 (any catalog: SQLAlchemy, HTTP, Glue... errors)
+        raise PipelineError(f"cannot use {where}: {one_line(error)}") from None
+    if not exists:
+        raise PipelineError(f"--sink {spec.sink_name}: no such table in {where} (createTableIfMissing=false)")
 
 
 def check_two_phase_commit(spec: PipelineSpec) -> None:
@@ -120,7 +151,7 @@ def check_two_phase_commit(spec: PipelineSpec) -> None:
 
 
 def check_cluster(spec: PipelineSpec) -> None:
-    """The broker answers and both topics exist, or a one-line PipelineError, in seconds
+    """The broker answers and the topics exist, or a one-line PipelineError, in seconds
     (Spark would take ten seconds to start before saying the same in a long trace)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
@@ -155,7 +186,8 @@ def check_cluster(spec: PipelineSpec) -> None:
                 raise PipelineError(
                     f"cannot reach the broker at --bootstrap-server {spec.bootstrap_servers}: {one_line(error)}"
                 ) from None
-    for option, topic in (("--source", spec.source_topic), ("--sink", spec.sink_topic)):
+    topics = [("--source", spec.source_topic)] + ([("--sink", spec.sink_topic)] if spec.sink_topic else [])
+    for option, topic in topics:
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise PipelineError(

@@ -47,8 +47,9 @@ class QueryTotals:
 
     run: RunIdentity
     source_topic: str
-    sink_topic: str
-    sink_mode: str
+    sink_topic: str  # "" for an Iceberg sink
+    sink_mode: str  # partition, batch or iceberg
+    sink_table: str = ""  # an Iceberg sink's namespace.table
     batches: int = 0
     input_records: int = 0
     input_rows_per_second: float | None = None  # of the last micro-batch
@@ -56,11 +57,13 @@ class QueryTotals:
     phases: dict[str, Histogram] = field(default_factory=lambda: {phase: Histogram() for phase in PHASES})
     records_written: int = 0
     sink_commits: Histogram = field(default_factory=Histogram)
-    decisions: dict[str, int] = field(default_factory=dict)  # batch mode: by outcome
+    decisions: dict[str, int] = field(default_factory=dict)  # batch mode and Iceberg: by outcome
 
     def __post_init__(self) -> None:
         if self.sink_mode == "batch":
             self.decisions = dict.fromkeys(OUTCOMES, 0)
+        elif self.sink_mode == "iceberg":  # an Iceberg commit is never aborted: a failed one fails the batch
+            self.decisions = dict.fromkeys(("committed", "resumed"), 0)
 
     def add(self, batch: BatchProgress) -> None:
         self.batches += 1
@@ -76,9 +79,9 @@ class QueryTotals:
         self.records_written += sink.records_written
         if sink.commit_ms is not None:
             self.sink_commits.observe(sink.commit_ms / 1000)
+        if sink.mode in ("batch", "iceberg") and sink.outcome in ("committed", "resumed"):
+            self.decisions[sink.outcome] = self.decisions.get(sink.outcome, 0) + 1
         if sink.mode == "batch":
-            if sink.outcome in ("committed", "resumed"):
-                self.decisions[sink.outcome] = self.decisions.get(sink.outcome, 0) + 1
             self.decisions["aborted"] = self.decisions.get("aborted", 0) + sink.aborted
 
 
@@ -117,7 +120,8 @@ class PipelineMetrics:
 
     def query_started(self, run: RunIdentity, spec: PipelineSpec) -> None:
         with self.lock:
-            self.queries[run.label] = QueryTotals(run, spec.source_topic, spec.sink_topic, spec.mode)
+            self.queries[run.label] = QueryTotals(run, spec.source_topic, spec.sink_topic or "", spec.sink_mode,
+                                                  sink_table=spec.sink_table or "")
 
     def observe(self, run: RunIdentity, batch: BatchProgress) -> None:
         with self.lock:
@@ -130,8 +134,8 @@ class _PipelineCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         info = GaugeMetricFamily(
-            "oncelog_pipeline_info", "The pipeline's query (1): its ids, topics and sink mode.",
-            labels=["query", "id", "run_id", "source_topic", "sink_topic", "sink_mode"])
+            "oncelog_pipeline_info", "The pipeline's query (1): its ids, topics or Iceberg table, and sink mode.",
+            labels=["query", "id", "run_id", "source_topic", "sink_topic", "sink_table", "sink_mode"])
         batches = CounterMetricFamily(
             "oncelog_pipeline_batches", "Micro-batches completed.", labels=["query"])
         records = CounterMetricFamily(
@@ -152,16 +156,18 @@ class _PipelineCollector(Collector):
         commits = HistogramMetricFamily(
             "oncelog_pipeline_sink_commit_seconds",
             "The sink's commit of a micro-batch (mode batch: the driver's decision and EndTxn calls; "
-            "mode partition: the slowest task's own commit).", labels=["query"])
+            "mode partition: the slowest task's own commit; iceberg: the driver's snapshot commit).",
+            labels=["query"])
         decisions = CounterMetricFamily(
             "oncelog_pipeline_sink_decisions",
             "Mode batch: micro-batches' exactly-once decisions, by outcome (committed; resumed: a decision "
-            "recorded before a restart, finished after it; aborted).", labels=["query", "outcome"])
+            "recorded before a restart, finished after it; aborted). Iceberg: committed (a snapshot added); "
+            "resumed (the table had the micro-batch from before a restart).", labels=["query", "outcome"])
         with self.metrics.lock:
             for label, totals in self.metrics.queries.items():
                 run = totals.run
                 info.add_metric([label, run.id, run.run_id, totals.source_topic, totals.sink_topic,
-                                 totals.sink_mode], 1)
+                                 totals.sink_table, totals.sink_mode], 1)
                 batches.add_metric([label], totals.batches)
                 records.add_metric([label], totals.input_records)
                 if totals.input_rows_per_second is not None:

@@ -64,12 +64,21 @@ class BatchProgress:
             "sink_outcome": None if self.sink is None else self.sink.outcome,
         }
 
-    def as_text(self, source_topic: str) -> str:
+    def as_text(self, source_topic: str, sink_table: str | None = None) -> str:
+        """`batch 4: 1,000 records in 512 ms, 1,953 records/s; orders orders-0 [0, 500), ...`,
+        and for an Iceberg sink what its commit did with the micro-batch."""
         rate = f", {self.records * 1000 / self.duration_ms:,.0f} records/s" if self.duration_ms else ""
-        return (
+        line = (
             f"batch {self.batch_id}: {self.records:,} records in {self.duration_ms} ms{rate}; "
             f"{source_topic} {describe_ranges(self.start_offsets, self.end_offsets)}"
         )
+        if sink_table is None or self.sink is None:
+            return line
+        if self.sink.outcome == "resumed":
+            return f"{line}; {sink_table} had this micro-batch already (committed before a restart): nothing appended"
+        if self.sink.records_written == 0:
+            return f"{line}; no rows for {sink_table}"
+        return f"{line}; {self.sink.records_written:,} rows appended to {sink_table} in one snapshot"
 
 
 def _rate(raw: Any) -> float | None:

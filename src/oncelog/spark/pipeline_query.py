@@ -1,7 +1,8 @@
 """The pipeline's query: the `format("oncelog")` source (read_committed) -> the transform
-(functions, or --sql over the view `source`) -> the `format("oncelog")` exactly-once sink,
-with Spark's checkpoint holding the progress. The transform's result is reduced to the
-sink's columns and checked before the query starts.
+(functions, or --sql over the view `source`) -> the `format("oncelog")` exactly-once sink
+or, for --sink iceberg:NAMESPACE.TABLE, the `format("oncelog-iceberg")` one, with Spark's
+checkpoint holding the progress. The transform's result is reduced to the Kafka sink's
+columns (an Iceberg sink takes all of them) and checked before the query starts.
 
 Driver only: each transform function is called once here, to build the plan; a transform
 given as a file is shipped to executors with `SparkContext.addPyFile`.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from oncelog.spark.iceberg_options import FORMAT_NAME as ICEBERG_FORMAT_NAME
 from oncelog.spark.pipeline_checks import TransformReference
 from oncelog.spark.pipeline_failure import one_line, spark_error_line
 from oncelog.spark.pipeline_spec import SOURCE_VIEW, PipelineError, PipelineSpec, sink_options, source_options
@@ -64,9 +66,10 @@ def build_source(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
 
 
 def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
-    """Keep what the sink writes: value (required, string or binary), key, headers,
+    """Keep what the Kafka sink writes: value (required, string or binary), key, headers,
     partition. Everything else (offset, timestamp, a `topic` column...) is dropped: the
-    runner writes to --sink only."""
+    runner writes to --sink only. An Iceberg sink writes every column, checked against the
+    table (created from them when missing) before the query starts."""
     from pyspark.sql.types import BinaryType, StringType
 
     if not result.isStreaming:
@@ -74,6 +77,9 @@ def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
             f"the transform ({spec.describe_transform()}) returned a batch DataFrame: build it from "
             f"the source DataFrame (or the view {SOURCE_VIEW!r})"
         )
+    if spec.sink_table is not None:
+        check_iceberg_table(result, spec)
+        return result
     types = {f.name: f.dataType for f in result.schema.fields}
     if "value" not in types:
         raise PipelineError(
@@ -88,8 +94,25 @@ def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
     return result.select(*[name for name in SINK_COLUMNS if name in types])
 
 
+def check_iceberg_table(result: DataFrame, spec: PipelineSpec) -> None:
+    """The transform's columns against the Iceberg table, as the sink's first micro-batch
+    will check them (creating the table from them when it is missing and
+    createTableIfMissing allows), so that a mismatch is one line before the query starts."""
+    from oncelog.spark.iceberg_options import IcebergSinkError, parse_iceberg_options
+    from oncelog.spark.iceberg_table import open_table
+
+    if not result.schema.fields:
+        raise PipelineError(f"the transform ({spec.describe_transform()}) returned no columns")
+    try:
+        open_table(parse_iceberg_options(sink_options(spec)), result.schema)
+    except IcebergSinkError as error:
+        raise PipelineError(f"--sink {spec.sink_name}: {error}") from None
+    except Exception as error:  # noqa: BLE001 (the catalog's, or Arrow's for a type it cannot hold)
+        raise PipelineError(f"--sink {spec.sink_name}: {one_line(error)}") from None
+
+
 def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
-    writer = output.writeStream.format(FORMAT_NAME)
+    writer = output.writeStream.format(ICEBERG_FORMAT_NAME if spec.sink_table is not None else FORMAT_NAME)
     for key, value in sink_options(spec).items():
         writer = writer.option(key, value)
     if spec.trigger.kind == "available-now":

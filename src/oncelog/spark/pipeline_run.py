@@ -14,7 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.spark.pipeline_checks import TransformReference, check_cluster, check_options, check_two_phase_commit
+from oncelog.spark.pipeline_checks import (
+    TransformReference,
+    check_cluster,
+    check_iceberg_catalog,
+    check_options,
+    check_two_phase_commit,
+)
 from oncelog.spark.pipeline_failure import describe_failure, spark_error_line
 from oncelog.spark.pipeline_metrics import PipelineTelemetry
 from oncelog.spark.pipeline_progress import BatchProgress, RunResult
@@ -73,16 +79,19 @@ class ProgressWatch:
             if self.spec.progress == "json":
                 self.emit(json.dumps(batch.as_json(), sort_keys=True))
             elif self.spec.progress == "text":
-                self.emit(batch.as_text(self.spec.source_topic))
+                self.emit(batch.as_text(self.spec.source_topic, self.spec.sink_table))
         self.seen = set(keys)  # Spark keeps the last 100: older keys can never come back
 
 
 def sink_checkpoint(spec: PipelineSpec) -> Path | None:
     """The checkpoint directory as the sink reads it (where it leaves its batch summaries)."""
     from oncelog.spark.errors import SourceError
+    from oncelog.spark.iceberg_options import parse_iceberg_options
     from oncelog.spark.sink_options import parse_sink_options
 
     try:
+        if spec.sink_table is not None:
+            return parse_iceberg_options(sink_options(spec)).checkpoint_location
         return parse_sink_options(sink_options(spec), streaming=True).checkpoint_location
     except SourceError:  # reported by check_options before anything runs
         return None
@@ -102,13 +111,17 @@ def run_pipeline(
     transforms = [TransformReference.locate(reference) for reference in spec.transforms]
     check_options(spec)
     check_cluster(spec)
-    if spec.mode == "batch":
+    if spec.sink_mode == "batch":
         check_two_phase_commit(spec)
+    if spec.sink_table is not None:
+        check_iceberg_catalog(spec)
     telemetry = PipelineTelemetry(spec)
     try:
         telemetry.start()  # before Spark starts: a taken --metrics-port fails in a second
         if telemetry.metrics_url is not None and spec.progress != "json":
             emit(f"metrics at {telemetry.metrics_url}")
+        if spec.sink_table is not None and spec.progress == "text":
+            emit(f"writing {spec.describe_iceberg_sink()}")
         return _run(spec, spark, emit, stop, transforms, telemetry)
     finally:
         telemetry.close()
@@ -141,8 +154,11 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
     telemetry.query_started(query, result)
     watch = ProgressWatch(spec, emit, result, on_batch=lambda batch: telemetry.batch_finished(batch, result))
     if spec.progress == "json":
+        warehouse = spec.embedded_warehouse
         emit(json.dumps({"event": "started", "id": str(query.id), "run_id": str(query.runId),
-                         "checkpoint": spec.checkpoint_location, "transactional_id_prefix": spec.transactional_id,
+                         "checkpoint": spec.checkpoint_location, "sink": spec.sink_name,
+                         "transactional_id_prefix": spec.transactional_id if spec.sink_table is None else None,
+                         "warehouse": None if warehouse is None else str(warehouse),
                          "spark_log": None if log_file is None else str(log_file),
                          "metrics": telemetry.metrics_url}))
     try:

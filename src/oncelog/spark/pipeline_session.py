@@ -36,7 +36,7 @@ def start_session(spec: PipelineSpec, log_file: Path | None = None) -> SparkSess
     from oncelog.spark.session import register
 
     conf = dict(spec.spark_conf)
-    app_name = spec.app_name or f"oncelog-pipeline {spec.source_topic} -> {spec.sink_topic}"
+    app_name = spec.app_name or f"oncelog-pipeline {spec.source_topic} -> {spec.sink_name}"
     if "PYSPARK_GATEWAY_PORT" in os.environ and spec.master is None:
         from pyspark.sql import SparkSession
 

@@ -1,10 +1,10 @@
-"""What a pipeline is: the frozen `PipelineSpec` (the two topics, the transform or the SQL,
-the sink mode, the trigger, Spark's and the clients' settings, where it reports) and its
-checks; the command
-line that builds it (`add_arguments`, `spec_from_args`, shared by `oncelog pipeline run`
-and `python -m oncelog.spark.pipeline`); the options it gives the source and the sink; and
+"""What a pipeline is: the frozen `PipelineSpec` (the source topic, the sink: a topic or an
+Iceberg table, the transform or the SQL, the sink mode, the trigger, Spark's and the
+clients' settings, where it reports) and its checks; the command line that builds it
+(`add_arguments`, `spec_from_args`, shared by `oncelog pipeline run` and `python -m
+oncelog.spark.pipeline`); the options it gives the source and the sink; and
 `PipelineError`, a failure the user can act on, as one line. Plain Python: nothing here
-imports Spark or a Kafka client.
+imports Spark, pyiceberg or a Kafka client.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ DEFAULT_TRIGGER = "processing-time=1s"
 MODES = ("partition", "batch")
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_REPORT_TOPIC = "_oncelog_pipelines"  # the broker's console reads it
+ICEBERG_SINK_PREFIX = "iceberg:"  # --sink iceberg:NAMESPACE.TABLE (a topic name cannot hold ':')
+DEFAULT_WAREHOUSE_NAME = "warehouse"  # the embedded catalog's directory, next to the checkpoint
+EMBEDDED_CATALOG_FILE = "catalog.db"  # the embedded SQLite catalog, in the warehouse directory
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class PipelineError(Exception):
@@ -56,7 +61,7 @@ class Trigger:
 @dataclass(frozen=True)
 class PipelineSpec:
     source_topic: str
-    sink_topic: str
+    sink_topic: str | None  # the Kafka sink's topic; None with an Iceberg sink (sink_table)
     checkpoint: str
     bootstrap_servers: str = DEFAULT_BOOTSTRAP
     transforms: tuple[str, ...] = ()  # "module:function" or "path/to/file.py:function", applied in order
@@ -77,15 +82,31 @@ class PipelineSpec:
     report: bool = True  # a record per micro-batch to report_topic, for the broker's console
     report_topic: str = DEFAULT_REPORT_TOPIC
     name: str | None = None  # Spark's queryName: how the console, /metrics and Spark's UI call it
+    # An Iceberg sink (--sink iceberg:NAMESPACE.TABLE): the table, `namespace.table`, and
+    # the catalog: pyiceberg's catalog properties (--iceberg-catalog), or none for the
+    # embedded SQLite catalog in `warehouse` (--warehouse; None: `warehouse` next to the checkpoint).
+    sink_table: str | None = None
+    iceberg_catalog: tuple[tuple[str, str], ...] = ()
+    warehouse: str | None = None
 
     def __post_init__(self) -> None:
         if not self.transforms and self.sql is None:
             raise PipelineError("give the transform: --transform module:function or --sql 'SELECT ... FROM source'")
         if self.transforms and self.sql is not None:
             raise PipelineError("--transform and --sql exclude each other: give one")
-        for option, topic in (("--source", self.source_topic), ("--sink", self.sink_topic)):
-            if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
-                raise PipelineError(f"{option} {topic!r} is not a legal topic name")
+        if not _TOPIC_NAME.fullmatch(self.source_topic):
+            raise PipelineError(f"--source {self.source_topic!r} is not a legal topic name")
+        if (self.sink_topic is None) == (self.sink_table is None):
+            raise PipelineError("give one sink: --sink TOPIC or --sink iceberg:NAMESPACE.TABLE")
+        if self.sink_table is not None:
+            self._check_iceberg_sink(self.sink_table)
+        elif not _TOPIC_NAME.fullmatch(self.sink_topic or ""):
+            raise PipelineError(f"--sink {self.sink_topic!r} is not a legal topic name "
+                                "(an Iceberg table: --sink iceberg:NAMESPACE.TABLE)")
+        elif self.iceberg_catalog or self.warehouse is not None:
+            option = "--iceberg-catalog" if self.iceberg_catalog else "--warehouse"
+            raise PipelineError(f"{option} is for an Iceberg sink (--sink iceberg:NAMESPACE.TABLE), "
+                                f"not the topic {self.sink_topic!r}")
         if self.source_topic == self.sink_topic:
             raise PipelineError(f"--source and --sink are the same topic {self.source_topic!r}")
         if self.mode not in MODES:
@@ -102,23 +123,82 @@ class PipelineSpec:
             raise PipelineError(f"--metrics-port {self.metrics_port}: use 0 (a free port) to 65535")
         if not self.metrics_host.strip():
             raise PipelineError("--metrics-host must not be empty")
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.report_topic):
+        if not _TOPIC_NAME.fullmatch(self.report_topic):
             raise PipelineError(f"--report-topic {self.report_topic!r} is not a legal topic name")
+
+    def _check_iceberg_sink(self, table: str) -> None:
+        from oncelog.spark.iceberg_options import TABLE_NAME_RULE, table_parts
+
+        if not table:
+            raise PipelineError(f"--sink {ICEBERG_SINK_PREFIX}: give the table, as "
+                                f"{ICEBERG_SINK_PREFIX}NAMESPACE.TABLE (e.g. {ICEBERG_SINK_PREFIX}db.orders)")
+        if table_parts(table) is None:
+            raise PipelineError(f"--sink {ICEBERG_SINK_PREFIX}{table}: the table must be {TABLE_NAME_RULE}")
+        if self.mode != "partition":
+            raise _mode_with_iceberg(self.mode)
+        if self.transactional_id_prefix is not None:
+            raise PipelineError("--transactional-id-prefix is the Kafka sink's: an Iceberg sink uses no "
+                                "Kafka transactions; leave it out")
+        if self.iceberg_catalog and self.warehouse is not None:
+            raise PipelineError("--warehouse is the embedded catalog's directory: with --iceberg-catalog, give "
+                                "the catalog's own warehouse (--iceberg-catalog warehouse=...)")
+        if (not self.iceberg_catalog and self.warehouse is None and _URI.match(self.checkpoint)
+                and not self.checkpoint.startswith("file://")):
+            raise PipelineError(f"--checkpoint {self.checkpoint} is not a local directory, so the embedded "
+                                "Iceberg catalog has no default place: give --warehouse DIR or --iceberg-catalog")
 
     @property
     def checkpoint_location(self) -> str:
         """Local paths made absolute (the driver may change directory); URIs kept."""
-        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", self.checkpoint):
+        if _URI.match(self.checkpoint):
             return self.checkpoint
         return str(Path(self.checkpoint).expanduser().resolve())
 
     @property
+    def sink_name(self) -> str:
+        """The sink as --sink names it: the topic, or iceberg:NAMESPACE.TABLE."""
+        if self.sink_table is not None:
+            return f"{ICEBERG_SINK_PREFIX}{self.sink_table}"
+        return self.sink_topic or ""
+
+    @property
+    def sink_mode(self) -> str:
+        """What reports and metrics call the sink: partition or batch (Kafka), iceberg."""
+        from oncelog.spark.iceberg_options import ICEBERG_MODE
+
+        return ICEBERG_MODE if self.sink_table is not None else self.mode
+
+    @property
+    def embedded_warehouse(self) -> Path | None:
+        """An Iceberg sink without --iceberg-catalog: the directory of the embedded SQLite
+        catalog (`catalog.db`) and of the tables' files; --warehouse, else `warehouse` next
+        to the checkpoint (`--checkpoint /data/ck/orders` -> `/data/ck/warehouse`), so
+        pipelines whose checkpoints sit side by side share one catalog. None otherwise."""
+        if self.sink_table is None or self.iceberg_catalog:
+            return None
+        if self.warehouse is not None:
+            return Path(self.warehouse.removeprefix("file://")).expanduser().resolve()
+        return Path(self.checkpoint_location.removeprefix("file://")).parent / DEFAULT_WAREHOUSE_NAME
+
+    def describe_iceberg_sink(self) -> str:
+        """Where an Iceberg sink writes, for the runner's first line."""
+        warehouse = self.embedded_warehouse
+        if warehouse is not None:
+            return (f"Iceberg table {self.sink_table} in the embedded SQLite catalog "
+                    f"{warehouse / EMBEDDED_CATALOG_FILE} (its files under {warehouse})")
+        catalog = dict(self.iceberg_catalog)
+        # Not a password in a SQLAlchemy URL (postgresql://user:password@host/db).
+        uri = re.sub(r"(://[^/:@]+):[^/]*@", r"\1:***@", catalog.get("uri", ""))
+        where = uri or catalog.get("type") or "from pyiceberg's configuration"
+        return f"Iceberg table {self.sink_table} in the catalog {where}"
+
+    @property
     def transactional_id(self) -> str:
-        """The sink's transactionalIdPrefix; the sink appends the query id (kept in the
+        """The Kafka sink's transactionalIdPrefix; the sink appends the query id (kept in the
         checkpoint), so restarts reuse the ids and other pipelines never collide."""
         if self.transactional_id_prefix:
             return self.transactional_id_prefix
-        return f"oncelog-pipeline-{self.sink_topic[:60]}"  # the sink allows 100 characters
+        return f"oncelog-pipeline-{(self.sink_topic or '')[:60]}"  # the sink allows 100 characters
 
     def describe_transform(self) -> str:
         return f"--sql {self.sql!r}" if self.sql is not None else " then ".join(self.transforms)
@@ -130,14 +210,17 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     takes every oncelog command's: --bootstrap-server, --command-config, -X) and sets
     `args.bootstrap_servers`."""
     parser.add_argument("--source", required=True, metavar="TOPIC", help="topic to read (read_committed)")
-    parser.add_argument("--sink", required=True, metavar="TOPIC", help="topic to write, exactly once")
+    parser.add_argument("--sink", required=True, metavar="TOPIC|iceberg:NAMESPACE.TABLE",
+                        help="where to write, exactly once: a topic, or an Apache Iceberg table as "
+                        "iceberg:NAMESPACE.TABLE (one snapshot per micro-batch; see --iceberg-catalog)")
     transform = parser.add_mutually_exclusive_group(required=True)
     transform.add_argument(
         "--transform", action="append", metavar="MODULE:FUNCTION",
         help="a DataFrame -> DataFrame function, as package.module:function or path/to/file.py:function; "
         "repeat to apply several in order. It gets Spark's Kafka columns (key, value, topic, partition, "
         "offset, timestamp, timestampType, headers) and returns value (string or binary) and optionally "
-        "key, headers, partition",
+        "key, headers, partition; for an Iceberg sink, the table's columns (all of the result's columns go "
+        "to the table)",
     )
     transform.add_argument("--sql", metavar="QUERY", help=f"Spark SQL over the temp view {SOURCE_VIEW!r}")
     parser.add_argument("--checkpoint", required=True, metavar="DIR",
@@ -146,10 +229,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
         parser.add_argument("--bootstrap-server", "--bootstrap-servers", dest="bootstrap_servers",
                             default=os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP,
                             metavar="HOST:PORT", help="default: $ONCELOG_BOOTSTRAP, else %(default)s")
-    parser.add_argument("--mode", choices=MODES, default="partition",
-                        help="sink mode: partition (a transaction per task, any Kafka cluster) or batch "
-                        "(one atomic micro-batch; needs transaction.two.phase.commit.enable=true on the "
-                        "broker); default: %(default)s")
+    parser.add_argument("--mode", choices=MODES,
+                        help="the Kafka sink's mode: partition (a transaction per task, any Kafka cluster) or "
+                        "batch (one atomic micro-batch; needs transaction.two.phase.commit.enable=true on the "
+                        "broker); default: partition. Not for an Iceberg sink (a snapshot per micro-batch)")
     parser.add_argument("--trigger", default=DEFAULT_TRIGGER, metavar="TRIGGER",
                         help="available-now | once | processing-time=<N>[ms|s|m]; default: %(default)s")
     parser.add_argument("--master", metavar="MASTER",
@@ -160,13 +243,23 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     parser.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
                         help="where a new checkpoint starts reading; default: %(default)s")
     parser.add_argument("--transactional-id-prefix", metavar="PREFIX",
-                        help="prefix of the sink's transactional ids "
+                        help="prefix of the Kafka sink's transactional ids "
                              "(default: oncelog-pipeline-<sink>; the sink adds the query id)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting, repeatable")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra source option, e.g. kafka.security.protocol=SSL; repeatable")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra sink option, e.g. kafka.linger.ms=20; repeatable")
+                        help="extra sink option, e.g. kafka.linger.ms=20, or for an Iceberg sink "
+                        "partitionBy=day(timestamp), createTableIfMissing=false (docs/iceberg.md); repeatable")
+    parser.add_argument("--iceberg-catalog", action="append", default=[], metavar="KEY=VALUE",
+                        help="an Iceberg sink's catalog: a pyiceberg catalog property (type=rest, "
+                        "uri=https://..., warehouse=..., credential=...; type=sql, uri=postgresql://...), "
+                        "repeatable. Without it: an embedded SQLite catalog, DIR/catalog.db, with the "
+                        "tables' files under DIR (see --warehouse)")
+    parser.add_argument("--warehouse", metavar="DIR",
+                        help="the embedded Iceberg catalog's directory, when no --iceberg-catalog is given; "
+                        f"default: {DEFAULT_WAREHOUSE_NAME} next to the checkpoint (--checkpoint /data/ck/orders: "
+                        f"/data/ck/{DEFAULT_WAREHOUSE_NAME})")
     parser.add_argument("--progress", choices=("text", "json", "none"), default="text",
                         help="one line per micro-batch on stdout; default: %(default)s")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -185,14 +278,20 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
 
 
 def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
+    sink_topic, sink_table = parse_sink(args.sink)
+    if sink_table is not None and args.mode is not None:  # even --mode partition, the default of a topic sink
+        raise _mode_with_iceberg(args.mode)
     return PipelineSpec(
         source_topic=args.source,
-        sink_topic=args.sink,
+        sink_topic=sink_topic,
+        sink_table=sink_table,
+        iceberg_catalog=_iceberg_catalog(args.iceberg_catalog),
+        warehouse=args.warehouse,
         checkpoint=args.checkpoint,
         bootstrap_servers=args.bootstrap_servers,
         transforms=tuple(args.transform or ()),
         sql=args.sql,
-        mode=args.mode,
+        mode=args.mode or "partition",
         trigger=Trigger.parse(args.trigger),
         master=args.master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -208,6 +307,32 @@ def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
         report_topic=args.report_topic,
         name=args.name,
     )
+
+
+def _mode_with_iceberg(mode: str) -> PipelineError:
+    return PipelineError(f"--mode {mode} is the Kafka sink's: an Iceberg sink commits each micro-batch as one "
+                         "snapshot; leave --mode out")
+
+
+def is_iceberg_sink(sink: str) -> bool:
+    """--sink names an Iceberg table (iceberg:NAMESPACE.TABLE), not a topic."""
+    return sink.startswith(ICEBERG_SINK_PREFIX)
+
+
+def parse_sink(sink: str) -> tuple[str | None, str | None]:
+    """--sink as (topic, None) or (None, Iceberg table); PipelineSpec checks the names."""
+    if is_iceberg_sink(sink):
+        return None, sink[len(ICEBERG_SINK_PREFIX):].strip()
+    return sink, None
+
+
+def _iceberg_catalog(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    pairs = _key_values(items, "--iceberg-catalog")
+    for key, _ in pairs:
+        if key.lower().startswith("catalog."):
+            raise PipelineError(f"--iceberg-catalog takes the catalog's own property names: "
+                                f"{key[len('catalog.'):]}=..., not {key}=...")
+    return pairs
 
 
 def _key_values(items: Sequence[str], option: str) -> tuple[tuple[str, str], ...]:
@@ -235,22 +360,43 @@ def source_options(spec: PipelineSpec) -> dict[str, str]:
 
 
 def report_client_settings(spec: PipelineSpec) -> dict[str, str]:
-    """The reporter's producer: the sink's bootstrap servers and `kafka.*` client settings
-    (--sink-option and the connection options) as librdkafka takes them (a Java
-    `sasl.jaas.config` becomes `sasl.username` and `sasl.password`)."""
+    """The reporter's producer: the Kafka sink's bootstrap servers and `kafka.*` client
+    settings (--sink-option and the connection options; with an Iceberg sink, the source's)
+    as librdkafka takes them (a Java `sasl.jaas.config` becomes `sasl.username` and
+    `sasl.password`)."""
     from oncelog.client.config import librdkafka_settings
 
-    return librdkafka_settings((key[len("kafka."):], value) for key, value in sink_options(spec).items()
+    options = source_options(spec) if spec.sink_table is not None else sink_options(spec)
+    return librdkafka_settings((key[len("kafka."):], value) for key, value in options.items()
                                if key.startswith("kafka."))
 
 
 def sink_options(spec: PipelineSpec) -> dict[str, str]:
-    """The options the pipeline gives the sink (--sink-option last, so they win)."""
+    """The options the pipeline gives the sink (--sink-option last, so they win): the Kafka
+    sink's, or for an Iceberg sink the table, the catalog (--iceberg-catalog as `catalog.*`,
+    else the embedded SQLite catalog) and the checkpoint."""
+    if spec.sink_table is not None:
+        return {
+            "table": spec.sink_table,
+            **iceberg_catalog_options(spec),
+            "checkpointLocation": spec.checkpoint_location,
+            **dict(spec.sink_options),
+        }
     return {
         "kafka.bootstrap.servers": spec.bootstrap_servers,
-        "topic": spec.sink_topic,
+        "topic": spec.sink_topic or "",
         "mode": spec.mode,
         "transactionalIdPrefix": spec.transactional_id,
         "checkpointLocation": spec.checkpoint_location,
         **dict(spec.sink_options),
     }
+
+
+def iceberg_catalog_options(spec: PipelineSpec) -> dict[str, str]:
+    """An Iceberg sink's `catalog.*` options: --iceberg-catalog, else the embedded SQLite
+    catalog in the warehouse directory (`catalog.db`, the tables' files beside it)."""
+    warehouse = spec.embedded_warehouse
+    if warehouse is None:
+        return {f"catalog.{key}": value for key, value in spec.iceberg_catalog}
+    return {"catalog.type": "sql", "catalog.uri": f"sqlite:///{warehouse / EMBEDDED_CATALOG_FILE}",
+            "catalog.warehouse": f"file://{warehouse}"}

@@ -29,7 +29,7 @@ class SinkBatchSummary:
     """What the sink's driver-side commit (or abort) saw of one micro-batch."""
 
     batch_id: int
-    mode: str  # "partition" | "batch"
+    mode: str  # "partition" | "batch" | "iceberg" (the Iceberg sink's, oncelog.spark.iceberg_sink)
     records_written: int  # partition mode: the tasks that committed; batch mode: the decision's transactions
     # Partition mode: the slowest task's own commit (marker offset and EndTxn); batch mode:
     # the driver's decision and EndTxn calls. None when nothing was committed.

@@ -221,7 +221,7 @@ function renderPipelines(data) {
     const rate = p.processed_rows_per_second === null || p.processed_rows_per_second === undefined
       ? "–" : `${count(Math.round(p.processed_rows_per_second))} records/s`;
     const fields = [
-      ["source → sink", `${p.source_topic} → ${(p.sink_topics || []).join(", ")}`],
+      ["source → sink", `${p.source_topic} → ${(p.sink_topics || []).concat(p.sink_table ? [`iceberg:${p.sink_table}`] : []).join(", ")}`],
       ["sink mode", p.sink_mode], ["micro-batches", count(p.batches)], ["last batch", p.batch === null ? "–" : p.batch],
       ["records", count(p.records)], ["rate", rate], ["batch duration", duration(p.batch_ms)],
       ["commit latency", duration(p.commit_ms)], ["last report", duration(data.now_ms - p.timestamp_ms) + " ago"],
