@@ -10,7 +10,8 @@
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
-#   make iceberg-faults the Iceberg sink's long fault run (12 driver kills at every pause point, a concurrent writer)
+#   make iceberg-faults the Iceberg sink's long fault run (12 driver kills at every pause point, a concurrent writer),
+#                      real speculative execution on a standalone cluster,
 #                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
@@ -58,8 +59,9 @@ $(SETUP_STAMP): pyproject.toml setup.py src/oncelog/client/_record_starts.c
 	  rm -rf $(VENV); \
 	  $(PYTHON) -m venv $(VENV); \
 	fi
-	@echo "setup: installing oncelog and its test and lint dependencies into $(VENV) with pip: about 45 packages,"
-	@echo "setup: 745 MB installed (pyspark 490 MB, Playwright 165 MB). About 120 s on a fresh 2-core machine, 15-30 s"
+	@echo "setup: installing oncelog and its test and lint dependencies into $(VENV) with pip: about 66 packages,"
+	@echo "setup: 1.5 GB installed (pyspark 490 MB, the Java client's jars 210 MB, pyarrow 170 MB, Playwright 165 MB,"
+	@echo "setup: pyiceberg and its dependencies 120 MB). About 150 s on a fresh 2-core machine, 30-40 s"
 	@echo "setup: when pip's cache already has them; done once (again only when pyproject.toml or setup.py changes)."
 	@started=$$SECONDS; \
 	$(VENV_PYTHON) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,lint]' | \
@@ -115,7 +117,8 @@ groups-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_consumer_group_protocol.py $(PYTEST_ARGS)
 
 iceberg-faults: setup
-	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py tests/integration/test_demo.py $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py tests/spark/test_iceberg_speculation.py \
+	  tests/integration/test_demo.py $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup
