@@ -143,3 +143,22 @@ def test_demo_runs_from_a_wheel_installed_in_a_fresh_virtualenv_outside_the_repo
     assert report_value(output, "result") == "OK"
     rows = read_demo_table(lake).scan(selected_fields=("order_id",)).to_arrow()
     assert rows.num_rows == 800 and len(set(rows.column("order_id").to_pylist())) == 800
+
+
+def test_demo_into_a_warehouse_that_holds_an_earlier_demos_table_is_refused_in_one_line(tmp_path):
+    """Every run seeds the same order ids: into the table of an earlier run they would read
+    as duplicates, so the demo refuses before it starts anything."""
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    catalog = load_catalog("default", type="sql", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}")
+    catalog.create_namespace("demo")
+    catalog.create_table("demo.enriched_orders", schema=Schema(NestedField(1, "order_id", StringType())))
+    completed = subprocess.run([str(ONCELOG), "demo", "--sink", "iceberg", "--warehouse", str(lake)],
+                               stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 1
+    assert completed.stderr == (f"oncelog: error: demo: {lake} already holds demo.enriched_orders from an earlier demo: "
+                                "give another --warehouse, or remove that one\n"), completed.stderr

@@ -24,11 +24,19 @@ from pyiceberg.types import StringType as IcebergString
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 import oncelog.spark.iceberg_commit as iceberg_commit
+from oncelog.spark.iceberg_files import batch_attempts_dir
 from oncelog.spark.iceberg_options import IcebergOptionError, IcebergSchemaMismatch, IcebergTableMissing
 from oncelog.spark.iceberg_sink import AttemptIdentity, IcebergStreamWriter, stream_writer
 
 from .iceberg_pipeline import catalog_options, start_query
-from .iceberg_support import attempt_logs, column_counts, load_table, sink_snapshots, unreferenced_data_files
+from .iceberg_support import (
+    attempt_logs,
+    column_counts,
+    load_table,
+    local_path,
+    sink_snapshots,
+    unreferenced_data_files,
+)
 from .sink_support import create_topics, write_source
 
 SCHEMA = StructType([StructField("key", StringType()), StructField("value", StringType()),
@@ -229,3 +237,48 @@ def test_batch_write_appends_one_snapshot_into_the_tables_partitions_in_its_sort
         assert amounts == sorted(amounts, reverse=True)
     with pytest.raises(Exception, match="appends"):
         frame.write.format("oncelog-iceberg").option("table", "shop.sales").mode("overwrite").save()
+
+
+def test_an_aborted_batch_deletes_nothing_and_its_next_commit_deletes_the_files_it_does_not_reference(tmp_path):
+    """abort may follow a commit whose outcome the catalog applies later, or run while
+    another driver writes the same batch: it must not delete; the batch's next commit does."""
+    writer = make_writer(tmp_path)
+    query_id = str(uuid.uuid4())
+    failed_run = writer.write_as(AttemptIdentity(query_id, 0, 0, 0), [rows("a", 4)])
+    writer.abort([failed_run], 0)
+    table = load_table(tmp_path, "db.events")
+    assert len(unreferenced_data_files(table)) == len(failed_run.data_files) > 0  # still there
+    rerun = writer.write_as(AttemptIdentity(query_id, 0, 0, 0), [rows("a", 4)])
+    writer.commit([rerun], 0)
+    table = load_table(tmp_path, "db.events")
+    assert column_counts(table) == Counter(f"A{i}" for i in range(4))
+    assert unreferenced_data_files(table) == [] and attempt_logs(table) == []
+
+
+def test_a_log_that_cannot_be_read_yet_is_left_for_a_later_commit(tmp_path):
+    """A late attempt may still be writing its log when the batch commits: the cleanup
+    deletes only the logs it read, so that attempt's files stay traceable."""
+    writer = make_writer(tmp_path)
+    query_id = str(uuid.uuid4())
+    winner = writer.write_as(AttemptIdentity(query_id, 0, 0, 0), [rows("a", 4)])
+    table = load_table(tmp_path, "db.events")
+    late_log = local_path(batch_attempts_dir(table.metadata.location, query_id, 0)) / "part-0-attempt-1-late-0.json"
+    late_log.write_text('{"files": ["')  # torn: being written
+    writer.commit([winner], 0)
+    assert writer.last_outcome is not None and writer.last_outcome.outcome == "committed"
+    assert late_log.exists()
+    assert attempt_logs(load_table(tmp_path, "db.events")) == [late_log]
+
+
+def test_a_cleanup_that_fails_after_the_snapshot_does_not_fail_the_committed_batch(tmp_path, monkeypatch):
+    writer = make_writer(tmp_path)
+    query_id = str(uuid.uuid4())
+    result = writer.write_as(AttemptIdentity(query_id, 0, 0, 0), [rows("a", 4)])
+
+    def listing_fails(*_args, **_kwargs):
+        raise OSError("SlowDown: the object store throttles listing")
+
+    monkeypatch.setattr(iceberg_commit, "clean_up_batch", listing_fails)
+    writer.commit([result], 0)
+    assert writer.last_outcome is not None and writer.last_outcome.outcome == "committed"
+    assert sink_snapshots(load_table(tmp_path, "db.events")) == [(query_id, 0)]

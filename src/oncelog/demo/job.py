@@ -324,7 +324,7 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not (self.duplicates or self.missing or self.leaked or self.unexpected
-                    or self.wrong_enrichment or self.stuck_partitions)
+                    or self.wrong_enrichment or self.stuck_partitions or self.stray_files)
 
 
 def verify(bootstrap: str, seeded: Seeded) -> Verdict:
@@ -412,6 +412,12 @@ class RunRecord:
     wall_s: float = 0.0
 
 
+def _table_exists(warehouse: Path) -> bool:
+    from oncelog.demo.lake import table_exists  # pyiceberg: only for --sink iceberg
+
+    return table_exists(warehouse)
+
+
 def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
     from oncelog.broker.embedded import EmbeddedBroker
 
@@ -422,6 +428,10 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
         # http.listener: the console and the broker's /metrics, on a free port.
         broker_config = {"transaction.two.phase.commit.enable": "true", "http.listener": "127.0.0.1:0"}
         warehouse = (settings.warehouse or work / "lake").resolve()
+        if settings.iceberg and settings.warehouse is not None and _table_exists(warehouse):
+            # The orders of every run have the same ids: a second run would count the first's as duplicates.
+            raise DemoError(f"{warehouse} already holds {OUTPUT_TABLE} from an earlier demo: give another "
+                            "--warehouse, or remove that one")
         with EmbeddedBroker(data_dir, broker_config) as broker:
             bootstrap = broker.bootstrap_servers
             into = f"into Iceberg table {OUTPUT_TABLE}" if settings.iceberg else f"sink mode {settings.mode}"

@@ -35,6 +35,16 @@ def open_table(warehouse: Path) -> Table:
     return load_catalog("default", **catalog_properties(warehouse)).load_table(TABLE)
 
 
+def table_exists(warehouse: Path) -> bool:
+    """Whether an earlier demo left the table in `warehouse` (its catalog file is there and
+    names the table)."""
+    if not (warehouse / EMBEDDED_CATALOG_FILE).exists():
+        return False
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("default", **catalog_properties(warehouse)).table_exists(TABLE)
+
+
 def sink_snapshots(table: Table) -> int:
     """The snapshots the oncelog sink committed (their summary names the query and batch)."""
     from oncelog.spark.iceberg_commit import QUERY_ID_PROPERTY

@@ -167,8 +167,13 @@ def commit_batch(options: IcebergSinkOptions, query_id: str, batch_id: int,
         committed = {data_file.file_path for data_file in data_files}
         pause_point("iceberg:after-snapshot")
         break
-    deleted, left = clean_up_batch(table, query_id, batch_id, committed)
-    deleted_earlier, left_earlier = clean_up_earlier_batches(table, query_id, batch_id)
+    try:  # the batch is in the table: nothing here may fail it
+        deleted, left = clean_up_batch(table, query_id, batch_id, committed)
+        deleted_earlier, left_earlier = clean_up_earlier_batches(table, query_id, batch_id)
+    except Exception as error:  # noqa: BLE001 (listing or reading the logs failed: the next commit tries again)
+        logger.warning("batch %d of query %s is in %s; cleaning up its failed attempts' files failed, the next "
+                       "commit tries again: %s", batch_id, query_id, options.table_name, error)
+        deleted, left, deleted_earlier, left_earlier = 0, [], 0, []
     left = left + left_earlier
     if left:
         logger.warning("batch %d of query %s: %d files of failed attempts could not be removed from %s; "
@@ -226,8 +231,11 @@ def clean_up_batch(table: Table, query_id: str, batch_id: int, committed: set[st
     orphans = [path for path in dict.fromkeys(logged) if path not in committed]
     deleted, failed = delete_quietly(io, orphans)
     if not failed:
-        delete_quietly(io, logs)
-        remove_dir(io, batch_attempts_dir(table.metadata.location, query_id, batch_id))
+        # Only the logs read: one that could not be read may be an attempt's, still being
+        # written (a late speculative copy); it stays, with its directory, for a later commit.
+        delete_quietly(io, [log for log in logs if log not in unreadable])
+        if not unreadable:
+            remove_dir(io, batch_attempts_dir(table.metadata.location, query_id, batch_id))
     return deleted, failed
 
 
@@ -254,23 +262,14 @@ def clean_up_earlier_batches(table: Table, query_id: str, batch_id: int) -> tupl
 
 
 def abort_batch(options: IcebergSinkOptions, query_id: str | None, batch_id: int,
-                results: Sequence[IcebergTaskResult]) -> int:
-    """Driver, when the batch failed: delete the reported attempts' files unless the batch is
-    in the table after all (commit raised with an unknown outcome). Returns how many were
-    deleted. Best effort: a file left behind is in no snapshot."""
-    if not results:
-        return 0
-    query_id = query_id or results[0].query_id
-    try:
-        table = open_catalog(options).load_table(options.table)
-        if find_committed(table, query_id, batch_id) is not None:
-            return 0
-        deleted, failed = clean_up_batch(table, query_id, batch_id, set())
-    except Exception as error:  # noqa: BLE001 (the batch failed already; the files are in no snapshot)
-        logger.warning("abort of batch %d of query %s: could not check %s, leaving %d data files for "
-                       "Iceberg's orphan-file removal: %s", batch_id, query_id, options.table_name,
-                       sum(len(r.data_files) for r in results), error)
-        return 0
-    if failed:
-        logger.warning("abort of batch %d: %d data files could not be deleted: %s", batch_id, len(failed), failed[:10])
-    return deleted
+                results: Sequence[IcebergTaskResult]) -> None:
+    """Driver, when the batch failed: delete nothing. The commit may have failed with an
+    unknown outcome that the catalog applies later, and another driver (one that outlived
+    its replacement) may be writing the same batch: deleting the batch's files here could
+    take files a snapshot references. They stay logged; the next commit of the batch (Spark
+    runs it again on restart) deletes those its snapshot does not reference, and Iceberg's
+    remove_orphan_files removes them if the query never runs again."""
+    if results:
+        logger.info("batch %d of query %s failed: its %d data files stay until the batch commits again (which "
+                    "deletes those it does not reference)", batch_id, query_id or results[0].query_id,
+                    sum(len(result.data_files) for result in results))

@@ -11,7 +11,8 @@ Where code runs:
 - `commit(messages, batchId)`: the driver: one snapshot with the winning attempts' files,
   its summary naming the query and batch, skipped when the table has the batch already;
   then the files of every other attempt are deleted (oncelog.spark.iceberg_commit).
-- `abort`: the driver: the batch failed; its files are deleted unless it is in the table.
+- `abort`: the driver: the batch failed; nothing is deleted (the outcome of its commit may be
+  unknown): the next commit of the batch deletes the files its snapshot does not reference.
 
 Writers are pickled to executors: they hold options, the table's metadata and plain values.
 """
@@ -29,6 +30,7 @@ from oncelog.spark import trace
 from oncelog.spark.iceberg_commit import (
     ALREADY_COMMITTED,
     BATCH_ID_PROPERTY,
+    EMPTY,
     QUERY_ID_PROPERTY,
     BatchOutcome,
     abort_batch,
@@ -111,13 +113,14 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):
         self.last_outcome = outcome
         write_summary(self.options.checkpoint_location, SinkBatchSummary(
             batch_id=batchId, mode=ICEBERG_MODE, records_written=outcome.records, commit_ms=outcome.commit_ms,
-            outcome="resumed" if outcome.outcome == ALREADY_COMMITTED else "committed",
+            # A batch without rows adds no snapshot: no decision to count.
+            outcome={ALREADY_COMMITTED: "resumed", EMPTY: None}.get(outcome.outcome, "committed"),
         ))
         settle()
 
     def abort(self, messages: list, batchId: int) -> None:
-        """Driver, when the batch failed (or commit raised): the reported attempts' files are
-        deleted unless the batch reached the table after all."""
+        """Driver, when the batch failed (or commit raised): nothing is deleted
+        (oncelog.spark.iceberg_commit.abort_batch says why); the batch's next commit cleans up."""
         results = _results(messages)
         abort_batch(self.options, results[0].query_id if results else read_query_id(self.options), batchId, results)
 
