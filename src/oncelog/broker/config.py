@@ -408,7 +408,7 @@ class BrokerConfig:
                                   f"(listeners: {', '.join(sorted(names))})")
         self.http_listener = parse_http_listener(self["http.listener"])
         for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",
-                    "default.replication.factor", "producer.id.max.entries.per.partition"):
+                    "producer.id.max.entries.per.partition"):
             if self[key] <= 0:
                 raise ConfigError(f"{key}: must be positive, got {self[key]}")
         if self["fetch.max.bytes"] < 1024:  # Kafka's lower bound
