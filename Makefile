@@ -10,7 +10,7 @@
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
-#   make iceberg-faults the Iceberg sink's long fault run (12 driver kills at every pause point, a concurrent writer),
+#   make iceberg-faults the Iceberg sink's fault runs (driver kills at every pause point, task retries, a concurrent writer),
 #                      real speculative execution on a standalone cluster,
 #                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)

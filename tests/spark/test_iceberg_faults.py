@@ -16,7 +16,7 @@ and nothing of the aborted input, every row of the other writer's successful app
 one snapshot per micro-batch, and no data file that no snapshot references (the files of
 failed, killed and re-run attempts are deleted).
 
-`pytest -m slow tests/spark/test_iceberg_faults.py` runs the long version (about 5 minutes).
+Both tests are `slow`: `make iceberg-faults` runs them (about 6 minutes).
 """
 
 from __future__ import annotations
@@ -161,12 +161,15 @@ def run_with_faults(cluster: BrokerProcess, tmp_path: Path, faults: list[dict], 
     assert attempt_logs(table) == []
 
 
-# One kill in the default run (each run of the pipeline process costs a Spark start-up):
-# between the snapshot commit and Spark's commit log, so the restart re-runs the batch,
-# commits it again (adding nothing) and deletes the re-run's files.
+# One kill (each run of the pipeline process costs a Spark start-up): between the snapshot
+# commit and Spark's commit log, so the restart re-runs the batch, commits it again (adding
+# nothing) and deletes the re-run's files. In make iceberg-faults with the long run: the
+# default run, at its time budget, has the same cases as direct calls of the sink's commit
+# (test_iceberg_sink.py) and a Spark run through a task failure (the demo from a wheel).
 DEFAULT_FAULTS = [{"pause_at": "iceberg:after-snapshot"}]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_iceberg_sink_stays_exactly_once_through_task_retries_driver_kills_and_a_concurrent_writer(
         cluster, tmp_path):
