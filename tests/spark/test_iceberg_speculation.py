@@ -42,6 +42,7 @@ def test_a_speculative_copy_wins_and_the_table_holds_each_record_once_without_th
     committed = write_source(bootstrap, source, 2, transactions=6, per_transaction=10, prefix="iceberg")
     warehouse = tmp_path / "lake"
     warehouse.mkdir()
+    (tmp_path / "standalone-spark").mkdir()
     with StandaloneSpark(workers=2, work_dir=tmp_path / "standalone-spark") as cluster:
         config = {
             "master": cluster.master_url,
