@@ -160,5 +160,5 @@ def test_demo_into_a_warehouse_that_holds_an_earlier_demos_table_is_refused_in_o
     completed = subprocess.run([str(ONCELOG), "demo", "--sink", "iceberg", "--warehouse", str(lake)],
                                stdin=subprocess.DEVNULL, check=False, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 1
-    assert completed.stderr == (f"oncelog: error: demo: {lake} already holds demo.enriched_orders from an earlier demo: "
-                                "give another --warehouse, or remove that one\n"), completed.stderr
+    assert completed.stderr == (f"oncelog: error: demo: {lake} already holds demo.enriched_orders from an "
+                                "earlier demo: give another --warehouse, or remove that one\n"), completed.stderr
