@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.spark.errors import SourceError
+from oncelog.spark.paths import local_path
 
 FORMAT_NAME = "oncelog-iceberg"
 ICEBERG_MODE = "iceberg"  # the `mode` of this sink's batch summaries (oncelog.spark.sink_metrics)
@@ -136,14 +137,7 @@ def _checkpoint_path(raw: str | None) -> Path | None:
     id then comes only from the tasks' messages)."""
     if raw is None or not raw.strip():
         return None
-    value = raw.strip()
-    if value.startswith("file://"):
-        value = value[len("file://"):]
-    elif value.startswith("file:"):
-        value = value[len("file:"):]
-    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
-        return None
-    return Path(value).absolute()
+    return local_path(raw)
 
 
 def read_query_id(options: IcebergSinkOptions) -> str | None:

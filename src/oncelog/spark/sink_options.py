@@ -16,6 +16,7 @@ from oncelog.client.config import ClientConfig, ConfigError, librdkafka_settings
 from oncelog.client.producer import ProducerSettings
 from oncelog.spark.errors import SourceError
 from oncelog.spark.options import positive_int
+from oncelog.spark.paths import local_path
 
 PARTITION_MODE = "partition"
 BATCH_MODE = "batch"
@@ -165,17 +166,13 @@ def check_client_settings(options: SinkOptions) -> None:
 def _checkpoint_path(raw: str | None) -> Path | None:
     if raw is None or not raw.strip():
         return None
-    value = raw.strip()
-    if value.startswith("file://"):
-        value = value[len("file://"):]
-    elif value.startswith("file:"):
-        value = value[len("file:"):]
-    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+    path = local_path(raw)
+    if path is None:
         raise SinkOptionError(
             f"option checkpointLocation={raw!r}: the sink reads and writes it with plain file "
             "calls, so it must be a local path or a filesystem mounted on the driver"
         )
-    return Path(value).absolute()
+    return path
 
 
 def _client_settings(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
