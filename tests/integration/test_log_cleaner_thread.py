@@ -5,10 +5,7 @@ safely (Kafka's cleaner thread and LogCleanerManager's abort)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,73 +18,13 @@ from oncelog.local.process import wait_until
 from oncelog.protocol.record_batch import Record, build_batch, parse_batches
 from oncelog.storage import cleaner_work
 from oncelog.storage.cleaner import CleaningInProgress
+from tests.support.latency_probe import LatencyProbe
 
 FAST_CLEANER = {
     "log.cleaner.backoff.ms": "50",
     "log.cleaner.min.cleanable.ratio": "0.01",
 }
 LATENCY_P99_LIMIT_S = 0.2
-
-
-# Runs in a process of its own, so that its timings are not the broker's GIL waits.
-_PROBE = """
-import json, sys, threading, time
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.metadata.v12.request import MetadataRequest
-from oncelog.protocol.client import WireClient
-
-stop_requested = []  # when "stop" came: every probe due before it is still sent
-
-
-def wait_for_stop():
-    sys.stdin.readline()
-    stop_requested.append(time.monotonic())
-
-
-threading.Thread(target=wait_for_stop, daemon=True).start()
-samples = []
-with WireClient.connect(sys.argv[1], timeout=60) as client:
-    interval = float(sys.argv[2])
-    due = time.monotonic()
-    number = 0
-    while not stop_requested or due <= stop_requested[0]:
-        wait = due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        if number % 2:
-            client.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
-                                           include_topic_authorized_operations=False))
-        else:
-            client.request(ApiVersionsRequest(client_software_name="probe", client_software_version="1"))
-        samples.append((due, time.monotonic() - due))
-        if number == 0:
-            print("ready", flush=True)
-        due += interval
-        number += 1
-print(json.dumps(samples), flush=True)
-"""
-
-
-class LatencyProbe:
-    """ApiVersions and Metadata round trips on a fixed schedule, from another process.
-    Each latency counts from the probe's scheduled send time, so a stalled event loop
-    shows in every probe that fell due during the stall, not in one slow answer only.
-    (CLOCK_MONOTONIC is the same in both processes.)"""
-
-    def __init__(self, bootstrap: str, interval_s: float = 0.005) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", _PROBE, bootstrap, str(interval_s)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None  # a PIPE
-        assert self.process.stdout.readline().strip() == "ready"
-        self.samples: list[tuple[float, float]] = []  # (scheduled time, latency)
-
-    def stop(self) -> None:
-        output, _ = self.process.communicate("stop\n", timeout=60)
-        assert self.process.returncode == 0, output
-        self.samples = [tuple(sample) for sample in json.loads(output)]
-
-    def latencies_between(self, start: float, end: float) -> list[float]:
-        return sorted(latency for due, latency in self.samples if start <= due <= end)
 
 
 def test_broker_answers_with_bounded_latency_while_a_large_partition_is_cleaned(tmp_path):

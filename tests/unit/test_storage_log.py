@@ -475,14 +475,15 @@ def test_flush_messages_fsyncs_and_advances_the_recovery_point(tmp_path):
         log.close()
 
 
-def test_flush_if_due_waits_for_flush_ms(tmp_path):
+def test_a_flush_is_due_once_flush_ms_passed_with_unflushed_data(tmp_path):
     log = open_log(tmp_path, LogConfig(flush_ms=1_000), now_ms=NOW_MS)
     try:
         append(log, 2)
-        assert not log.flush_if_due(NOW_MS + 999)
-        assert log.flush_if_due(NOW_MS + 1_000)
+        assert not log.flush_is_due(NOW_MS + 999)
+        assert log.flush_is_due(NOW_MS + 1_000)
+        log.flush(NOW_MS + 1_000)
         assert log.recovery_point == 2
-        assert not log.flush_if_due(NOW_MS + 5_000)  # nothing new
+        assert not log.flush_is_due(NOW_MS + 5_000)  # nothing new
     finally:
         log.close()
 
@@ -494,11 +495,95 @@ def test_a_rolled_segment_is_flushed_at_the_next_flush_check(tmp_path):
         append(log, 2)
         assert len(log.segment_base_offsets) == 2
         assert log.recovery_point == 0
-        assert log.flush_if_due(NOW_MS)
+        assert log.flush_is_due(NOW_MS)
+        log.flush(NOW_MS)
         assert log.recovery_point == 4
         assert (log.directory / segment_file_name(0, ".index")).exists()
+        assert not log.flush_is_due(NOW_MS)
     finally:
         log.close()
+
+
+def test_a_flush_synced_while_appends_go_on_covers_what_was_there_when_taken(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    try:
+        append(log, 2)
+        append(log, 2)  # rolls: the segment at 0 waits for its flush
+        flush = log.take_flush()
+        append(log, 2)
+        flush.sync()  # as on the flusher thread
+        append(log, 2)
+        flush.finish(NOW_MS)
+        assert log.recovery_point == 4
+        assert (log.directory / segment_file_name(0, ".index")).exists()
+        assert not [path.name for path in log.directory.iterdir() if path.name.endswith(".tmp")]
+        log.flush(NOW_MS)
+        assert log.recovery_point == 8
+    finally:
+        log.close()
+
+
+def test_a_flush_taken_before_a_truncation_leaves_the_recovery_point_where_it_was(tmp_path):
+    log = open_log(tmp_path, now_ms=NOW_MS)
+    try:
+        append(log, 2)
+        log.flush(NOW_MS)
+        append(log, 2)
+        append(log, 2)
+        flush = log.take_flush()
+        log.truncate_to(4)
+        append(log, 2)  # new data at 4..5, never synced
+        flush.sync()
+        flush.finish(NOW_MS)
+        assert log.recovery_point == 2
+    finally:
+        log.close()
+
+
+def test_a_flush_of_a_segment_deleted_while_it_syncs_leaves_no_file_of_it(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    try:
+        append(log, 2)
+        append(log, 2)
+        flush = log.take_flush()  # the rolled segment at 0, with its index files
+        log.delete_records_before(2)  # deletes that segment
+        flush.sync()
+        flush.finish(NOW_MS)
+        names = sorted(path.name for path in log.directory.iterdir())
+        assert not [name for name in names if name.startswith(segment_file_name(0, ""))], names
+        assert not [name for name in names if name.endswith(".tmp")], names
+    finally:
+        log.close()
+
+
+def test_a_flush_discarded_unfinished_leaves_its_work_to_the_next_one(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    try:
+        append(log, 2)
+        append(log, 2)
+        flush = log.take_flush()
+        assert not log.flush_is_due(NOW_MS)
+        flush.sync()
+        flush.discard()  # as when the broker stops while the flusher thread syncs
+        assert log.flush_is_due(NOW_MS)
+        assert log.recovery_point == 0
+        assert not [path.name for path in log.directory.iterdir() if path.name.endswith(".tmp")]
+    finally:
+        log.close()
+
+
+def test_a_flush_finished_after_the_partition_was_deleted_reports_nothing(tmp_path):
+    failures = []
+    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log.storage_failed = lambda failed, error: failures.append(error)
+    append(log, 2)
+    append(log, 2)
+    flush = log.take_flush()
+    log.delete()
+    flush.sync()
+    flush.finish(NOW_MS)
+    assert failures == []
+    assert not log.directory.exists()
 
 
 # -- recovery ------------------------------------------------------------------------------

@@ -305,7 +305,11 @@ def test_retention_and_flush_run_over_every_partition(manager):
     manager.create_topic("orders", 2, {"retention.ms": "1000", "flush.ms": "10"})
     for partition in range(2):
         append(manager.partition("orders", partition), 3, timestamp_ms=now)
-    assert manager.flush_due(now + 60_000) == 2
+    flushes = manager.take_due_flushes(now + 60_000)
+    assert len(flushes) == 2
+    for flush in flushes:
+        flush.sync()
+        flush.finish(now + 60_000)
     assert manager.partition("orders", 0).recovery_point == 3
     assert manager.apply_retention(now + 2_000) == 2
     assert manager.partition("orders", 1).log_start_offset == 3

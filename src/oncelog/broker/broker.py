@@ -65,6 +65,7 @@ from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCr
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import InvalidConfigError
+from oncelog.storage.log import LogFlush
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 from oncelog.web.history import SAMPLE_INTERVAL_MS, LagHistory
@@ -179,6 +180,7 @@ class Broker:
             io_buffer_load_factor=self.config["log.cleaner.io.buffer.load.factor"],
         ))
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
+        self._flusher_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-flusher")
         # The groups' own configs (KIP-848), which the group coordinator reads at each use.
         if self.cluster is None:
             group_file = FileGroupConfigStore(self.config.log_dirs[0])
@@ -218,7 +220,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.start()
         self._timers = [
-            asyncio.create_task(self._every(self.config["log.flush.scheduler.interval.ms"], self._flush_due)),
+            asyncio.create_task(self._flush_logs()),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
             asyncio.create_task(self._every(
                 self.config["replica.high.watermark.checkpoint.interval.ms"] if self.cluster else 60_000,
@@ -358,6 +360,7 @@ class Broker:
         await asyncio.gather(*self._timers, return_exceptions=True)
         if self._cleaner_thread is not None:
             self._cleaner_thread.shutdown(wait=True)
+            self._flusher_thread.shutdown(wait=True)
         if hasattr(self, "txn_coordinator"):  # start() got as far as the coordinators
             self.group_coordinator.close()  # no session or rebalance timer may fire while the logs close
             self.txn_coordinator.close()
@@ -382,8 +385,35 @@ class Broker:
             except Exception:
                 log.exception("periodic task %s failed", getattr(work, "__name__", work))
 
-    def _flush_due(self) -> None:
-        self.logs.flush_due(now_ms())
+    async def _flush_logs(self) -> None:
+        """Kafka's log flusher: every log.flush.scheduler.interval.ms, flush the logs that
+        rolled or whose flush.ms passed. The fsyncs run on the flusher thread: a rolled
+        segment of hundreds of megabytes takes its time to reach the disk, and requests
+        go on meanwhile."""
+        loop = asyncio.get_running_loop()
+        interval = max(self.config["log.flush.scheduler.interval.ms"], 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                flushes = self.logs.take_due_flushes(now_ms())
+            except Exception:
+                log.exception("taking the due log flushes failed")
+                continue
+            if not flushes:
+                continue
+            syncing = loop.run_in_executor(self._flusher_thread, _sync_all, flushes)
+            try:
+                await asyncio.shield(syncing)
+            except asyncio.CancelledError:
+                await asyncio.wait([syncing])  # a thread cannot be interrupted
+                for flush in flushes:
+                    flush.discard()  # closing the logs flushes everything
+                raise
+            for flush in flushes:
+                try:
+                    flush.finish()
+                except Exception:
+                    log.exception("%s: flush failed", flush.log.name)
 
     def _retention(self) -> None:
         self.logs.apply_retention(now_ms())
@@ -501,6 +531,12 @@ class Broker:
                     waiters.discard(waiter)
                     if not waiters:
                         del self._fetch_waiters[key]
+
+
+def _sync_all(flushes: list[LogFlush]) -> None:
+    """The flusher thread's work: each flush keeps its own failure for `finish`."""
+    for flush in flushes:
+        flush.sync()
 
 
 def _new_cluster_id() -> str:

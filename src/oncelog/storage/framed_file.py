@@ -43,6 +43,18 @@ def fsync_directory(directory: Path) -> None:
         raise StorageError(str(directory), f"cannot fsync directory: {exc.strerror}", exc.errno) from exc
 
 
+def fsync_file(path: Path) -> None:
+    """Make the written contents of the file at `path` durable."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(str(path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
+
+
 def write_framed_file(path: Path, magic: bytes, version: int, payload: bytes) -> None:
     prefix = _PREFIX.pack(magic, version, len(payload))
     replace_file(path, prefix + _CRC.pack(crc32c(payload, crc32c(prefix))) + payload)

@@ -105,6 +105,7 @@ from oncelog.storage.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    SegmentFlush,
     parse_segment_base_offset,
 )
 from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
@@ -145,6 +146,77 @@ class AppendResult:
     log_append_time_ms: int  # -1 unless message.timestamp.type=LogAppendTime
     log_start_offset: int
     duplicate: bool = False  # a retry of a recent batch: offsets are the original's
+
+
+@dataclass(slots=True, eq=False)
+class LogFlush:
+    """One log's flush, taken on the event loop by `PartitionLog.take_flush`, which
+    opens every file it will fsync. `sync` does the fsyncs (the segments' data and
+    index files, the transaction index, the directory) and may run on another thread,
+    as Kafka's flushes run on its scheduler thread, so that a large rolled segment's
+    fsync never stalls requests; `finish`, back on the loop, puts the index files in
+    place and moves the recovery point."""
+
+    log: PartitionLog
+    segments: list[SegmentFlush]
+    txn_index: tuple[int, int] | None  # (descriptor, change count) when it has unsynced changes
+    directory_fd: int  # open when entries were created, renamed or removed since the last fsync, else -1
+    directory_dirty: bool
+    rolled: bool  # taken because a segment rolled
+    up_to: int  # the log end offset when taken: the recovery point once finished
+    truncations: int
+    started: float
+    error: StorageError | None = None
+
+    def sync(self) -> None:
+        """Every fsync of the flush, on any thread; a failure is kept for `finish`."""
+        try:
+            for segment in self.segments:
+                segment.sync()
+            if self.txn_index is not None:
+                _fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
+            if self.directory_fd >= 0:
+                _fsync_descriptor(self.directory_fd, self.log.directory)
+        except StorageError as error:
+            self.error = error
+        finally:
+            self.close_descriptors()
+
+    def close_descriptors(self) -> None:
+        for segment in self.segments:
+            segment.close_descriptors()
+        for fd in (self.txn_index[0] if self.txn_index is not None else -1, self.directory_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.txn_index = None if self.txn_index is None else (-1, self.txn_index[1])
+        self.directory_fd = -1
+
+    def finish(self, now_ms: int | None = None) -> None:
+        """Complete the synced flush (on the loop). Raises its StorageError, if any,
+        after reporting it as any storage failure of the log is reported."""
+        self.log.finish_flush(self, now_ms)
+
+    def discard(self) -> None:
+        """Give up the flush, synced or not (on the loop): what it wrote is removed, and
+        what it covered waits for the next flush."""
+        self.close_descriptors()
+        for segment in self.segments:
+            segment.discard()
+        self.log.flush_discarded(self)
+
+
+def _open_for_fsync(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise StorageError(str(path), f"cannot open to fsync: {exc.strerror}", exc.errno) from exc
+
+
+def _fsync_descriptor(fd: int, path: Path) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise StorageError(str(path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +269,7 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
         self._directory_dirty = False  # segment files created or removed since the last fsync
+        self._truncations = 0  # a flush taken before a truncation does not move the recovery point
         self._closed = False
         self.producer_state = ProducerStateManager(self.name, producer_state_config)
         self.txn_index = TransactionIndex(directory)
@@ -715,30 +788,71 @@ class PartitionLog:
 
     @_reports_storage_errors
     def flush(self, now_ms: int | None = None) -> None:
-        """fsync everything after the recovery point and move it to the log end offset."""
-        started = time.perf_counter()
-        first = max(bisect_right(self._segment_bases, self.recovery_point) - 1, 0)
-        active = self._segments[-1]
-        for segment in self._segments[first:]:
-            segment.flush(write_indexes=segment is not active)
-        self.txn_index.flush()
-        if self._directory_dirty:
-            fsync_directory(self.directory)
-            self._directory_dirty = False
-        self.recovery_point = self.log_end_offset
-        self._roll_flush_pending = False
+        """fsync everything after the recovery point and move it to the log end offset,
+        in the calling thread."""
+        flush = self.take_flush()
+        flush.sync()
+        flush.finish(now_ms)
+
+    @_reports_storage_errors
+    def take_flush(self) -> LogFlush:
+        """The flush of everything after the recovery point, to `sync` anywhere and
+        `finish` on the loop; appends may go on in between."""
+        flush = LogFlush(self, [], None, -1, self._directory_dirty, self._roll_flush_pending, self.log_end_offset,
+                         self._truncations, time.perf_counter())
+        try:
+            first = max(bisect_right(self._segment_bases, self.recovery_point) - 1, 0)
+            active = self._segments[-1]
+            for segment in self._segments[first:]:
+                taken = segment.take_flush(write_indexes=segment is not active)
+                if taken is not None:
+                    flush.segments.append(taken)
+            changes = self.txn_index.unsynced_changes
+            if changes is not None:
+                flush.txn_index = (_open_for_fsync(self.txn_index.path, os.O_WRONLY | os.O_CREAT), changes)
+            if self._directory_dirty:
+                flush.directory_fd = _open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        except StorageError:
+            flush.discard()
+            raise
+        self._directory_dirty = self._roll_flush_pending = False
+        return flush
+
+    @_reports_storage_errors
+    def finish_flush(self, flush: LogFlush, now_ms: int | None = None) -> None:
+        """See `LogFlush.finish`."""
+        if self._closed:  # closed (and flushed) or deleted meanwhile: nothing to record
+            flush.discard()
+            return
+        if flush.error is not None:
+            flush.discard()
+            raise flush.error
+        renamed = False
+        for segment in flush.segments:
+            segment.finish()
+            renamed = renamed or bool(segment.index_contents)
+        if renamed:
+            # The renames are durable at the next directory fsync; a crash before it
+            # leaves an older index, which opening the log checks and completes.
+            self._directory_dirty = True
+        if flush.txn_index is not None:
+            self.txn_index.synced(flush.txn_index[1])
+        if flush.truncations == self._truncations:  # else the flushed offsets may be gone
+            self.recovery_point = max(self.recovery_point, min(flush.up_to, self.log_end_offset))
         self._last_flush_ms = clock.now_ms() if now_ms is None else now_ms
         if self.flush_stats is not None:
-            self.flush_stats.observe(time.perf_counter() - started)
+            self.flush_stats.observe(time.perf_counter() - flush.started)
 
-    def flush_if_due(self, now_ms: int) -> bool:
-        """Flush when flush.ms has passed with unflushed data, or a rolled segment waits."""
-        if self._roll_flush_pending or (
+    def flush_discarded(self, flush: LogFlush) -> None:
+        """What `flush` took waits for the next one."""
+        self._directory_dirty = self._directory_dirty or flush.directory_dirty
+        self._roll_flush_pending = self._roll_flush_pending or flush.rolled
+
+    def flush_is_due(self, now_ms: int) -> bool:
+        """Whether flush.ms has passed with unflushed data, or a rolled segment waits."""
+        return self._roll_flush_pending or (
             self.log_end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self._config.flush_ms
-        ):
-            self.flush(now_ms)
-            return True
-        return False
+        )
 
     # -- reading -------------------------------------------------------------------------
 
@@ -923,6 +1037,7 @@ class PartitionLog:
             return
         self._abort_cleaning(f"truncation to offset {offset}")
         old_end = self.log_end_offset
+        self._truncations += 1
         while self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
             self._segment_bases.pop()
@@ -941,6 +1056,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
         self._abort_cleaning(f"full truncation to offset {offset}")
+        self._truncations += 1
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(self.directory, offset)

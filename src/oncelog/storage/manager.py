@@ -61,7 +61,7 @@ from oncelog.storage.framed_file import (
     read_partition_offsets,
     write_json_file,
 )
-from oncelog.storage.log import PartitionLog
+from oncelog.storage.log import LogFlush, PartitionLog
 from oncelog.storage.producer_state import ProducerStateConfig
 
 logger = logging.getLogger("oncelog.storage")
@@ -621,9 +621,17 @@ class LogManager:
 
     # -- periodic work and shutdown ------------------------------------------------------
 
-    def flush_due(self, now_ms: int) -> int:
-        """Flush each log whose flush.ms has passed (or that rolled); returns how many."""
-        return sum(1 for log in list(self._logs.values()) if log.flush_if_due(now_ms))
+    def take_due_flushes(self, now_ms: int) -> list[LogFlush]:
+        """The flushes of the logs whose flush.ms has passed (or that rolled), to `sync`
+        on the flusher thread and `finish` back on the loop."""
+        flushes = []
+        for log in list(self._logs.values()):
+            if log.flush_is_due(now_ms):
+                try:
+                    flushes.append(log.take_flush())
+                except StorageError as error:  # reported to the log's storage_failed hook
+                    logger.error("%s: cannot flush: %s", log.name, error)
+        return flushes
 
     def apply_retention(self, now_ms: int) -> int:
         """Retention for every log; returns the number of segments deleted."""

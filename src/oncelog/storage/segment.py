@@ -29,6 +29,7 @@ answer with a record's offset and timestamp, as Kafka does.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import struct
@@ -99,6 +100,7 @@ class LogSegment:
 
     __slots__ = (
         "_bytes_since_index_entry",
+        "_changes",
         "_fd",
         "_indexes_dirty",
         "_log_dirty",
@@ -129,6 +131,7 @@ class LogSegment:
         self._reset_indexes()
         self._log_dirty = False
         self._indexes_dirty = False
+        self._changes = 0  # writes and truncations so far: a `SegmentFlush` is current while equal
 
     def use_file_suffix(self, file_suffix: str) -> None:
         """Name the segment's files `<base>.log<file_suffix>` and so on. The log cleaner
@@ -299,6 +302,7 @@ class LogSegment:
                 raise _storage_error(self.log_path, "truncate segment", exc) from exc
             self.size = truncate_at
             self._log_dirty = True
+            self._changes += 1
         self._indexes_dirty = True
         self._set_rolling_base(now_ms)
         return removed
@@ -326,6 +330,7 @@ class LogSegment:
         start = self.size
         self._write_at(records, start)
         self._log_dirty = True
+        self._changes += 1
         self.size = start + len(records)
         last_base = self.next_offset
         for header in batches:
@@ -671,6 +676,7 @@ class LogSegment:
         self.size = position
         self.next_offset = base
         self._log_dirty = True
+        self._changes += 1
         self._offset_index.truncate_to_position(position)
         self._time_index.truncate_to_offset(base - self.base_offset)
         # Batches before the last offset-index entry are covered by the time index;
@@ -697,6 +703,7 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """Record the final largest timestamp in the time index (called at roll)."""
         self._maybe_append_time_entry()
+        self._changes += 1
 
     def write_indexes(self, *, sync: bool, open_file: Callable[[Path], int] | None = None) -> None:
         """Write both index files whole: through a temp file renamed into place, or, with
@@ -740,6 +747,31 @@ class LogSegment:
         if write_indexes and self._indexes_dirty:
             self.write_indexes(sync=True)
 
+    def take_flush(self, *, write_indexes: bool) -> SegmentFlush | None:
+        """What `flush` would do, as a `SegmentFlush` whose `sync` may run on another
+        thread while this one goes on writing (None: nothing to flush)."""
+        indexes = write_indexes and self._indexes_dirty
+        if not (self._log_dirty or indexes) or self._fd < 0:
+            return None
+        try:
+            log_fd = os.dup(self._fd) if self._log_dirty else -1
+        except OSError as exc:
+            raise _storage_error(self.log_path, "duplicate the descriptor of", exc) from exc
+        contents = ((self.index_path, self._offset_index.to_bytes()),
+                    (self.time_index_path, self._time_index.to_bytes())) if indexes else ()
+        return SegmentFlush(self, self._changes, log_fd, contents)
+
+    def flush_finished(self, flush: SegmentFlush) -> bool:
+        """Record a synced `flush` of this segment. False when the segment was closed or
+        changed since the flush was taken: its index files are then out of date."""
+        if self._fd < 0 or self._changes != flush.changes:
+            return False
+        if flush.log_fd_taken:
+            self._log_dirty = False
+        if flush.index_contents:
+            self._indexes_dirty = False
+        return True
+
     def close(self) -> None:
         """Write the indexes (with a final time entry), fsync and close."""
         if self._fd < 0:
@@ -777,3 +809,84 @@ def _describe_damage(chunk: bytes) -> str:
     except CorruptRecordError as exc:
         return str(exc)
     return f"batch at offset {header.base_offset} fails its CRC32C check (stored {header.crc:#010x})"
+
+
+_flush_numbers = itertools.count()
+
+
+class SegmentFlush:
+    """One segment's flush, taken on the event loop by `LogSegment.take_flush`, which
+    opens everything it writes: `sync` (on any thread) fsyncs the log file through a
+    duplicate of its descriptor and writes the index files' contents, as they were when
+    taken, to fsynced temporary files; `finish` (back on the loop) renames those into
+    place, unless the segment changed, was closed or deleted meanwhile: then they are
+    discarded. The thread never opens a path, so it creates nothing in a directory the
+    loop may be removing. Temporary names are unique, so a flush on the loop may run
+    beside one on a thread; left behind by a crash, they end in `.tmp` and go when the
+    log is next opened."""
+
+    __slots__ = ("_descriptors", "_temp_paths", "changes", "index_contents", "log_fd_taken", "segment")
+
+    def __init__(self, segment: LogSegment, changes: int, log_fd: int,
+                 index_contents: tuple[tuple[Path, bytes], ...]) -> None:
+        self.segment = segment
+        self.changes = changes
+        self.log_fd_taken = log_fd >= 0
+        self.index_contents = index_contents
+        number = next(_flush_numbers)
+        self._temp_paths = [path.with_name(f"{path.name}.{number}.flush.tmp") for path, _ in index_contents]
+        self._descriptors = [log_fd]
+        try:
+            for temp in self._temp_paths:
+                self._descriptors.append(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        except OSError as exc:
+            self.discard()
+            raise _storage_error(index_contents[0][0], "write index", exc) from exc
+
+    def sync(self) -> None:
+        """fsync the log file, write and fsync the index files' temporary copies. Raises
+        StorageError. Closes the descriptors either way."""
+        try:
+            log_fd, *index_fds = self._descriptors
+            if log_fd >= 0:
+                try:
+                    _fdatasync(log_fd)
+                except OSError as exc:
+                    raise _storage_error(self.segment.log_path, "fsync segment", exc) from exc
+            for (path, data), fd in zip(self.index_contents, index_fds, strict=True):
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise _storage_error(path, "write index", exc) from exc
+        finally:
+            self.close_descriptors()
+
+    def close_descriptors(self) -> None:
+        descriptors, self._descriptors = self._descriptors, []
+        for fd in descriptors:
+            if fd >= 0:
+                os.close(fd)
+
+    def finish(self) -> None:
+        """Put the synced index files in place (on the loop), or discard them when the
+        segment changed or went away since this flush was taken."""
+        if not self.segment.flush_finished(self):
+            self.discard()
+            return
+        for (path, _), temp in zip(self.index_contents, self._temp_paths, strict=True):
+            try:
+                os.replace(temp, path)
+            except OSError as exc:
+                raise _storage_error(path, "write index", exc) from exc
+
+    def discard(self) -> None:
+        """Close what is open and remove the temporary files (on the loop)."""
+        self.close_descriptors()
+        for temp in self._temp_paths:
+            try:
+                temp.unlink(missing_ok=True)
+            except OSError as exc:
+                logger.warning("cannot remove %s: %s", temp, exc.strerror)

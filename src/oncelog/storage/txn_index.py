@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.storage.errors import StorageError
+from oncelog.storage.framed_file import fsync_file
 
 FILE_NAME = "aborted-transactions.txnindex"
 _ENTRY = struct.Struct(">hqqqq")
@@ -41,7 +42,8 @@ class TransactionIndex:
         self.path = directory / FILE_NAME
         self.entries: list[AbortedTxn] = []
         self._last_offsets: list[int] = []  # parallel to entries, for bisection
-        self._dirty = False
+        self._changes = 0  # writes to the file so far
+        self._synced_changes = 0  # how many of them an fsync covered
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -110,18 +112,21 @@ class TransactionIndex:
         self._last_offsets.clear()
         self._rewrite()
 
+    @property
+    def unsynced_changes(self) -> int | None:
+        """The change count to hand to `synced` after an fsync of `path`, or None when
+        the file has nothing unsynced."""
+        return self._changes if self._changes != self._synced_changes else None
+
+    def synced(self, changes: int) -> None:
+        """An fsync of `path`, begun when the change count was `changes`, completed."""
+        self._synced_changes = max(self._synced_changes, changes)
+
     def flush(self) -> None:
-        if not self._dirty:
-            return
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StorageError(str(self.path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
-        self._dirty = False
+        changes = self.unsynced_changes
+        if changes is not None:
+            fsync_file(self.path)
+            self.synced(changes)
 
     def _write_at_end(self, data: bytes) -> None:
         try:
@@ -132,7 +137,7 @@ class TransactionIndex:
                 os.close(fd)
         except OSError as exc:
             raise StorageError(str(self.path), f"cannot append: {exc.strerror}", exc.errno) from exc
-        self._dirty = True
+        self._changes += 1
 
     def _rewrite(self) -> None:
         data = b"".join(
@@ -145,4 +150,4 @@ class TransactionIndex:
             os.replace(temporary, self.path)
         except OSError as exc:
             raise StorageError(str(self.path), f"cannot rewrite: {exc.strerror}", exc.errno) from exc
-        self._dirty = True
+        self._changes += 1
