@@ -25,6 +25,7 @@ from oncelog.storage import (
     PartitionLog,
     RecordTooLargeError,
 )
+from oncelog.storage.errors import StorageError
 from oncelog.storage.segment import segment_file_name
 
 NOW_MS = 1_700_000_000_000
@@ -499,6 +500,8 @@ def test_a_rolled_segment_is_flushed_at_the_next_flush_check(tmp_path):
         log.flush(NOW_MS)
         assert log.recovery_point == 4
         assert (log.directory / segment_file_name(0, ".index")).exists()
+        assert log.flush_is_due(NOW_MS)  # the index files' renames wait for a directory fsync
+        log.flush(NOW_MS)
         assert not log.flush_is_due(NOW_MS)
     finally:
         log.close()
@@ -562,12 +565,53 @@ def test_a_flush_discarded_unfinished_leaves_its_work_to_the_next_one(tmp_path):
         append(log, 2)
         append(log, 2)
         flush = log.take_flush()
-        assert not log.flush_is_due(NOW_MS)
         flush.sync()
         flush.discard()  # as when the broker stops while the flusher thread syncs
         assert log.flush_is_due(NOW_MS)
         assert log.recovery_point == 0
         assert not [path.name for path in log.directory.iterdir() if path.name.endswith(".tmp")]
+    finally:
+        log.close()
+
+
+def test_a_flush_taken_while_another_is_in_flight_covers_everything_still_unsynced(tmp_path):
+    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    try:
+        append(log, 2)
+        append(log, 2)  # a roll: a new file in the directory, the first segment unsynced
+        in_flight = log.take_flush()
+        again = log.take_flush()  # e.g. flush.messages reached while the flusher thread syncs
+        assert again.directory is not None and [s.segment for s in again.segments] == [
+            s.segment for s in in_flight.segments]
+        again.sync()
+        again.finish(NOW_MS)
+        in_flight.sync()
+        in_flight.finish(NOW_MS)
+        assert log.recovery_point == 4
+    finally:
+        log.close()
+
+
+def test_a_flush_whose_index_rename_fails_leaves_the_segment_to_be_flushed_again(tmp_path):
+    failures = []
+    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log.storage_failed = lambda failed, error: failures.append(error)
+    try:
+        append(log, 2)
+        append(log, 2)
+        flush = log.take_flush()
+        index = log.directory / segment_file_name(0, ".index")
+        index.mkdir()  # a rename cannot replace a directory
+        (index / "in-the-way").write_bytes(b"")
+        flush.sync()
+        with pytest.raises(StorageError):
+            flush.finish(NOW_MS)
+        assert failures and log.recovery_point == 0 and log.flush_is_due(NOW_MS)
+        assert not [path.name for path in log.directory.iterdir() if path.name.endswith(".tmp")]
+        (index / "in-the-way").unlink()
+        index.rmdir()
+        log.flush(NOW_MS)
+        assert index.is_file() and log.recovery_point == 4
     finally:
         log.close()
 

@@ -305,7 +305,7 @@ def test_retention_and_flush_run_over_every_partition(manager):
     manager.create_topic("orders", 2, {"retention.ms": "1000", "flush.ms": "10"})
     for partition in range(2):
         append(manager.partition("orders", partition), 3, timestamp_ms=now)
-    flushes = manager.take_due_flushes(now + 60_000)
+    flushes = manager.take_flushes(manager.due_for_flush(now + 60_000))
     assert len(flushes) == 2
     for flush in flushes:
         flush.sync()

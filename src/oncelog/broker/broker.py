@@ -387,33 +387,38 @@ class Broker:
 
     async def _flush_logs(self) -> None:
         """Kafka's log flusher: every log.flush.scheduler.interval.ms, flush the logs that
-        rolled or whose flush.ms passed. The fsyncs run on the flusher thread: a rolled
-        segment of hundreds of megabytes takes its time to reach the disk, and requests
-        go on meanwhile."""
-        loop = asyncio.get_running_loop()
+        rolled, whose flush.ms passed or whose directory changed. The fsyncs run on the
+        flusher thread, FLUSH_BATCH logs at a time (each holds a few descriptors open):
+        a rolled segment of hundreds of megabytes takes its time to reach the disk, and
+        requests go on meanwhile."""
         interval = max(self.config["log.flush.scheduler.interval.ms"], 10) / 1000
         while True:
             await asyncio.sleep(interval)
             try:
-                flushes = self.logs.take_due_flushes(now_ms())
-            except Exception:
-                log.exception("taking the due log flushes failed")
-                continue
-            if not flushes:
-                continue
-            syncing = loop.run_in_executor(self._flusher_thread, _sync_all, flushes)
-            try:
-                await asyncio.shield(syncing)
+                due = self.logs.due_for_flush(now_ms())
+                for start in range(0, len(due), FLUSH_BATCH):
+                    await self._flush(self.logs.take_flushes(due[start:start + FLUSH_BATCH]))
             except asyncio.CancelledError:
-                await asyncio.wait([syncing])  # a thread cannot be interrupted
-                for flush in flushes:
-                    flush.discard()  # closing the logs flushes everything
                 raise
+            except Exception:
+                log.exception("flushing the logs failed")
+
+    async def _flush(self, flushes: list[LogFlush]) -> None:
+        if not flushes:
+            return
+        syncing = asyncio.get_running_loop().run_in_executor(self._flusher_thread, _sync_all, flushes)
+        try:
+            await asyncio.shield(syncing)
+        except BaseException:
+            await asyncio.wait([syncing])  # a thread cannot be interrupted
             for flush in flushes:
-                try:
-                    flush.finish()
-                except Exception:
-                    log.exception("%s: flush failed", flush.log.name)
+                flush.discard()  # the next tick, or closing the logs, flushes everything
+            raise
+        for flush in flushes:
+            try:
+                flush.finish()
+            except Exception:
+                log.exception("%s: flush failed", flush.log.name)
 
     def _retention(self) -> None:
         self.logs.apply_retention(now_ms())
@@ -531,6 +536,9 @@ class Broker:
                     waiters.discard(waiter)
                     if not waiters:
                         del self._fetch_waiters[key]
+
+
+FLUSH_BATCH = 64  # logs the flusher thread syncs at a time
 
 
 def _sync_all(flushes: list[LogFlush]) -> None:

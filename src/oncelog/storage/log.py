@@ -106,6 +106,7 @@ from oncelog.storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
     SegmentFlush,
+    close_quietly,
     parse_segment_base_offset,
 )
 from oncelog.storage.txn_index import AbortedTxn, TransactionIndex
@@ -160,8 +161,7 @@ class LogFlush:
     log: PartitionLog
     segments: list[SegmentFlush]
     txn_index: tuple[int, int] | None  # (descriptor, change count) when it has unsynced changes
-    directory_fd: int  # open when entries were created, renamed or removed since the last fsync, else -1
-    directory_dirty: bool
+    directory: tuple[int, int] | None  # (descriptor, change count) when it has unsynced entries
     rolled: bool  # taken because a segment rolled
     up_to: int  # the log end offset when taken: the recovery point once finished
     truncations: int
@@ -175,8 +175,8 @@ class LogFlush:
                 segment.sync()
             if self.txn_index is not None:
                 _fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
-            if self.directory_fd >= 0:
-                _fsync_descriptor(self.directory_fd, self.log.directory)
+            if self.directory is not None:
+                _fsync_descriptor(self.directory[0], self.log.directory)
         except StorageError as error:
             self.error = error
         finally:
@@ -185,11 +185,11 @@ class LogFlush:
     def close_descriptors(self) -> None:
         for segment in self.segments:
             segment.close_descriptors()
-        for fd in (self.txn_index[0] if self.txn_index is not None else -1, self.directory_fd):
-            if fd >= 0:
-                os.close(fd)
-        self.txn_index = None if self.txn_index is None else (-1, self.txn_index[1])
-        self.directory_fd = -1
+        for name in ("txn_index", "directory"):
+            opened = getattr(self, name)
+            if opened is not None and opened[0] >= 0:
+                close_quietly(opened[0])
+                setattr(self, name, (-1, opened[1]))
 
     def finish(self, now_ms: int | None = None) -> None:
         """Complete the synced flush (on the loop). Raises its StorageError, if any,
@@ -268,7 +268,8 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
-        self._directory_dirty = False  # segment files created or removed since the last fsync
+        # Entries created, renamed or removed in the directory, and how many of them an fsync covered.
+        self._directory_changes = self._directory_synced_changes = 0
         self._truncations = 0  # a flush taken before a truncation does not move the recovery point
         self._closed = False
         self.producer_state = ProducerStateManager(self.name, producer_state_config)
@@ -527,7 +528,7 @@ class PartitionLog:
             raise ValueError(f"{self.name}: segments to replace are not consecutive inactive segments")
         self._segments[first : first + len(old)] = [new]
         self._segment_bases[first : first + len(old)] = [new.base_offset]
-        self._directory_dirty = True
+        self._directory_changes += 1
         for segment in old:
             segment.close_without_flush()
 
@@ -780,7 +781,7 @@ class PartitionLog:
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
         self._roll_flush_pending = True
-        self._directory_dirty = True
+        self._directory_changes += 1
         logger.debug("%s: rolled a new segment at offset %d", self.name, segment.base_offset)
         return segment
 
@@ -797,9 +798,11 @@ class PartitionLog:
     @_reports_storage_errors
     def take_flush(self) -> LogFlush:
         """The flush of everything after the recovery point, to `sync` anywhere and
-        `finish` on the loop; appends may go on in between."""
-        flush = LogFlush(self, [], None, -1, self._directory_dirty, self._roll_flush_pending, self.log_end_offset,
-                         self._truncations, time.perf_counter())
+        `finish` on the loop; appends may go on in between. Whatever has unsynced changes
+        when it is taken is opened and fsynced by it, even if another flush in flight
+        took it too: a flush finishes only what it synced itself."""
+        flush = LogFlush(self, [], None, None, self._roll_flush_pending, self.log_end_offset, self._truncations,
+                         time.perf_counter())
         try:
             first = max(bisect_right(self._segment_bases, self.recovery_point) - 1, 0)
             active = self._segments[-1]
@@ -810,12 +813,13 @@ class PartitionLog:
             changes = self.txn_index.unsynced_changes
             if changes is not None:
                 flush.txn_index = (_open_for_fsync(self.txn_index.path, os.O_WRONLY | os.O_CREAT), changes)
-            if self._directory_dirty:
-                flush.directory_fd = _open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            if self._directory_changes != self._directory_synced_changes:
+                flush.directory = (_open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY),
+                                   self._directory_changes)
         except StorageError:
             flush.discard()
             raise
-        self._directory_dirty = self._roll_flush_pending = False
+        self._roll_flush_pending = False
         return flush
 
     @_reports_storage_errors
@@ -827,16 +831,20 @@ class PartitionLog:
         if flush.error is not None:
             flush.discard()
             raise flush.error
-        renamed = False
-        for segment in flush.segments:
-            segment.finish()
-            renamed = renamed or bool(segment.index_contents)
-        if renamed:
-            # The renames are durable at the next directory fsync; a crash before it
-            # leaves an older index, which opening the log checks and completes.
-            self._directory_dirty = True
+        try:
+            for segment in flush.segments:
+                if segment.finish() and segment.index_contents:
+                    # The renames are durable at the next directory fsync, which this
+                    # makes due; a crash before it leaves an older index, which opening
+                    # the log checks and completes.
+                    self._directory_changes += 1
+        except StorageError:
+            flush.discard()
+            raise
         if flush.txn_index is not None:
             self.txn_index.synced(flush.txn_index[1])
+        if flush.directory is not None:
+            self._directory_synced_changes = max(self._directory_synced_changes, flush.directory[1])
         if flush.truncations == self._truncations:  # else the flushed offsets may be gone
             self.recovery_point = max(self.recovery_point, min(flush.up_to, self.log_end_offset))
         self._last_flush_ms = clock.now_ms() if now_ms is None else now_ms
@@ -845,12 +853,11 @@ class PartitionLog:
 
     def flush_discarded(self, flush: LogFlush) -> None:
         """What `flush` took waits for the next one."""
-        self._directory_dirty = self._directory_dirty or flush.directory_dirty
         self._roll_flush_pending = self._roll_flush_pending or flush.rolled
 
     def flush_is_due(self, now_ms: int) -> bool:
         """Whether flush.ms has passed with unflushed data, or a rolled segment waits."""
-        return self._roll_flush_pending or (
+        return self._roll_flush_pending or self._directory_changes != self._directory_synced_changes or (
             self.log_end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self._config.flush_ms
         )
 
@@ -1007,7 +1014,7 @@ class PartitionLog:
                 self.name, segment.base_offset, segment.base_offset, segment.next_offset - 1, segment.size, reason,
             )
             segment.delete()
-        self._directory_dirty = True
+        self._directory_changes += 1
         self.log_start_offset = max(self.log_start_offset, segments[0].base_offset)
         self.txn_index.drop_below(self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
@@ -1041,7 +1048,7 @@ class PartitionLog:
         while self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
             self._segment_bases.pop()
-            self._directory_dirty = True
+            self._directory_changes += 1
         self._segments[-1].truncate_to(offset)
         self.log_end_offset = self._segments[-1].next_offset
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -1062,7 +1069,7 @@ class PartitionLog:
         segment = LogSegment.create(self.directory, offset)
         self._segments[:] = [segment]
         self._segment_bases[:] = [offset]
-        self._directory_dirty = True
+        self._directory_changes += 1
         self.log_end_offset = self.log_start_offset = self.high_watermark = self.recovery_point = offset
         producer_snapshot.delete_snapshots(self.directory, above=-1)
         self.producer_state.load({})

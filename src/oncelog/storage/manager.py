@@ -36,7 +36,7 @@ import os
 import re
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -621,16 +621,23 @@ class LogManager:
 
     # -- periodic work and shutdown ------------------------------------------------------
 
-    def take_due_flushes(self, now_ms: int) -> list[LogFlush]:
-        """The flushes of the logs whose flush.ms has passed (or that rolled), to `sync`
-        on the flusher thread and `finish` back on the loop."""
+    def due_for_flush(self, now_ms: int) -> list[PartitionLog]:
+        """The logs whose flush.ms has passed with unflushed data, that rolled, or whose
+        directory has unsynced entries."""
+        return [log for log in list(self._logs.values()) if log.flush_is_due(now_ms)]
+
+    def take_flushes(self, logs: Iterable[PartitionLog]) -> list[LogFlush]:
+        """The flushes of `logs` (those still open here), to `sync` on the flusher thread
+        and `finish` back on the loop. A log that cannot take its flush is skipped (its
+        storage_failed hook has been told)."""
         flushes = []
-        for log in list(self._logs.values()):
-            if log.flush_is_due(now_ms):
-                try:
-                    flushes.append(log.take_flush())
-                except StorageError as error:  # reported to the log's storage_failed hook
-                    logger.error("%s: cannot flush: %s", log.name, error)
+        for log in logs:
+            if self._logs.get((log.topic, log.partition)) is not log:
+                continue  # deleted, or reassigned away, since it was found due
+            try:
+                flushes.append(log.take_flush())
+            except StorageError as error:
+                logger.error("%s: cannot flush: %s", log.name, error)
         return flushes
 
     def apply_retention(self, now_ms: int) -> int:

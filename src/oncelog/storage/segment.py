@@ -753,24 +753,26 @@ class LogSegment:
         indexes = write_indexes and self._indexes_dirty
         if not (self._log_dirty or indexes) or self._fd < 0:
             return None
+        # A descriptor of its own, not a dup: Linux reports a writeback error to each open
+        # file once, so a flush sharing the log's (or another flush's) could miss it.
         try:
-            log_fd = os.dup(self._fd) if self._log_dirty else -1
+            log_fd = os.open(self.log_path, os.O_RDONLY) if self._log_dirty else -1
         except OSError as exc:
-            raise _storage_error(self.log_path, "duplicate the descriptor of", exc) from exc
+            raise _storage_error(self.log_path, "open to fsync", exc) from exc
         contents = ((self.index_path, self._offset_index.to_bytes()),
                     (self.time_index_path, self._time_index.to_bytes())) if indexes else ()
         return SegmentFlush(self, self._changes, log_fd, contents)
 
-    def flush_finished(self, flush: SegmentFlush) -> bool:
-        """Record a synced `flush` of this segment. False when the segment was closed or
-        changed since the flush was taken: its index files are then out of date."""
-        if self._fd < 0 or self._changes != flush.changes:
-            return False
+    def flush_is_current(self, flush: SegmentFlush) -> bool:
+        """Whether `flush` still describes this segment: not closed or changed since."""
+        return self._fd >= 0 and self._changes == flush.changes
+
+    def flush_finished(self, flush: SegmentFlush) -> None:
+        """Record a synced, current `flush` whose index files are in place."""
         if flush.log_fd_taken:
             self._log_dirty = False
         if flush.index_contents:
             self._indexes_dirty = False
-        return True
 
     def close(self) -> None:
         """Write the indexes (with a final time entry), fsync and close."""
@@ -814,10 +816,19 @@ def _describe_damage(chunk: bytes) -> str:
 _flush_numbers = itertools.count()
 
 
+def close_quietly(fd: int) -> None:
+    """Close a descriptor that was only read, written to a temporary file or fsynced
+    through: a failure to close it loses nothing."""
+    try:
+        os.close(fd)
+    except OSError as exc:
+        logger.warning("cannot close descriptor %d: %s", fd, exc.strerror)
+
+
 class SegmentFlush:
     """One segment's flush, taken on the event loop by `LogSegment.take_flush`, which
     opens everything it writes: `sync` (on any thread) fsyncs the log file through a
-    duplicate of its descriptor and writes the index files' contents, as they were when
+    descriptor of its own and writes the index files' contents, as they were when
     taken, to fsynced temporary files; `finish` (back on the loop) renames those into
     place, unless the segment changed, was closed or deleted meanwhile: then they are
     discarded. The thread never opens a path, so it creates nothing in a directory the
@@ -868,19 +879,22 @@ class SegmentFlush:
         descriptors, self._descriptors = self._descriptors, []
         for fd in descriptors:
             if fd >= 0:
-                os.close(fd)
+                close_quietly(fd)
 
-    def finish(self) -> None:
-        """Put the synced index files in place (on the loop), or discard them when the
-        segment changed or went away since this flush was taken."""
-        if not self.segment.flush_finished(self):
+    def finish(self) -> bool:
+        """Put the synced index files in place (on the loop) and mark the segment
+        flushed; or, when it changed or went away since this flush was taken, discard
+        them and return False."""
+        if not self.segment.flush_is_current(self):
             self.discard()
-            return
+            return False
         for (path, _), temp in zip(self.index_contents, self._temp_paths, strict=True):
             try:
                 os.replace(temp, path)
             except OSError as exc:
                 raise _storage_error(path, "write index", exc) from exc
+        self.segment.flush_finished(self)
+        return True
 
     def discard(self) -> None:
         """Close what is open and remove the temporary files (on the loop)."""
