@@ -65,3 +65,15 @@ class LatencyProbe:
 
     def latencies_between(self, start: float, end: float) -> list[float]:
         return sorted(latency for due, latency in self.samples if start <= due <= end)
+
+
+def assert_p99_below(probe: LatencyProbe, started: float, finished: float, limit_s: float, doing: str) -> None:
+    """The probes due while the broker was `doing` something from `started` to `finished`
+    were answered within `limit_s` at the 99th percentile (and there were enough of them)."""
+    during = probe.latencies_between(started, finished)
+    assert len(during) >= 20, f"only {len(during)} probes while {doing} for {finished - started:.2f} s"
+    p99 = during[int(len(during) * 0.99) - 1]
+    assert p99 < limit_s, (
+        f"p99 {p99 * 1000:.0f} ms, max {during[-1] * 1000:.0f} ms over {len(during)} probes "
+        f"while {doing} for {finished - started:.2f} s"
+    )

@@ -33,26 +33,23 @@ TEMP_SUFFIX = ".tmp"
 
 def fsync_directory(directory: Path) -> None:
     """Make created, renamed and removed entries of `directory` durable."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise StorageError(str(directory), f"cannot fsync directory: {exc.strerror}", exc.errno) from exc
+    _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY, "cannot fsync directory")
 
 
 def fsync_file(path: Path) -> None:
     """Make the written contents of the file at `path` durable."""
+    _fsync_path(path, os.O_WRONLY | os.O_CREAT, "cannot fsync")
+
+
+def _fsync_path(path: Path, flags: int, failure: str) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = os.open(path, flags, 0o644)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
-        raise StorageError(str(path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
+        raise StorageError(str(path), f"{failure}: {exc.strerror}", exc.errno) from exc
 
 
 def write_framed_file(path: Path, magic: bytes, version: int, payload: bytes) -> None:
