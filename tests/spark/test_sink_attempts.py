@@ -15,7 +15,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from oncelog.spark.sink import OncelogStreamWriter, TaskIdentity
 from oncelog.spark.sink_options import SinkWriteError, parse_sink_options
@@ -173,4 +173,43 @@ def test_abandoning_a_batch_mode_query_aborts_what_it_left_prepared(setup):
     assert prepared.transactional_id in aborted
     assert any(gate.startswith(f"oncelog-sink-{query_id}-gate-") for gate in aborted)
     assert all(stable == high for stable, high in watermarks(bootstrap, output).values())
+    assert read_all(bootstrap, output) == []
+
+
+def test_batch_mode_gate_covers_every_topic_of_option_topics_before_the_first_micro_batch_writes(
+        shared_broker, topic, tmp_path):
+    from oncelog.spark.sink import abandon_query
+
+    bootstrap = shared_broker.bootstrap_servers
+    first, second = f"{topic}-a", f"{topic}-b"
+    create_topics(bootstrap, (first, 2), (second, 3))
+    query_id = str(uuid.uuid4())
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": first, "topics": f"{first},{second}", "mode": "batch",
+               "checkpointLocation": str(checkpoint), "clusterTimeoutMs": "20000"}
+    writer = OncelogStreamWriter(parse_sink_options(options, streaming=True), SCHEMA)
+
+    writer.prepare_batch_on_driver()  # micro-batch 0: nothing written to either topic yet
+
+    for name in (first, second):  # the gate's record holds every partition's LSO
+        assert all(stable < end for stable, end in watermarks(bootstrap, name).values()), name
+    abandon_query(bootstrap, query_id)
+    for name in (first, second):
+        assert all(stable == end for stable, end in watermarks(bootstrap, name).values()), name
+
+
+def test_a_row_naming_a_topic_outside_option_topics_fails_its_task_and_leaves_nothing_visible(setup):
+    bootstrap, output, query_id, checkpoint = setup
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": output, "topics": output, "mode": "partition",
+               "checkpointLocation": str(checkpoint), "clusterTimeoutMs": "20000"}
+    schema = StructType([StructField("value", BinaryType()), StructField("topic", StringType())])
+    writer = OncelogStreamWriter(parse_sink_options(options, streaming=True), schema)
+    rows = pa.record_batch([pa.array([b"a", b"b"], pa.binary()), pa.array([output, "somewhere-else"])],
+                           names=["value", "topic"])
+
+    with pytest.raises(SinkWriteError, match=f"a row names the topic 'somewhere-else', which is not one of "
+                                             f"option topics={output}"):
+        writer.write_as(TaskIdentity(query_id, 0, 0, 0), [rows])
     assert read_all(bootstrap, output) == []

@@ -26,7 +26,10 @@ VALUE_ONLY = StructType([StructField("value", BinaryType())])
     ({**BOOTSTRAP, "checkpointLocation": "s3a://bucket/x", "mode": "batch"}, "option checkpointLocation="),
     ({**BOOTSTRAP, "kafka.transactional.id": "mine"}, "option kafka.transactional.id is not allowed"),
     ({**BOOTSTRAP, "clusterTimeoutMs": "0"}, "option clusterTimeoutMs='0' must be positive"),
-    ({**BOOTSTRAP, "topics": "typo"}, "unknown option 'topics'"),
+    ({**BOOTSTRAP, "topicz": "typo"}, "unknown option 'topicz'"),
+    ({**BOOTSTRAP, "topics": "orders,bad name"}, "option topics: 'bad name' is not a legal Kafka topic name"),
+    ({**BOOTSTRAP, "topic": "orders", "topics": "eu,us"}, "option topic=orders is not one of option topics=eu,us"),
+    ({**BOOTSTRAP, "topic": "orders", "microBatchId": "3"}, "option microBatchId is for a batch write"),
 ])
 def test_bad_options_name_the_option(options, named):
     with pytest.raises(SinkOptionError, match=None) as raised:

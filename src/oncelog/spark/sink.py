@@ -35,6 +35,7 @@ Where code runs:
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -74,6 +75,8 @@ from oncelog.spark.sink_write import abort_quietly, describe_error, new_producer
 from oncelog.spark.twophase import TwoPhaseClient
 from oncelog.spark.worker import settle
 
+logger = logging.getLogger("oncelog.spark.sink")
+
 # How long a successful reachability check holds for this process (the driver's Python
 # workers are reused from one micro-batch to the next).
 REACHABLE_FOR_S = 60.0
@@ -89,20 +92,49 @@ def stream_writer(raw_options, schema: StructType) -> OncelogStreamWriter:
         options = parse_sink_options(raw_options, streaming=True)
         check_client_settings(options)
         check_input_schema(schema, options)
-        writer = OncelogStreamWriter(options, schema)
-        if options.mode == BATCH_MODE:
-            writer.prepare_batch_on_driver()
-        else:
-            check_reachable(options)
+        writer = _prepared_stream_writer(options, schema)
     settle()
     return writer
 
 
-def batch_writer(raw_options, schema: StructType) -> OncelogBatchWriter:
-    """Driver: the writer of a batch `df.write.format("oncelog")`."""
+def _prepared_stream_writer(options: SinkOptions, schema: StructType) -> OncelogStreamWriter:
+    writer = OncelogStreamWriter(options, schema)
+    if options.mode == BATCH_MODE:
+        writer.prepare_batch_on_driver()
+    else:
+        check_reachable(options)
+        warn_of_fan_out(options, schema)
+    return writer
+
+
+_warned_of_fan_out: set[SinkOptions] = set()
+
+
+def warn_of_fan_out(options: SinkOptions, schema: StructType) -> None:
+    """Driver, mode=partition: rows routed to several topics by the `topic` column are
+    atomic per task (one transaction covers the task's rows to every topic), not per
+    micro-batch; said once per process and set of options, in the driver's log."""
+    if options in _warned_of_fan_out or "topic" not in {field.name.lower() for field in schema.fields}:
+        return
+    _warned_of_fan_out.add(options)
+    logger.warning(
+        "oncelog sink, mode=partition, rows with a 'topic' column: each task's rows to every topic commit "
+        "together, but a micro-batch's tasks commit one by one, so a read_committed consumer may see one "
+        "topic's records of a micro-batch before another's. For a micro-batch visible everywhere at once, "
+        "use mode=batch with option topics naming every output topic"
+    )
+
+
+def batch_writer(raw_options, schema: StructType) -> OncelogBatchWriter | OncelogMicroBatchWriter:
+    """Driver: the writer of a batch `df.write.format("oncelog")`; with option
+    microBatchId, of that micro-batch of a streaming query, inside `foreachBatch`."""
     options = parse_sink_options(raw_options, streaming=False)
     check_client_settings(options)
     check_input_schema(schema, options)
+    if options.micro_batch_id is not None:
+        with trace.step("sink.writer", batch=options.micro_batch_id):
+            stream = _prepared_stream_writer(options, schema)
+        return OncelogMicroBatchWriter(stream, options.micro_batch_id, read_query_id(options))
     check_reachable(options)
     return OncelogBatchWriter(options, schema)
 
@@ -279,12 +311,45 @@ class OncelogBatchWriter(DataSourceArrowWriter):
         """Driver: tasks that committed stay committed (at least once)."""
 
 
+class OncelogMicroBatchWriter(DataSourceArrowWriter):
+    """`batch_df.write.format("oncelog").option("microBatchId", batch_id)` inside
+    `foreachBatch`: micro-batch `batch_id` of the streaming query whose checkpointLocation
+    is given, written exactly as the streaming writer writes one (its transactional ids,
+    marker offsets, gate and recorded decisions), so a re-run of the micro-batch after a
+    restart is recognised as one. It exists for what a Python data source's streaming
+    sink cannot be given: Spark takes update output mode only from sinks it knows can
+    (SupportsStreamingUpdateAsAppend), and foreachBatch is one of them."""
+
+    def __init__(self, stream: OncelogStreamWriter, batch_id: int, query_id: str) -> None:
+        self.stream = stream
+        self.batch_id = batch_id
+        self.query_id = query_id
+
+    def write(self, iterator: Iterator) -> TaskResult:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None  # write runs in a Spark task
+        task = TaskIdentity(self.query_id, self.batch_id, context.partitionId(), context.attemptNumber())
+        with trace.step("sink.write", batch=task.batch_id, task=task.partition_id):
+            result = self.stream.write_as(task, iterator)
+        settle()
+        return result
+
+    def commit(self, messages: list) -> None:
+        self.stream.commit(messages, self.batch_id)
+
+    def abort(self, messages: list) -> None:
+        self.stream.abort(messages, self.batch_id)
+
+
 __all__ = [
     "GATE_HEADER",
     "PAUSE_AT_ENV",
     "PAUSE_FILE_ENV",
     "ClusterUnreachable",
     "OncelogBatchWriter",
+    "OncelogMicroBatchWriter",
     "OncelogStreamWriter",
     "SinkError",
     "TaskIdentity",

@@ -272,7 +272,8 @@ class BatchCommitter:
         # Before anything is written: the brokers allow 2PC (ApiVersions cannot tell), or a
         # gate would be left open, holding back the partitions' LSO until its timeout.
         self._check_two_phase()
-        topics = sorted(set(self.state.topics()) | ({self.options.topic} if self.options.topic else set()))
+        topics = sorted(set(self.state.topics()) | set(self.options.topics)
+                        | ({self.options.topic} if self.options.topic else set()))
         partitions = self._partitions(topics) if topics else []
         if not partitions:
             return  # nothing to hold back yet

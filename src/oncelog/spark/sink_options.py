@@ -38,10 +38,12 @@ class SinkWriteError(SinkError):
 _SUPPORTED = (
     "kafka.bootstrap.servers",
     "topic",
+    "topics",
     "mode",
     "transactionalIdPrefix",
     "checkpointLocation",
     "clusterTimeoutMs",
+    "microBatchId",
 )
 _SUPPORTED_LOWER = {name.lower(): name for name in _SUPPORTED}
 # Options Spark's own DataStreamWriter/DataFrameWriter put into the map it hands over.
@@ -79,6 +81,12 @@ class SinkOptions:
     partitioner: str = PARTITIONERS[0]
     # kafka.* options without the prefix (bootstrap.servers excluded).
     client_settings: tuple[tuple[str, str], ...] = ()
+    # Option `topics`: every topic the rows may name (a row naming another fails its
+    # task); in mode=batch the gate covers them all from the first micro-batch. Empty: any.
+    topics: tuple[str, ...] = ()
+    # Option `microBatchId`: a batch write that is this micro-batch of the streaming query
+    # whose checkpointLocation is given, from `foreachBatch` (update output mode).
+    micro_batch_id: int | None = None
 
     @property
     def cluster_timeout_s(self) -> float:
@@ -100,6 +108,8 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
     topic = options.get("topic", "").strip() or None
     if topic is not None and not _TOPIC_NAME.fullmatch(topic):
         raise SinkOptionError(f"option topic: {topic!r} is not a legal Kafka topic name")
+    topics = _topics(options.get("topics", ""), topic)
+    micro_batch_id = _micro_batch_id(options.get("microbatchid"), streaming)
     mode = options.get("mode", PARTITION_MODE).strip().lower()
     if mode not in MODES:
         raise SinkOptionError(
@@ -112,7 +122,10 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
             f"option transactionalIdPrefix={prefix!r}: use 1-100 characters of letters, digits, '.', '_', '-'"
         )
     checkpoint = _checkpoint_path(options.get("checkpointlocation"))
-    if streaming and mode == BATCH_MODE and checkpoint is None:
+    if micro_batch_id is not None and checkpoint is None:
+        raise SinkOptionError("option microBatchId needs option checkpointLocation: the streaming query's "
+                              "checkpoint, where the sink reads the query id and records its commits")
+    if (streaming or micro_batch_id is not None) and mode == BATCH_MODE and checkpoint is None:
         raise SinkOptionError(
             "mode=batch needs option checkpointLocation on the writer, the same path as the "
             "query's checkpoint (set it with .option(\"checkpointLocation\", path) rather than "
@@ -141,7 +154,34 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         producer_settings=producer_settings,
         partitioner=partitioner,
         client_settings=settings,
+        topics=topics,
+        micro_batch_id=micro_batch_id,
     )
+
+
+def _micro_batch_id(raw: str | None, streaming: bool) -> int | None:
+    if raw is None:
+        return None
+    if streaming:
+        raise SinkOptionError("option microBatchId is for a batch write inside foreachBatch; a streaming "
+                              "query's micro-batches are numbered by Spark")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SinkOptionError(f"option microBatchId={raw!r}: use foreachBatch's batch id, an integer >= 0")
+    return value
+
+
+def _topics(raw: str, topic: str | None) -> tuple[str, ...]:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    for name in names:
+        if not _TOPIC_NAME.fullmatch(name):
+            raise SinkOptionError(f"option topics: {name!r} is not a legal Kafka topic name")
+    if names and topic is not None and topic not in names:
+        raise SinkOptionError(f"option topic={topic} is not one of option topics={','.join(names)}")
+    return tuple(sorted(set(names)))
 
 
 _checked_settings: set[tuple[tuple[str, str], ...]] = set()

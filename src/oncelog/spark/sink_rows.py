@@ -147,6 +147,11 @@ class RowWriter:
             column = pc.fill_null(column, default)
         encoded = column.dictionary_encode()
         names = encoded.dictionary.to_pylist()
+        allowed = self.options.topics
+        if allowed and not set(names) <= set(allowed):
+            stray = sorted(set(names) - set(allowed))
+            raise SinkWriteError(f"a row names the topic {stray[0]!r}, which is not one of option "
+                                 f"topics={','.join(allowed)}")
         if len(names) == 1:
             return [(names[0], None)]
         indices = encoded.indices.to_numpy()
