@@ -279,7 +279,7 @@ def test_pipeline_checks_take_java_sasl_jaas_config(secured):
     kafka = (("kafka.security.protocol", "SASL_SSL"), ("kafka.ssl.ca.location", str(secured.ca)),
              ("kafka.sasl.mechanism", "SCRAM-SHA-256"),
              ("kafka.sasl.jaas.config", f'{SCRAM_LOGIN} required username="alice" password="alice-scram";'))
-    spec = PipelineSpec(source_topic="orders", sink_topic="orders-out", checkpoint=str(secured.directory / "ckpt"),
+    spec = PipelineSpec(source_topic="orders", sink_topics=("orders-out",), checkpoint=str(secured.directory / "ckpt"),
                         bootstrap_servers=secured.addresses["SASL_SSL"], sql="SELECT * FROM source",
                         source_options=kafka, sink_options=kafka)
     check_options(spec)

@@ -42,7 +42,7 @@ def test_pipeline_on_a_three_broker_cluster_writes_each_record_once_through_a_le
     produce_in_transactions(bootstrap, source, [(committed[:300], True), ([b"aborted"] * 50, False),
                                                 (committed[300:], True)])
     spec = PipelineSpec(
-        source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"), bootstrap_servers=bootstrap,
+        source_topic=source, sink_topics=(sink,), checkpoint=str(tmp_path / "checkpoint"), bootstrap_servers=bootstrap,
         # Many small micro-batches: the run must outlast the first committed output by
         # well over the kill and restart, however quick a micro-batch is.
         trigger=Trigger.parse("available-now"), max_offsets_per_trigger=10, progress="none",

@@ -252,7 +252,7 @@ def test_connection_options_come_from_the_environment_and_x_properties_as_for_ev
 
 def spec_for(broker, topics, tmp_path, **fields) -> PipelineSpec:
     source, sink = topics
-    return PipelineSpec(source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"),
+    return PipelineSpec(source_topic=source, sink_topics=(sink,), checkpoint=str(tmp_path / "checkpoint"),
                         bootstrap_servers=broker.bootstrap_servers, trigger=Trigger.parse("available-now"),
                         progress="none", **fields)
 
@@ -297,7 +297,7 @@ def test_columns_that_do_not_fit_an_existing_iceberg_table_are_one_line_before_t
     catalog.create_namespace("shop")
     catalog.create_table("shop.orders", Schema(NestedField(1, "id", LongType(), required=False)))
     source, _ = topics
-    spec = PipelineSpec(source_topic=source, sink_topic=None, sink_table="shop.orders",
+    spec = PipelineSpec(source_topic=source, sink_topics=(), sink_table="shop.orders",
                         checkpoint=str(tmp_path / "checkpoint"), bootstrap_servers=shared_broker.bootstrap_servers,
                         sql="SELECT CAST(value AS STRING) AS body FROM source", progress="none")
 

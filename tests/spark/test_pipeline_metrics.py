@@ -69,7 +69,7 @@ def test_pipeline_serves_its_micro_batches_on_metrics_and_reports_each_to_the_re
     produce_in_transactions(bootstrap, source, [(committed[:50], True), ([b"never"] * 20, False),
                                                 (committed[50:], True)])
     spec = PipelineSpec(
-        source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"),
+        source_topic=source, sink_topics=(sink,), checkpoint=str(tmp_path / "checkpoint"),
         bootstrap_servers=bootstrap, mode=mode, trigger=Trigger.parse("processing-time=200ms"),
         sql="SELECT key, value FROM source", max_offsets_per_trigger=40, progress="json",
         metrics_port=0, report_topic=report_topic,
@@ -205,7 +205,7 @@ def test_an_iceberg_sink_is_reported_by_its_table_and_its_snapshots_count_as_com
     from oncelog.spark.pipeline_progress import BatchProgress, RunResult
     from oncelog.spark.pipeline_report import RunIdentity, report_record
 
-    spec = PipelineSpec(source_topic="orders", sink_topic=None, sink_table="shop.orders",
+    spec = PipelineSpec(source_topic="orders", sink_topics=(), sink_table="shop.orders",
                         checkpoint=str(tmp_path / "checkpoint"), sql="SELECT value FROM source")
     run = RunIdentity("query-1", "run-1", None, 0)
     progress = {"numInputRows": 4, "durationMs": {"addBatch": 30, "triggerExecution": 50},

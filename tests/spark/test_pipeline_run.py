@@ -136,7 +136,7 @@ def test_sql_pipeline_in_batch_mode_continues_from_its_checkpoint_without_duplic
     source, sink = f"sql-in-{uuid.uuid4().hex[:6]}", f"sql-out-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, source, sink)
     spec = PipelineSpec(
-        source_topic=source, sink_topic=sink, checkpoint=str(tmp_path / "checkpoint"),
+        source_topic=source, sink_topics=(sink,), checkpoint=str(tmp_path / "checkpoint"),
         bootstrap_servers=bootstrap, mode="batch", trigger=Trigger.parse("available-now"),
         sql="SELECT key, concat(value, CAST('-seen' AS BINARY)) AS value FROM source",
         max_offsets_per_trigger=60, progress="none",

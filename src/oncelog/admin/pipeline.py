@@ -24,10 +24,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     actions = pipeline.add_subparsers(dest="pipeline_action", metavar="ACTION", required=True)
     run = actions.add_parser(
         "run",
-        help="read a topic (read_committed), transform each micro-batch, write another topic or an "
+        help="read topics (read_committed), transform each micro-batch, write other topics or an "
         "Iceberg table exactly once",
         description="Read --source with read_committed, apply --transform or --sql, and write --sink "
-        "through the exactly-once oncelog sink: a topic, or an Apache Iceberg table with --sink "
+        "through the exactly-once oncelog sink: topics (a row goes to the first unless its topic column "
+        "names another), or an Apache Iceberg table with --sink "
         "iceberg:NAMESPACE.TABLE (one snapshot per micro-batch; the catalog from --iceberg-catalog, "
         "else an embedded SQLite catalog in --warehouse). Progress lives in --checkpoint: run again "
         "with the same checkpoint to continue where it stopped. Each micro-batch is reported to "

@@ -1,5 +1,5 @@
-"""The pipeline runner: one topic -> a transform -> another topic or an Apache Iceberg
-table, exactly once, on Spark.
+"""The pipeline runner: topics -> a transform -> other topics or an Apache Iceberg table,
+exactly once, on Spark.
 
     oncelog pipeline run --source orders --sink enriched-orders \\
         --transform examples/enrich_orders.py:enrich_orders --checkpoint /var/lib/ckpt/orders
@@ -17,8 +17,8 @@ trigger ends the pipeline or SIGTERM/SIGINT stops it. The runner's parts live in
   seconds): options, the transform's import, the broker, the topics, an Iceberg catalog;
 - pipeline_session: the Spark session (spark-submit's, or a local one logging to a file);
 - pipeline_query: `format("oncelog")` source (read_committed) -> transform ->
-  `format("oncelog")` exactly-once sink (or `format("oncelog-iceberg")`, docs/iceberg.md),
-  with Spark's checkpoint holding the progress;
+  `format("oncelog")` exactly-once sink (or `format("oncelog-iceberg")`, docs/iceberg.md;
+  update output mode through foreachBatch), with Spark's checkpoint holding the progress;
 - pipeline_run: `run_pipeline`, watching it: one progress line per micro-batch (text or
   JSON lines), SIGTERM stops it;
 - pipeline_metrics and pipeline_report: each micro-batch as Prometheus metrics
@@ -114,7 +114,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m oncelog.spark.pipeline",
-        description="Run an exactly-once pipeline on Spark: source topic -> transform -> sink topic, "
+        description="Run an exactly-once pipeline on Spark: source topics -> transform -> sink topics, "
         "or an Apache Iceberg table (--sink iceberg:NAMESPACE.TABLE).",
     )
     add_arguments(parser)

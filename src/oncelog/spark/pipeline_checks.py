@@ -186,7 +186,7 @@ def check_cluster(spec: PipelineSpec) -> None:
                 raise PipelineError(
                     f"cannot reach the broker at --bootstrap-server {spec.bootstrap_servers}: {one_line(error)}"
                 ) from None
-    topics = [("--source", spec.source_topic)] + ([("--sink", spec.sink_topic)] if spec.sink_topic else [])
+    topics = [("--source", topic) for topic in spec.source_topics] + [("--sink", topic) for topic in spec.sink_topics]
     for option, topic in topics:
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:

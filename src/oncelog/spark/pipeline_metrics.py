@@ -47,7 +47,7 @@ class QueryTotals:
 
     run: RunIdentity
     source_topic: str
-    sink_topic: str  # "" for an Iceberg sink
+    sink_topic: str  # the sink's topics, comma-separated; "" for an Iceberg sink
     sink_mode: str  # partition, batch or iceberg
     sink_table: str = ""  # an Iceberg sink's namespace.table
     batches: int = 0
@@ -120,7 +120,7 @@ class PipelineMetrics:
 
     def query_started(self, run: RunIdentity, spec: PipelineSpec) -> None:
         with self.lock:
-            self.queries[run.label] = QueryTotals(run, spec.source_topic, spec.sink_topic or "", spec.sink_mode,
+            self.queries[run.label] = QueryTotals(run, spec.source_topic, ",".join(spec.sink_topics), spec.sink_mode,
                                                   sink_table=spec.sink_table or "")
 
     def observe(self, run: RunIdentity, batch: BatchProgress) -> None:

@@ -2,7 +2,11 @@
 (functions, or --sql over the view `source`) -> the `format("oncelog")` exactly-once sink
 or, for --sink iceberg:NAMESPACE.TABLE, the `format("oncelog-iceberg")` one, with Spark's
 checkpoint holding the progress. The transform's result is reduced to the Kafka sink's
-columns (an Iceberg sink takes all of them) and checked before the query starts.
+columns (an Iceberg sink takes all of them) and checked before the query starts. A last
+transform may return several outputs, `{topic: DataFrame}`: they become one stream with a
+`topic` column, written by one query, so in batch mode each micro-batch reaches every
+topic at once. Update output mode goes through `foreachBatch`, each micro-batch written
+by the same sink as the micro-batch it is (option microBatchId).
 
 Driver only: each transform function is called once here, to build the plan; a transform
 given as a file is shipped to executors with `SparkContext.addPyFile`.
@@ -24,7 +28,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "oncelog"
 # The columns the sink reads from the transform's result; any other column is dropped.
-SINK_COLUMNS = ("key", "value", "headers", "partition")
+SINK_COLUMNS = ("key", "value", "headers", "partition", "topic")
 
 
 def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[TransformReference]) -> DataFrame:
@@ -51,11 +55,38 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
                 raise PipelineError(
                     f"--transform {transform.name} raised while building the query: {one_line(error)}"
                 ) from None
+            if isinstance(result, dict) and transform is transforms[-1]:
+                return several_outputs(result, spec, transform.name)
             if not isinstance(result, DataFrame):
                 raise PipelineError(
                     f"--transform {transform.name} returned {type(result).__name__}, not a DataFrame"
+                    + (" (only the last transform may return {topic: DataFrame})" if isinstance(result, dict) else "")
                 )
     return sink_columns(result, spec)
+
+
+def several_outputs(outputs: dict, spec: PipelineSpec, name: str) -> DataFrame:
+    """A transform's `{topic: DataFrame}` as one stream: each output's rows given its topic
+    and reduced to the sink's columns, then a union (missing columns are null)."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql.functions import lit
+
+    if spec.sink_table is not None:
+        raise PipelineError(f"--transform {name} returned several outputs: an Iceberg sink writes one table")
+    if not outputs:
+        raise PipelineError(f"--transform {name} returned an empty dict: give at least one {{topic: DataFrame}}")
+    merged = None
+    for topic, output in outputs.items():
+        if topic not in spec.sink_topics:
+            raise PipelineError(f"--transform {name} returned an output for the topic {topic!r}, which --sink "
+                                f"does not list (--sink {spec.sink_name})")
+        if not isinstance(output, DataFrame):
+            raise PipelineError(f"--transform {name} returned {type(output).__name__} for the topic {topic!r}, "
+                                "not a DataFrame")
+        routed = sink_columns(output.withColumn("topic", lit(topic)), spec)
+        merged = routed if merged is None else merged.unionByName(routed, allowMissingColumns=True)
+    assert merged is not None
+    return merged
 
 
 def build_source(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
@@ -67,9 +98,12 @@ def build_source(spark: SparkSession, spec: PipelineSpec) -> DataFrame:
 
 def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Keep what the Kafka sink writes: value (required, string or binary), key, headers,
-    partition. Everything else (offset, timestamp, a `topic` column...) is dropped: the
-    runner writes to --sink only. An Iceberg sink writes every column, checked against the
-    table (created from them when missing) before the query starts."""
+    partition, topic. Everything else (offset, timestamp...) is dropped. A `topic` column
+    routes each row to one of --sink's topics; a null, or a source topic (the source's
+    own column, passed through: the pipeline never writes its source), means the first.
+    Without one, --sink must name one topic. An Iceberg sink writes every column, checked
+    against the table (created from them when missing) before the query starts."""
+    from pyspark.sql.functions import col, lit, when
     from pyspark.sql.types import BinaryType, StringType
 
     if not result.isStreaming:
@@ -91,6 +125,15 @@ def sink_columns(result: DataFrame, spec: PipelineSpec) -> DataFrame:
             f"the transform's value column is {types['value'].simpleString()}; make it string or binary "
             "(e.g. to_json(struct(...)) AS value)"
         )
+    if "topic" in types:
+        if not isinstance(types["topic"], StringType):
+            raise PipelineError(f"the transform's topic column is {types['topic'].simpleString()}; make it a "
+                                f"string naming one of --sink's topics ({spec.sink_name})")
+        result = result.withColumn("topic", when(col("topic").isNull() | col("topic").isin(*spec.source_topics),
+                                                 lit(spec.sink_topic)).otherwise(col("topic")))
+    elif len(spec.sink_topics) > 1:
+        raise PipelineError(f"--sink names {len(spec.sink_topics)} topics, but the transform's result has no topic "
+                            "column to choose among them (or return {topic: DataFrame} from the last transform)")
     return result.select(*[name for name in SINK_COLUMNS if name in types])
 
 
@@ -112,9 +155,18 @@ def check_iceberg_table(result: DataFrame, spec: PipelineSpec) -> None:
 
 
 def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
-    writer = output.writeStream.format(ICEBERG_FORMAT_NAME if spec.sink_table is not None else FORMAT_NAME)
-    for key, value in sink_options(spec).items():
-        writer = writer.option(key, value)
+    options = sink_options(spec)
+    if spec.output_mode == "update":
+        # A Python data source's streaming sink cannot take update mode (Spark asks for
+        # SupportsStreamingUpdateAsAppend): each micro-batch is written by a batch write
+        # that is that micro-batch of this query (option microBatchId).
+        writer = output.writeStream.foreachBatch(_MicroBatchWrite(options)).option(
+            "checkpointLocation", spec.checkpoint_location)
+    else:
+        writer = output.writeStream.format(ICEBERG_FORMAT_NAME if spec.sink_table is not None else FORMAT_NAME)
+        for key, value in options.items():
+            writer = writer.option(key, value)
+    writer = writer.outputMode(spec.output_mode)
     if spec.trigger.kind == "available-now":
         writer = writer.trigger(availableNow=True)
     elif spec.trigger.kind == "once":
@@ -124,3 +176,16 @@ def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
     if spec.name:
         writer = writer.queryName(spec.name)
     return writer.start()
+
+
+class _MicroBatchWrite:
+    """foreachBatch's function: micro-batch `batch_id` through the oncelog sink."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        writer = batch.write.format(FORMAT_NAME).mode("append")
+        for key, value in self.options.items():
+            writer = writer.option(key, value)
+        writer.option("microBatchId", str(batch_id)).save()

@@ -78,7 +78,7 @@ def report_record(spec: PipelineSpec, run: RunIdentity, result: RunResult, state
         "state": state,
         "error": error,
         "source_topic": spec.source_topic,
-        "sink_topics": [spec.sink_topic] if spec.sink_topic is not None else [],
+        "sink_topics": list(spec.sink_topics),
         "sink_table": spec.sink_table,
         "sink_mode": spec.sink_mode,
         "batch": None if last is None else last.batch_id,

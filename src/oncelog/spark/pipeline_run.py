@@ -122,6 +122,10 @@ def run_pipeline(
             emit(f"metrics at {telemetry.metrics_url}")
         if spec.sink_table is not None and spec.progress == "text":
             emit(f"writing {spec.describe_iceberg_sink()}")
+        if len(spec.sink_topics) > 1 and spec.mode == "partition" and spec.progress == "text":
+            emit(f"note: --mode partition writes each task's rows to {spec.sink_name} in one transaction, but a "
+                 "micro-batch's tasks commit one by one: a reader may see one topic's records of a micro-batch "
+                 "before another's (--mode batch makes each micro-batch visible in every topic at once)")
         return _run(spec, spark, emit, stop, transforms, telemetry)
     finally:
         telemetry.close()

@@ -1,5 +1,5 @@
-"""What a pipeline is: the frozen `PipelineSpec` (the source topic, the sink: a topic or an
-Iceberg table, the transform or the SQL, the sink mode, the trigger, Spark's and the
+"""What a pipeline is: the frozen `PipelineSpec` (the source topic, the sink: topics or an
+Iceberg table, the transform or the SQL, the sink mode, the output mode, the trigger, Spark's and the
 clients' settings, where it reports) and its checks; the command line that builds it
 (`add_arguments`, `spec_from_args`, shared by `oncelog pipeline run` and `python -m
 oncelog.spark.pipeline`); the options it gives the source and the sink; and
@@ -21,6 +21,7 @@ DEFAULT_BOOTSTRAP = "localhost:9092"
 DEFAULT_MASTER = "local[*]"
 DEFAULT_TRIGGER = "processing-time=1s"
 MODES = ("partition", "batch")
+OUTPUT_MODES = ("append", "update", "complete")  # Spark's outputMode
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_REPORT_TOPIC = "_oncelog_pipelines"  # the broker's console reads it
 ICEBERG_SINK_PREFIX = "iceberg:"  # --sink iceberg:NAMESPACE.TABLE (a topic name cannot hold ':')
@@ -60,13 +61,16 @@ class Trigger:
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    source_topic: str
-    sink_topic: str | None  # the Kafka sink's topic; None with an Iceberg sink (sink_table)
+    source_topic: str  # --source: a topic, or several comma-separated (read together, e.g. for join_table)
+    # The Kafka sink's topics (--sink A,B): rows go to the first unless their `topic`
+    # column names another of them. Empty with an Iceberg sink (sink_table).
+    sink_topics: tuple[str, ...]
     checkpoint: str
     bootstrap_servers: str = DEFAULT_BOOTSTRAP
     transforms: tuple[str, ...] = ()  # "module:function" or "path/to/file.py:function", applied in order
     sql: str | None = None
     mode: str = "partition"
+    output_mode: str = "append"
     trigger: Trigger = field(default_factory=lambda: Trigger.parse(DEFAULT_TRIGGER))
     master: str | None = None  # None: spark-submit's master, else local[*]
     max_offsets_per_trigger: int | None = None
@@ -94,21 +98,29 @@ class PipelineSpec:
             raise PipelineError("give the transform: --transform module:function or --sql 'SELECT ... FROM source'")
         if self.transforms and self.sql is not None:
             raise PipelineError("--transform and --sql exclude each other: give one")
-        if not _TOPIC_NAME.fullmatch(self.source_topic):
-            raise PipelineError(f"--source {self.source_topic!r} is not a legal topic name")
-        if (self.sink_topic is None) == (self.sink_table is None):
-            raise PipelineError("give one sink: --sink TOPIC or --sink iceberg:NAMESPACE.TABLE")
+        for topic in self.source_topics:
+            if not _TOPIC_NAME.fullmatch(topic):
+                raise PipelineError(f"--source {topic!r} is not a legal topic name")
+        if len(set(self.source_topics)) != len(self.source_topics):
+            raise PipelineError(f"--source {self.source_topic} names a topic twice")
+        if bool(self.sink_topics) == (self.sink_table is not None):
+            raise PipelineError("give one sink: --sink TOPIC[,TOPIC...] or --sink iceberg:NAMESPACE.TABLE")
         if self.sink_table is not None:
             self._check_iceberg_sink(self.sink_table)
-        elif not _TOPIC_NAME.fullmatch(self.sink_topic or ""):
-            raise PipelineError(f"--sink {self.sink_topic!r} is not a legal topic name "
-                                "(an Iceberg table: --sink iceberg:NAMESPACE.TABLE)")
         elif self.iceberg_catalog or self.warehouse is not None:
             option = "--iceberg-catalog" if self.iceberg_catalog else "--warehouse"
             raise PipelineError(f"{option} is for an Iceberg sink (--sink iceberg:NAMESPACE.TABLE), "
                                 f"not the topic {self.sink_topic!r}")
-        if self.source_topic == self.sink_topic:
-            raise PipelineError(f"--source and --sink are the same topic {self.source_topic!r}")
+        for topic in self.sink_topics:
+            if not _TOPIC_NAME.fullmatch(topic):
+                raise PipelineError(f"--sink {topic!r} is not a legal topic name "
+                                    "(an Iceberg table: --sink iceberg:NAMESPACE.TABLE)")
+        if len(set(self.sink_topics)) != len(self.sink_topics):
+            raise PipelineError(f"--sink {','.join(self.sink_topics)} names a topic twice")
+        for topic in set(self.source_topics) & set(self.sink_topics):
+            raise PipelineError(f"--source and --sink are the same topic {topic!r}")
+        if self.output_mode not in OUTPUT_MODES:
+            raise PipelineError(f"--output-mode {self.output_mode!r}: use append, update or complete")
         if self.mode not in MODES:
             raise PipelineError(f"--mode {self.mode!r}: use partition or batch")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
@@ -136,6 +148,9 @@ class PipelineSpec:
             raise PipelineError(f"--sink {ICEBERG_SINK_PREFIX}{table}: the table must be {TABLE_NAME_RULE}")
         if self.mode != "partition":
             raise _mode_with_iceberg(self.mode)
+        if self.output_mode != "append":
+            raise PipelineError(f"--output-mode {self.output_mode}: an Iceberg sink appends a snapshot per "
+                                "micro-batch; use --output-mode append (the default)")
         if self.transactional_id_prefix is not None:
             raise PipelineError("--transactional-id-prefix is the Kafka sink's: an Iceberg sink uses no "
                                 "Kafka transactions; leave it out")
@@ -155,11 +170,20 @@ class PipelineSpec:
         return str(Path(self.checkpoint).expanduser().resolve())
 
     @property
+    def source_topics(self) -> tuple[str, ...]:
+        return tuple(topic.strip() for topic in self.source_topic.split(","))
+
+    @property
+    def sink_topic(self) -> str | None:
+        """The Kafka sink's first topic: where rows go that name no other one."""
+        return self.sink_topics[0] if self.sink_topics else None
+
+    @property
     def sink_name(self) -> str:
-        """The sink as --sink names it: the topic, or iceberg:NAMESPACE.TABLE."""
+        """The sink as --sink names it: the topics, or iceberg:NAMESPACE.TABLE."""
         if self.sink_table is not None:
             return f"{ICEBERG_SINK_PREFIX}{self.sink_table}"
-        return self.sink_topic or ""
+        return ",".join(self.sink_topics)
 
     @property
     def sink_mode(self) -> str:
@@ -209,18 +233,23 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     Without `connection`, the caller adds the connection options (`oncelog pipeline run`
     takes every oncelog command's: --bootstrap-server, --command-config, -X) and sets
     `args.bootstrap_servers`."""
-    parser.add_argument("--source", required=True, metavar="TOPIC", help="topic to read (read_committed)")
-    parser.add_argument("--sink", required=True, metavar="TOPIC|iceberg:NAMESPACE.TABLE",
-                        help="where to write, exactly once: a topic, or an Apache Iceberg table as "
-                        "iceberg:NAMESPACE.TABLE (one snapshot per micro-batch; see --iceberg-catalog)")
+    parser.add_argument("--source", required=True, metavar="TOPIC[,TOPIC...]",
+                        help="topics to read (read_committed), e.g. a stream's and the table's it joins "
+                        "(oncelog.spark.table_join)")
+    parser.add_argument("--sink", required=True, metavar="TOPIC[,TOPIC...]|iceberg:NAMESPACE.TABLE",
+                        help="where to write, exactly once: topics, or an Apache Iceberg table as "
+                        "iceberg:NAMESPACE.TABLE (one snapshot per micro-batch; see --iceberg-catalog). "
+                        "Rows go to the first topic unless their topic column names another one listed "
+                        "(a row naming a topic not listed fails the micro-batch)")
     transform = parser.add_mutually_exclusive_group(required=True)
     transform.add_argument(
         "--transform", action="append", metavar="MODULE:FUNCTION",
         help="a DataFrame -> DataFrame function, as package.module:function or path/to/file.py:function; "
         "repeat to apply several in order. It gets Spark's Kafka columns (key, value, topic, partition, "
         "offset, timestamp, timestampType, headers) and returns value (string or binary) and optionally "
-        "key, headers, partition; for an Iceberg sink, the table's columns (all of the result's columns go "
-        "to the table)",
+        "key, headers, partition, topic (one of --sink's); or, the last one, a dict {topic: DataFrame} of "
+        "several outputs. For an Iceberg sink, the table's columns (all of the result's columns go to the "
+        "table)",
     )
     transform.add_argument("--sql", metavar="QUERY", help=f"Spark SQL over the temp view {SOURCE_VIEW!r}")
     parser.add_argument("--checkpoint", required=True, metavar="DIR",
@@ -233,6 +262,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
                         help="the Kafka sink's mode: partition (a transaction per task, any Kafka cluster) or "
                         "batch (one atomic micro-batch; needs transaction.two.phase.commit.enable=true on the "
                         "broker); default: partition. Not for an Iceberg sink (a snapshot per micro-batch)")
+    parser.add_argument("--output-mode", choices=OUTPUT_MODES, default="append",
+                        help="Spark's output mode: append (rows once, final), update (the rows an aggregation "
+                        "changed, each micro-batch), complete (the whole result, each micro-batch); "
+                        "default: %(default)s")
     parser.add_argument("--trigger", default=DEFAULT_TRIGGER, metavar="TRIGGER",
                         help="available-now | once | processing-time=<N>[ms|s|m]; default: %(default)s")
     parser.add_argument("--master", metavar="MASTER",
@@ -278,12 +311,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
 
 
 def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
-    sink_topic, sink_table = parse_sink(args.sink)
+    sink_topics, sink_table = parse_sink(args.sink)
     if sink_table is not None and args.mode is not None:  # even --mode partition, the default of a topic sink
         raise _mode_with_iceberg(args.mode)
     return PipelineSpec(
         source_topic=args.source,
-        sink_topic=sink_topic,
+        sink_topics=sink_topics,
         sink_table=sink_table,
         iceberg_catalog=_iceberg_catalog(args.iceberg_catalog),
         warehouse=args.warehouse,
@@ -292,6 +325,7 @@ def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
         transforms=tuple(args.transform or ()),
         sql=args.sql,
         mode=args.mode or "partition",
+        output_mode=args.output_mode,
         trigger=Trigger.parse(args.trigger),
         master=args.master,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -319,11 +353,11 @@ def is_iceberg_sink(sink: str) -> bool:
     return sink.startswith(ICEBERG_SINK_PREFIX)
 
 
-def parse_sink(sink: str) -> tuple[str | None, str | None]:
-    """--sink as (topic, None) or (None, Iceberg table); PipelineSpec checks the names."""
+def parse_sink(sink: str) -> tuple[tuple[str, ...], str | None]:
+    """--sink as (topics, None) or ((), Iceberg table); PipelineSpec checks the names."""
     if is_iceberg_sink(sink):
-        return None, sink[len(ICEBERG_SINK_PREFIX):].strip()
-    return sink, None
+        return (), sink[len(ICEBERG_SINK_PREFIX):].strip()
+    return tuple(topic.strip() for topic in sink.split(",")), None
 
 
 def _iceberg_catalog(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -349,7 +383,7 @@ def source_options(spec: PipelineSpec) -> dict[str, str]:
     """The options the pipeline gives the source (--source-option last, so they win)."""
     options = {
         "kafka.bootstrap.servers": spec.bootstrap_servers,
-        "subscribe": spec.source_topic,
+        "subscribe": ",".join(spec.source_topics),
         "startingOffsets": spec.starting_offsets,
         "includeHeaders": "true",
     }
@@ -385,6 +419,7 @@ def sink_options(spec: PipelineSpec) -> dict[str, str]:
     return {
         "kafka.bootstrap.servers": spec.bootstrap_servers,
         "topic": spec.sink_topic or "",
+        "topics": ",".join(spec.sink_topics),
         "mode": spec.mode,
         "transactionalIdPrefix": spec.transactional_id,
         "checkpointLocation": spec.checkpoint_location,
