@@ -7,13 +7,15 @@
           .option("subscribe", "orders").load())
 
 `register(spark)` makes `format("oncelog")` available in a session built elsewhere.
+`join_table(source, "reference-data")` is Kafka Streams' KStream-KTable join
+(oncelog.spark.table_join).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FORMAT_NAME", "OncelogDataSource", "build_session", "register"]
+__all__ = ["FORMAT_NAME", "OncelogDataSource", "build_session", "join_table", "register"]
 
 FORMAT_NAME = "oncelog"
 
@@ -24,6 +26,10 @@ def __getattr__(name: str) -> Any:
         from oncelog.spark.source import OncelogDataSource
 
         return OncelogDataSource
+    if name == "join_table":
+        from oncelog.spark.table_join import join_table
+
+        return join_table
     if name in ("build_session", "register"):
         from oncelog.spark import session
 

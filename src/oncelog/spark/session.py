@@ -29,6 +29,9 @@ from oncelog.local.java import JavaNotFound, java_home  # noqa: F401 (re-exporte
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+STATE_STORE_PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
 # Small and quiet by default: local pipelines and tests, not a cluster.
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -40,6 +43,10 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # Streaming state (aggregations, oncelog.spark.table_join's table) in RocksDB, as Kafka
+    # Streams keeps its stores; transformWithState needs it. A query restarted from a
+    # checkpoint keeps the provider the checkpoint was made with.
+    STATE_STORE_PROVIDER_KEY: ROCKSDB_PROVIDER,
 }
 
 # Only for `local` masters, where the driver's JVM also runs the executors (see docs/spark.md,
