@@ -137,3 +137,29 @@ def test_outputs_that_cannot_be_routed_are_one_line_before_the_query_starts(
     with pytest.raises(PipelineError) as raised:
         run_pipeline(spec(bootstrap, source, (first, second), tmp_path / "checkpoint", **fields), spark)
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_foreach_batch_write_given_another_micro_batch_id_fails_instead_of_skipping_rows(
+        spark, shared_broker, tmp_path):
+    from pyspark.errors import StreamingQueryException
+
+    bootstrap = shared_broker.bootstrap_servers
+    source, sink = names("in", "out")
+    create_topics(bootstrap, (source, 1), (sink, 1))
+    produce_in_transactions(bootstrap, source, [([b"a", b"b"], True)])
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def write(batch, batch_id):  # the id of a later micro-batch: its marker would make a re-run skip
+        (batch.write.format("oncelog").mode("append").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", sink).option("checkpointLocation", checkpoint)
+         .option("microBatchId", str(batch_id + 100)).save())
+
+    stream = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest").load())
+    query = (stream.select("value").writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException) as raised:
+        query.awaitTermination(120)
+    assert "option microBatchId=100" in str(raised.value)
+    assert "is not the micro-batch this write runs in (streaming.sql.batchId is 0, not 100)" in str(raised.value)
+    assert read_all(bootstrap, sink) == []

@@ -18,7 +18,7 @@ from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
 from .sink_support import create_topics, read_all
 
 
-def produce(bootstrap: str, records: list[tuple[str, bytes, bytes | None, int]]) -> None:
+def produce(bootstrap: str, records: list[tuple[str, bytes | None, bytes | None, int]]) -> None:
     """(topic, key, value or None for a tombstone, timestamp ms), in order, one partition."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for topic, key, value, timestamp in records:
@@ -49,7 +49,7 @@ def test_events_join_the_table_as_it_is_when_they_are_processed_and_the_table_su
     create_topics(bootstrap, (events, 1), (table, 1), (enriched, 1))
     produce(bootstrap, [
         (table, b"A", b"A1", 1000), (table, b"C", b"C1", 1000),
-        (events, b"A", b"e1", 2000), (events, b"B", b"eB", 2000),
+        (events, b"A", b"e1", 2000), (events, b"B", b"eB", 2000), (events, None, b"eN", 2000),
         (table, b"A", b"A2", 3000), (events, b"A", b"e2", 4000),
         (table, b"A", None, 5000), (events, b"A", b"e3", 6000),
     ])
@@ -62,6 +62,6 @@ def test_events_join_the_table_as_it_is_when_they_are_processed_and_the_table_su
     produce(bootstrap, [(events, b"C", b"e4", 7000), (table, b"A", b"A3", 7000), (events, b"A", b"e5", 8000)])
     run_pipeline(spec, spark)  # the table (C1, A deleted) comes back from the checkpoint
 
-    unmatched = {b"eB:-", b"e3:-"} if how == "left" else set()
+    unmatched = {b"eB:-", b"e3:-", b"eN:-"} if how == "left" else set()  # eN has no key
     assert sorted(o.value for o in read_all(bootstrap, enriched)) == sorted(
         {b"e1:A1", b"e2:A2", b"e4:C1", b"e5:A3"} | unmatched)

@@ -1,5 +1,5 @@
-"""`oncelog pipeline run`: an exactly-once Spark pipeline from one topic to another, or into
-an Apache Iceberg table.
+"""`oncelog pipeline run`: an exactly-once Spark pipeline from topics to other topics, or
+into an Apache Iceberg table.
 
 The options and the runner live in `oncelog.spark.pipeline` (also runnable as
 `python -m oncelog.spark.pipeline` and under spark-submit); this module only hangs them

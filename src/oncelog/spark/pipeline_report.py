@@ -12,7 +12,7 @@ The record (version 1), UTF-8 JSON, key = the query id:
 
     {"version": 1, "id": str, "run_id": str, "name": str|null,
      "state": "running"|"stopped"|"failed", "error": str|null (failed: the runner's one line),
-     "source_topic": str, "sink_topics": [str] ([] for an Iceberg sink),
+     "source_topic": str (several: comma-separated), "sink_topics": [str] ([] for an Iceberg sink),
      "sink_table": str|null (an Iceberg sink's namespace.table), "sink_mode": "partition"|"batch"|"iceberg",
      "batch": int|null (last batch id), "batches": int (this run), "records": int (this run),
      "batch_records": int|null (input records of the last batch),

@@ -35,6 +35,7 @@ Where code runs:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -64,6 +65,7 @@ from oncelog.spark.sink_options import (
     BATCH_MODE,
     PARTITION_MODE,
     SinkError,
+    SinkOptionError,
     SinkOptions,
     SinkWriteError,
     check_client_settings,
@@ -114,9 +116,12 @@ def warn_of_fan_out(options: SinkOptions, schema: StructType) -> None:
     """Driver, mode=partition: rows routed to several topics by the `topic` column are
     atomic per task (one transaction covers the task's rows to every topic), not per
     micro-batch; said once per process and set of options, in the driver's log."""
-    if options in _warned_of_fan_out or "topic" not in {field.name.lower() for field in schema.fields}:
+    if len(options.topics) == 1 or "topic" not in {field.name.lower() for field in schema.fields}:
+        return  # one topic allowed: nothing fans out
+    once_per = dataclasses.replace(options, micro_batch_id=None)  # not once per foreachBatch micro-batch
+    if once_per in _warned_of_fan_out:
         return
-    _warned_of_fan_out.add(options)
+    _warned_of_fan_out.add(once_per)
     logger.warning(
         "oncelog sink, mode=partition, rows with a 'topic' column: each task's rows to every topic commit "
         "together, but a micro-batch's tasks commit one by one, so a read_committed consumer may see one "
@@ -318,7 +323,9 @@ class OncelogMicroBatchWriter(DataSourceArrowWriter):
     marker offsets, gate and recorded decisions), so a re-run of the micro-batch after a
     restart is recognised as one. It exists for what a Python data source's streaming
     sink cannot be given: Spark takes update output mode only from sinks it knows can
-    (SupportsStreamingUpdateAsAppend), and foreachBatch is one of them."""
+    (SupportsStreamingUpdateAsAppend), and foreachBatch is one of them. One such write per
+    micro-batch: a second one with the same id is taken for a re-run and writes nothing
+    (write several topics through the `topic` column instead)."""
 
     def __init__(self, stream: OncelogStreamWriter, batch_id: int, query_id: str) -> None:
         self.stream = stream
@@ -330,6 +337,16 @@ class OncelogMicroBatchWriter(DataSourceArrowWriter):
 
         context = TaskContext.get()
         assert context is not None  # write runs in a Spark task
+        # Inside foreachBatch the micro-batch's own ids reach the nested job's tasks too:
+        # a microBatchId or checkpointLocation that is not this micro-batch's would make the
+        # sink skip rows as "already written" by another micro-batch or query.
+        for name, given in (("streaming.sql.batchId", str(self.batch_id)), ("sql.streaming.queryId", self.query_id)):
+            actual = context.getLocalProperty(name)
+            if actual is not None and actual != given:
+                raise SinkOptionError(f"option microBatchId={self.batch_id} with checkpointLocation="
+                                      f"{self.stream.options.checkpoint_location} is not the micro-batch this write "
+                                      f"runs in ({name} is {actual}, not {given}); give foreachBatch's own batch id "
+                                      "and the query's checkpoint")
         task = TaskIdentity(self.query_id, self.batch_id, context.partitionId(), context.attemptNumber())
         with trace.step("sink.write", batch=task.batch_id, task=task.partition_id):
             result = self.stream.write_as(task, iterator)

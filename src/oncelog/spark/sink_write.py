@@ -78,7 +78,9 @@ def write_partition_mode(options: SinkOptions, task: TaskIdentity, batches: Iter
     if first is None:
         return result
     transactional_id = partition_transactional_id(options, task.query_id, task.partition_id)
-    marker_topic = options.topic or first_topic(first, None)
+    # The same on every re-run: the option's topic, else the first of option topics; only
+    # without either the first row's (the same on a re-run only if the rows' order is).
+    marker_topic = options.topic or (options.topics[0] if options.topics else first_topic(first, None))
     producer = new_producer(options, transactional_id)
     began = False
     try:

@@ -10,21 +10,22 @@ is dropped; left join: it comes out with a null `table_value`.
 
 The table lives in Spark's state store (one value per key, in the query's checkpoint),
 through `transformWithState` grouped by key, so it survives restarts and a re-run
-micro-batch sees the table as it was before that micro-batch. Within a micro-batch a key's
-rows are processed in timestamp order, a table update before an event of the same
-timestamp (Kafka Streams orders its input by timestamp too); rows of different keys are
+micro-batch sees the table as it was before that micro-batch. Within a micro-batch a
+key's rows are processed as Kafka Streams processes its input: each topic-partition's in
+offset order, and among the partitions the one whose next record has the lowest
+timestamp first (a table update before an event on a tie); rows of different keys are
 independent. Spark's `transformWithState` needs the RocksDB state store provider
-(`ROCKSDB_PROVIDER`), which oncelog's sessions (`build_session`, the runner's) use.
+(`ROCKSDB_PROVIDER`), which oncelog's local sessions (`build_session`, the runner's) use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
 from oncelog.spark.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER_KEY
 
@@ -33,17 +34,17 @@ if TYPE_CHECKING:
 
 HOWS = ("inner", "left")
 
-# What join_table returns: the event's columns and the table's value for its key.
+# What join_table returns: the event's key, value, topic and timestamp, and the table's
+# value for its key. Not the event's partition: a `partition` column would tell the sink
+# where to write.
 JOINED_SCHEMA = StructType([
     StructField("key", BinaryType()),
     StructField("value", BinaryType()),
     StructField("table_value", BinaryType()),
     StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
     StructField("timestamp", TimestampType()),
 ])
-_INPUT_COLUMNS = [field.name for field in JOINED_SCHEMA.fields if field.name != "table_value"]
+_INPUT_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp"]
 _TABLE_ENTRY = StructType([StructField("value", BinaryType())])
 
 
@@ -82,20 +83,17 @@ class _TableJoin(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Row]:
         has_key = key is not None and key[0] is not None
-        ordered = sorted(rows, key=lambda row: (row.timestamp, row.topic != self.table_topic, row.topic,
-                                                row.partition, row.offset))
         entry = self.table.get() if has_key and self.table.exists() else None
         current = None if entry is None else entry[0]
         changed = False
-        for row in ordered:
+        for row in in_processing_order(rows, self.table_topic):
             if row.topic == self.table_topic:
                 if has_key:  # a table record without a key has nothing to set (Kafka Streams drops it)
                     current, changed = row.value, True
                 continue
             if current is None and not self.keep_unmatched:
                 continue
-            yield Row(key=row.key, value=row.value, table_value=current, topic=row.topic,
-                      partition=row.partition, offset=row.offset, timestamp=row.timestamp)
+            yield Row(key=row.key, value=row.value, table_value=current, topic=row.topic, timestamp=row.timestamp)
         if changed:
             if current is None:
                 self.table.clear()
@@ -104,3 +102,20 @@ class _TableJoin(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def in_processing_order(rows: Iterable[Any], table_topic: str) -> Iterator[Any]:
+    """`rows` in Kafka Streams' order: each topic-partition's in offset order; next, always
+    the head with the lowest timestamp, a table record before an event on a tie."""
+    queues: dict[tuple[str, int], list[Any]] = {}
+    for row in rows:
+        queues.setdefault((row.topic, row.partition), []).append(row)
+    for queue in queues.values():
+        queue.sort(key=lambda row: row.offset, reverse=True)  # taken from the end
+    while queues:
+        chosen = min(queues, key=lambda partition: (queues[partition][-1].timestamp,
+                                                     queues[partition][-1].topic != table_topic, partition))
+        queue = queues[chosen]
+        yield queue.pop()
+        if not queue:
+            del queues[chosen]
