@@ -11,6 +11,7 @@ for the shape) and list it below. Numbering follows the issue:
  5 consume read_uncommitted    5c consume read_committed     6 commit latency p50/p99
  7 start-up                   7r recovery after kill -9       8 Spark pipeline
  8i 8 into an Iceberg table vs into a topic
+ 8t stateful pipelines (windowed count, table join) at the demo's rate
  8s the Spark source alone     8w the Spark sink alone
 """
 
@@ -37,6 +38,7 @@ SCENARIOS: list[Scenario] = [
     startup.RECOVERY,
     pipeline.PIPELINE,
     pipeline.ICEBERG,
+    pipeline.STATEFUL,
     pipeline.SOURCE_ALONE,
     pipeline.SINK_ALONE,
 ]

@@ -1,6 +1,6 @@
-"""Scenarios 8, 8i, 8s and 8w: the exactly-once Spark pipeline, into a topic and into an
-Iceberg table, and its source and sink alone, each against the same work done another way
-in the same run.
+"""Scenarios 8, 8i, 8t, 8s and 8w: the exactly-once Spark pipeline, into a topic and into
+an Iceberg table, stateful, and its source and sink alone, each against the same work done
+another way in the same run.
 
 Scenario 8, for 1 KB and for 100-byte records, each on a fresh oncelog broker (two-phase
 commit on) with an input topic of 2 partitions holding PIPELINE_RECORDS records written
@@ -28,6 +28,15 @@ mode), on one broker and one input; msg/s of the steady micro-batches of each, a
 ratio. The table is counted with pyiceberg afterwards (every input record once, by count),
 the topic with a read_committed consumer.
 
+Scenario 8t (stateful, issue 17): micro-batch time at the demo's rate. The input holds
+STATEFUL_RECORDS keyed records (STATEFUL_KEYS keys, 200 B) and a compacted table topic one
+value per key; the runner reads STATEFUL_RATE offsets per micro-batch (one second of the
+demo's 20,000 orders over 8 s), available-now, `local[2]`, partition mode, three ways in
+one run: stateless (`--sql` projection), a count per key and 5-minute window in update
+output mode, and `oncelog.spark.join_table` (`bench/stateful_join.py`). The figures are
+the p50 of the steady micro-batches' durations: under 1 s, the pipeline keeps up with the
+demo's rate at a second's latency. Every output is counted afterwards.
+
 Scenario 8s (source alone): in one child process, the source's reader (`read_range`, what
 a Spark task runs, without Spark) reads a whole partition into Arrow batches, alternating
 with a plain confluent-kafka read_committed consumer loop over the same partition
@@ -42,6 +51,7 @@ their signatures), as peer "baseline".
     python -m bench.scenarios.pipeline direct --bootstrap H:P --input T --output T --messages N
     python -m bench.scenarios.pipeline count --bootstrap H:P --topic T
     python -m bench.scenarios.pipeline count-table --warehouse DIR --table NS.T
+    python -m bench.scenarios.pipeline keyed --bootstrap H:P --topic T --messages N --keys K
     python -m bench.scenarios.pipeline source|sink --bootstrap H:P --topic T --runs N
 """
 
@@ -168,17 +178,21 @@ class PipelineScenario(Scenario):
 
 
 def _run_spark(peer: str, settings: Settings, bootstrap: str, mode: str, output: str, label: str, *,
-               sink: tuple[str, ...] | None = None, sql: str = SPARK_SQL) -> dict:
-    """One run of the runner; `sink`: its sink arguments (default: the topic `output` in `mode`)."""
-    checkpoint = Path(tempfile.mkdtemp(prefix="pipeline-checkpoint-", dir=settings.work_dir))
+               sink: tuple[str, ...] | None = None, sql: str = SPARK_SQL, source: str = INPUT,
+               transform: tuple[str, ...] | None = None, per_trigger: int = COMMIT_EVERY,
+               checkpoint: Path | None = None, warm_up: bool = False) -> dict:
+    """One run of the runner; `sink`: its sink arguments (default: the topic `output` in
+    `mode`); `transform`: its transform arguments (default: `--sql sql`); `checkpoint`:
+    one to continue (default: a new one); `warm_up`: a run whose figures are not wanted."""
+    checkpoint = checkpoint or Path(tempfile.mkdtemp(prefix="pipeline-checkpoint-", dir=settings.work_dir))
     trace = checkpoint.with_suffix(".trace.jsonl")
     extra = {"ONCELOG_SPARK_TRACE": str(trace)} if settings.profile else {}
     command = [
         sys.executable, "-m", "oncelog.spark.pipeline",
-        "--source", INPUT, *(sink or ("--sink", output, "--mode", mode)), "--sql", sql,
+        "--source", source, *(sink or ("--sink", output, "--mode", mode)), *(transform or ("--sql", sql)),
         "--checkpoint", str(checkpoint), "--bootstrap-servers", bootstrap,
         "--trigger", "available-now", "--master", "local[2]",
-        "--max-offsets-per-trigger", str(COMMIT_EVERY), "--progress", "json",
+        "--max-offsets-per-trigger", str(per_trigger), "--progress", "json",
     ]
     started_at = time.time()
     try:
@@ -191,6 +205,8 @@ def _run_spark(peer: str, settings: Settings, bootstrap: str, mode: str, output:
         raise ScenarioFailed(f"the Spark pipeline failed: {(errors or done.stderr.splitlines() or ['?'])[-1]}")
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     batches = [e for e in events if e.get("event") == "batch" and e["records"] > 0]
+    if warm_up:
+        return {}
     # The first micro-batch also starts Spark's Python workers and warms up the JVM.
     steady = batches[1:]
     if not steady:
@@ -293,6 +309,101 @@ class IcebergScenario(Scenario):
             "iceberg_vs_kafka": iceberg["msg_per_s"] / kafka["msg_per_s"],
             "iceberg_batch_p50_ms": iceberg["batch_p50_ms"], "kafka_batch_p50_ms": kafka["batch_p50_ms"],
         }
+
+
+STATEFUL_RATE = 2_500  # records per micro-batch: one second of the demo's 20,000 orders over 8 s
+STATEFUL_RECORDS = 50_000
+STATEFUL_KEYS = 1_000
+STATEFUL_INPUT = "bench-events"
+JOIN_INPUT = "bench-events-join"  # written once the join's query has read the whole table
+STATEFUL_TABLE = "bench-reference-data"
+STATEFUL_WAYS = {
+    # name: (--source, transform arguments, extra sink arguments)
+    "stateless": (STATEFUL_INPUT, ("--sql", "SELECT key, concat(CAST('seen:' AS BINARY), value) AS value FROM source"),
+                  ()),
+    "count": (STATEFUL_INPUT, ("--sql", ("SELECT key, CAST(count(*) AS STRING) AS value FROM source "
+                                         "GROUP BY window(timestamp, '5 minutes'), key")), ("--output-mode", "update")),
+    "join": (f"{JOIN_INPUT},{STATEFUL_TABLE}", ("--transform", f"{REPO / 'bench' / 'stateful_join.py'}:enrich"),
+             ()),
+}
+
+
+class StatefulScenario(Scenario):
+    """8t: stateless, windowed count (update mode) and table join at the demo's rate."""
+
+    id = "8t"
+    title = "stateful Spark pipelines at the demo's rate: micro-batch p50"
+    metrics = (
+        Metric("stateless_batch_p50_ms", "stateless batch p50 ms", higher_is_better=False),
+        Metric("count_batch_p50_ms", "windowed count batch p50 ms", higher_is_better=False, target=("<=", 1000)),
+        Metric("join_batch_p50_ms", "table join batch p50 ms", higher_is_better=False, target=("<=", 1000)),
+        Metric("count_vs_stateless", "count / stateless p50", higher_is_better=False),
+        Metric("join_vs_stateless", "join / stateless p50", higher_is_better=False),
+    )
+    peers = (ONCELOG,)
+    supports_baseline = False  # the baseline tree may have no join_table or --output-mode
+
+    def unavailable_reason(self, settings: Settings) -> str | None:
+        return _spark_unavailable()
+
+    def run_once(self, peer: str, settings: Settings) -> dict[str, float]:
+        records = 20_000 if settings.quick else STATEFUL_RECORDS
+        figures: dict[str, float] = {}
+        with running(peer, settings) as (bootstrap, _target):
+            loadgen("create-topic", "--bootstrap", bootstrap, "--topic", STATEFUL_INPUT, "--partitions", PARTITIONS)
+            loadgen("create-topic", "--bootstrap", bootstrap, "--topic", STATEFUL_TABLE, "--partitions", PARTITIONS,
+                    "--config", "cleanup.policy=compact")
+            _child(ONCELOG, settings, "keyed", "--bootstrap", bootstrap, "--topic", STATEFUL_TABLE,
+                   "--messages", STATEFUL_KEYS, "--keys", STATEFUL_KEYS)
+            _child(ONCELOG, settings, "keyed", "--bootstrap", bootstrap, "--topic", STATEFUL_INPUT,
+                   "--messages", records, "--keys", STATEFUL_KEYS)
+            for name, (source, transform, sink_extra) in STATEFUL_WAYS.items():
+                output = f"bench-stateful-{name}"
+                loadgen("create-topic", "--bootstrap", bootstrap, "--topic", output, "--partitions", PARTITIONS)
+                sink = ("--sink", output, "--mode", "partition", *sink_extra)
+                checkpoint = Path(tempfile.mkdtemp(prefix="stateful-", dir=settings.work_dir))
+                if name == "join":
+                    # The query takes the whole table in first, as a Kafka Streams application
+                    # would (by timestamp) before these later events: under maxOffsetsPerTrigger
+                    # Spark shares each micro-batch among the partitions by their lag instead.
+                    loadgen("create-topic", "--bootstrap", bootstrap, "--topic", JOIN_INPUT,
+                            "--partitions", PARTITIONS)
+                    _run_spark(peer, settings, bootstrap, "partition", output, "stateful-join-table", source=source,
+                               transform=transform, sink=sink, per_trigger=STATEFUL_KEYS * 2, checkpoint=checkpoint,
+                               warm_up=True)
+                    _child(ONCELOG, settings, "keyed", "--bootstrap", bootstrap, "--topic", JOIN_INPUT,
+                           "--messages", records, "--keys", STATEFUL_KEYS)
+                run = _run_spark(peer, settings, bootstrap, "partition", output, f"stateful-{name}", source=source,
+                                 transform=transform, sink=sink, per_trigger=STATEFUL_RATE, checkpoint=checkpoint)
+                figures[f"{name}_batch_p50_ms"] = run["batch_p50_ms"]
+                counted = _child(ONCELOG, settings, "count", "--bootstrap", bootstrap, "--topic", output)["records"]
+                # The count writes each key's new count per micro-batch: between one record
+                # per key and one per input record.
+                low, high = (STATEFUL_KEYS, records) if name == "count" else (records, records)
+                if not low <= counted <= high:
+                    raise ScenarioFailed(f"{name} output holds {counted} records, expected {low}-{high}")
+        for name in ("count", "join"):
+            figures[f"{name}_vs_stateless"] = figures[f"{name}_batch_p50_ms"] / figures["stateless_batch_p50_ms"]
+        return figures
+
+
+def keyed_records(args: argparse.Namespace) -> dict:
+    """`messages` records of 200 B whose keys cycle over `keys` keys (k0000...), idempotent."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": args.bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                         "batch.num.messages": 10_000})
+    value = b"v" * 200
+    for number in range(args.messages):
+        while True:
+            try:
+                producer.produce(args.topic, value, key=b"k%04d" % (number % args.keys))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60):
+        raise RuntimeError("records still unacknowledged after 60 s")
+    return {"records": args.messages}
 
 
 def count_table(args: argparse.Namespace) -> dict:
@@ -612,6 +723,11 @@ def main(argv: list[str] | None = None) -> int:
     table = modes.add_parser("count-table")
     table.add_argument("--warehouse", required=True)
     table.add_argument("--table", required=True)
+    keyed = modes.add_parser("keyed")
+    keyed.add_argument("--bootstrap", required=True)
+    keyed.add_argument("--topic", required=True)
+    keyed.add_argument("--messages", type=int, required=True)
+    keyed.add_argument("--keys", type=int, required=True)
     for name in ("source", "sink"):
         alone = modes.add_parser(name)
         alone.add_argument("--bootstrap", required=True)
@@ -621,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         alone.add_argument("--runs", type=int, default=ALONE_RUNS)
     args = parser.parse_args(argv)
     run = {"direct": direct_loop, "count": count_records, "count-table": count_table, "source": source_alone,
-           "sink": sink_alone}[args.mode]
+           "sink": sink_alone, "keyed": keyed_records}[args.mode]
     try:
         result = run(args)
     except Exception as error:  # noqa: BLE001 (reported to the harness as JSON)
@@ -632,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
 
 PIPELINE = PipelineScenario()
 ICEBERG = IcebergScenario()
+STATEFUL = StatefulScenario()
 SOURCE_ALONE = SourceAlone()
 SINK_ALONE = SinkAlone()
 
