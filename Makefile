@@ -13,6 +13,7 @@
 #   make iceberg-faults the Iceberg sink's fault runs (driver kills at every pause point, task retries, a concurrent writer),
 #                      real speculative execution on a standalone cluster,
 #                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
+#   make sink-faults the Kafka sink's real speculative execution on a standalone cluster, both modes
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -34,7 +35,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-cluster soak-faults groups-faults iceberg-faults compat clean distclean
+.PHONY: help setup test lint demo bench soak soak-cluster soak-faults groups-faults iceberg-faults sink-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -119,6 +120,9 @@ groups-faults: setup
 iceberg-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py tests/spark/test_iceberg_speculation.py \
 	  tests/integration/test_demo.py $(PYTEST_ARGS)
+
+sink-faults: setup
+	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_sink_speculation.py $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

@@ -8,7 +8,11 @@ and the stalled attempt is killed with its rows left behind in the log.
 The output, read with read_committed, must be upper(value) of the committed input exactly
 once; the copies must have won (records written by attempt 1 are visible), and the losers'
 rows must be in the log but aborted (read_uncommitted sees attempt-0 rows that
-read_committed does not)."""
+read_committed does not).
+
+`make sink-faults` runs it (marked slow: a standalone cluster per mode, a minute in all);
+the default run replays the same attempts against the sink without Spark
+(test_sink_attempts.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ SPECULATION_CONF = {
     "spark.task.maxFailures": "4",
 }
 STALL_AT = {"partition": "partition:before-task-commit", "batch": "batch:before-handover"}
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
