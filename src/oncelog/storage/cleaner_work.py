@@ -44,6 +44,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage import batch_records
 from oncelog.storage.cleaner_plan import CleaningInProgress, CleaningPlan, SegmentToClean, aborted_overlapping
 from oncelog.storage.errors import StorageError
+from oncelog.storage.framed_file import write_fully
 from oncelog.storage.index import INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 from oncelog.storage.segment import INT32_MAX, LOG_SUFFIX, LogSegment, segment_file_name
 from oncelog.storage.swap import CLEANED_SUFFIX, unlink_cleaned_files
@@ -301,7 +302,7 @@ class CleaningWork:
                 raise StorageError(str(cleaned_path), f"cannot set its time: {exc.strerror}", exc.errno) from exc
             cleaned.recover(plan.index_interval_bytes, clock.now_ms())
             cleaned.on_become_inactive()
-            cleaned.write_indexes(sync=True, open_file=in_progress.create_file)
+            cleaned.write_indexes(in_progress.create_file)
         except BaseException:
             cleaned.close_without_flush()  # the loop removes the files
             raise
@@ -375,10 +376,8 @@ def _whole(buffer: bytes, header: BatchHeader) -> bytes:
 
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
-    view = memoryview(data)
     try:
-        while view:
-            view = view[os.write(fd, view):]
+        write_fully(fd, data)
     except OSError as exc:
         raise StorageError(str(path), f"cannot write cleaned segment: {exc.strerror}", exc.errno) from exc
 

@@ -52,6 +52,13 @@ def _fsync_path(path: Path, flags: int, failure: str) -> None:
         raise StorageError(str(path), f"{failure}: {exc.strerror}", exc.errno) from exc
 
 
+def write_fully(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` (os.write may take part of it). Raises OSError."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_framed_file(path: Path, magic: bytes, version: int, payload: bytes) -> None:
     prefix = _PREFIX.pack(magic, version, len(payload))
     replace_file(path, prefix + _CRC.pack(crc32c(payload, crc32c(prefix))) + payload)
@@ -64,9 +71,7 @@ def replace_file(path: Path, data: bytes) -> None:
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_fully(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

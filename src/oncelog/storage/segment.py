@@ -51,6 +51,7 @@ from oncelog.protocol.record_batch import (
 )
 from oncelog.storage.batch_records import decode_records
 from oncelog.storage.errors import CorruptLogError, StorageError
+from oncelog.storage.framed_file import write_fully
 from oncelog.storage.index import INDEX_ENTRY_SIZE, NO_TIMESTAMP, TIME_INDEX_ENTRY_SIZE, OffsetIndex, TimeIndex
 from oncelog.storage.producer_state import ProducerBatch
 
@@ -705,29 +706,20 @@ class LogSegment:
         self._maybe_append_time_entry()
         self._changes += 1
 
-    def write_indexes(self, *, sync: bool, open_file: Callable[[Path], int] | None = None) -> None:
-        """Write both index files whole: through a temp file renamed into place, or, with
-        `open_file`, straight into the descriptor it opens for each index path (the log
-        cleaner's `.cleaned` files, which nothing reads before its swap renames them)."""
-        index_data = self._offset_index.to_bytes()
-        time_data = self._time_index.to_bytes()
-        for path, data in ((self.index_path, index_data), (self.time_index_path, time_data)):
-            temp = path.with_name(path.name + ".tmp") if open_file is None else path
+    def write_indexes(self, open_file: Callable[[Path], int]) -> None:
+        """Write and fsync both index files whole, straight into the descriptor `open_file`
+        opens for each index path (the log cleaner's `.cleaned` files, which nothing reads
+        before its swap renames them). A live segment's index files are written by its
+        flush (`take_flush`), through temporary files renamed into place."""
+        for path, data in ((self.index_path, self._offset_index.to_bytes()),
+                           (self.time_index_path, self._time_index.to_bytes())):
             try:
-                if open_file is None:
-                    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                else:
-                    fd = open_file(path)
+                fd = open_file(path)
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    if sync:
-                        os.fsync(fd)
+                    write_fully(fd, data)
+                    os.fsync(fd)
                 finally:
                     os.close(fd)
-                if open_file is None:
-                    os.replace(temp, path)
             except OSError as exc:
                 raise _storage_error(path, "write index", exc) from exc
         self._indexes_dirty = False
@@ -737,15 +729,17 @@ class LogSegment:
         return self._log_dirty
 
     def flush(self, *, write_indexes: bool) -> None:
-        """fsync the log file; with `write_indexes`, also write and fsync changed indexes."""
-        if self._log_dirty:
-            try:
-                _fdatasync(self._fd)
-            except OSError as exc:
-                raise _storage_error(self.log_path, "fsync segment", exc) from exc
-            self._log_dirty = False
-        if write_indexes and self._indexes_dirty:
-            self.write_indexes(sync=True)
+        """fsync the log file; with `write_indexes`, also write and fsync changed indexes:
+        `take_flush`'s work, all in the calling thread."""
+        flush = self.take_flush(write_indexes=write_indexes)
+        if flush is None:
+            return
+        try:
+            flush.sync()
+        except StorageError:
+            flush.discard()
+            raise
+        flush.finish()
 
     def take_flush(self, *, write_indexes: bool) -> SegmentFlush | None:
         """What `flush` would do, as a `SegmentFlush` whose `sync` may run on another
@@ -866,9 +860,7 @@ class SegmentFlush:
                     raise _storage_error(self.segment.log_path, "fsync segment", exc) from exc
             for (path, data), fd in zip(self.index_contents, index_fds, strict=True):
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
+                    write_fully(fd, data)
                     os.fsync(fd)
                 except OSError as exc:
                     raise _storage_error(path, "write index", exc) from exc
