@@ -42,12 +42,28 @@ def fsync_file(path: Path) -> None:
 
 
 def _fsync_path(path: Path, flags: int, failure: str) -> None:
+    fd = open_for_fsync(path, flags, failure)
     try:
-        fd = os.open(path, flags, 0o644)
         try:
-            os.fsync(fd)
+            fsync_descriptor(fd, path, failure)
         finally:
             os.close(fd)
+    except OSError as exc:  # the close's
+        raise StorageError(str(path), f"{failure}: {exc.strerror}", exc.errno) from exc
+
+
+def open_for_fsync(path: Path, flags: int, failure: str = "cannot open to fsync") -> int:
+    """A descriptor of `path` to fsync through (`fsync_descriptor`). Raises StorageError."""
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise StorageError(str(path), f"{failure}: {exc.strerror}", exc.errno) from exc
+
+
+def fsync_descriptor(fd: int, path: Path, failure: str = "cannot fsync") -> None:
+    """fsync `fd`, a descriptor of `path`. Raises StorageError."""
+    try:
+        os.fsync(fd)
     except OSError as exc:
         raise StorageError(str(path), f"{failure}: {exc.strerror}", exc.errno) from exc
 

@@ -89,7 +89,7 @@ from oncelog.storage.errors import (
     UnexpectedAppendOffsetError,
     topic_partition_name,
 )
-from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
+from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_descriptor, fsync_directory, open_for_fsync
 from oncelog.storage.leader_epoch import FILE_NAME as LEADER_EPOCH_CHECKPOINT_FILE
 from oncelog.storage.leader_epoch import LeaderEpochCache
 from oncelog.storage.producer_state import (
@@ -174,9 +174,9 @@ class LogFlush:
             for segment in self.segments:
                 segment.sync()
             if self.txn_index is not None:
-                _fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
+                fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
             if self.directory is not None:
-                _fsync_descriptor(self.directory[0], self.log.directory)
+                fsync_descriptor(self.directory[0], self.log.directory)
         except StorageError as error:
             self.error = error
         finally:
@@ -203,20 +203,6 @@ class LogFlush:
         for segment in self.segments:
             segment.discard()
         self.log.flush_discarded(self)
-
-
-def _open_for_fsync(path: Path, flags: int) -> int:
-    try:
-        return os.open(path, flags, 0o644)
-    except OSError as exc:
-        raise StorageError(str(path), f"cannot open to fsync: {exc.strerror}", exc.errno) from exc
-
-
-def _fsync_descriptor(fd: int, path: Path) -> None:
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        raise StorageError(str(path), f"cannot fsync: {exc.strerror}", exc.errno) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -812,9 +798,9 @@ class PartitionLog:
                     flush.segments.append(taken)
             changes = self.txn_index.unsynced_changes
             if changes is not None:
-                flush.txn_index = (_open_for_fsync(self.txn_index.path, os.O_WRONLY | os.O_CREAT), changes)
+                flush.txn_index = (open_for_fsync(self.txn_index.path, os.O_WRONLY | os.O_CREAT), changes)
             if self._directory_changes != self._directory_synced_changes:
-                flush.directory = (_open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY),
+                flush.directory = (open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY),
                                    self._directory_changes)
         except StorageError:
             flush.discard()
