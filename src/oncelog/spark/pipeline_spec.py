@@ -98,11 +98,7 @@ class PipelineSpec:
             raise PipelineError("give the transform: --transform module:function or --sql 'SELECT ... FROM source'")
         if self.transforms and self.sql is not None:
             raise PipelineError("--transform and --sql exclude each other: give one")
-        for topic in self.source_topics:
-            if not _TOPIC_NAME.fullmatch(topic):
-                raise PipelineError(f"--source {topic!r} is not a legal topic name")
-        if len(set(self.source_topics)) != len(self.source_topics):
-            raise PipelineError(f"--source {self.source_topic} names a topic twice")
+        _check_topics("--source", self.source_topics)
         if bool(self.sink_topics) == (self.sink_table is not None):
             raise PipelineError("give one sink: --sink TOPIC[,TOPIC...] or --sink iceberg:NAMESPACE.TABLE")
         if self.sink_table is not None:
@@ -111,12 +107,7 @@ class PipelineSpec:
             option = "--iceberg-catalog" if self.iceberg_catalog else "--warehouse"
             raise PipelineError(f"{option} is for an Iceberg sink (--sink iceberg:NAMESPACE.TABLE), "
                                 f"not the topic {self.sink_topic!r}")
-        for topic in self.sink_topics:
-            if not _TOPIC_NAME.fullmatch(topic):
-                raise PipelineError(f"--sink {topic!r} is not a legal topic name "
-                                    "(an Iceberg table: --sink iceberg:NAMESPACE.TABLE)")
-        if len(set(self.sink_topics)) != len(self.sink_topics):
-            raise PipelineError(f"--sink {','.join(self.sink_topics)} names a topic twice")
+        _check_topics("--sink", self.sink_topics, " (an Iceberg table: --sink iceberg:NAMESPACE.TABLE)")
         for topic in set(self.source_topics) & set(self.sink_topics):
             raise PipelineError(f"--source and --sink are the same topic {topic!r}")
         if self.output_mode not in OUTPUT_MODES:
@@ -171,7 +162,7 @@ class PipelineSpec:
 
     @property
     def source_topics(self) -> tuple[str, ...]:
-        return tuple(topic.strip() for topic in self.source_topic.split(","))
+        return topic_list(self.source_topic)
 
     @property
     def sink_topic(self) -> str | None:
@@ -357,7 +348,20 @@ def parse_sink(sink: str) -> tuple[tuple[str, ...], str | None]:
     """--sink as (topics, None) or ((), Iceberg table); PipelineSpec checks the names."""
     if is_iceberg_sink(sink):
         return (), sink[len(ICEBERG_SINK_PREFIX):].strip()
-    return tuple(topic.strip() for topic in sink.split(",")), None
+    return topic_list(sink), None
+
+
+def topic_list(text: str) -> tuple[str, ...]:
+    """`--source` and `--sink`'s comma-separated topics (checked by `_check_topics`)."""
+    return tuple(topic.strip() for topic in text.split(","))
+
+
+def _check_topics(option: str, topics: tuple[str, ...], hint: str = "") -> None:
+    for topic in topics:
+        if not _TOPIC_NAME.fullmatch(topic):
+            raise PipelineError(f"{option} {topic!r} is not a legal topic name{hint}")
+    if len(set(topics)) != len(topics):
+        raise PipelineError(f"{option} {','.join(topics)} names a topic twice")
 
 
 def _iceberg_catalog(items: Sequence[str]) -> tuple[tuple[str, str], ...]:

@@ -190,7 +190,10 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator) -> TaskResult:
         """Executor: this task's rows (pyarrow RecordBatches), written transactionally."""
-        task = TaskIdentity.current(self.options)
+        return self.write_task(TaskIdentity.current(self.options), iterator)
+
+    def write_task(self, task: TaskIdentity, iterator: Iterable) -> TaskResult:
+        """Executor: `write` for the task attempt `task` (traced, the worker settled after)."""
         with trace.step("sink.write", batch=task.batch_id, task=task.partition_id):
             result = self.write_as(task, iterator)
         settle()
@@ -348,10 +351,7 @@ class OncelogMicroBatchWriter(DataSourceArrowWriter):
                                       f"runs in ({name} is {actual}, not {given}); give foreachBatch's own batch id "
                                       "and the query's checkpoint")
         task = TaskIdentity(self.query_id, self.batch_id, context.partitionId(), context.attemptNumber())
-        with trace.step("sink.write", batch=task.batch_id, task=task.partition_id):
-            result = self.stream.write_as(task, iterator)
-        settle()
-        return result
+        return self.stream.write_task(task, iterator)
 
     def commit(self, messages: list) -> None:
         self.stream.commit(messages, self.batch_id)
