@@ -489,11 +489,18 @@ def test_a_flush_is_due_once_flush_ms_passed_with_unflushed_data(tmp_path):
         log.close()
 
 
-def test_a_rolled_segment_is_flushed_at_the_next_flush_check(tmp_path):
+def rolled_log(tmp_path):
+    """A log of one-batch segments holding two batches: the segment at 0 rolled, not yet
+    flushed, and the active one at 2."""
     log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    append(log, 2)
+    append(log, 2)
+    return log
+
+
+def test_a_rolled_segment_is_flushed_at_the_next_flush_check(tmp_path):
+    log = rolled_log(tmp_path)
     try:
-        append(log, 2)
-        append(log, 2)
         assert len(log.segment_base_offsets) == 2
         assert log.recovery_point == 0
         assert log.flush_is_due(NOW_MS)
@@ -508,10 +515,8 @@ def test_a_rolled_segment_is_flushed_at_the_next_flush_check(tmp_path):
 
 
 def test_a_flush_synced_while_appends_go_on_covers_what_was_there_when_taken(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log = rolled_log(tmp_path)
     try:
-        append(log, 2)
-        append(log, 2)  # rolls: the segment at 0 waits for its flush
         flush = log.take_flush()
         append(log, 2)
         flush.sync()  # as on the flusher thread
@@ -544,10 +549,8 @@ def test_a_flush_taken_before_a_truncation_leaves_the_recovery_point_where_it_wa
 
 
 def test_a_flush_of_a_segment_deleted_while_it_syncs_leaves_no_file_of_it(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log = rolled_log(tmp_path)
     try:
-        append(log, 2)
-        append(log, 2)
         flush = log.take_flush()  # the rolled segment at 0, with its index files
         log.delete_records_before(2)  # deletes that segment
         flush.sync()
@@ -560,10 +563,8 @@ def test_a_flush_of_a_segment_deleted_while_it_syncs_leaves_no_file_of_it(tmp_pa
 
 
 def test_a_flush_discarded_unfinished_leaves_its_work_to_the_next_one(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log = rolled_log(tmp_path)
     try:
-        append(log, 2)
-        append(log, 2)
         flush = log.take_flush()
         flush.sync()
         flush.discard()  # as when the broker stops while the flusher thread syncs
@@ -575,10 +576,8 @@ def test_a_flush_discarded_unfinished_leaves_its_work_to_the_next_one(tmp_path):
 
 
 def test_a_flush_taken_while_another_is_in_flight_covers_everything_still_unsynced(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log = rolled_log(tmp_path)  # the roll made a file in the directory
     try:
-        append(log, 2)
-        append(log, 2)  # a roll: a new file in the directory, the first segment unsynced
         in_flight = log.take_flush()
         again = log.take_flush()  # e.g. flush.messages reached while the flusher thread syncs
         assert again.directory is not None and [s.segment for s in again.segments] == [
@@ -594,11 +593,9 @@ def test_a_flush_taken_while_another_is_in_flight_covers_everything_still_unsync
 
 def test_a_flush_whose_index_rename_fails_leaves_the_segment_to_be_flushed_again(tmp_path):
     failures = []
-    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log = rolled_log(tmp_path)
     log.storage_failed = lambda failed, error: failures.append(error)
     try:
-        append(log, 2)
-        append(log, 2)
         flush = log.take_flush()
         index = log.directory / segment_file_name(0, ".index")
         index.mkdir()  # a rename cannot replace a directory
@@ -618,10 +615,8 @@ def test_a_flush_whose_index_rename_fails_leaves_the_segment_to_be_flushed_again
 
 def test_a_flush_finished_after_the_partition_was_deleted_reports_nothing(tmp_path):
     failures = []
-    log = open_log(tmp_path, LogConfig(segment_bytes=BATCH_OF_TWO + 1), now_ms=NOW_MS)
+    log = rolled_log(tmp_path)
     log.storage_failed = lambda failed, error: failures.append(error)
-    append(log, 2)
-    append(log, 2)
     flush = log.take_flush()
     log.delete()
     flush.sync()
