@@ -19,6 +19,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from oncelog.spark.sink import OncelogStreamWriter, TaskIdentity
 from oncelog.spark.sink_options import SinkWriteError, parse_sink_options
+from tests.support import kafka as support_kafka
 
 from .sink_support import create_topics, read_all, values, watermarks
 
@@ -198,6 +199,27 @@ def test_batch_mode_gate_covers_every_topic_of_option_topics_before_the_first_mi
     abandon_query(bootstrap, query_id)
     for name in (first, second):
         assert all(stable == end for stable, end in watermarks(bootstrap, name).values()), name
+
+
+def test_batch_mode_gate_opens_on_a_compacted_topic(shared_broker, topic, tmp_path):
+    """A compacted topic refuses records without a key (INVALID_RECORD): the gate's record has one."""
+    from oncelog.spark.sink import abandon_query
+
+    bootstrap = shared_broker.bootstrap_servers
+    support_kafka.create_topics(bootstrap, (topic, 2), config={"cleanup.policy": "compact"})
+    query_id = str(uuid.uuid4())
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "topics": topic, "mode": "batch",
+               "checkpointLocation": str(checkpoint), "clusterTimeoutMs": "20000"}
+    writer = OncelogStreamWriter(parse_sink_options(options, streaming=True), SCHEMA)
+
+    writer.prepare_batch_on_driver()
+
+    assert all(stable < end for stable, end in watermarks(bootstrap, topic).values())
+    abandon_query(bootstrap, query_id)
+    assert all(stable == end for stable, end in watermarks(bootstrap, topic).values())
 
 
 def test_a_row_naming_a_topic_outside_option_topics_fails_its_task_and_leaves_nothing_visible(setup):

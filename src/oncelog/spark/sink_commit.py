@@ -37,6 +37,9 @@ from oncelog.spark.twophase import TwoPhaseClient
 # Header of the gate transaction's one record per partition (aborted, so read_committed
 # consumers never see it; read_uncommitted ones do).
 GATE_HEADER = "oncelog.sink.gate"
+# The gate's record has a key too: a compacted topic refuses a record without one (Kafka's
+# INVALID_RECORD), and batch mode may write to compacted topics (e.g. the latest count per window).
+GATE_KEY = GATE_HEADER.encode()
 GATE_TIMEOUT_MS = 900_000  # until it is handed over (then it has none)
 SINK_STATE_DIR = "oncelog-sink"
 DECISIONS_KEPT = 100  # like spark.sql.streaming.minBatchesToRetain's default
@@ -286,7 +289,7 @@ class BatchCommitter:
         try:
             producer.init()
             producer.begin()
-            record = encode_records(None, pa.array([b""], pa.binary()), gate_header(),
+            record = encode_records(pa.array([GATE_KEY], pa.binary()), pa.array([b""], pa.binary()), gate_header(),
                                     max_batch_bytes=settings.max_batch_bytes, timestamp_ms=int(time.time() * 1000))
             for topic, partition in partitions:
                 producer.write(topic, partition, record)
