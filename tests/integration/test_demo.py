@@ -1,7 +1,9 @@
 """`oncelog demo`, the job `make demo` runs: orders written in committed and aborted
 transactions, the exactly-once Spark pipeline through a failed task attempt and a driver
 killed with SIGKILL and restarted, and every committed order enriched exactly once; and
-`oncelog demo --sink iceberg`, the same into an Iceberg table read back with pyiceberg."""
+`oncelog demo --sink iceberg`, the same into an Iceberg table read back with pyiceberg;
+and `oncelog demo --stateful`, the seeds' Kafka Streams application (windowed counts,
+branches, a stream-table join) through aborted input and two kinds of driver kill."""
 
 import os
 import re
@@ -42,6 +44,29 @@ def test_demo_enriches_every_committed_order_exactly_once_through_task_failure_a
     assert re.search(r"^commit latency +p50 [\d,]+ ms, p99 [\d,]+ ms", output, re.MULTILINE), output
     assert report_value(output, "result") == "OK"
     assert any((tmp_path / "data").iterdir()), "the broker's log was written to --data-dir"
+
+
+def test_stateful_demo_counts_branches_and_joins_exactly_once_through_aborted_input_and_driver_kills(tmp_path):
+    """About 60 s on 2 cores: three driver starts."""
+    completed = subprocess.run(
+        [str(ONCELOG), "demo", "--stateful", "--messages", "2000"],
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, timeout=400,
+    )
+    output = completed.stdout.decode()
+    assert completed.returncode == 0, output + completed.stderr.decode()[-3000:]
+    assert report_value(output, "input committed").startswith("1,600 events and ")
+    assert report_value(output, "input aborted").startswith("400 events and ")
+    for topic in ("windowed-counts", "high-priority-events", "normal-priority-events", "enriched-events"):
+        records, *anomalies = report_value(output, topic).split()
+        assert int(records.replace(",", "")) > 0 and set(anomalies) <= {"0", "-"}, output
+    for label in ("duplicates", "missing", "aborted records leaked"):
+        assert report_value(output, label) == "0", output
+    assert report_value(output, "wrong results").startswith("0 "), output
+    kills = report_value(output, "driver kills")
+    assert re.match(r"2 \(SIGKILL .*: 1 mid-batch .*; 1 between the sink's commit and Spark's commit log",
+                    kills), output
+    assert report_value(output, "driver restarts").startswith("2 ")
+    assert report_value(output, "result") == "OK"
 
 
 def run_iceberg_demo(tmp_path, *options: str) -> str:

@@ -27,44 +27,26 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import cast
 
+from oncelog.demo.driver import DemoError, FaultPlan, RunRecord, run_through_kills
 from oncelog.demo.faults import FAIL_AT_ROW, FAIL_BATCH, FAULT_DIR
 from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
+from oncelog.demo.report import console_url, percentile, printer
+from oncelog.demo.topics import PARTITIONS, create_topics, read_topic
 
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "enriched-orders"
 OUTPUT_TABLE = "demo.enriched_orders"  # --sink iceberg
 SINKS = ("kafka", "iceberg")
-PARTITIONS = 3
 MASTER = "local[*,4]"  # up to 4 attempts per task
 FAIL_BATCH_ID = 1
-UP_FRONT_SHARE = 0.3  # of the orders, written before the first driver starts
-# The rest is written over this long once the first micro-batch is done: 8 s for the
-# default 20,000 orders, at least 2 s.
-SPREAD_S_PER_ORDER = 8.0 / 20_000
-MIN_SPREAD_S = 2.0
-BATCHES_BEFORE_KILL = 3
-DRIVER_START_TIMEOUT_S = 180.0
-DRIVER_RUN_TIMEOUT_S = 300.0
-READ_IDLE_TIMEOUT_S = 20.0
-
-
-class DemoError(Exception):
-    """The demo could not run to the end (as opposed to a wrong count, which is reported)."""
+UP_FRONT_SHARE = 0.3  # of the orders, written before the first driver starts; the rest while the pipeline runs
 
 
 @dataclass(frozen=True)
@@ -88,112 +70,6 @@ class DemoSettings:
         if self.transform is not None:
             return self.transform
         return f"oncelog.demo.enrich:{'enrich_orders_as_rows' if self.iceberg else 'enrich_orders'}"
-
-
-# -- the driver subprocess -----------------------------------------------------------------
-
-
-class Driver:
-    """One run of the pipeline runner as a child process in its own process group, so a
-    kill takes the JVM along (Spark's Python daemons, in groups of their own, exit when
-    the JVM's pipe closes). Reads the runner's JSON progress lines."""
-
-    def __init__(self, command: list[str], log_path: Path) -> None:
-        self.command = command
-        self.log_path = log_path
-        self.batches: list[dict] = []
-        self.metrics_url: str | None = None  # the runner's /metrics (--metrics-port 0)
-        self.started = threading.Event()
-        self.changed = threading.Condition()
-        self.process: subprocess.Popen | None = None
-        self._reader: threading.Thread | None = None
-
-    def start(self) -> Driver:
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                start_new_session=True, text=True,
-            )
-        self._reader = threading.Thread(target=self._read, name="demo-driver-progress", daemon=True)
-        self._reader.start()
-        return self
-
-    def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            with self.changed:
-                if event.get("event") == "started":
-                    self.metrics_url = event.get("metrics")
-                    self.started.set()
-                elif event.get("event") == "batch":
-                    self.batches.append(event)
-                self.changed.notify_all()
-        with self.changed:
-            self.changed.notify_all()
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def batches_with_records(self) -> int:
-        with self.changed:
-            return sum(1 for batch in self.batches if batch["records"] > 0)
-
-    def wait_for_batches(self, count: int, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with self.changed:
-            while sum(1 for batch in self.batches if batch["records"] > 0) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self.running:
-                    return False
-                self.changed.wait(min(remaining, 0.5))
-        return True
-
-    def kill(self) -> None:
-        """SIGKILL to the driver's process group: the Python driver and its JVM."""
-        assert self.process is not None
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
-        if self._reader is not None:
-            self._reader.join(5)
-
-    def wait(self, timeout_s: float) -> int | None:
-        assert self.process is not None
-        try:
-            code = self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-        if self._reader is not None:
-            self._reader.join(5)
-        return code
-
-    def failure(self, what: str) -> DemoError:
-        """A DemoError naming the runner's error; the end of the driver's log goes to stderr."""
-        try:
-            tail = self.log_path.read_text(errors="replace").splitlines()[-25:]
-        except OSError:
-            tail = []
-        if tail:
-            print(f"--- last lines of {self.log_path.name} ---", *tail, "---", sep="\n", file=sys.stderr)
-        return DemoError(f"{what}: {self.error_line()}")
-
-    def error_line(self) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        for line in reversed(lines):
-            if line.startswith("oncelog pipeline: error:"):
-                return line.removeprefix("oncelog pipeline: ")
-        return next((line for line in reversed(lines) if line.strip()), "")
 
 
 def max_offsets_per_trigger(settings: DemoSettings) -> int:
@@ -232,79 +108,6 @@ def pipeline_command(settings: DemoSettings, bootstrap: str, checkpoint: Path, f
 
 
 # -- verification ----------------------------------------------------------------------------
-
-
-@dataclass
-class OutputRead:
-    values: list[bytes] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    headers: list[list | None] = field(default_factory=list)
-    stuck_partitions: list[int] = field(default_factory=list)  # read_committed end below the high watermark
-    gate_records: int = 0  # batch mode's aborted gate records (read_uncommitted sees them)
-
-
-def read_topic(bootstrap: str, topic: str, isolation: str) -> OutputRead:
-    """Every record of `topic` a consumer with `isolation` can read now."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    from oncelog.spark.sink import GATE_HEADER
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"oncelog-demo-verify-{isolation}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": isolation,
-        "log_level": 0,
-    })
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    read = OutputRead()
-    at_end: set[int | None] = set()  # the partitions read to their end
-    last_progress = time.monotonic()
-    try:
-        while len(at_end) < PARTITIONS and time.monotonic() - last_progress < READ_IDLE_TIMEOUT_S:
-            for message in consumer.consume(1000, timeout=0.5):
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(message.partition())
-                    continue
-                at_end.discard(message.partition())
-                # A consumed message's headers are (name, value) pairs; the stub also allows
-                # the dict that produce() accepts.
-                headers = cast("list[tuple[str, bytes | None]] | None", message.headers())
-                if any(name == GATE_HEADER for name, _ in headers or ()):
-                    read.gate_records += 1
-                    continue
-                value = message.value()
-                assert value is not None  # the job writes no tombstones
-                read.values.append(value)
-                read.keys.append(message.key())
-                read.headers.append(headers)
-                last_progress = time.monotonic()
-        if isolation == "read_committed":
-            open_transactions = _partitions_with_open_transactions(bootstrap, topic)
-            read.stuck_partitions = sorted(set(range(PARTITIONS)) - at_end | open_transactions)
-    finally:
-        consumer.close()
-    return read
-
-
-def _partitions_with_open_transactions(bootstrap: str, topic: str) -> set[int]:
-    """Partitions whose last stable offset is below the high watermark."""
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    ends = {}
-    for isolation in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-        found = admin.list_offsets(
-            {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
-            isolation_level=isolation, request_timeout=10,
-        )
-        ends[isolation] = {tp.partition: future.result(15).offset for tp, future in found.items()}
-    return {p for p in range(PARTITIONS)
-            if ends[IsolationLevel.READ_COMMITTED][p] < ends[IsolationLevel.READ_UNCOMMITTED][p]}
 
 
 @dataclass
@@ -403,15 +206,6 @@ def verify_table(warehouse: Path, seeded: Seeded) -> Verdict:
 # -- the run ------------------------------------------------------------------------------------
 
 
-@dataclass
-class RunRecord:
-    drivers: list[Driver] = field(default_factory=list)
-    kills: list[int] = field(default_factory=list)  # last completed batch id before each kill
-    restarts: int = 0
-    faults_injected: int = 0
-    wall_s: float = 0.0
-
-
 def _table_exists(warehouse: Path) -> bool:
     from oncelog.demo.lake import table_exists  # pyiceberg: only for --sink iceberg
 
@@ -421,7 +215,7 @@ def _table_exists(warehouse: Path) -> bool:
 def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
     from oncelog.broker.embedded import EmbeddedBroker
 
-    say = _printer(out)
+    say = printer(out)
     with tempfile.TemporaryDirectory(prefix="oncelog-demo-") as temporary:
         work = Path(temporary)
         data_dir = settings.data_dir or work / "broker"
@@ -441,129 +235,43 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
                 kept = "" if settings.warehouse else " (removed at the end; --warehouse DIR keeps it)"
                 say(f"  Iceberg catalog: embedded SQLite, {warehouse}/catalog.db, the table's files under "
                     f"{warehouse}{kept}")
-            console = _console_url(broker)
+            console = console_url(broker)
             if console is not None:
                 say(f"  console {console} (the broker's http.listener; its /metrics there too): "
                     "the pipeline's reports, transactions, partitions, while the demo runs")
-            _create_topics(bootstrap, (INPUT_TOPIC,) if settings.iceberg else (INPUT_TOPIC, OUTPUT_TOPIC))
+            create_topics(bootstrap, (INPUT_TOPIC,) if settings.iceberg else (INPUT_TOPIC, OUTPUT_TOPIC))
             seeder = OrderSeeder(bootstrap, INPUT_TOPIC, settings.messages, seed=settings.seed)
-            record, seeded = _run_pipeline_through_faults(settings, bootstrap, work, seeder, say, warehouse)
+            record, seeded, faults_injected = _run_pipeline_through_faults(
+                settings, bootstrap, work, seeder, say, warehouse)
             verdict = verify_table(warehouse, seeded) if settings.iceberg else verify(bootstrap, seeded)
-            _report(say, settings, seeded, record, verdict, warehouse)
+            _report(say, settings, seeded, record, faults_injected, verdict, warehouse)
             return 0 if verdict.ok else 1
 
 
-def _run_pipeline_through_faults(settings, bootstrap, work, seeder, say, warehouse):
+def _run_pipeline_through_faults(settings: DemoSettings, bootstrap: str, work: Path, seeder: OrderSeeder, say,
+                                 warehouse: Path) -> tuple[RunRecord, Seeded, int]:
+    """The run (oncelog.demo.driver); also the number of task failures injected."""
     checkpoint = work / "checkpoint"
     fault_dir = work / "faults"
-    first_batch_done = threading.Event()
     up_front = max(1, int(settings.messages * UP_FRONT_SHARE))
-    paced_from: list[float] = []
-
-    def pace(written: int) -> None:
-        if written < up_front:
-            return
-        if not paced_from:
-            first_batch_done.wait(DRIVER_START_TIMEOUT_S)
-            paced_from.append(time.monotonic())
-        share = (written - up_front) / max(1, settings.messages - up_front)
-        spread_s = max(MIN_SPREAD_S, settings.messages * SPREAD_S_PER_ORDER)
-        delay = paced_from[0] + share * spread_s - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-
-    seeding = threading.Thread(target=seeder.run, args=(pace,), name="demo-seeder", daemon=True)
-    started = time.monotonic()
-    seeding.start()
-    while seeder.written < up_front and seeding.is_alive():
-        time.sleep(0.05)
-    if seeder.seeded.error:
-        raise DemoError(seeder.seeded.error)
-    say(f"  seeding {settings.messages:,} orders into {INPUT_TOPIC} ({PARTITIONS} partitions), "
-        f"every {seeder.abort_every}th transaction aborted; {up_front:,} up front, the rest while the pipeline runs")
-
-    record = RunRecord()
-    rng = random.Random(settings.seed)
-    try:
-        for kill_number in range(settings.kills):
-            driver = Driver(
-                pipeline_command(settings, bootstrap, checkpoint, fault_dir, "processing-time=500ms", warehouse),
-                work / f"driver-{len(record.drivers) + 1}.log",
-            ).start()
-            record.drivers.append(driver)
-            how = "started" if kill_number == 0 else "restarted from the checkpoint"
-            record.restarts += 0 if kill_number == 0 else 1
-            say(f"  driver {len(record.drivers)} {how} (pid {driver.process.pid})")
-            if not driver.wait_for_batches(1, DRIVER_START_TIMEOUT_S):
-                raise driver.failure(f"driver {len(record.drivers)} did not finish a micro-batch")
-            if driver.metrics_url:
-                say(f"  driver {len(record.drivers)}'s pipeline metrics at {driver.metrics_url} (until it stops)")
-            first_batch_done.set()
-            driver.wait_for_batches(BATCHES_BEFORE_KILL, 60)
-            if not driver.running:
-                raise driver.failure(f"driver {len(record.drivers)} exited")
-            # Late into the next micro-batch, when its tasks are likely writing.
-            later = [b["duration_ms"] for b in driver.batches[1:]] or [1000]
-            time.sleep(rng.uniform(0.5, 0.9) * statistics.median(later) / 1000)
-            last = max((b["batch"] for b in driver.batches), default=-1)
-            driver.kill()
-            record.kills.append(last)
-            say(f"  driver {len(record.drivers)} killed with SIGKILL after micro-batch {last} "
-                f"({sum(b['records'] for b in driver.batches):,} records in {len(driver.batches)} micro-batches)")
-        first_batch_done.set()
-        seeding.join()
-        if seeder.seeded.error:
-            raise DemoError(seeder.seeded.error)
-        driver = Driver(
-            pipeline_command(settings, bootstrap, checkpoint, fault_dir, "available-now", warehouse),
-            work / f"driver-{len(record.drivers) + 1}.log",
-        ).start()
-        how = "restarted from the checkpoint" if record.drivers else "started"
-        record.restarts += 1 if record.drivers else 0
-        record.drivers.append(driver)
-        say(f"  driver {len(record.drivers)} {how} (pid {driver.process.pid}), "
-            "runs until everything committed is processed")
-        code = driver.wait(DRIVER_RUN_TIMEOUT_S)
-        if code != 0:
-            reason = "timed out" if code is None else f"exited with {code}"
-            raise driver.failure(f"driver {len(record.drivers)} {reason}")
-        say(f"  driver {len(record.drivers)} finished "
-            f"({sum(b['records'] for b in driver.batches):,} records in {len(driver.batches)} micro-batches)")
-    finally:
-        first_batch_done.set()
-        for driver in record.drivers:
-            if driver.running:
-                driver.kill()
-    record.wall_s = time.monotonic() - started
-    record.faults_injected = len(list(fault_dir.glob("batch*"))) if fault_dir.is_dir() else 0
-    return record, seeder.seeded
-
-
-def _console_url(embedded) -> str | None:
-    """The broker's console (`http.listener`), when it serves one."""
-    listener = getattr(embedded.broker, "http", None)
-    address = getattr(listener, "address", None)
-    return None if address is None else f"http://{address[0]}:{address[1]}/"
-
-
-def _create_topics(bootstrap: str, topics: tuple[str, ...]) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    futures = admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
-    for topic, future in futures.items():
-        try:
-            future.result(30)
-        except (KafkaException, TimeoutError) as error:  # the admin request failed, or got no answer
-            raise DemoError(f"cannot create topic {topic!r}: {error}") from None
+    plan = FaultPlan(
+        command=lambda trigger: pipeline_command(settings, bootstrap, checkpoint, fault_dir, trigger, warehouse),
+        checkpoint=checkpoint, kills=settings.kills, seed=settings.seed, up_front=up_front,
+    )
+    record = run_through_kills(
+        plan, seeder, work, say,
+        f"  seeding {settings.messages:,} orders into {INPUT_TOPIC} ({PARTITIONS} partitions), every "
+        f"{seeder.abort_every}th transaction aborted; {up_front:,} up front, the rest while the pipeline runs",
+    )
+    faults_injected = len(list(fault_dir.glob("batch*"))) if fault_dir.is_dir() else 0
+    return record, seeder.seeded, faults_injected
 
 
 # -- the report ------------------------------------------------------------------------------
 
 
-def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verdict: Verdict,
-            warehouse: Path) -> None:
+def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, faults_injected: int,
+            verdict: Verdict, warehouse: Path) -> None:
     # Each driver's first micro-batch also starts Spark's Python workers and warms up the
     # JVM: reported on its own, and left out of the steady figures.
     first_batches = [driver.batches[0] for driver in record.drivers if driver.batches]
@@ -590,10 +298,10 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
         line("unexpected records", str(verdict.unexpected))
     if verdict.stuck_partitions:
         line("open transactions", f"partitions {verdict.stuck_partitions} of {OUTPUT_TOPIC} held back")
-    line("task failures", f"{record.faults_injected} injected (first attempt of a task in micro-batch "
+    line("task failures", f"{faults_injected} injected (first attempt of a task in micro-batch "
          f"{FAIL_BATCH_ID}), retried by Spark")
     line("driver kills", f"{len(record.kills)} (SIGKILL to the driver's process group, "
-         f"after micro-batch {', '.join(map(str, record.kills)) or '-'})")
+         f"{', '.join(record.kills) or '-'})")
     line("driver restarts", f"{record.restarts} (from the checkpoint)")
     if settings.iceberg:
         line("snapshots", f"{verdict.snapshots} (one per micro-batch with rows; each summary names the query "
@@ -607,7 +315,7 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
     if busy_ms:
         line("throughput", f"{processed * 1000 / busy_ms:,.0f} records/s ({processed:,} records in "
              f"{len(steady)} micro-batches, {busy_ms / 1000:.1f} s)")
-        line("commit latency", f"p50 {_percentile(commit_ms, 50):,} ms, p99 {_percentile(commit_ms, 99):,} ms "
+        line("commit latency", f"p50 {percentile(commit_ms, 50):,} ms, p99 {percentile(commit_ms, 99):,} ms "
              "per micro-batch (read, enrich, write, exactly-once commit: Spark's addBatch)")
     warm_up = ", ".join(f"{batch['duration_ms'] / 1000:.1f}" for batch in first_batches)
     line("start-up", f"{len(record.drivers)} driver starts; first micro-batch after each start "
@@ -622,17 +330,3 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, verd
         line("the table", f"{OUTPUT_TABLE}, SQLite catalog {warehouse}/catalog.db{gone}")
         line("read it with", read_command(warehouse))
     line("result", "OK" if verdict.ok else "FAILED")
-
-
-def _percentile(sorted_values: list[int], percent: float) -> int:
-    if not sorted_values:
-        return 0
-    rank = max(1, math.ceil(percent / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-def _printer(out):
-    def say(text: str) -> None:
-        print(text, file=out, flush=True)
-
-    return say

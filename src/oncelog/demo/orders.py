@@ -77,6 +77,10 @@ class OrderSeeder:
         self.seeded = Seeded()
         self.written = 0
 
+    @property
+    def error(self) -> str | None:
+        return self.seeded.error
+
     def run(self, pace: Callable[[int], None] = lambda written: None) -> Seeded:
         from confluent_kafka import KafkaException, Producer
 
