@@ -4,8 +4,7 @@ wrong output counted where it belongs, so the demo's zeros mean something."""
 
 from oncelog.demo.events import WINDOW_MS, InputRecord, SeededEvents, expected_outputs
 from oncelog.demo.stateful import check_branch, check_counts, check_enriched
-from oncelog.demo.streams import EVENTS_TOPIC, HIGH_TOPIC, REFERENCE_TOPIC
-from oncelog.demo.topics import OutputRead
+from oncelog.demo.topics import EVENTS_TOPIC, HIGH_TOPIC, REFERENCE_TOPIC, OutputRead
 
 START = 10 * WINDOW_MS  # a window's start
 
@@ -63,21 +62,22 @@ def test_a_window_updated_twice_with_one_count_is_a_duplicate_and_a_wrong_last_c
     assert check_counts(output((f"b@{START}", "1")), expected).missing == 2
 
 
-def test_a_branch_counts_duplicates_missing_aborted_and_misrouted_events():
+def test_a_branch_counts_duplicates_missing_aborted_misrouted_and_unknown_events():
     seeded = seeded_input()
     expected = expected_outputs(seeded).high
     check = check_branch(HIGH_TOPIC, output(("a", "e-0000001 HIGH"), ("a", "e-0000001 HIGH"), ("a", "e-0000009 HIGH"),
                                             ("a", "e-0000002 NORMAL"), ("b", "e-0000004 HIGH")), expected, seeded)
 
-    assert (check.duplicates, check.missing, check.leaked, check.unexpected, check.wrong) == (1, 0, 1, 1, 1)
+    assert (check.duplicates, check.missing, check.leaked, check.wrong, check.unexpected) == (1, 0, 1, 2, 0)
+    assert check_branch(HIGH_TOPIC, output(("a", "e-0000123 HIGH")), expected, seeded).unexpected == 1
 
 
-def test_a_join_with_the_reference_the_table_no_longer_held_is_wrong_and_an_aborted_one_leaked():
+def test_a_join_with_a_reference_the_table_did_not_hold_is_wrong_and_an_aborted_one_leaked():
     seeded = seeded_input()
     expected = expected_outputs(seeded)
     right = output(("a", "e-0000001 HIGH:a-r1"), ("a", "e-0000002 NORMAL:a-r2"))
     assert check_enriched(right, expected, seeded).anomalies == 0
 
     check = check_enriched(output(("a", "e-0000001 HIGH:a-r2"), ("a", "e-0000002 NORMAL:a-r9"),
-                                  ("a", "e-0000004 HIGH:a-r2")), expected, seeded)
-    assert (check.wrong, check.leaked, check.unexpected, check.missing) == (1, 1, 1, 0)
+                                  ("a", "e-0000004 HIGH:a-r2"), ("a", "e-0000123 HIGH:a-r2")), expected, seeded)
+    assert (check.wrong, check.leaked, check.unexpected, check.missing) == (2, 1, 1, 0)

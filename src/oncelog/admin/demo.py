@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sink != "iceberg" and args.warehouse is not None:
         raise CommandError("--warehouse is for --sink iceberg")
     try:
-        return run_demo(DemoSettings(messages=args.messages, mode=args.mode or "batch", kills=_given(args.kills, 1),
+        return run_demo(DemoSettings(messages=args.messages, mode=args.mode or "batch",
+                                     kills=1 if args.kills is None else args.kills,
                                      data_dir=args.data_dir, sink=args.sink, warehouse=args.warehouse))
     except DemoError as error:
         raise CommandError(f"demo: {error}") from None
@@ -82,10 +83,8 @@ def _run_stateful(args: argparse.Namespace) -> int:
         raise CommandError("--stateful writes topics: --sink iceberg and --warehouse do not apply")
     try:
         return run_stateful_demo(StatefulSettings(messages=args.messages, mode=args.mode or "batch",
-                                                  kills=_given(args.kills, 2), data_dir=args.data_dir))
+                                                  kills=2 if args.kills is None else args.kills,
+                                                  data_dir=args.data_dir))
     except DemoError as error:
         raise CommandError(f"demo: {error}") from None
 
-
-def _given(value: int | None, default: int) -> int:
-    return default if value is None else value

@@ -21,6 +21,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -32,6 +33,9 @@ from typing import Protocol
 
 from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 
+MASTER = "local[*,4]"  # up to 4 attempts per task
+UP_FRONT_SHARE = 0.3  # of the input, written before the first driver starts; the rest while the pipeline runs
+TRANSACTION_SIZE = 200  # the seeders' records per transaction (less for a small input: transaction_size)
 DRIVER_START_TIMEOUT_S = 180.0
 DRIVER_RUN_TIMEOUT_S = 300.0
 COMMIT_PAUSE_TIMEOUT_S = 60.0
@@ -46,6 +50,18 @@ class DemoError(Exception):
     """The demo could not run to the end (as opposed to a wrong count, which is reported)."""
 
 
+def up_front(total: int) -> int:
+    """How much of the input is written before the first driver starts."""
+    return max(1, int(total * UP_FRONT_SHARE))
+
+
+def transaction_size(total: int, kills: int) -> int:
+    """TRANSACTION_SIZE, or less for a small input: each killed driver's part of the input
+    after the share up front needs three transactions (InputPacer: the first as the driver
+    starts, the middle ones, the last once the kill is armed)."""
+    return max(1, min(TRANSACTION_SIZE, (total - up_front(total)) // (3 * max(1, kills))))
+
+
 class Driver:
     """One run of the pipeline runner as a child process in its own process group, so a
     kill takes the JVM along (Spark's Python daemons, in groups of their own, exit when
@@ -57,7 +73,6 @@ class Driver:
         self.env = env  # added to this process's environment
         self.batches: list[dict] = []
         self.metrics_url: str | None = None  # the runner's /metrics (--metrics-port 0)
-        self.started = threading.Event()
         self.changed = threading.Condition()
         self.process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
@@ -82,7 +97,6 @@ class Driver:
             with self.changed:
                 if event.get("event") == "started":
                     self.metrics_url = event.get("metrics")
-                    self.started.set()
                 elif event.get("event") == "batch":
                     self.batches.append(event)
                 self.changed.notify_all()
@@ -92,10 +106,6 @@ class Driver:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    def batches_with_records(self) -> int:
-        with self.changed:
-            return sum(1 for batch in self.batches if batch["records"] > 0)
 
     def wait_for_batches(self, count: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -150,8 +160,6 @@ class Driver:
         return next((line for line in reversed(lines) if line.strip()), "")
 
 
-
-
 # -- the run through kills -----------------------------------------------------------------------
 
 
@@ -193,7 +201,7 @@ class RunRecord:
     def describe_kills(self) -> str:
         parts = []
         if self.kills:
-            parts.append(f"{len(self.kills)} mid-batch ({', '.join(self.kills)})")
+            parts.append(f"{len(self.kills)} meant for the middle of a micro-batch ({', '.join(self.kills)})")
         if self.commit_kills:
             parts.append(f"{len(self.commit_kills)} between the sink's commit and Spark's commit log "
                          f"(micro-batch {', '.join(map(str, self.commit_kills))})")
@@ -299,9 +307,14 @@ def run_through_kills(plan: FaultPlan, seeder: Seeder, work: Path, say: Callable
             if driver.metrics_url:
                 say(f"  driver {len(record.drivers)}'s pipeline metrics at {driver.metrics_url} (until it stops)")
             pacer.mark(pacer.ready)
-            pacer.body_written[min(kill_number, parts - 1)].wait(DRIVER_START_TIMEOUT_S)
+            written = pacer.body_written[kill_number].wait(DRIVER_START_TIMEOUT_S)
+            if seeder.error:
+                raise DemoError(seeder.error)
             if not driver.running:
                 raise driver.failure(f"driver {len(record.drivers)} exited")
+            if not written:
+                raise DemoError(f"the seeder did not write driver {len(record.drivers)}'s input in "
+                                f"{DRIVER_START_TIMEOUT_S:.0f} s")
             done = _batches_done(driver)
             if commit_pause is not None:
                 pause_file.unlink()  # the sink's next commit pauses there, and creates the file again
@@ -319,9 +332,14 @@ def run_through_kills(plan: FaultPlan, seeder: Seeder, work: Path, say: Callable
             # into it, when its tasks are likely writing.
             planned = _newest_planned(plan.checkpoint) + 1
             pacer.mark(pacer.armed)
-            _wait_for_file(plan.checkpoint / "offsets" / str(planned), driver, NEXT_BATCH_TIMEOUT_S)
-            recent = [b["duration_ms"] for b in driver.batches[1:]][-3:] or [1000]
-            time.sleep(rng.uniform(0.2, 0.6) * min(recent) / 1000)
+            if not _wait_for_file(plan.checkpoint / "offsets" / str(planned), driver, NEXT_BATCH_TIMEOUT_S):
+                if seeder.error:
+                    raise DemoError(seeder.error)
+                if not driver.running:
+                    raise driver.failure(f"driver {len(record.drivers)} exited")
+            # The micro-batches with records (not the few with one table update) say how long one takes.
+            recent = [b["duration_ms"] for b in driver.batches[1:] if b["records"] > 1][-5:] or [1000]
+            time.sleep(rng.uniform(0.2, 0.6) * statistics.median(recent) / 1000)
             driver.kill()
             newest = _newest_planned(plan.checkpoint)
             if (plan.checkpoint / "commits" / str(newest)).exists():  # it ended before the kill

@@ -8,7 +8,8 @@ log. Before the first event, a committed transaction fills the table for most ke
 
 Every record carries an explicit timestamp from one clock that ticks once per record, so
 timestamp order is the order the records were committed in, and the input spans
-`WINDOWS` five-minute windows whatever its size. Written one transaction after another,
+`WINDOWS` windows' worth of time (up to one more aligned five-minute window) whatever its
+size. Written one transaction after another,
 a table update is visible (below the last stable offset) before any event written after
 it is, so a micro-batch never holds an event without the updates that precede it: each
 event's expected join is the table as the committed updates before it left it, in Kafka
@@ -28,14 +29,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from oncelog.demo.streams import EVENTS_TOPIC, REFERENCE_TOPIC
+from oncelog.demo.topics import EVENTS_TOPIC, REFERENCE_TOPIC
 
 KEYS = 30
 TABLE_KEYS = 24  # keys in the table from the start; the others only once an update adds them
 PRIORITIES = ("HIGH", "NORMAL", "NORMAL", "NORMAL", "LOW")
 NULL_VALUE_EVERY = 101  # every so many events has no value (skipped by the application)
 WINDOW_MS = 300_000  # oncelog.demo.streams.WINDOW
-WINDOWS = 4  # the input's timestamps span this many windows
+WINDOWS = 4  # the input's timestamps span this many windows' worth of time
 TOMBSTONE_SHARE = 0.15  # of the table updates
 
 
@@ -62,6 +63,10 @@ class SeededEvents:
     committed_transactions: int = 0
     aborted_transactions: int = 0
     error: str | None = None
+
+    def event_values(self) -> set[str]:
+        """The committed events' values."""
+        return {r.value for r in self.committed if r.topic == EVENTS_TOPIC and r.value is not None}
 
     def count(self, topic: str, *, committed: bool = True) -> int:
         return sum(1 for record in (self.committed if committed else self.aborted) if record.topic == topic)
@@ -177,7 +182,7 @@ def expected_outputs(seeded: SeededEvents) -> Expected:
     """Kafka Streams' results for the committed input, replayed in timestamp order."""
     expected = Expected()
     table: dict[str, str] = {}
-    for record in sorted(seeded.committed, key=lambda record: record.timestamp):
+    for record in seeded.committed:  # in commit order, which is timestamp order
         if record.topic == REFERENCE_TOPIC:
             if record.value is None:
                 table.pop(record.key, None)

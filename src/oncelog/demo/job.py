@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from oncelog.demo.driver import DemoError, FaultPlan, RunRecord, run_through_kills
+from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_through_kills, transaction_size, up_front
 from oncelog.demo.faults import FAIL_AT_ROW, FAIL_BATCH, FAULT_DIR
 from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
 from oncelog.demo.report import console_url, percentile, printer
@@ -44,9 +44,7 @@ INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "enriched-orders"
 OUTPUT_TABLE = "demo.enriched_orders"  # --sink iceberg
 SINKS = ("kafka", "iceberg")
-MASTER = "local[*,4]"  # up to 4 attempts per task
 FAIL_BATCH_ID = 1
-UP_FRONT_SHARE = 0.3  # of the orders, written before the first driver starts; the rest while the pipeline runs
 
 
 @dataclass(frozen=True)
@@ -146,8 +144,9 @@ def verify(bootstrap: str, seeded: Seeded) -> Verdict:
         return (committed_read.keys[index] == order["customer_id"].encode()
                 and any(name == "source" for name, _ in headers or ()))
 
+    verdict = compare(enriched_orders, seeded, placed)
     return replace(
-        compare(enriched_orders, seeded, placed),
+        verdict, unexpected=verdict.unexpected + committed_read.tombstones,
         stuck_partitions=committed_read.stuck_partitions,
         uncommitted_output=max(0, len(everything_read.values) - len(committed_read.values)),
         gate_records=everything_read.gate_records,
@@ -240,7 +239,8 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
                 say(f"  console {console} (the broker's http.listener; its /metrics there too): "
                     "the pipeline's reports, transactions, partitions, while the demo runs")
             create_topics(bootstrap, (INPUT_TOPIC,) if settings.iceberg else (INPUT_TOPIC, OUTPUT_TOPIC))
-            seeder = OrderSeeder(bootstrap, INPUT_TOPIC, settings.messages, seed=settings.seed)
+            seeder = OrderSeeder(bootstrap, INPUT_TOPIC, settings.messages, seed=settings.seed,
+                                 transaction_size=transaction_size(settings.messages, settings.kills))
             record, seeded, faults_injected = _run_pipeline_through_faults(
                 settings, bootstrap, work, seeder, say, warehouse)
             verdict = verify_table(warehouse, seeded) if settings.iceberg else verify(bootstrap, seeded)
@@ -253,15 +253,14 @@ def _run_pipeline_through_faults(settings: DemoSettings, bootstrap: str, work: P
     """The run (oncelog.demo.driver); also the number of task failures injected."""
     checkpoint = work / "checkpoint"
     fault_dir = work / "faults"
-    up_front = max(1, int(settings.messages * UP_FRONT_SHARE))
     plan = FaultPlan(
         command=lambda trigger: pipeline_command(settings, bootstrap, checkpoint, fault_dir, trigger, warehouse),
-        checkpoint=checkpoint, kills=settings.kills, seed=settings.seed, up_front=up_front,
+        checkpoint=checkpoint, kills=settings.kills, seed=settings.seed, up_front=up_front(settings.messages),
     )
     record = run_through_kills(
         plan, seeder, work, say,
         f"  seeding {settings.messages:,} orders into {INPUT_TOPIC} ({PARTITIONS} partitions), every "
-        f"{seeder.abort_every}th transaction aborted; {up_front:,} up front, the rest while the pipeline runs",
+        f"{seeder.abort_every}th transaction aborted; {plan.up_front:,} up front, the rest while the pipeline runs",
     )
     faults_injected = len(list(fault_dir.glob("batch*"))) if fault_dir.is_dir() else 0
     return record, seeder.seeded, faults_injected

@@ -9,8 +9,8 @@ Spark, through aborted input and driver kills, checked against an independent co
    fifth transaction of each kind is aborted. A third of the events is written up front,
    the rest while the pipeline runs.
 3. The pipeline runner reads both input topics read_committed and writes all four outputs
-   from one query in update output mode, batch mode (each micro-batch visible in all four
-   at once). Its driver is killed with SIGKILL in the middle of a micro-batch, and again
+   from one query in update output mode, in batch mode by default (each micro-batch
+   visible in all four at once). Its driver is killed with SIGKILL in the middle of a micro-batch, and again
    right after the sink committed a micro-batch but before Spark's commit log recorded it
    (oncelog.demo.driver); each new driver continues from the checkpoint, state included.
 4. A read_committed consumer reads the four outputs and the report compares each with
@@ -27,25 +27,26 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.demo.driver import DemoError, FaultPlan, RunRecord, run_through_kills
+from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_through_kills, transaction_size, up_front
 from oncelog.demo.events import EventSeeder, Expected, SeededEvents, event_id, expected_outputs
-from oncelog.demo.job import MASTER
 from oncelog.demo.report import console_url, percentile, printer
-from oncelog.demo.streams import (
+from oncelog.demo.topics import (
     COUNTS_TOPIC,
     ENRICHED_TOPIC,
     EVENTS_TOPIC,
     HIGH_TOPIC,
     NORMAL_TOPIC,
+    PARTITIONS,
     REFERENCE_TOPIC,
     SINK_TOPICS,
     SOURCE_TOPICS,
+    OutputRead,
+    create_topics,
+    read_topic,
 )
-from oncelog.demo.topics import PARTITIONS, OutputRead, create_topics, read_topic
 
 TRANSFORM = "oncelog.demo.streams:event_streams"
 TRIGGER = "processing-time=200ms"
-UP_FRONT_SHARE = 0.3
 COMPACTED = {"cleanup.policy": "compact"}
 
 
@@ -89,7 +90,7 @@ class OutputCheck:
     missing: int = 0
     leaked: int = 0  # from aborted input
     wrong: int = 0  # a wrong count, join, branch or key; for the counts also an update out of order
-    unexpected: int = 0  # not expected and from no aborted input (an unreadable record, or one from nowhere)
+    unexpected: int = 0  # from no input (unreadable, a window or event never written, a tombstone)
     stuck_partitions: tuple[int, ...] = ()  # held back by an open transaction
 
     @property
@@ -100,7 +101,9 @@ class OutputCheck:
 def check_counts(read: OutputRead, expected: Expected) -> OutputCheck:
     """Update mode: each window's counts in the order written, every one higher than the
     last (the same count twice is a micro-batch written twice); the last one exact."""
-    check = OutputCheck(COUNTS_TOPIC, records=len(read.values))
+    # Read before the log cleaner could compact the topic (its active segments are never
+    # cleaned), so every update written is still there.
+    check = OutputCheck(COUNTS_TOPIC, records=len(read.values), unexpected=read.tombstones)
     last: dict[str, int] = {}
     for key, value in zip(read.keys, read.values, strict=True):
         try:
@@ -122,7 +125,8 @@ def check_counts(read: OutputRead, expected: Expected) -> OutputCheck:
 
 def check_branch(topic: str, read: OutputRead, expected: dict[str, str], seeded: SeededEvents) -> OutputCheck:
     """Every committed event of the branch once, with its key; nothing else."""
-    check = OutputCheck(topic, records=len(read.values))
+    check = OutputCheck(topic, records=len(read.values), unexpected=read.tombstones)
+    committed_values = seeded.event_values()
     seen: Counter[str] = Counter()
     for key, raw in zip(read.keys, read.values, strict=True):
         value = raw.decode(errors="replace")
@@ -131,8 +135,10 @@ def check_branch(topic: str, read: OutputRead, expected: dict[str, str], seeded:
             check.wrong += key != expected[value].encode()
         elif event_id(value) in seeded.aborted_events:
             check.leaked += 1
+        elif value in committed_values:
+            check.wrong += 1  # another branch's event, or one no branch takes
         else:
-            check.unexpected += 1  # another branch's event, or none at all
+            check.unexpected += 1
     check.duplicates = sum(times - 1 for times in seen.values() if times > 1)
     check.missing = len(set(expected) - set(seen))
     return check
@@ -141,7 +147,8 @@ def check_branch(topic: str, read: OutputRead, expected: dict[str, str], seeded:
 def check_enriched(read: OutputRead, expected: Expected, seeded: SeededEvents) -> OutputCheck:
     """Every committed event whose key the table held when it came once, `event:reference`
     with the reference the table held then; no aborted event or table value."""
-    check = OutputCheck(ENRICHED_TOPIC, records=len(read.values))
+    check = OutputCheck(ENRICHED_TOPIC, records=len(read.values), unexpected=read.tombstones)
+    committed_ids = {event_id(value) for value in seeded.event_values()}
     seen: Counter[str] = Counter()
     for key, raw in zip(read.keys, read.values, strict=True):
         value = raw.decode(errors="replace")
@@ -153,8 +160,10 @@ def check_enriched(read: OutputRead, expected: Expected, seeded: SeededEvents) -
         elif identity in expected.enriched:
             expected_key, expected_value = expected.enriched[identity]
             check.wrong += key != expected_key.encode() or value != expected_value
+        elif identity in committed_ids:
+            check.wrong += 1  # an event joined while its key had no entry
         else:
-            check.unexpected += 1  # e.g. an event joined while its key had no entry
+            check.unexpected += 1
     check.duplicates = sum(times - 1 for times in seen.values() if times > 1)
     check.missing = len(set(expected.enriched) - set(seen))
     return check
@@ -196,19 +205,19 @@ def run_stateful_demo(settings: StatefulSettings, out=sys.stdout) -> int:
                 say(f"  console {console} (the broker's http.listener): the pipeline's reports while the demo runs")
             create_topics(bootstrap, (*SOURCE_TOPICS, *SINK_TOPICS),
                           {REFERENCE_TOPIC: COMPACTED, COUNTS_TOPIC: COMPACTED})
-            seeder = EventSeeder(bootstrap, settings.messages, seed=settings.seed)
+            seeder = EventSeeder(bootstrap, settings.messages, seed=settings.seed,
+                                 transaction_size=transaction_size(settings.messages, settings.kills))
             checkpoint = work / "checkpoint"
-            up_front = max(1, int(settings.messages * UP_FRONT_SHARE))
             plan = FaultPlan(
                 command=lambda trigger: pipeline_command(settings, bootstrap, checkpoint, trigger),
-                checkpoint=checkpoint, kills=settings.kills, seed=settings.seed, up_front=up_front,
+                checkpoint=checkpoint, kills=settings.kills, seed=settings.seed, up_front=up_front(settings.messages),
                 commit_pause=f"commit:return:{settings.mode}", trigger=TRIGGER,
             )
             record = run_through_kills(
                 plan, seeder, work, say,
                 f"  seeding {settings.messages:,} events into {EVENTS_TOPIC} and table updates into {REFERENCE_TOPIC} "
                 f"({PARTITIONS} partitions each), every {seeder.abort_every}th transaction of each aborted; "
-                f"{up_front:,} events up front, the rest while the pipeline runs",
+                f"{plan.up_front:,} events up front, the rest while the pipeline runs",
             )
             checks = verify(bootstrap, seeder.seeded)
             report(say, seeder.seeded, record, checks)

@@ -34,19 +34,12 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from oncelog.demo.topics import COUNTS_TOPIC, ENRICHED_TOPIC, EVENTS_TOPIC, HIGH_TOPIC, NORMAL_TOPIC, REFERENCE_TOPIC
 from oncelog.spark.table_join import join_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-EVENTS_TOPIC = "input-events"
-REFERENCE_TOPIC = "reference-data"
-COUNTS_TOPIC = "windowed-counts"
-HIGH_TOPIC = "high-priority-events"
-NORMAL_TOPIC = "normal-priority-events"
-ENRICHED_TOPIC = "enriched-events"
-SOURCE_TOPICS = (EVENTS_TOPIC, REFERENCE_TOPIC)
-SINK_TOPICS = (COUNTS_TOPIC, HIGH_TOPIC, NORMAL_TOPIC, ENRICHED_TOPIC)
 WINDOW = "5 minutes"
 
 
