@@ -33,9 +33,14 @@ STATEFUL_RECORDS keyed records (STATEFUL_KEYS keys, 200 B) and a compacted table
 value per key; the runner reads STATEFUL_RATE offsets per micro-batch (one second of the
 demo's 20,000 orders over 8 s), available-now, `local[2]`, partition mode, three ways in
 one run: stateless (`--sql` projection), a count per key and 5-minute window in update
-output mode, and `oncelog.spark.join_table` (`bench/stateful_join.py`). The figures are
-the p50 of the steady micro-batches' durations: under 1 s, the pipeline keeps up with the
-demo's rate at a second's latency. Every output is counted afterwards.
+output mode, and `oncelog.spark.join_table` (`bench/stateful_join.py`); and a fourth, the
+seeds' whole Kafka Streams application as one query (`oncelog.demo.streams`, what `oncelog
+demo --stateful` runs: windowed counts, HIGH/NORMAL branches and the join, four output
+topics, update output mode, batch mode) over the same input with priorities in the values;
+and the first three ways again as three queries of one driver, run at once (`several`:
+the slowest one's p50, over the slowest alone).
+The figures are the p50 of the steady micro-batches' durations: under 1 s, the pipeline
+keeps up with the demo's rate at a second's latency. Every output is counted afterwards.
 
 Scenario 8s (source alone): in one child process, the source's reader (`read_range`, what
 a Spark task runs, without Spark) reads a whole partition into Arrow batches, alternating
@@ -51,7 +56,8 @@ their signatures), as peer "baseline".
     python -m bench.scenarios.pipeline direct --bootstrap H:P --input T --output T --messages N
     python -m bench.scenarios.pipeline count --bootstrap H:P --topic T
     python -m bench.scenarios.pipeline count-table --warehouse DIR --table NS.T
-    python -m bench.scenarios.pipeline keyed --bootstrap H:P --topic T --messages N --keys K
+    python -m bench.scenarios.pipeline keyed --bootstrap H:P --topic T --messages N --keys K [--priorities]
+    python -m bench.scenarios.pipeline several --bootstrap H:P --records N --work DIR
     python -m bench.scenarios.pipeline source|sink --bootstrap H:P --topic T --runs N
 """
 
@@ -317,6 +323,7 @@ STATEFUL_KEYS = 1_000
 STATEFUL_INPUT = "bench-events"
 JOIN_INPUT = "bench-events-join"  # written once the join's query has read the whole table
 STATEFUL_TABLE = "bench-reference-data"
+APP_TRANSFORM = "oncelog.demo.streams:event_streams"  # its topics are oncelog.demo.streams'
 STATEFUL_WAYS = {
     # name: (--source, transform arguments, extra sink arguments)
     "stateless": (STATEFUL_INPUT, ("--sql", "SELECT key, concat(CAST('seen:' AS BINARY), value) AS value FROM source"),
@@ -339,6 +346,12 @@ class StatefulScenario(Scenario):
         Metric("join_batch_p50_ms", "table join batch p50 ms", higher_is_better=False, target=("<=", 1000)),
         Metric("count_vs_stateless", "count / stateless p50", higher_is_better=False),
         Metric("join_vs_stateless", "join / stateless p50", higher_is_better=False),
+        Metric("app_batch_p50_ms", "whole application (one query, 4 topics) batch p50 ms", higher_is_better=False,
+               target=("<=", 1000)),
+        Metric("app_vs_stateless", "whole application / stateless p50", higher_is_better=False),
+        Metric("several_batch_p50_ms", "three queries in one driver: the slowest query's batch p50 ms",
+               higher_is_better=False, target=("<=", 1000)),
+        Metric("several_vs_alone", "three queries in one driver / the slowest alone, p50", higher_is_better=False),
     )
     peers = (ONCELOG,)
     supports_baseline = False  # the baseline tree may have no join_table or --output-mode
@@ -349,7 +362,8 @@ class StatefulScenario(Scenario):
     def run_once(self, peer: str, settings: Settings) -> dict[str, float]:
         records = 20_000 if settings.quick else STATEFUL_RECORDS
         figures: dict[str, float] = {}
-        with running(peer, settings) as (bootstrap, _target):
+        # Two-phase commit on, for the whole application's batch mode (as `oncelog demo --stateful`).
+        with running(peer, settings, {"transaction.two.phase.commit.enable": "true"}) as (bootstrap, _target):
             loadgen("create-topic", "--bootstrap", bootstrap, "--topic", STATEFUL_INPUT, "--partitions", PARTITIONS)
             loadgen("create-topic", "--bootstrap", bootstrap, "--topic", STATEFUL_TABLE, "--partitions", PARTITIONS,
                     "--config", "cleanup.policy=compact")
@@ -382,19 +396,122 @@ class StatefulScenario(Scenario):
                 low, high = (STATEFUL_KEYS, records) if name == "count" else (records, records)
                 if not low <= counted <= high:
                     raise ScenarioFailed(f"{name} output holds {counted} records, expected {low}-{high}")
-        for name in ("count", "join"):
+            figures["app_batch_p50_ms"] = self._whole_application(peer, settings, bootstrap, records)
+            for name in STATEFUL_WAYS:
+                loadgen("create-topic", "--bootstrap", bootstrap, "--topic", f"bench-several-{name}",
+                        "--partitions", PARTITIONS)
+            several = _child(ONCELOG, settings, "several", "--bootstrap", bootstrap, "--records", records,
+                             "--work", Path(tempfile.mkdtemp(prefix="stateful-several-", dir=settings.work_dir)),
+                             timeout=SPARK_TIMEOUT_S)
+            figures["several_batch_p50_ms"] = max(several["p50_ms"].values())
+            figures["several_vs_alone"] = figures["several_batch_p50_ms"] / max(
+                figures[f"{name}_batch_p50_ms"] for name in STATEFUL_WAYS)
+        for name in ("count", "join", "app"):
             figures[f"{name}_vs_stateless"] = figures[f"{name}_batch_p50_ms"] / figures["stateless_batch_p50_ms"]
         return figures
 
+    def _whole_application(self, peer: str, settings: Settings, bootstrap: str, records: int) -> float:
+        """The seeds' application as one query (oncelog.demo.streams), its table read first."""
+        from oncelog.demo.topics import COUNTS_TOPIC, ENRICHED_TOPIC, EVENTS_TOPIC, REFERENCE_TOPIC, SINK_TOPICS
+
+        for topic in (EVENTS_TOPIC, *SINK_TOPICS):
+            compact = ("--config", "cleanup.policy=compact") if topic == COUNTS_TOPIC else ()
+            loadgen("create-topic", "--bootstrap", bootstrap, "--topic", topic, "--partitions", PARTITIONS, *compact)
+        loadgen("create-topic", "--bootstrap", bootstrap, "--topic", REFERENCE_TOPIC, "--partitions", PARTITIONS,
+                "--config", "cleanup.policy=compact")
+        _child(ONCELOG, settings, "keyed", "--bootstrap", bootstrap, "--topic", REFERENCE_TOPIC,
+               "--messages", STATEFUL_KEYS, "--keys", STATEFUL_KEYS)
+        source = f"{EVENTS_TOPIC},{REFERENCE_TOPIC}"
+        transform = ("--transform", APP_TRANSFORM)
+        sink = ("--sink", ",".join(SINK_TOPICS), "--mode", "batch", "--output-mode", "update")
+        checkpoint = Path(tempfile.mkdtemp(prefix="stateful-app-", dir=settings.work_dir))
+        _run_spark(peer, settings, bootstrap, "batch", ENRICHED_TOPIC, "stateful-app-table", source=source,
+                   transform=transform, sink=sink, per_trigger=STATEFUL_KEYS * 2, checkpoint=checkpoint, warm_up=True)
+        _child(ONCELOG, settings, "keyed", "--bootstrap", bootstrap, "--topic", EVENTS_TOPIC,
+               "--messages", records, "--keys", STATEFUL_KEYS, "--priorities")
+        run = _run_spark(peer, settings, bootstrap, "batch", ENRICHED_TOPIC, "stateful-app", source=source,
+                         transform=transform, sink=sink, per_trigger=STATEFUL_RATE, checkpoint=checkpoint)
+        enriched = _child(ONCELOG, settings, "count", "--bootstrap", bootstrap, "--topic", ENRICHED_TOPIC)["records"]
+        if enriched != records:  # every key is in the table
+            raise ScenarioFailed(f"the application's {ENRICHED_TOPIC} holds {enriched} records, expected {records}")
+        return run["batch_p50_ms"]
+
+
+def several_queries(args: argparse.Namespace) -> dict:
+    """8t's three ways (stateless, windowed count in update mode, table join) as three
+    queries of one driver (one SparkSession, `local[2]`), run at once over STATEFUL_INPUT,
+    and JOIN_INPUT with the table, each at STATEFUL_RATE offsets per micro-batch with
+    available-now, each into a topic of its own in partition mode. Returns each query's
+    steady micro-batch p50 (Spark's triggerExecution, the first micro-batch left out)."""
+    from pyspark.sql import functions as F
+
+    from oncelog.spark import build_session, join_table
+
+    spark = build_session("bench-several", "local[2]")
+    work = Path(args.work)
+
+    def source(topics: str):
+        return (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", args.bootstrap)
+                .option("subscribe", topics).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", STATEFUL_RATE).load())
+
+    def sink_options(name: str) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": args.bootstrap, "topic": f"bench-several-{name}", "mode": "partition",
+                "checkpointLocation": str(work / name)}
+
+    def write_update(options: dict[str, str]):
+        def write(batch, batch_id: int) -> None:
+            writer = batch.write.format("oncelog").mode("append")
+            for key, value in {**options, "microBatchId": str(batch_id)}.items():
+                writer = writer.option(key, value)
+            writer.save()
+        return write
+
+    events = source(STATEFUL_INPUT)
+    outputs = {
+        "stateless": (events.select("key", F.concat(F.lit(b"seen:"), "value").alias("value")), "append"),
+        "count": (events.groupBy(F.window("timestamp", "5 minutes"), "key").count()
+                  .select("key", F.col("count").cast("string").alias("value")), "update"),
+        "join": (join_table(source(f"{JOIN_INPUT},{STATEFUL_TABLE}"), STATEFUL_TABLE)
+                 .select("key", F.concat("value", F.lit(b":"), "table_value").alias("value")), "append"),
+    }
+    queries = {}
+    for name, (frame, output_mode) in outputs.items():
+        options = sink_options(name)
+        if output_mode == "update":
+            writer = frame.writeStream.foreachBatch(write_update(options)).option(
+                "checkpointLocation", options["checkpointLocation"])
+        else:
+            writer = frame.writeStream.format("oncelog").options(**options)
+        queries[name] = writer.outputMode(output_mode).trigger(availableNow=True).queryName(name).start()
+    for query in queries.values():
+        query.awaitTermination(SPARK_TIMEOUT_S)
+    p50 = {}
+    for name, query in queries.items():
+        if query.exception() is not None:
+            return {"error": f"query {name}: {str(query.exception()).splitlines()[0]}"}
+        durations = sorted(progress["durationMs"]["triggerExecution"] for progress in query.recentProgress[1:]
+                           if progress["numInputRows"] > 0)
+        if not durations:
+            return {"error": f"query {name} ran fewer than two micro-batches with records"}
+        p50[name] = durations[len(durations) // 2]
+    spark.stop()
+    return {"p50_ms": p50}
+
 
 def keyed_records(args: argparse.Namespace) -> dict:
-    """`messages` records of 200 B whose keys cycle over `keys` keys (k0000...), idempotent."""
+    """`messages` records of 200 B whose keys cycle over `keys` keys (k0000...), idempotent;
+    with `priorities` their values name one of HIGH, NORMAL, NORMAL, LOW in turn (what the
+    seeds' application branches on)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": args.bootstrap, "enable.idempotence": True, "linger.ms": 20,
                          "batch.num.messages": 10_000})
     value = b"v" * 200
+    priorities = (b"HIGH", b"NORMAL", b"NORMAL", b"LOW")
     for number in range(args.messages):
+        if args.priorities:
+            value = (b"e-%07d %s " % (number, priorities[number % 4])).ljust(200, b"v")
         while True:
             try:
                 producer.produce(args.topic, value, key=b"k%04d" % (number % args.keys))
@@ -728,6 +845,11 @@ def main(argv: list[str] | None = None) -> int:
     keyed.add_argument("--topic", required=True)
     keyed.add_argument("--messages", type=int, required=True)
     keyed.add_argument("--keys", type=int, required=True)
+    keyed.add_argument("--priorities", action="store_true")
+    several = modes.add_parser("several")
+    several.add_argument("--bootstrap", required=True)
+    several.add_argument("--records", type=int, required=True)
+    several.add_argument("--work", required=True)
     for name in ("source", "sink"):
         alone = modes.add_parser(name)
         alone.add_argument("--bootstrap", required=True)
@@ -737,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         alone.add_argument("--runs", type=int, default=ALONE_RUNS)
     args = parser.parse_args(argv)
     run = {"direct": direct_loop, "count": count_records, "count-table": count_table, "source": source_alone,
-           "sink": sink_alone, "keyed": keyed_records}[args.mode]
+           "sink": sink_alone, "keyed": keyed_records, "several": several_queries}[args.mode]
     try:
         result = run(args)
     except Exception as error:  # noqa: BLE001 (reported to the harness as JSON)

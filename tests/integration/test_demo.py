@@ -64,8 +64,8 @@ def run_stateful_demo(*options: str) -> str:
         assert report_value(output, label) == "0", output
     assert report_value(output, "wrong results").startswith("0 "), output
     kills = report_value(output, "driver kills")
-    assert re.match(r"2 \(SIGKILL .*: 1 mid-batch .*; 1 between the sink's commit and Spark's commit log",
-                    kills), output
+    assert re.match(r"2 \(SIGKILL .*: 1 meant for the middle of a micro-batch \((in|after) micro-batch \d+\); "
+                    r"1 between the sink's commit and Spark's commit log \(micro-batch \d+\)\)$", kills), output
     assert report_value(output, "driver restarts").startswith("2 ")
     assert report_value(output, "result") == "OK"
     return output

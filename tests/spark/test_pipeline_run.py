@@ -152,3 +152,29 @@ def test_sql_pipeline_in_batch_mode_continues_from_its_checkpoint_without_duplic
     assert first_run.records == 100 and second_run.records == 50
     assert second_run.batches[0].batch_id == first_run.batches[-1].batch_id + 1
     assert Counter(read_committed(bootstrap, sink)) == Counter(v + b"-seen" for v in first + second)
+
+
+def test_partition_mode_warns_of_a_nondeterministic_transform_and_batch_mode_does_not(spark, shared_broker):
+    """Partition mode skips a re-run micro-batch's committed tasks, so it needs each task to
+    get the same rows again: rand() does not promise that, a window count and
+    current_timestamp() (fixed per micro-batch) do."""
+    from oncelog.spark.pipeline import build_parser, spec_from_args
+    from oncelog.spark.pipeline_query import build_output, nondeterministic_warning
+
+    bootstrap = shared_broker.bootstrap_servers
+    source = f"determinism-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, source)
+
+    def warning(sql: str, mode: str) -> str | None:
+        spec = spec_from_args(build_parser().parse_args([
+            "--source", source, "--sink", f"{source}-out", "--mode", mode, "--sql", sql,
+            "--checkpoint", "/nonexistent", "--bootstrap-servers", bootstrap, "--no-report",
+        ]))
+        return nondeterministic_warning(build_output(spark, spec, []), spec)
+
+    random_values = "SELECT key, CAST(rand() AS STRING) AS value FROM source"
+    assert "nondeterministic" in (warning(random_values, "partition") or "")
+    assert warning(random_values, "batch") is None
+    assert warning("SELECT key, CAST(current_timestamp() AS STRING) AS value FROM source", "partition") is None
+    assert warning("SELECT key, CAST(count(*) AS STRING) AS value FROM source "
+                   "GROUP BY window(timestamp, '5 minutes'), key", "partition") is None

@@ -65,6 +65,25 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
     return sink_columns(result, spec)
 
 
+def nondeterministic_warning(output: DataFrame, spec: PipelineSpec) -> str | None:
+    """Partition mode is exactly once only if a micro-batch run again gives each task the
+    rows it gave the first time (docs/spark.md, "Determinism, shown"). A plan Spark itself
+    calls nondeterministic (rand(), uuid(), shuffle(), a UDF marked asNondeterministic)
+    may not: the warning for it, else None. Spark's own state, windows, aggregations and
+    current_timestamp() (fixed per micro-batch in the offset log) are deterministic."""
+    if spec.sink_table is not None or spec.mode != "partition":
+        return None
+    try:
+        deterministic = bool(output._jdf.queryExecution().analyzed().deterministic())
+    except Exception:  # noqa: BLE001 (a Spark without QueryPlan.deterministic: nothing to say)
+        return None
+    if deterministic:
+        return None
+    return ("the transform's plan is nondeterministic (rand(), uuid(), shuffle() or a UDF marked so): "
+            "--mode partition skips a re-run micro-batch's tasks that committed, so rows computed differently "
+            "the second time can be duplicated or lost; use --mode batch")
+
+
 def several_outputs(outputs: dict, spec: PipelineSpec, name: str) -> DataFrame:
     """A transform's `{topic: DataFrame}` as one stream: each output's rows given its topic
     and reduced to the sink's columns, then a union (missing columns are null)."""

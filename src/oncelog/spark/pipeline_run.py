@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from oncelog.spark.pipeline_checks import (
 from oncelog.spark.pipeline_failure import describe_failure, spark_error_line
 from oncelog.spark.pipeline_metrics import PipelineTelemetry
 from oncelog.spark.pipeline_progress import BatchProgress, RunResult
-from oncelog.spark.pipeline_query import build_output, start_query
+from oncelog.spark.pipeline_query import build_output, nondeterministic_warning, start_query
 from oncelog.spark.pipeline_session import spark_log_path, start_session
 from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options
 from oncelog.spark.sink_metrics import read_summary
@@ -148,6 +149,9 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
         output = build_output(spark, spec, transforms)
     except PipelineError as error:
         raise PipelineError(f"{error}{see_log}") from None
+    warning = nondeterministic_warning(output, spec)
+    if warning is not None:
+        print(f"oncelog pipeline: warning: {warning}", file=sys.stderr, flush=True)
     from pyspark.errors import PySparkException, StreamingQueryException
 
     try:
