@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog import EmbeddedBroker
 
 INPUT_RECORDS = 20_000
-KILLS = 20
+KILLS = 12
 
 
 def read_committed(bootstrap, topic, partitions):

@@ -3,7 +3,8 @@ transactions, the exactly-once Spark pipeline through a failed task attempt and 
 killed with SIGKILL and restarted, and every committed order enriched exactly once; and
 `oncelog demo --sink iceberg`, the same into an Iceberg table read back with pyiceberg;
 and `oncelog demo --stateful`, the seeds' Kafka Streams application (windowed counts,
-branches, a stream-table join) through aborted input and two kinds of driver kill."""
+branches, a stream-table join) through aborted input and two kinds of driver kill, run
+from a wheel installed outside the repository."""
 
 import os
 import re
@@ -46,12 +47,12 @@ def test_demo_enriches_every_committed_order_exactly_once_through_task_failure_a
     assert any((tmp_path / "data").iterdir()), "the broker's log was written to --data-dir"
 
 
-def run_stateful_demo(*options: str) -> str:
+def run_stateful_demo(*options: str, oncelog: Path = ONCELOG, **run) -> str:
     """`oncelog demo --stateful` with 2,000 events: about 50 s on 2 cores (three driver starts).
     Checks every output's anomaly counts are 0 and both kinds of driver kill happened."""
     completed = subprocess.run(
-        [str(ONCELOG), "demo", "--stateful", "--messages", "2000", *options],
-        stdin=subprocess.DEVNULL, check=False, capture_output=True, timeout=400,
+        [str(oncelog), "demo", "--stateful", "--messages", "2000", *options],
+        stdin=subprocess.DEVNULL, check=False, capture_output=True, timeout=400, **run,
     )
     output = completed.stdout.decode()
     assert completed.returncode == 0, output + completed.stderr.decode()[-3000:]
@@ -69,10 +70,6 @@ def run_stateful_demo(*options: str) -> str:
     assert report_value(output, "driver restarts").startswith("2 ")
     assert report_value(output, "result") == "OK"
     return output
-
-
-def test_stateful_demo_counts_branches_and_joins_exactly_once_through_aborted_input_and_driver_kills():
-    run_stateful_demo()
 
 
 @pytest.mark.slow
@@ -109,9 +106,9 @@ def read_demo_table(warehouse: Path):
 
 @pytest.mark.slow
 def test_demo_into_an_iceberg_table_holds_every_committed_order_once_through_a_task_failure(tmp_path):
-    """`oncelog demo --sink iceberg` at its cheapest (one driver start, no kill: ~22 s; the
-    default run has it from the wheel, below); the driver kill is in the slow test below
-    and, for the sink itself, test_iceberg_faults."""
+    """`oncelog demo --sink iceberg` at its cheapest (one driver start, no kill: ~22 s; in
+    `make iceberg-faults`, the sink itself in the default run's test_iceberg_sink); the
+    driver kill is in the slow test below and, for the sink itself, test_iceberg_faults."""
     output = run_iceberg_demo(tmp_path, "--messages", "1000", "--kills", "0")
 
     assert report_value(output, "output records").startswith("800 (the table's current snapshot")
@@ -133,16 +130,19 @@ def test_demo_into_an_iceberg_table_holds_every_committed_order_once_through_a_d
     assert report_value(output, "driver restarts").startswith("1 ")
 
 
-def test_demo_runs_from_a_wheel_installed_in_a_fresh_virtualenv_outside_the_repository(tmp_path):
-    """`pip install oncelog` and `oncelog demo --sink iceberg` in another directory:
-    everything the demo needs (its transforms included) ships in the package, and the demo
-    into a table holds every committed order once through a task failure (the Kafka demo
-    runs from the source tree above, with its driver kill). The wheel is built from a copy of
-    the sources; the fresh virtualenv gets only that wheel, and reaches the dependencies
-    (pyspark, confluent-kafka, ...) through a .pth line naming this environment's
-    site-packages, so the test stays offline and fast. A path line does not run that
-    directory's own .pth files, so an editable oncelog installed there stays out of sight
-    (its metadata does not: hence --ignore-installed)."""
+def test_stateful_demo_from_a_wheel_outside_the_repository_is_exactly_once_through_aborted_input_and_kills(
+        tmp_path):
+    """`pip install oncelog` and `oncelog demo --stateful` in another directory: everything
+    the demos need (the transforms Spark's workers import included) ships in the package,
+    and the seeds' Kafka Streams application counts, branches and joins exactly once
+    through aborted input, a kill in the middle of a micro-batch and one between the sink's
+    commit and Spark's commit log (the orders demo runs from the source tree above; the
+    Iceberg one in `make iceberg-faults`). The wheel is built from a copy of the sources;
+    the fresh virtualenv gets only that wheel, and reaches the dependencies (pyspark,
+    confluent-kafka, ...) through a .pth line naming this environment's site-packages, so
+    the test stays offline and fast. A path line does not run that directory's own .pth
+    files, so an editable oncelog installed there stays out of sight (its metadata does
+    not: hence --ignore-installed)."""
     source = tmp_path / "source"
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md"):
@@ -169,21 +169,7 @@ def test_demo_runs_from_a_wheel_installed_in_a_fresh_virtualenv_outside_the_repo
     installed = subprocess.check_output([str(python), "-c", "import oncelog; print(oncelog.__file__)"],
                                         cwd=elsewhere, env=clean, text=True).strip()
     assert installed.startswith(str(site_packages)), installed
-    lake = tmp_path / "lake"
-    completed = subprocess.run(
-        [str(environment / "bin" / "oncelog"), "demo", "--sink", "iceberg", "--warehouse", str(lake),
-         "--messages", "1000", "--kills", "0"],
-        cwd=elsewhere, env=clean, stdin=subprocess.DEVNULL, check=False, capture_output=True, timeout=300,
-    )
-    output = completed.stdout.decode()
-    assert completed.returncode == 0, output + completed.stderr.decode()[-3000:]
-    for label in ("duplicates", "missing", "aborted records leaked", "wrong enrichment", "stray data files"):
-        assert report_value(output, label).split(" ")[0] == "0", output
-    assert re.match(r"[1-9]\d* injected", report_value(output, "task failures")), output
-    assert report_value(output, "output records").startswith("800 (the table's current snapshot")
-    assert report_value(output, "result") == "OK"
-    rows = read_demo_table(lake).scan(selected_fields=("order_id",)).to_arrow()
-    assert rows.num_rows == 800 and len(set(rows.column("order_id").to_pylist())) == 800
+    run_stateful_demo(oncelog=environment / "bin" / "oncelog", cwd=elsewhere, env=clean)
 
 
 def test_demo_into_a_warehouse_that_holds_an_earlier_demos_table_is_refused_in_one_line(tmp_path):
