@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from oncelog.demo.topics import EVENTS_TOPIC, REFERENCE_TOPIC
+from oncelog.demo.topics import EVENTS_TOPIC, REFERENCE_TOPIC, seeding_producer
 
 KEYS = 30
 TABLE_KEYS = 24  # keys in the table from the start; the others only once an update adds them
@@ -103,14 +103,9 @@ class EventSeeder:
         return f"{key}-r{self._version}"
 
     def run(self, pace: Callable[[int], None] = lambda written: None) -> SeededEvents:
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaException
 
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": "oncelog-demo-event-seeder",
-            "linger.ms": 5,
-            "log_level": 0,  # failures surface as exceptions
-        })
+        producer = seeding_producer(self.bootstrap, "oncelog-demo-event-seeder")
         try:
             producer.init_transactions(30)
             initial = [InputRecord(REFERENCE_TOPIC, key, self._table_value(key), self._tick())

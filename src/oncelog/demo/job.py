@@ -38,7 +38,7 @@ from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_thr
 from oncelog.demo.faults import FAIL_AT_ROW, FAIL_BATCH, FAULT_DIR
 from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
 from oncelog.demo.report import console_url, percentile, printer
-from oncelog.demo.topics import PARTITIONS, create_topics, read_topic
+from oncelog.demo.topics import BROKER_CONFIG, PARTITIONS, create_topics, read_topic
 
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "enriched-orders"
@@ -218,14 +218,12 @@ def run_demo(settings: DemoSettings, out=sys.stdout) -> int:
     with tempfile.TemporaryDirectory(prefix="oncelog-demo-") as temporary:
         work = Path(temporary)
         data_dir = settings.data_dir or work / "broker"
-        # http.listener: the console and the broker's /metrics, on a free port.
-        broker_config = {"transaction.two.phase.commit.enable": "true", "http.listener": "127.0.0.1:0"}
         warehouse = (settings.warehouse or work / "lake").resolve()
         if settings.iceberg and settings.warehouse is not None and _table_exists(warehouse):
             # The orders of every run have the same ids: a second run would count the first's as duplicates.
             raise DemoError(f"{warehouse} already holds {OUTPUT_TABLE} from an earlier demo: give another "
                             "--warehouse, or remove that one")
-        with EmbeddedBroker(data_dir, broker_config) as broker:
+        with EmbeddedBroker(data_dir, BROKER_CONFIG) as broker:
             bootstrap = broker.bootstrap_servers
             into = f"into Iceberg table {OUTPUT_TABLE}" if settings.iceberg else f"sink mode {settings.mode}"
             say(f"oncelog demo: order enrichment, exactly once, on Spark {MASTER} ({into})")

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from oncelog.demo.topics import seeding_producer
+
 CUSTOMERS = 1_000  # as in oncelog.demo.enrich
 SKUS = 50
 PRICES = (4.99, 9.5, 12.25, 19.99, 25.0, 49.9, 99.0)
@@ -82,14 +84,9 @@ class OrderSeeder:
         return self.seeded.error
 
     def run(self, pace: Callable[[int], None] = lambda written: None) -> Seeded:
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaException
 
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": "oncelog-demo-order-seeder",
-            "linger.ms": 5,
-            "log_level": 0,  # failures surface as exceptions
-        })
+        producer = seeding_producer(self.bootstrap, "oncelog-demo-order-seeder")
         try:
             producer.init_transactions(30)
             transaction = 0

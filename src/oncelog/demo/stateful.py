@@ -31,6 +31,7 @@ from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_thr
 from oncelog.demo.events import EventSeeder, Expected, SeededEvents, event_id, expected_outputs
 from oncelog.demo.report import console_url, percentile, printer
 from oncelog.demo.topics import (
+    BROKER_CONFIG,
     COUNTS_TOPIC,
     ENRICHED_TOPIC,
     EVENTS_TOPIC,
@@ -193,8 +194,7 @@ def run_stateful_demo(settings: StatefulSettings, out=sys.stdout) -> int:
     with tempfile.TemporaryDirectory(prefix="oncelog-demo-stateful-") as temporary:
         work = Path(temporary)
         data_dir = settings.data_dir or work / "broker"
-        broker_config = {"transaction.two.phase.commit.enable": "true", "http.listener": "127.0.0.1:0"}
-        with EmbeddedBroker(data_dir, broker_config) as broker:
+        with EmbeddedBroker(data_dir, BROKER_CONFIG) as broker:
             bootstrap = broker.bootstrap_servers
             say(f"oncelog demo --stateful: the seeds' Kafka Streams application (windowed counts, branches, "
                 f"a stream-table join), exactly once, on Spark {MASTER} (sink mode {settings.mode}, "

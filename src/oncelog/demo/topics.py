@@ -12,6 +12,9 @@ from oncelog.demo.driver import DemoError
 
 PARTITIONS = 3
 READ_IDLE_TIMEOUT_S = 20.0
+# The demos' embedded broker: two-phase commit for batch mode, and http.listener (the console
+# and the broker's /metrics) on a free port.
+BROKER_CONFIG = {"transaction.two.phase.commit.enable": "true", "http.listener": "127.0.0.1:0"}
 
 # `oncelog demo --stateful`'s topics, the seeds' (its application: oncelog.demo.streams).
 EVENTS_TOPIC = "input-events"
@@ -112,3 +115,11 @@ def create_topics(bootstrap: str, topics: tuple[str, ...], configs: dict[str, di
             future.result(30)
         except (KafkaException, TimeoutError) as error:  # the admin request failed, or got no answer
             raise DemoError(f"cannot create topic {topic!r}: {error}") from None
+
+
+def seeding_producer(bootstrap: str, transactional_id: str):
+    """The seeders' transactional producer (not yet initialised); failures surface as exceptions."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
+                     "log_level": 0})
