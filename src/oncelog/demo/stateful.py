@@ -6,13 +6,14 @@ Spark, through aborted input and driver kills, checked against an independent co
    `reference-data`, and the outputs `windowed-counts` (compacted), `high-priority-events`,
    `normal-priority-events`, `enriched-events`.
 2. A transactional producer writes events and table updates (oncelog.demo.events); every
-   fifth transaction of each kind is aborted. A third of the events is written up front,
+   fifth transaction of each kind is aborted. About a third of the events is written up front,
    the rest while the pipeline runs.
 3. The pipeline runner reads both input topics read_committed and writes all four outputs
    from one query in update output mode, in batch mode by default (each micro-batch
-   visible in all four at once). Its driver is killed with SIGKILL in the middle of a micro-batch, and again
-   right after the sink committed a micro-batch but before Spark's commit log recorded it
-   (oncelog.demo.driver); each new driver continues from the checkpoint, state included.
+   visible in all four at once). Its driver is killed with SIGKILL in the middle of a
+   micro-batch, and again right after the sink committed a micro-batch but before
+   Spark's commit log recorded it (oncelog.demo.driver); each new driver continues from
+   the checkpoint, state included.
 4. A read_committed consumer reads the four outputs and the report compares each with
    what the committed input must give (oncelog.demo.events.expected_outputs): every
    window's last count, every branch, every join, with duplicates, missing records,
