@@ -14,7 +14,8 @@
 #                      real speculative execution on a standalone cluster,
 #                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
 #   make sink-faults the Kafka sink's real speculative execution on a standalone cluster, both modes,
-#                      and `oncelog demo --stateful --mode partition` (a re-run gives each task the same rows)
+#                      `oncelog demo --stateful --mode partition` (a re-run gives each task the same rows)
+#                      and `oncelog demo` with a driver kill
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
 #   make clean   caches and build output; `make distclean` also removes .venv
 
@@ -120,11 +121,11 @@ groups-faults: setup
 
 iceberg-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_iceberg_faults.py tests/spark/test_iceberg_speculation.py \
-	  tests/integration/test_demo.py -k "not stateful" $(PYTEST_ARGS)
+	  tests/integration/test_demo.py -k "iceberg" $(PYTEST_ARGS)
 
 sink-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_sink_speculation.py $(PYTEST_ARGS)
-	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_demo.py -k "stateful" $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_demo.py -k "stateful or enriches" $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.
 compat: setup

@@ -7,6 +7,7 @@ store across a restart."""
 from __future__ import annotations
 
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -17,12 +18,17 @@ from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
 
 from .sink_support import create_topics, read_all
 
+# The records' timestamps are ms after this: recent, so the broker's retention (7 days by
+# default) never deletes them, as it did when they were ms after 1970.
+BASE_MS = int(time.time() * 1000) - 600_000
+
 
 def produce(bootstrap: str, records: list[tuple[str, bytes | None, bytes | None, int]]) -> None:
-    """(topic, key, value or None for a tombstone, timestamp ms), in order, one partition."""
+    """(topic, key, value or None for a tombstone, timestamp in ms after BASE_MS), in order,
+    one partition."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for topic, key, value, timestamp in records:
-        producer.produce(topic, value, key=key, partition=0, timestamp=timestamp)
+        producer.produce(topic, value, key=key, partition=0, timestamp=BASE_MS + timestamp)
     assert producer.flush(30) == 0
 
 

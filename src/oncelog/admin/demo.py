@@ -38,8 +38,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo.add_argument("--mode", choices=("batch", "partition"),
                       help="the Kafka sink's mode (default: batch)")
     demo.add_argument("--kills", type=int,
-                      help="times the driver is killed with SIGKILL and restarted (default: 1; with --stateful 2, "
-                      "every second one right after the sink's commit, before Spark's commit log)")
+                      help="times the driver is killed with SIGKILL and restarted (default: 1; with --stateful 2: "
+                      "the first and every second one right after the sink's commit, before Spark's commit log)")
     demo.add_argument(
         "--data-dir", type=Path,
         help="keep the broker's log here (default: a temporary directory, removed after)",

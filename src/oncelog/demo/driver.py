@@ -3,7 +3,8 @@
 input (`run_through_kills`). Shared by `oncelog demo` (oncelog.demo.job) and `oncelog demo
 --stateful` (oncelog.demo.stateful).
 
-Two kinds of kill, alternating when there are several (the first is always the first kind):
+Two kinds of kill, alternating when there are several (the first is the second kind when
+the plan has a `commit_pause`, else every kill is of the first kind):
 - in the middle of a micro-batch: once the driver's input but its last transaction is
   written (a few micro-batches in), that one is written, and the driver is killed part
   way into the next micro-batch planned (Spark's offset log has it), when its tasks are
@@ -184,8 +185,8 @@ class FaultPlan:
     seed: int
     up_front: int  # records written before the first driver starts
     # The sink's pause point right after its commit (oncelog.spark.sink: commit:return:batch or
-    # commit:return:partition): every second kill there, between the sink's commit and Spark's
-    # commit log. None: every kill mid-batch.
+    # commit:return:partition): the first kill and every second one after it there, between
+    # the sink's commit and Spark's commit log. None: every kill mid-batch.
     commit_pause: str | None = None
     trigger: str = "processing-time=500ms"
 
@@ -200,11 +201,11 @@ class RunRecord:
 
     def describe_kills(self) -> str:
         parts = []
-        if self.kills:
-            parts.append(f"{len(self.kills)} meant for the middle of a micro-batch ({', '.join(self.kills)})")
         if self.commit_kills:
             parts.append(f"{len(self.commit_kills)} between the sink's commit and Spark's commit log "
                          f"(micro-batch {', '.join(map(str, self.commit_kills))})")
+        if self.kills:
+            parts.append(f"{len(self.kills)} meant for the middle of a micro-batch ({', '.join(self.kills)})")
         return "; ".join(parts) or "none"
 
 
@@ -294,7 +295,7 @@ def run_through_kills(plan: FaultPlan, seeder: Seeder, work: Path, say: Callable
     rng = random.Random(plan.seed)
     try:
         for kill_number in range(plan.kills):
-            commit_pause = plan.commit_pause if kill_number % 2 == 1 else None
+            commit_pause = plan.commit_pause if kill_number % 2 == 0 else None
             pause_file = work / f"commit-pause-{kill_number}"
             env = None
             if commit_pause is not None:

@@ -10,10 +10,10 @@ Spark, through aborted input and driver kills, checked against an independent co
    the rest while the pipeline runs.
 3. The pipeline runner reads both input topics read_committed and writes all four outputs
    from one query in update output mode, in batch mode by default (each micro-batch
-   visible in all four at once). Its driver is killed with SIGKILL in the middle of a
-   micro-batch, and again right after the sink committed a micro-batch but before
-   Spark's commit log recorded it (oncelog.demo.driver); each new driver continues from
-   the checkpoint, state included.
+   visible in all four at once). Its driver is killed with SIGKILL right after the sink
+   committed a micro-batch but before Spark's commit log recorded it, and again in the
+   middle of a micro-batch (oncelog.demo.driver); each new driver continues from the
+   checkpoint, state included.
 4. A read_committed consumer reads the four outputs and the report compares each with
    what the committed input must give (oncelog.demo.events.expected_outputs): every
    window's last count, every branch, every join, with duplicates, missing records,
@@ -56,7 +56,7 @@ COMPACTED = {"cleanup.policy": "compact"}
 class StatefulSettings:
     messages: int = 20_000  # events
     mode: str = "batch"  # the Kafka sink's
-    kills: int = 2  # alternately mid-batch and between the sink's commit and Spark's commit log
+    kills: int = 2  # alternately between the sink's commit and Spark's commit log, and mid-batch
     data_dir: Path | None = None
     seed: int = 7
 
