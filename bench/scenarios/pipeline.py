@@ -446,6 +446,7 @@ def several_queries(args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from oncelog.spark import build_session, join_table
+    from oncelog.spark.pipeline_query import MicroBatchWrite
 
     spark = build_session("bench-several", "local[2]")
     work = Path(args.work)
@@ -459,14 +460,6 @@ def several_queries(args: argparse.Namespace) -> dict:
         return {"kafka.bootstrap.servers": args.bootstrap, "topic": f"bench-several-{name}", "mode": "partition",
                 "checkpointLocation": str(work / name)}
 
-    def write_update(options: dict[str, str]):
-        def write(batch, batch_id: int) -> None:
-            writer = batch.write.format("oncelog").mode("append")
-            for key, value in {**options, "microBatchId": str(batch_id)}.items():
-                writer = writer.option(key, value)
-            writer.save()
-        return write
-
     events = source(STATEFUL_INPUT)
     outputs = {
         "stateless": (events.select("key", F.concat(F.lit(b"seen:"), "value").alias("value")), "append"),
@@ -479,7 +472,7 @@ def several_queries(args: argparse.Namespace) -> dict:
     for name, (frame, output_mode) in outputs.items():
         options = sink_options(name)
         if output_mode == "update":
-            writer = frame.writeStream.foreachBatch(write_update(options)).option(
+            writer = frame.writeStream.foreachBatch(MicroBatchWrite(options)).option(
                 "checkpointLocation", options["checkpointLocation"])
         else:
             writer = frame.writeStream.format("oncelog").options(**options)

@@ -179,7 +179,7 @@ def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
         # A Python data source's streaming sink cannot take update mode (Spark asks for
         # SupportsStreamingUpdateAsAppend): each micro-batch is written by a batch write
         # that is that micro-batch of this query (option microBatchId).
-        writer = output.writeStream.foreachBatch(_MicroBatchWrite(options)).option(
+        writer = output.writeStream.foreachBatch(MicroBatchWrite(options)).option(
             "checkpointLocation", spec.checkpoint_location)
     else:
         writer = output.writeStream.format(ICEBERG_FORMAT_NAME if spec.sink_table is not None else FORMAT_NAME)
@@ -197,8 +197,10 @@ def start_query(output: DataFrame, spec: PipelineSpec) -> StreamingQuery:
     return writer.start()
 
 
-class _MicroBatchWrite:
-    """foreachBatch's function: micro-batch `batch_id` through the oncelog sink."""
+class MicroBatchWrite:
+    """foreachBatch's function: micro-batch `batch_id` through the oncelog sink with these
+    sink options (the query's checkpointLocation among them), as the same micro-batch of
+    the query (option microBatchId): update output mode's way into the sink."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
