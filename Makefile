@@ -113,7 +113,7 @@ soak-cluster: setup
 
 # As root (network namespaces, a tmpfs per node); docs/reliability.md has a run's figures.
 soak-faults: setup
-	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --faults pause,partition,disk --fault-seconds 20-35 \
+	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --faults pause,partition,disk,sessions --fault-seconds 20-35 \
 	  --session-timeout-ms 9000 --seed 11
 
 groups-faults: setup

@@ -168,3 +168,33 @@ def test_the_last_node_standing_keeps_serving_what_it_leads_when_no_quorum_can_e
         cluster.start_node(node)
     for partition in range(3):
         cluster.wait_for_isr("alone", partition, 3, timeout=60)
+
+
+def test_an_idempotent_producer_carries_on_when_every_broker_session_is_revoked_at_once(cluster):
+    """The quorum lost every lease at once (etcd did, when a paused member resumed in a
+    soak run): until the brokers register again on their next heartbeat, none is
+    registered. Metadata then named no broker, so librdkafka dropped every connection
+    and the idempotent producer timed out each record until it bootstrapped again, 5
+    minutes later. Every answer now names at least the broker answering it, and the
+    producer carries on once the brokers have registered again."""
+    create(cluster, "sessions", 3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 30000})
+    failures: list = []
+    sent = 0
+    brokers_named = []
+    for _ in range(2):
+        assert cluster.revoke_sessions() == 3
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            brokers_named.append(len(cluster.metadata([]).brokers))
+            producer.produce("sessions", str(sent).encode(), partition=sent % 3,
+                             on_delivery=lambda error, _m: error is not None and failures.append(error))
+            sent += 1
+            producer.poll(0.01)
+    assert min(brokers_named) >= 1
+    assert producer.flush(45) == 0
+    assert failures == []
+    values = sorted(value for partition in range(3)
+                    for value in read_partition(cluster, "sessions", partition, len(range(partition, sent, 3))))
+    assert values == list(range(sent))

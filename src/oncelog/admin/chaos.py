@@ -45,8 +45,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="comma-separated fault kinds, taken in turn: kill (SIGKILL, restarted after a while), "
                             "pause (SIGSTOP of a broker, a node or an etcd member), partition (one node cut from "
                             "the others while clients still reach it; root: network namespaces), disk (a node's "
-                            "log dir volume full; root: a tmpfs per node). Kinds this machine cannot do are "
-                            "skipped with a message (default: kill on one broker, all four on a cluster)")
+                            "log dir volume full; root: a tmpfs per node), sessions (every broker's session lease "
+                            "revoked at once in the metadata quorum). Kinds this machine cannot do are skipped "
+                            "with a message (default: kill on one broker, all five on a cluster)")
     chaos.add_argument("--faults-per-minute", "--kills-per-minute", dest="faults_per_minute", type=float,
                        default=10.0,
                        help="faults planned per minute; on a cluster fewer happen when nodes take long to come "
@@ -128,7 +129,7 @@ def _fault_kinds(text: str | None, brokers: int) -> tuple[str, ...]:
         raise CommandError(f"--faults: unknown kind {', '.join(unknown) or '(none given)'}; "
                            f"known: {', '.join(FAULT_KINDS)}")
     if brokers == 1 and kinds != ("kill",):
-        raise CommandError("--faults: a standalone broker is only killed; pause, partition and disk need "
+        raise CommandError("--faults: a standalone broker is only killed; pause, partition, disk and sessions need "
                            "--brokers 3")
     return kinds
 

@@ -4,7 +4,8 @@
   `settings`, `sessions`, `workers` (the client threads), `targets` (the broker or cluster
   under test, behind fault proxies, and the Nemesis thread);
 - the faults: `proxy` (FaultProxy, a Kafka-aware TCP proxy that drops, cuts, delays and
-  duplicates), `nemesis` (a cluster's faults: kill, pause, partition, disk);
+  duplicates), `nemesis` (a cluster's faults: kill, pause, partition, disk,
+  sessions);
 - the judges: `history` (recording clients and the operations they record), `checker`
   (the anomalies of a history), `stalls` (how long clients waited during each fault),
   `replicas` (every replica of a partition holds the same batches);

@@ -20,6 +20,9 @@ Kinds (`FAULT_KINDS`):
   every broker's watch starts on.
 - `disk`: one node's log dir volume filled to the last byte; healed by freeing it. Needs
   each node's log.dirs on a volume of its own (`NodeDisks`, root).
+- `sessions`: every broker's session lease revoked at once through the quorum's API, as
+  etcd once did when a paused member resumed: every broker is fenced at the same moment
+  and registers again. Nothing to heal.
 
 Victims: a third of the time the leader of a random partition of the watched topics, a
 third a coordinator, otherwise (or when no answer comes in time) a random node; pauses
@@ -42,7 +45,7 @@ from pathlib import Path
 from oncelog.local.cluster import ClusterProcess
 from oncelog.local.netns import NetworkLab
 
-FAULT_KINDS = ("kill", "pause", "partition", "disk")
+FAULT_KINDS = ("kill", "pause", "partition", "disk", "sessions")
 DISK_SIZE = "512m"  # each node's tmpfs: room for its etcd member's preallocated WAL and the run's logs
 
 
@@ -127,7 +130,7 @@ class ClusterNemesis:
         self.count = 0
 
     def can(self, kind: str) -> bool:
-        return kind in ("kill", "pause") or (kind == "partition" and self.network is not None) \
+        return kind in ("kill", "pause", "sessions") or (kind == "partition" and self.network is not None) \
             or (kind == "disk" and self.disks is not None)
 
     def inject(self, kind: str, rng: random.Random) -> Fault:
@@ -156,6 +159,11 @@ class ClusterNemesis:
             disks.fill(node)
             return self._fault(kind, node, target, f"the disk of node {node} ({why}) full", led,
                                lambda: disks.free(node))
+        if kind == "sessions":
+            node = min(self.cluster.alive())  # none in particular: every broker is hit
+            revoked = self.cluster.revoke_sessions()
+            return self._fault(kind, node, "sessions", f"every broker's session lease revoked ({revoked} leases)",
+                               frozenset(), lambda: None)
         raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
 
     def undo_all(self) -> None:

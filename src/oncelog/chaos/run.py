@@ -5,7 +5,7 @@ checker.
     print(result.report.summary()); assert result.ok
 
     result = run_chaos(ChaosSettings(duration=60, faults_per_minute=8, brokers=3,  # a cluster
-                                     faults=("kill", "pause", "partition", "disk")))
+                                     faults=("kill", "pause", "partition", "disk", "sessions")))
 
 One run, in this order:
 

@@ -3,7 +3,7 @@
 `StandaloneBroker`: one broker process behind one `FaultProxy`, which it advertises; it
 is only ever killed. `ChaosCluster`: a `ClusterProcess` of combined nodes, each broker
 behind a proxy of its own and advertising it, with the faults of `ClusterNemesis` (kill,
-pause, partition, disk) and the waits until every replica is back in sync. Both offer the
+pause, partition, disk, sessions) and the waits until every replica is back in sync. Both offer the
 run one face: start, create_topics, inject, hold_time, settle, ensure_running,
 wait_in_sync, set_faults, proxy_stats, stop, compare_replicas, close. `Nemesis` is the
 thread that injects one fault per time slot through that face and heals it.
@@ -219,6 +219,8 @@ class ChaosCluster:
         return self.nemesis.inject(kind, rng)
 
     def hold_time(self, kind: str, rng: random.Random) -> float:
+        if kind == "sessions":
+            return 0.0  # a moment, nothing to hold: the brokers register again on their own
         if kind == "kill":
             session_s = self.settings.session_timeout_ms / 1000
             return rng.uniform(self.KILL_DOWN_S[0] * session_s, self.KILL_DOWN_S[1] * session_s)

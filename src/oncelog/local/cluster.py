@@ -18,11 +18,13 @@ only find each other again on the same ports.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
@@ -125,6 +127,13 @@ def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]])
         temporary.replace(path)
 
 
+def _post_json(url: str, body: Mapping[str, object]) -> dict:
+    """One call of etcd's JSON gateway."""
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
 class ClusterProcess:
     def __init__(self, base_dir: str | Path, brokers: int = 3, config: Mapping[str, str] | None = None, *,
                  fast_failover: bool = True, node_settings: Mapping[int, Mapping[str, str]] | None = None,
@@ -207,6 +216,25 @@ class ClusterProcess:
             except OSError:
                 continue
         return None
+
+    def revoke_sessions(self) -> int:
+        """Revoke every lease the metadata quorum holds, through the first member that
+        answers: every broker's session ends at the same instant (and with it its
+        registration, and the controller's), as when etcd once lost its leases on a
+        paused member's return. The brokers register again on their next heartbeat.
+        Returns how many leases were revoked."""
+        voters = next(iter(self.configs.values()))["controller.quorum.voters"]
+        failures = []
+        for voter in voters.split(","):
+            leases = f"http://{voter.split('@', 1)[1]}/v3/lease"
+            try:
+                held = _post_json(f"{leases}/leases", {}).get("leases", [])
+                for lease in held:
+                    _post_json(f"{leases}/revoke", {"ID": lease["ID"]})
+                return len(held)
+            except OSError as error:
+                failures.append(f"{voter}: {error}")
+        raise RuntimeError(f"no quorum member answered to revoke the sessions ({'; '.join(failures)})")
 
     def kill_all(self) -> None:
         for node in self.nodes.values():
