@@ -8,7 +8,7 @@
 #   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
-#   make soak-faults   long pauses, network partitions and full disks on a cluster with Kafka's 9 s sessions
+#   make soak-faults   long pauses, network partitions, full disks and lease losses on a cluster with Kafka's 9 s sessions
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
 #   make iceberg-faults the Iceberg sink's fault runs (driver kills at every pause point, task retries, a concurrent writer),
 #                      real speculative execution on a standalone cluster,

@@ -3,10 +3,11 @@
 `StandaloneBroker`: one broker process behind one `FaultProxy`, which it advertises; it
 is only ever killed. `ChaosCluster`: a `ClusterProcess` of combined nodes, each broker
 behind a proxy of its own and advertising it, with the faults of `ClusterNemesis` (kill,
-pause, partition, disk, sessions) and the waits until every replica is back in sync. Both offer the
-run one face: start, create_topics, inject, hold_time, settle, ensure_running,
-wait_in_sync, set_faults, proxy_stats, stop, compare_replicas, close. `Nemesis` is the
-thread that injects one fault per time slot through that face and heals it.
+pause, partition, disk, sessions) and the waits until every replica is back in sync.
+Both offer the run one face: start, create_topics, inject, hold_time, settle,
+ensure_running, wait_in_sync, set_faults, proxy_stats, stop, compare_replicas, close.
+`Nemesis` is the thread that injects one fault per time slot through that face and heals
+it.
 `oncelog.chaos.run` picks the target and starts the nemesis.
 """
 
