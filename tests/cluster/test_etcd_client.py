@@ -224,7 +224,9 @@ def test_without_a_quorum_calls_fail_fast_as_refused_and_watches_give_up(etcd):
     survivor = 0
 
     async def scenario():
-        async with EtcdClient(etcd.endpoints, request_timeout_s=1.0, watch_reconnect_timeout_s=1.0) as client:
+        # The survivor's refusal must come within the request timeout: 3 s leaves a slow
+        # machine room (with 1 s a put once timed out there, indeterminate, instead).
+        async with EtcdClient(etcd.endpoints, request_timeout_s=3.0, watch_reconnect_timeout_s=1.0) as client:
             start = await client.put("/quorum/key", b"before")
             watch = client.watch("/quorum/key", start_revision=start)
             assert (await watch.__anext__())[1][0].kv.value == b"before"
