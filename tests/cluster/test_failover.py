@@ -183,7 +183,7 @@ def test_an_idempotent_producer_carries_on_when_every_broker_session_is_revoked_
     failures: list = []
     sent = 0
     brokers_named = []
-    assert cluster.revoke_sessions() == 3
+    assert cluster.revoke_sessions() >= 3
     deadline = time.monotonic() + 3  # the brokers register again within a heartbeat (0.5 s here)
     while time.monotonic() < deadline:
         brokers_named.append(len(cluster.metadata([]).brokers))
@@ -192,6 +192,7 @@ def test_an_idempotent_producer_carries_on_when_every_broker_session_is_revoked_
         sent += 1
         producer.poll(0.01)
     assert min(brokers_named) >= 1
+    assert min(brokers_named) < 3  # the moment with no broker registered was seen
     assert producer.flush(45) == 0
     assert failures == []
     values = sorted(value for partition in range(3)

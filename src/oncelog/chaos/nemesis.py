@@ -21,7 +21,7 @@ Kinds (`FAULT_KINDS`):
 - `disk`: one node's log dir volume filled to the last byte; healed by freeing it. Needs
   each node's log.dirs on a volume of its own (`NodeDisks`, root).
 - `sessions`: every broker's session lease revoked at once through the quorum's API, as
-  etcd once did when a paused member resumed: every broker is fenced at the same moment
+  etcd once did when a paused member resumed: every broker is fenced within milliseconds
   and registers again. Nothing to heal.
 
 Victims: a third of the time the leader of a random partition of the watched topics, a

@@ -221,7 +221,7 @@ class ChaosCluster:
 
     def hold_time(self, kind: str, rng: random.Random) -> float:
         if kind == "sessions":
-            return 0.0  # a moment, nothing to hold: the brokers register again on their own
+            return 1.0  # nothing to hold: past a heartbeat every broker has seen its lease gone
         if kind == "kill":
             session_s = self.settings.session_timeout_ms / 1000
             return rng.uniform(self.KILL_DOWN_S[0] * session_s, self.KILL_DOWN_S[1] * session_s)

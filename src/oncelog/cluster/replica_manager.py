@@ -156,19 +156,18 @@ class ReplicaManager:
                              tuple(r for r in record.replicas if r not in live))
 
     def live_brokers(self, listener: str) -> list[BrokerView]:
-        """The registered brokers with an address on `listener`; with none at all (every
-        session lapsed at once, e.g. the quorum lost its leases, and the brokers are
-        registering again), this broker alone. A Metadata answer naming no broker makes
-        clients drop every connection they hold (librdkafka decommissions the brokers it
-        leaves out, the Java client has no node left to ask) until they bootstrap again
-        minutes later; this broker answers, and will name the new leaders as soon as the
-        brokers have registered again."""
+        """The registered brokers with an address on `listener`; with none (every session
+        lapsed at once, e.g. the quorum lost its leases, and the brokers are registering
+        again), this broker alone. librdkafka decommissions every broker a Metadata answer
+        leaves out: an answer naming none leaves it nobody to ask until it bootstraps
+        again minutes later. This broker answers, and names the new leaders as soon as
+        the brokers have registered again."""
         views = []
         for _, registration in sorted(self.image.brokers.items()):
             address = registration.endpoint(listener)
             if address is not None:
                 views.append(BrokerView(registration.node_id, *address))
-        if not self.image.brokers:
+        if not views:
             own = self.broker.endpoints.get(listener)
             if own is not None:
                 views.append(BrokerView(self.node_id, *own))
