@@ -18,19 +18,18 @@ only find each other again on the same ports.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
+from oncelog.local.etcd import GatewayError
+from oncelog.local.etcd import post as etcd_post
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import BrokerProcess, child_pids, free_port
 
@@ -128,13 +127,6 @@ def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]])
         temporary.replace(path)
 
 
-def _post_json(url: str, body: Mapping[str, object]) -> dict:
-    """One call of etcd's JSON gateway."""
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.loads(response.read())
-
-
 class ClusterProcess:
     def __init__(self, base_dir: str | Path, brokers: int = 3, config: Mapping[str, str] | None = None, *,
                  fast_failover: bool = True, node_settings: Mapping[int, Mapping[str, str]] | None = None,
@@ -227,20 +219,20 @@ class ClusterProcess:
         voters = next(iter(self.configs.values()))["controller.quorum.voters"]
         failures = []
         for voter in voters.split(","):
-            leases = f"http://{voter.split('@', 1)[1]}/v3/lease"
+            member = f"http://{voter.split('@', 1)[1]}"
             try:
-                held = _post_json(f"{leases}/leases", {}).get("leases", [])
+                held = etcd_post(member, "/v3/lease/leases", {}, 5.0).get("leases", [])
             except OSError as error:
                 failures.append(f"{voter}: {error}")
                 continue
             revoked = 0
             for lease in held:
                 try:
-                    _post_json(f"{leases}/revoke", {"ID": lease["ID"]})
+                    etcd_post(member, "/v3/lease/revoke", {"ID": lease["ID"]}, 5.0)
                     revoked += 1
-                except urllib.error.HTTPError as error:
-                    if error.code != 404:  # 404: it lapsed (or was revoked) since the list
-                        raise RuntimeError(f"revoking lease {lease['ID']} at {voter}: HTTP {error.code}") from None
+                except GatewayError as error:
+                    if error.status != 404:  # 404: it lapsed (or was revoked) since the list
+                        raise RuntimeError(f"revoking lease {lease['ID']} at {voter}: {error}") from None
             return revoked
         raise RuntimeError(f"no quorum member answered to revoke the sessions ({'; '.join(failures)})")
 

@@ -79,7 +79,7 @@ class EtcdCluster:
             member.stop(grace_s=1.0)
 
     def status(self, i: int, timeout: float = 2.0) -> dict:
-        return _post(self.endpoints[i], "/v3/maintenance/status", {}, timeout)
+        return post(self.endpoints[i], "/v3/maintenance/status", {}, timeout)
 
     def leader_index(self, timeout: float = 10.0) -> int:
         """The index of the member every live member agrees is the leader."""
@@ -115,7 +115,7 @@ class EtcdCluster:
                     # A write through this member proves it has a leader and a quorum; the
                     # answer comes after the member applied it, so it has caught up too.
                     if int(status.get("leader", 0)):
-                        _post(self.endpoints[i], "/v3/kv/put", {"key": probe, "value": probe}, 2.0)
+                        post(self.endpoints[i], "/v3/kv/put", {"key": probe, "value": probe}, 2.0)
                         break
                 except (OSError, ValueError):
                     pass
@@ -131,10 +131,20 @@ class EtcdCluster:
         self.stop()
 
 
-def _post(endpoint: str, path: str, body: dict, timeout: float) -> dict:
+class GatewayError(OSError):
+    """An HTTP error status from etcd's JSON gateway (`status`: e.g. 404 for a lease
+    that is gone)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def post(endpoint: str, path: str, body: dict, timeout: float) -> dict:
+    """One call of etcd's JSON gateway; an HTTP error status is a GatewayError."""
     request = urllib.request.Request(endpoint + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as error:
-        raise OSError(f"{endpoint}{path}: HTTP {error.code}: {error.read()[:200]!r}") from None
+        raise GatewayError(f"{endpoint}{path}: HTTP {error.code}: {error.read()[:200]!r}", error.code) from None
