@@ -72,12 +72,26 @@ class BrokerProcess:
         }
         self.process: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
+        self._listening = threading.Event()
+        self._handshake_done = threading.Event()
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Self:
+        """Start the broker and return once it prints its address line; BrokerStartError
+        (the process killed) if it exits first or `timeout` passes."""
+        self.launch()
+        if not self.wait_listening(timeout):
+            raise self.start_failed(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the process and return at once; `listening` turns true when the broker
+        prints its address line, `exited_before_listening` when the process ends first."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError(f"the broker logging to {self.log_path} is already running (pid {self.process.pid})")
         command = [sys.executable, "-m", "oncelog", "broker", "start"]
         for key, value in self.config.items():
             command += ["--override", f"{key}={value}"]
@@ -85,27 +99,53 @@ class BrokerProcess:
             command = self.wrap(command)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(
+            process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        ready = threading.Event()
-        lines: list[str] = []
+        self.process = process
+        listening = self._listening = threading.Event()
+        done = self._handshake_done = threading.Event()
 
         def read_handshake() -> None:
-            assert self.process is not None and self.process.stdout is not None
-            for raw in self.process.stdout:
-                lines.append(raw.decode(errors="replace"))
-                if "listening on" in lines[-1]:
-                    ready.set()
-            ready.set()
+            assert process.stdout is not None
+            for raw in process.stdout:
+                if "listening on" in raw.decode(errors="replace"):
+                    listening.set()
+                    done.set()
+            done.set()  # end of output: the process exited (or closed its stdout) first
 
         threading.Thread(target=read_handshake, daemon=True).start()
-        if not ready.wait(timeout) or self.process.poll() is not None:
-            exit_code = self.process.poll()
-            self.kill()
-            raise BrokerStartError(self.log_path, exit_code, timeout, self.config.get("node.id"))
-        return self
+
+    @property
+    def listening(self) -> bool:
+        """True once the process printed its address line (and has not been killed since)."""
+        return self.process is not None and self._listening.is_set()
+
+    @property
+    def exited_before_listening(self) -> bool:
+        """True when the launched process ended (or closed its output) without listening."""
+        return self.process is not None and self._handshake_done.is_set() and not self._listening.is_set()
+
+    def wait_listening(self, timeout: float) -> bool:
+        """Wait until the broker listens (True) or exits or `timeout` passes (False)."""
+        self._handshake_done.wait(timeout)
+        return self.listening
+
+    def start_failed(self, timeout: float) -> BrokerStartError:
+        """Kill the process (if it still runs) and say why it did not start: its exit
+        status and log tail, or that it was not listening after `timeout`."""
+        exit_code = None
+        if self.process is not None:
+            if self._handshake_done.is_set():  # its output ended: it is exiting, reap it
+                try:
+                    exit_code = self.process.wait(5.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                exit_code = self.process.poll()
+        self.kill()
+        return BrokerStartError(self.log_path, exit_code, timeout, self.config.get("node.id"))
 
     @property
     def pid(self) -> int:
