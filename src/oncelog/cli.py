@@ -11,6 +11,7 @@ mistakes (an unknown option, a missing argument) included.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import NoReturn
 
@@ -30,45 +31,52 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(1, f"oncelog: error: {where}{message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from oncelog.admin import (
-        acls,
-        chaos,
-        configs,
-        console,
-        demo,
-        groups,
-        pipeline,
-        producers,
-        topics,
-        transactions,
-    )
-    from oncelog.broker import cli as broker_cli
-    from oncelog.cluster import cli as cluster_cli
+# The module registering each command, in the order `oncelog --help` lists them. A
+# command's module is imported only when it runs (or for the full list): the admin
+# commands' clients and Spark's pipeline cost about a second to import all together.
+COMMAND_MODULES = {
+    "broker": "oncelog.broker.cli",
+    "cluster": "oncelog.cluster.cli",
+    "topics": "oncelog.admin.topics",
+    "configs": "oncelog.admin.configs",
+    "acls": "oncelog.admin.acls",
+    "produce": "oncelog.admin.console",
+    "consume": "oncelog.admin.console",
+    "groups": "oncelog.admin.groups",
+    "producers": "oncelog.admin.producers",
+    "transactions": "oncelog.admin.transactions",
+    "pipeline": "oncelog.admin.pipeline",
+    "demo": "oncelog.admin.demo",
+    "chaos": "oncelog.admin.chaos",
+}
 
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `oncelog` parser. Given the arguments, only the module of the command they
+    name is loaded (none for `--version`; every module when they name no command, or
+    one that does not exist, so that help and errors list every command)."""
     parser = ArgumentParser(
         prog="oncelog",
         description="oncelog: a Kafka-protocol log with exactly-once semantics.",
     )
     parser.add_argument("--version", action="version", version=f"oncelog {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    broker_cli.register(commands)
-    cluster_cli.register(commands)
-    topics.register(commands)
-    configs.register(commands)
-    acls.register(commands)
-    console.register(commands)
-    groups.register(commands)
-    producers.register(commands)
-    transactions.register(commands)
-    pipeline.register(commands)
-    demo.register(commands)
-    chaos.register(commands)
+    named = argv[0] if argv else None
+    if named == "--version":
+        wanted = []
+    elif named in COMMAND_MODULES:
+        wanted = [COMMAND_MODULES[named]]
+    else:
+        wanted = list(COMMAND_MODULES.values())
+    for module_name in dict.fromkeys(wanted):  # in order, each module once
+        importlib.import_module(module_name).register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
