@@ -9,11 +9,13 @@
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions, full disks and lease losses on a cluster with Kafka's 9 s sessions
+#   make cluster-faults a minute of every kind of fault on a 3-broker cluster, judged by the history checker
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
 #   make iceberg-faults the Iceberg sink's fault runs (driver kills at every pause point, task retries, a concurrent writer),
 #                      real speculative execution on a standalone cluster,
 #                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
 #   make sink-faults the Kafka sink's real speculative execution on a standalone cluster, both modes,
+#                      both modes through twelve driver kills at the sink's pause points and at random,
 #                      `oncelog demo --stateful --mode partition` (a re-run gives each task the same rows)
 #                      and `oncelog demo` with a driver kill
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
@@ -37,7 +39,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-cluster soak-faults groups-faults iceberg-faults sink-faults compat clean distclean
+.PHONY: help setup test lint demo bench soak soak-cluster soak-faults cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -116,6 +118,9 @@ soak-faults: setup
 	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --faults pause,partition,disk,sessions --fault-seconds 20-35 \
 	  --session-timeout-ms 9000 --seed 11
 
+cluster-faults: setup
+	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_chaos.py $(PYTEST_ARGS)
+
 groups-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_consumer_group_protocol.py $(PYTEST_ARGS)
 
@@ -124,7 +129,7 @@ iceberg-faults: setup
 	  tests/integration/test_demo.py -k "iceberg" $(PYTEST_ARGS)
 
 sink-faults: setup
-	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_sink_speculation.py $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_sink_speculation.py tests/spark/test_sink_faults.py $(PYTEST_ARGS)
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_demo.py -k "stateful or enriches" $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.

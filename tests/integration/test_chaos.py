@@ -68,6 +68,7 @@ def test_broker_kills_and_dropped_responses_leave_no_anomaly(tmp_path):
 CLUSTER_SECONDS = 60  # 10 faults a minute: the 7 the test needs as root, with room
 
 
+@pytest.mark.slow  # 80 s: `make cluster-faults`
 def test_every_kind_of_fault_on_a_three_broker_cluster_leaves_no_anomaly_and_identical_replicas(tmp_path):
     finished = run_chaos(tmp_path, "--brokers", "3", "--seconds", str(CLUSTER_SECONDS), "--faults-per-minute", "10",
                          "--fault-seconds", "1-6", "--seed", "7", timeout=420)
