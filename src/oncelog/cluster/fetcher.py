@@ -313,8 +313,9 @@ class ReplicaFetcher:
             partition_log.delete_records_before(new_start)
 
     def _append(self, tp, partition_log: PartitionLog, records) -> None:
+        # As fetched, no copy: a follower's append never writes into the batches.
         try:
-            partition_log.append_as_follower(bytearray(records), now_ms=clock.now_ms())
+            partition_log.append_as_follower(records, now_ms=clock.now_ms())
         except UnexpectedAppendOffsetError as error:
             # Kafka's Partition: an empty log whose start fell inside the leader's first
             # batch (the leader's log start moved into it) starts over at that batch.
@@ -322,7 +323,7 @@ class ReplicaFetcher:
                 raise
             log.info("%s-%d: empty log restarts at offset %d to take the leader's batch", *tp, error.first_offset)
             partition_log.truncate_fully_and_start_at(error.first_offset)
-            partition_log.append_as_follower(bytearray(records), now_ms=clock.now_ms())
+            partition_log.append_as_follower(records, now_ms=clock.now_ms())
 
     def _truncate_to_divergence(self, tp, partition_log: PartitionLog, epoch: int, end_offset: int) -> None:
         """KIP-279/595: keep what both logs hold. The leader's epoch at or below our last

@@ -27,6 +27,7 @@ refused there, or lands in a log the new leader's followers never take) or after
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 import struct
@@ -35,7 +36,6 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from oncelog.protocol import framing
 from oncelog.protocol.client import decode_response, encode_request
 from oncelog.security.inter_broker import PeerSecurity
 
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.cluster.peer")
 
+_RECEIVE_BUFFER = 64 * 1024  # small responses are cut from it; larger ones get a buffer of their own
+_SIZE = struct.Struct(">i")
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the send queue
 
 
@@ -59,8 +61,8 @@ class PeerConnection:
         self.address = (host, port)
         self._client_id = client_id
         self._security = security or PeerSecurity()
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._receiver: _ResponseReceiver | None = None
         self._correlation = 0
         self._lock = asyncio.Lock()
         self._in_flight: asyncio.Future | None = None
@@ -111,23 +113,24 @@ class PeerConnection:
         self.reset()
 
     async def _exchange(self, entity):
-        if self._writer is None:
+        if self._transport is None:
             await self._connect()
         return await self._round_trip(entity)
 
     async def _round_trip(self, entity):
-        assert self._reader is not None and self._writer is not None
+        assert self._transport is not None and self._receiver is not None
         self._correlation += 1
-        self._writer.write(encode_request(entity, self._correlation, self._client_id))
-        await self._writer.drain()
-        size = framing.read_size(await self._reader.readexactly(4))
-        return decode_response(entity, await self._reader.readexactly(size), self._correlation)
+        self._transport.write(encode_request(entity, self._correlation, self._client_id))
+        await self._receiver.drained()
+        frame = await self._receiver.next_frame()
+        return decode_response(entity, memoryview(frame).toreadonly(), self._correlation)  # kio reads read-only
 
     async def _connect(self) -> None:
         security = self._security
         host, port = self.address
-        self._reader, self._writer = await asyncio.open_connection(
-            host, port, ssl=security.ssl_context, server_hostname=host if security.ssl_context else None)
+        self._transport, self._receiver = await asyncio.get_running_loop().create_connection(
+            _ResponseReceiver, host, port, ssl=security.ssl_context,
+            server_hostname=host if security.ssl_context else None)
         if security.new_sasl_client is not None:
             await self._authenticate(security.sasl_mechanism or "", security.new_sasl_client())
 
@@ -146,22 +149,135 @@ class PeerConnection:
             token = None if client.complete else client.evaluate(bytes(answer.auth_bytes))
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._transport is not None:
+            self._transport.close()
+        self._transport = self._receiver = None
 
     def reset(self) -> None:
         """Drop the connection with a TCP reset, discarding whatever is still queued to
         send (a graceful close would deliver it once the network heals)."""
-        if self._writer is not None:
-            sock = self._writer.get_extra_info("socket")
+        if self._transport is not None:
+            sock = self._transport.get_extra_info("socket")
             if sock is not None:
                 try:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
                 except OSError:
                     pass  # already gone
-            self._writer.transport.abort()
-        self._reader = self._writer = None
+            self._transport.abort()
+        self._transport = self._receiver = None
+
+
+class _ResponseReceiver(asyncio.BufferedProtocol):
+    """The socket of a PeerConnection: whole response frames, in order. A response
+    larger than the receive buffer (a replica fetch's records) is received straight into
+    a bytearray of its exact size, which the decoder then slices: no stream buffer to
+    copy it through (two copies of every replicated byte before)."""
+
+    def __init__(self) -> None:
+        self._receive = bytearray(_RECEIVE_BUFFER)
+        self._view = memoryview(self._receive)
+        self._start = self._end = 0  # received, not yet framed: _receive[_start:_end]
+        self._frame: bytearray | None = None  # a large frame being received, up to _filled
+        self._filled = 0
+        self._frames: collections.deque[bytearray] = collections.deque()
+        self._failure: BaseException | None = None  # the connection is over
+        self._frame_waiter: asyncio.Future | None = None
+        self._writing_paused = False
+        self._drain_waiter: asyncio.Future | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled:]
+        if self._end == len(self._receive):
+            self._compact()
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._deliver(frame)
+            return
+        self._end += nbytes
+        while self._end - self._start >= 4:
+            size = _SIZE.unpack_from(self._receive, self._start)[0]
+            if size < 0:
+                self._fail(ConnectionError(f"response size {size} is negative"))
+                return
+            body = self._start + 4
+            available = self._end - body
+            if available >= size:
+                self._start = body + size
+                self._deliver(self._receive[body:self._start])
+            elif 4 + size > len(self._receive):  # its own buffer, filled by the socket
+                self._frame = bytearray(size)
+                self._frame[:available] = self._view[body:self._end]
+                self._filled = available
+                self._start = self._end = 0
+                return
+            else:
+                if body + size > len(self._receive):
+                    self._compact()
+                return
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _compact(self) -> None:
+        pending = self._end - self._start
+        self._receive[:pending] = self._view[self._start:self._end]
+        self._start, self._end = 0, pending
+
+    def _deliver(self, frame: bytearray) -> None:
+        self._frames.append(frame)
+        if self._frame_waiter is not None and not self._frame_waiter.done():
+            self._frame_waiter.set_result(None)
+
+    def _fail(self, failure: BaseException) -> None:
+        if self._failure is None:
+            self._failure = failure
+        for waiter in (self._frame_waiter, self._drain_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(self._failure)
+
+    def eof_received(self) -> bool:
+        self._fail(ConnectionResetError("the broker closed the connection"))
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionResetError("connection lost"))
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    async def drained(self) -> None:
+        """Once the transport takes more (at once unless its write buffer is full)."""
+        while self._writing_paused:
+            if self._failure is not None:
+                raise self._failure
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+
+    async def next_frame(self) -> bytearray:
+        """The next response frame (without its size); the connection's failure once it
+        is over and every frame received before has been taken."""
+        while not self._frames:
+            if self._failure is not None:
+                raise self._failure
+            self._frame_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._frame_waiter
+            finally:
+                self._frame_waiter = None
+        return self._frames.popleft()
 
 
 class PeerHost(Protocol):
