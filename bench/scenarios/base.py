@@ -139,7 +139,7 @@ def running(peer: str, settings: Settings, config: dict[str, str] | None = None)
 @contextlib.contextmanager
 def load_phase(target, settings: Settings, label: str, produced_mb: float) -> Iterator[dict[str, float]]:
     """Around the timed load: measures the broker's CPU, and profiles oncelog (and the
-    baseline) with --profile.
+    baseline) with --profile; on oncelog's cluster, each of its brokers apart.
 
     Yields a dict that gets `broker_cpu_s` once the block ends: the sum over the
     target's broker processes (`pids`, three for the cluster), and for the cluster also
@@ -151,13 +151,19 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
     quorum_pids = getattr(target, "quorum_pids", [])
     before = _cpu_seconds(broker_pids)
     quorum_before = _cpu_seconds(quorum_pids)
-    profiler = None
-    if settings.profile and target.name in (ONCELOG, BASELINE) and pid is not None:
+    profilers: dict[str, profile.BrokerProfiler] = {}
+    if settings.profile and target.name in (ONCELOG, BASELINE, ONCELOG_3):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         label = f"{label}-{target.name}"
-        output = settings.results_dir / "profiles" / f"{label}-{stamp}.collapsed"
-        profiler = profile.BrokerProfiler(pid, output)
-    with profiler or contextlib.nullcontext():
+        sampled = {label: pid} if pid is not None else {
+            f"{label}-broker{position}": broker_pid for position, broker_pid in enumerate(broker_pids, 1)}
+        for name, sampled_pid in sampled.items():
+            if sampled_pid is not None:
+                output = settings.results_dir / "profiles" / f"{name}-{stamp}.collapsed"
+                profilers[name] = profile.BrokerProfiler(sampled_pid, output)
+    with contextlib.ExitStack() as sampling:
+        for profiler in profilers.values():
+            sampling.enter_context(profiler)
         yield measured
     after = _cpu_seconds(broker_pids)
     if before is not None and after is not None:
@@ -165,10 +171,10 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
     quorum_after = _cpu_seconds(quorum_pids)
     if quorum_before is not None and quorum_after is not None:
         measured["quorum_cpu_s"] = quorum_after - quorum_before
-    if profiler is not None:
+    for name, profiler in profilers.items():
         report = profiler.output.with_suffix(".txt")
         report.write_text(profile.summarize(profiler.output, produced_mb))
-        settings.profiles.append({"label": label, "collapsed": str(profiler.output), "summary": str(report)})
+        settings.profiles.append({"label": name, "collapsed": str(profiler.output), "summary": str(report)})
 
 
 def _cpu_seconds(pids: list[int | None]) -> float | None:
