@@ -340,3 +340,48 @@ def test_create_refuses_to_overwrite_an_existing_segment(tmp_path, segment):
 
     with pytest.raises(StorageError, match=re.escape("00000000000000000100.log")):
         LogSegment.create(tmp_path, 100)
+
+
+def test_a_range_read_again_is_answered_from_recent_reads_without_reading_it_again(segment, monkeypatch):
+    written = fill(segment, 200, first_offset=100)  # 31 KB, indexed every 200 bytes
+    first, _ = segment.read(100, 1 << 20, 1 << 62, min_one_batch=True)
+    read_sizes = []
+    real_pread = os.pread
+
+    def counted_pread(fd, size, position):
+        read_sizes.append(size)
+        return real_pread(fd, size, position)
+
+    monkeypatch.setattr(segment_module.os, "pread", counted_pread)
+    again, reached_end = segment.read(100, 1 << 20, 1 << 62, min_one_batch=True)
+    assert again is first and again == b"".join(written) and reached_end
+    # Batch headers are read to locate the range (a 16 KiB scan), the range itself is not.
+    assert all(size < len(first) for size in read_sizes), (read_sizes, len(first))
+
+
+def test_a_range_read_before_a_truncation_is_read_afresh_after_it(segment):
+    """The bytes at a position change only when the segment is cut back and written again:
+    the read after that must be the new bytes, not the remembered ones."""
+    fill(segment, 4, first_offset=100)
+    start = segment.locate(104)[0]
+    before, _ = segment.read(104, 1, 1 << 62, min_one_batch=True)  # the one batch at 104
+    segment.truncate_to(104)
+    rewritten = batch(104, 2, timestamp_ms=9_999)  # the same size, other bytes
+    segment.append(rewritten, parse_batches(rewritten), now_ms=NOW_MS, index_interval_bytes=INTERVAL)
+    after, _ = segment.read(104, 1, 1 << 62, min_one_batch=True)
+    assert segment.locate(104)[0] == start and len(after) == len(before)
+    assert after == rewritten != before
+
+
+def test_recent_reads_keep_at_most_their_budget_least_recently_used_out_first():
+    reads = segment_module.RecentReads(budget=100)
+    reads.put(("a", 0, 20), b"a" * 20)
+    reads.put(("b", 0, 25), b"b" * 25)
+    reads.put(("c", 0, 25), b"c" * 25)
+    reads.put(("d", 0, 25), b"d" * 25)  # 95 bytes in all
+    assert reads.get(("a", 0, 20)) == b"a" * 20  # a is now the most recent
+    reads.put(("e", 0, 25), b"e" * 25)  # over 100: b, the least recent, goes
+    assert reads.get(("b", 0, 25)) is None
+    assert all(reads.get((name, 0, 25)) is not None for name in "cde") and reads.get(("a", 0, 20))
+    reads.put(("f", 0, 26), b"f" * 26)  # more than a quarter of the budget: not kept
+    assert reads.get(("f", 0, 26)) is None
