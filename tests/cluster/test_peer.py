@@ -218,7 +218,7 @@ def test_a_request_cancelled_as_its_answer_arrives_is_cancelled_and_not_answered
         peer = PeerConnection(2, "127.0.0.1", 9, client_id="test")
         answer = asyncio.get_running_loop().create_future()
 
-        async def exchange(_entity):
+        async def exchange(_entity, _raw):
             return await answer
 
         peer._exchange = exchange  # type: ignore[method-assign]  # the round trip, held by the test

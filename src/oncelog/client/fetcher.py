@@ -23,7 +23,7 @@ from oncelog.client.cluster import Cluster
 from oncelog.client.config import ConfigError, positive_setting
 from oncelog.client.connection import Connection
 from oncelog.client.errors import ConnectionLost, raise_for
-from oncelog.protocol.framing import read_unsigned_varint, skip_tagged_fields
+from oncelog.protocol.fetch_response import FetchedPartition, read_fetch_response
 from oncelog.protocol.messages import RequestBuilder
 
 FETCH_KEY = 1
@@ -60,103 +60,6 @@ class FetchSettings:
             read_committed=read_committed,
             check_crcs=check == "true",
         )
-
-
-@dataclass(frozen=True)
-class FetchedPartition:
-    error: ErrorCode
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    aborted: tuple[tuple[int, int], ...]  # (producer id, first offset)
-    records: bytes | memoryview  # a view of the response frame
-
-
-# -- the Fetch response, read by hand ----------------------------------------------------------
-#
-# kio would copy every partition's records into a new bytes object; here they stay a view
-# of the frame. Layout (FetchResponse.json), v4-v11 classic, v12 flexible (compact lengths,
-# tagged fields after each struct and in the header):
-#
-#   throttle_time_ms int32, [v7+] error_code int16, session_id int32,
-#   responses: [ topic string,
-#                partitions: [ partition_index int32, error_code int16, high_watermark int64,
-#                              last_stable_offset int64, [v5+] log_start_offset int64,
-#                              aborted_transactions: nullable [ producer_id int64, first_offset int64 ],
-#                              [v11+] preferred_read_replica int32, records nullable bytes ] ]
-
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_PARTITION_HEAD = struct.Struct(">ihqq")
-_INT64 = struct.Struct(">q")
-_ABORTED = struct.Struct(">qq")
-
-
-def decode_fetch_response(version: int, body: memoryview) -> tuple[int, dict[tuple[str, int], FetchedPartition]]:
-    """(top-level error code, {(topic, partition): answer}) of a Fetch response `body` (the
-    frame after its correlation id)."""
-    flexible = version >= 12
-    position = _skip_tags(body, 0) if flexible else 0
-    position += 4  # throttle_time_ms
-    error = 0
-    if version >= 7:
-        (error,) = _INT16.unpack_from(body, position)
-        position += 6  # error_code, session_id
-    answers: dict[tuple[str, int], FetchedPartition] = {}
-    topics, position = _length(body, position, flexible)
-    for _ in range(max(topics, 0)):
-        topic, position = _string(body, position, flexible)
-        partitions, position = _length(body, position, flexible)
-        for _ in range(max(partitions, 0)):
-            index, code, high, stable = _PARTITION_HEAD.unpack_from(body, position)
-            position += _PARTITION_HEAD.size
-            log_start = -1
-            if version >= 5:
-                (log_start,) = _INT64.unpack_from(body, position)
-                position += 8
-            aborted = []
-            count, position = _length(body, position, flexible)
-            for _ in range(max(count, 0)):
-                aborted.append(_ABORTED.unpack_from(body, position))
-                position += _ABORTED.size
-                if flexible:
-                    position = _skip_tags(body, position)
-            if version >= 11:
-                position += 4  # preferred_read_replica
-            size, position = _length(body, position, flexible)
-            records = body[position:position + size] if size > 0 else b""
-            if size > 0 and position + size > len(body):
-                raise ValueError(f"records of {topic}-{index} run past the end of the response")
-            position += max(size, 0)
-            if flexible:
-                position = _skip_tags(body, position)
-            answers[(topic, index)] = FetchedPartition(ErrorCode(code), high, stable, log_start,
-                                                       tuple((p, f) for p, f in aborted), records)
-        if flexible:
-            position = _skip_tags(body, position)
-    return error, answers
-
-
-def _length(body: memoryview, position: int, flexible: bool) -> tuple[int, int]:
-    """An array's or bytes' length (-1: null)."""
-    if flexible:
-        value, position = read_unsigned_varint(body, position)
-        return value - 1, position
-    return _INT32.unpack_from(body, position)[0], position + 4
-
-
-def _string(body: memoryview, position: int, flexible: bool) -> tuple[str, int]:
-    if flexible:
-        length, position = read_unsigned_varint(body, position)
-        length -= 1
-    else:
-        (length,) = _INT16.unpack_from(body, position)
-        position += 2
-    return str(body[position:position + max(length, 0)], "utf-8"), position + max(length, 0)
-
-
-def _skip_tags(body: memoryview, position: int) -> int:
-    return skip_tagged_fields(body, position)
 
 
 class PartitionFetcher:
@@ -197,12 +100,12 @@ class PartitionFetcher:
         body = connection.receive(correlation, extra_wait_s=self.settings.max_wait_ms / 1000)
         self._answered_by = connection
         try:
-            error, answers = decode_fetch_response(version, body)
+            answer = read_fetch_response(version, body)
         except (struct.error, ValueError, IndexError) as failure:
             connection.close()
             raise ConnectionLost(f"malformed Fetch response from {connection.address}: {failure}") from None
-        raise_for(error, f"Fetch of {self.topic}-{self.partition}")
-        found = answers.get((self.topic, self.partition))
+        raise_for(answer.error, f"Fetch of {self.topic}-{self.partition}")
+        found = answer.partitions.get((self.topic, self.partition))
         if found is None:
             return FetchedPartition(ErrorCode.unknown_topic_or_partition, -1, -1, -1, (), b"")
         return found

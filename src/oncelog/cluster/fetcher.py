@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import struct
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog import clock
 from oncelog.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION_ID, PartitionRequest, next_epoch
 from oncelog.cluster.peer import PeerConnection
+from oncelog.protocol.fetch_response import FetchAnswer, FetchedPartition, read_fetch_response
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.security.inter_broker import PeerSecurity
 from oncelog.storage.errors import UnexpectedAppendOffsetError
@@ -198,8 +200,9 @@ class ReplicaFetcher:
                     await asyncio.sleep(self._backoff_s)
                     continue
                 request = self._request(wanted)
-                response = await peer.request(request, timeout_s=self._wait_ms / 1000 + 10)
-            except (ConnectionError, TimeoutError) as error:
+                body = await peer.request(request, timeout_s=self._wait_ms / 1000 + 10, raw=True)
+                response = read_fetch_response(FETCH_VERSION, body)  # records stay views of the frame
+            except (ConnectionError, TimeoutError, struct.error, ValueError, IndexError) as error:
                 log.debug("fetch from broker %d failed: %s", self.leader_id, error)
                 self.session.failed()
                 await asyncio.sleep(self._backoff_s)
@@ -266,8 +269,9 @@ class ReplicaFetcher:
             log_start_offset=partition_log.log_start_offset,
         )
 
-    def _process(self, response, request_epoch: int, wanted: dict[tuple[str, int], FetchState], now: float) -> None:
-        code = ErrorCode(response.error_code)
+    def _process(self, response: FetchAnswer, request_epoch: int, wanted: dict[tuple[str, int], FetchState],
+                 now: float) -> None:
+        code = ErrorCode(response.error)
         if not self.session.answered(code, response.session_id, request_epoch):
             if code in SESSION_ERRORS:
                 log.info("fetch from broker %d: %s; the next fetch is a full one", self.leader_id, code.name)
@@ -276,17 +280,15 @@ class ReplicaFetcher:
             for waiting in wanted.values():
                 waiting.delayed_until = now + self._backoff_s
             return
-        for topic in response.responses:
-            for data in topic.partitions:
-                tp = (topic.topic, data.partition_index)
-                state = self.partitions.get(tp)
-                if state is None or state is not wanted.get(tp):
-                    continue  # removed or re-added while the fetch was out
-                self._process_partition(tp, state, data, now)
+        for tp, data in response.partitions.items():
+            state = self.partitions.get(tp)
+            if state is None or state is not wanted.get(tp):
+                continue  # removed or re-added while the fetch was out
+            self._process_partition(tp, state, data, now)
 
-    def _process_partition(self, tp, state: FetchState, data, now: float) -> None:
+    def _process_partition(self, tp, state: FetchState, data: FetchedPartition, now: float) -> None:
         partition_log = state.log
-        code = ErrorCode(data.error_code)
+        code = ErrorCode(data.error)
         if code in RETRIABLE:
             # The leader moved or has not seen the change yet: wait for metadata.
             state.delayed_until = now + self._backoff_s
@@ -299,8 +301,8 @@ class ReplicaFetcher:
             state.delayed_until = now + self._backoff_s
             return
         diverging = data.diverging_epoch
-        if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
-            self._truncate_to_divergence(tp, partition_log, diverging.epoch, diverging.end_offset)
+        if diverging is not None and diverging[0] >= 0 and diverging[1] >= 0:
+            self._truncate_to_divergence(tp, partition_log, *diverging)
             return
         if data.records:
             self._append(tp, partition_log, data.records)
@@ -339,7 +341,7 @@ class ReplicaFetcher:
                  self.leader_id, epoch, end_offset, partition_log.log_end_offset, target)
         partition_log.truncate_to(target)
 
-    def _handle_out_of_range(self, tp, partition_log: PartitionLog, data) -> None:
+    def _handle_out_of_range(self, tp, partition_log: PartitionLog, data: FetchedPartition) -> None:
         """The follower's log end is outside the leader's log: below its start (deleted
         there) or, with no epochs to compare, past its end."""
         if data.log_start_offset >= 0 and partition_log.log_end_offset < data.log_start_offset:

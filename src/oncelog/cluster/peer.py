@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from oncelog.protocol.client import decode_response, encode_request
+from oncelog.protocol.client import check_correlation, decode_response, encode_request
 from oncelog.security.inter_broker import PeerSecurity
 
 if TYPE_CHECKING:
@@ -77,14 +77,16 @@ class PeerConnection:
             self.address = (host, port)
             self.reset()
 
-    async def request(self, entity, timeout_s: float):
-        """Send `entity`, return the response entity; ConnectionError or TimeoutError
-        (the connection is then closed) when the broker does not answer."""
+    async def request(self, entity, timeout_s: float, *, raw: bool = False):
+        """Send `entity`, return the response entity (with `raw`, the response frame after
+        its correlation id, a read-only view, for a reader of its own such as
+        `read_fetch_response`); ConnectionError or TimeoutError (the connection is then
+        closed) when the broker does not answer."""
         departures = self._departures
         async with self._lock:
             if self._departures != departures:
                 raise ConnectionError(f"broker {self.node_id} left the cluster")
-            exchange = self._in_flight = asyncio.ensure_future(self._exchange(entity))
+            exchange = self._in_flight = asyncio.ensure_future(self._exchange(entity, raw))
             try:
                 async with asyncio.timeout(timeout_s):  # not wait_for: on 3.11 it can swallow a cancel
                     return await exchange
@@ -112,18 +114,21 @@ class PeerConnection:
             self._in_flight.cancel()
         self.reset()
 
-    async def _exchange(self, entity):
+    async def _exchange(self, entity, raw: bool):
         if self._transport is None:
             await self._connect()
-        return await self._round_trip(entity)
+        return await self._round_trip(entity, raw)
 
-    async def _round_trip(self, entity):
+    async def _round_trip(self, entity, raw: bool = False):
         assert self._transport is not None and self._receiver is not None
         self._correlation += 1
         self._transport.write(encode_request(entity, self._correlation, self._client_id))
         await self._receiver.drained()
-        frame = await self._receiver.next_frame()
-        return decode_response(entity, memoryview(frame).toreadonly(), self._correlation)  # kio reads read-only
+        frame = memoryview(await self._receiver.next_frame()).toreadonly()  # kio reads only read-only buffers
+        if raw:
+            check_correlation(frame, self._correlation)
+            return frame[4:]
+        return decode_response(entity, frame, self._correlation)
 
     async def _connect(self) -> None:
         security = self._security

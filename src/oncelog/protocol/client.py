@@ -31,15 +31,21 @@ def encode_request(entity, correlation_id: int, client_id: str | None = "oncelog
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
+def check_correlation(frame: bytes | bytearray | memoryview, correlation_id: int) -> None:
+    """ConnectionError unless the response `frame` (without its size prefix) answers the
+    request sent with `correlation_id`."""
+    (correlation,) = struct.unpack_from(">i", frame, 0)
+    if correlation != correlation_id:
+        raise ConnectionError(f"response correlation id {correlation} does not match the request's {correlation_id}")
+
+
 def decode_response(entity, frame: bytes | bytearray | memoryview, correlation_id: int):
     """The response entity in `frame` (a response without its size prefix) to the
     request `entity` sent with `correlation_id`."""
     from kio.serial import entity_reader
 
     api_key, version = int(entity.__api_key__), int(entity.__version__)
-    (correlation,) = struct.unpack_from(">i", frame, 0)
-    if correlation != correlation_id:
-        raise ConnectionError(f"response correlation id {correlation} does not match the request's {correlation_id}")
+    check_correlation(frame, correlation_id)
     position = 4
     if is_flexible(api_key, version) and api_key != framing.API_VERSIONS_KEY:
         position = framing.skip_tagged_fields(frame, position)
