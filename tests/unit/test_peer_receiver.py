@@ -10,7 +10,8 @@ import struct
 
 import pytest
 
-from oncelog.cluster.peer import _RECEIVE_BUFFER, _ResponseReceiver
+from oncelog.cluster.peer import _ResponseReceiver
+from oncelog.protocol.frame_receiver import RECEIVE_BUFFER
 
 
 def feed(receiver: _ResponseReceiver, data: bytes, chunks: list[int]) -> None:
@@ -30,11 +31,11 @@ def framed(body: bytes) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-@pytest.mark.parametrize("chunks", [[1], [3, 7], [4096], [_RECEIVE_BUFFER], [10 * _RECEIVE_BUFFER], [5, 70_000, 13]])
+@pytest.mark.parametrize("chunks", [[1], [3, 7], [4096], [RECEIVE_BUFFER], [10 * RECEIVE_BUFFER], [5, 70_000, 13]])
 def test_frames_of_every_size_come_out_whole_and_in_order_whatever_the_read_sizes(chunks):
     rng = random.Random(len(chunks) * 31 + chunks[0])
-    sizes = [0, 1, 4, 100, _RECEIVE_BUFFER - 4, _RECEIVE_BUFFER - 3, _RECEIVE_BUFFER,
-             3 * _RECEIVE_BUFFER + 17, 1_000_000]
+    sizes = [0, 1, 4, 100, RECEIVE_BUFFER - 4, RECEIVE_BUFFER - 3, RECEIVE_BUFFER,
+             3 * RECEIVE_BUFFER + 17, 1_000_000]
     bodies = [bytes(rng.getrandbits(8) for _ in range(min(size, 64))) * (size // 64) + bytes(size % 64)
               for size in sizes]
     receiver = _ResponseReceiver()
@@ -67,5 +68,23 @@ def test_a_connection_lost_mid_frame_fails_the_waiting_request_after_the_whole_f
 def test_a_negative_size_fails_the_connection():
     receiver = _ResponseReceiver()
     feed(receiver, struct.pack(">i", -5), [4096])
-    with pytest.raises(ConnectionError, match="negative"):
+    with pytest.raises(ConnectionError, match="response size -5 is outside"):
         asyncio.run(receiver.next_frame())
+
+
+def test_a_tls_alert_read_as_a_size_fails_the_connection_instead_of_allocating_hundreds_of_mib():
+    receiver = _ResponseReceiver()
+    feed(receiver, bytes.fromhex("15030300020250"), [4096])  # a plaintext peer answered by a TLS listener
+    with pytest.raises(ConnectionError, match="response size 352518912 is outside"):
+        asyncio.run(receiver.next_frame())
+
+
+def test_a_connection_lost_with_an_error_that_is_not_a_connection_error_fails_as_one():
+    """Every caller handles ConnectionError; a MemoryError or the event loop's RuntimeError
+    must not get past them (and kill a replica fetcher)."""
+    receiver = _ResponseReceiver()
+    receiver.connection_lost(RuntimeError("get_buffer() returned an empty buffer"))
+    assert receiver.failed
+    with pytest.raises(ConnectionError, match="empty buffer") as failed:
+        asyncio.run(receiver.next_frame())
+    assert isinstance(failed.value.__cause__, RuntimeError)

@@ -51,6 +51,7 @@ from oncelog.broker.request_stats import RequestStats
 from oncelog.broker.throttling import RequestCharge
 from oncelog.protocol import framing
 from oncelog.protocol.error_counts import count_errors
+from oncelog.protocol.frame_receiver import FrameReceiver, FrameSizeError
 from oncelog.protocol.messages import (
     ResponseBuilder,
     decode_request,
@@ -63,7 +64,6 @@ from oncelog.security.session import ANONYMOUS, ConnectionSession, ListenerSecur
 log = logging.getLogger("oncelog.server")
 
 _WRITE_HIGH_WATER = 4 << 20
-_RECEIVE_BUFFER = 64 << 10
 # Read-ahead while requests wait for the connection's task (Kafka reads none; a little
 # keeps a pipelining client's next request in hand without unbounded buffering).
 _MAX_QUEUED_BYTES = 4 << 20
@@ -143,14 +143,8 @@ class _Connection(asyncio.BufferedProtocol):
         self._memory = server.request_memory
         self.transport: asyncio.Transport  # set by connection_made, the first callback
         self.client_host = "?"
-        # Bytes not yet parsed are _receive[_start:_end]; a frame too large for this
-        # buffer is received into _frame, of exactly its size, from _frame_filled on.
-        self._receive = bytearray(_RECEIVE_BUFFER)
-        self._receive_view = memoryview(self._receive)
-        self._start = 0
-        self._end = 0
-        self._frame: bytearray | None = None
-        self._frame_filled = 0
+        self._receiver = FrameReceiver(self._deliver, max_size=self._max_frame, reserve=self._reserve,
+                                       what="request", limit="socket.request.max.bytes")
         self._frames: collections.deque[bytearray] = collections.deque()
         self._queued_bytes = 0  # frames delivered, not yet taken by the task
         self._reserved_bytes = 0  # held in the request memory pool by this connection
@@ -194,26 +188,15 @@ class _Connection(asyncio.BufferedProtocol):
         return principal_of(der)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._frame_filled:]
-        if self._end == len(self._receive):
-            self._compact()
-        return self._receive_view[self._end:]
+        return self._receiver.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return  # bytes after the end are dropped, as the socket is closing
-        if self._frame is not None:
-            self._frame_filled += nbytes
-            if self._frame_filled == len(self._frame):
-                frame, self._frame = self._frame, None
-                self._deliver(frame)
-            return
-        self._end += nbytes
         try:
-            self._parse_frames()
-        except CloseConnection as reason:
-            self._fail(reason)
+            self._receiver.received(nbytes)
+        except FrameSizeError as error:
+            self._fail(CloseConnection(str(error)))
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -240,45 +223,6 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- framing ---------------------------------------------------------------------
 
-    def _parse_frames(self) -> None:
-        receive = self._receive
-        while self._end - self._start >= 4 and not self._waiting_for_memory:
-            size = _SIZE.unpack_from(receive, self._start)[0]
-            if size < 0 or size > self._max_frame:
-                raise CloseConnection(
-                    f"request size {size} is outside [0, socket.request.max.bytes={self._max_frame}]"
-                )
-            body_start = self._start + 4
-            available = self._end - body_start
-            if available >= size:
-                if not self._reserve(size):
-                    return  # the frame stays in the receive buffer until memory is released
-                self._start = body_start + size
-                self._deliver(receive[body_start:self._start])
-                continue
-            if 4 + size > len(receive):
-                # Too large for the receive buffer: give it a buffer of its own and let
-                # the socket fill that directly. Allocated once the size is known, as
-                # Kafka's NetworkReceive does; socket.request.max.bytes bounds one
-                # buffer, queued.max.request.bytes all of them.
-                if not self._reserve(size):
-                    return
-                frame = bytearray(size)
-                frame[:available] = self._receive_view[body_start:self._end]
-                self._frame, self._frame_filled = frame, available
-                self._start = self._end = 0
-                return
-            if body_start + size > len(receive):
-                self._compact()
-            return
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _compact(self) -> None:
-        pending = self._end - self._start
-        self._receive[:pending] = self._receive_view[self._start:self._end]
-        self._start, self._end = 0, pending
-
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
         self._queued_bytes += len(frame)
@@ -294,7 +238,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _reserve(self, size: int) -> bool:
         """Reserve a new frame buffer in the pool; when refused, stop reading until
-        `memory_available`."""
+        `memory_available`. Once refused, no frame is taken before that."""
+        if self._waiting_for_memory:
+            return False
         if self._memory.try_reserve(size, self):
             self._reserved_bytes += size
             return True
@@ -308,9 +254,9 @@ class _Connection(asyncio.BufferedProtocol):
         if self._closed:
             return
         try:
-            self._parse_frames()
-        except CloseConnection as reason:
-            self._fail(reason)
+            self._receiver.parse()
+        except FrameSizeError as error:
+            self._fail(CloseConnection(str(error)))
         self._update_reading()
 
     def frame_done(self, frame: bytearray) -> None:
@@ -326,7 +272,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._memory.forget(self)
         reserved, self._reserved_bytes = self._reserved_bytes, 0
         self._frames.clear()
-        self._frame = None
+        self._receiver.drop_partial()
         if reserved:
             self._memory.release(reserved)
 

@@ -194,25 +194,32 @@ class ReplicaFetcher:
                 except TimeoutError:
                     pass
                 continue
-            try:
-                peer = self._connection()
-                if peer is None:
-                    await asyncio.sleep(self._backoff_s)
-                    continue
-                request = self._request(wanted)
-                body = await peer.request(request, timeout_s=self._wait_ms / 1000 + 10, raw=True)
-                response = read_fetch_response(FETCH_VERSION, body)  # records stay views of the frame
-            except (ConnectionError, TimeoutError, struct.error, ValueError, IndexError) as error:
-                log.debug("fetch from broker %d failed: %s", self.leader_id, error)
-                self.session.failed()
+            peer = self._connection()
+            if peer is None:
                 await asyncio.sleep(self._backoff_s)
                 continue
-            try:
-                self._process(response, request.session_epoch, wanted, loop.time())
-            except Exception:
-                log.exception("processing a fetch response from broker %d failed", self.leader_id)
-                self.session.failed()  # the leader's session thinks we took all of it
+            if not await self._fetch_once(peer, wanted):
                 await asyncio.sleep(self._backoff_s)
+
+    async def _fetch_once(self, peer: PeerConnection, wanted: dict[tuple[str, int], FetchState]) -> bool:
+        """One fetch and its answer taken in; False when either failed. The answer's
+        records are views of the response frame, released on return (not kept through the
+        next long poll)."""
+        request = self._request(wanted)
+        try:
+            body = await peer.request(request, timeout_s=self._wait_ms / 1000 + 10, raw=True)
+            response = read_fetch_response(FETCH_VERSION, body)
+        except (ConnectionError, TimeoutError, struct.error, ValueError, IndexError) as error:
+            log.debug("fetch from broker %d failed: %s", self.leader_id, error)
+            self.session.failed()
+            return False
+        try:
+            self._process(response, request.session_epoch, wanted, asyncio.get_running_loop().time())
+        except Exception:
+            log.exception("processing a fetch response from broker %d failed", self.leader_id)
+            self.session.failed()  # the leader's session thinks we took all of it
+            return False
+        return True
 
     def _connection(self) -> PeerConnection | None:
         address = self._address_of(self.leader_id)

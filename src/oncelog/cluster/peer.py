@@ -37,6 +37,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from oncelog.protocol.client import check_correlation, decode_response, encode_request
+from oncelog.protocol.frame_receiver import FrameReceiver, FrameSizeError
 from oncelog.security.inter_broker import PeerSecurity
 
 if TYPE_CHECKING:
@@ -45,8 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.cluster.peer")
 
-_RECEIVE_BUFFER = 64 * 1024  # small responses are cut from it; larger ones get a buffer of their own
-_SIZE = struct.Struct(">i")
+# A response larger than this is a stream that is not Kafka's (a TLS alert or an HTTP
+# answer read as a size would ask for hundreds of MiB): the connection fails instead.
+# Kafka's own limits stay far below it (replica.fetch.response.max.bytes: 10 MiB).
+MAX_RESPONSE_BYTES = 128 * 1024 * 1024
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the send queue
 
 
@@ -95,7 +98,7 @@ class PeerConnection:
                 if self._abandoned:
                     raise ConnectionError(f"broker {self.node_id} left the cluster") from None
                 raise
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+            except (OSError, TimeoutError, ValueError, struct.error, RuntimeError) as error:
                 self.reset()
                 if isinstance(error, TimeoutError):
                     raise TimeoutError(
@@ -115,6 +118,8 @@ class PeerConnection:
         self.reset()
 
     async def _exchange(self, entity, raw: bool):
+        if self._receiver is not None and self._receiver.failed:
+            self.reset()  # it ended while idle (the other broker restarted, say): connect again
         if self._transport is None:
             await self._connect()
         return await self._round_trip(entity, raw)
@@ -175,15 +180,11 @@ class PeerConnection:
 class _ResponseReceiver(asyncio.BufferedProtocol):
     """The socket of a PeerConnection: whole response frames, in order. A response
     larger than the receive buffer (a replica fetch's records) is received straight into
-    a bytearray of its exact size, which the decoder then slices: no stream buffer to
-    copy it through (two copies of every replicated byte before)."""
+    a bytearray of its exact size, which the reader then slices (`FrameReceiver`): no
+    stream buffer to copy it through (two copies of every replicated byte before)."""
 
     def __init__(self) -> None:
-        self._receive = bytearray(_RECEIVE_BUFFER)
-        self._view = memoryview(self._receive)
-        self._start = self._end = 0  # received, not yet framed: _receive[_start:_end]
-        self._frame: bytearray | None = None  # a large frame being received, up to _filled
-        self._filled = 0
+        self._receiver = FrameReceiver(self._deliver, max_size=MAX_RESPONSE_BYTES, what="response")
         self._frames: collections.deque[bytearray] = collections.deque()
         self._failure: BaseException | None = None  # the connection is over
         self._frame_waiter: asyncio.Future | None = None
@@ -191,55 +192,30 @@ class _ResponseReceiver(asyncio.BufferedProtocol):
         self._drain_waiter: asyncio.Future | None = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled:]
-        if self._end == len(self._receive):
-            self._compact()
-        return self._view[self._end:]
+        return self._receiver.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._filled += nbytes
-            if self._filled == len(self._frame):
-                frame, self._frame = self._frame, None
-                self._deliver(frame)
-            return
-        self._end += nbytes
-        while self._end - self._start >= 4:
-            size = _SIZE.unpack_from(self._receive, self._start)[0]
-            if size < 0:
-                self._fail(ConnectionError(f"response size {size} is negative"))
-                return
-            body = self._start + 4
-            available = self._end - body
-            if available >= size:
-                self._start = body + size
-                self._deliver(self._receive[body:self._start])
-            elif 4 + size > len(self._receive):  # its own buffer, filled by the socket
-                self._frame = bytearray(size)
-                self._frame[:available] = self._view[body:self._end]
-                self._filled = available
-                self._start = self._end = 0
-                return
-            else:
-                if body + size > len(self._receive):
-                    self._compact()
-                return
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _compact(self) -> None:
-        pending = self._end - self._start
-        self._receive[:pending] = self._view[self._start:self._end]
-        self._start, self._end = 0, pending
+        try:
+            self._receiver.received(nbytes)
+        except FrameSizeError as error:
+            self._fail(ConnectionError(str(error)))
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
         if self._frame_waiter is not None and not self._frame_waiter.done():
             self._frame_waiter.set_result(None)
 
+    @property
+    def failed(self) -> bool:
+        """The connection is over (its frames received before may still be taken)."""
+        return self._failure is not None
+
     def _fail(self, failure: BaseException) -> None:
         if self._failure is None:
+            if not isinstance(failure, OSError):  # e.g. MemoryError, or the event loop's RuntimeError
+                wrapped = ConnectionError(f"the connection failed: {failure!r}")
+                wrapped.__cause__ = failure
+                failure = wrapped
             self._failure = failure
         for waiter in (self._frame_waiter, self._drain_waiter):
             if waiter is not None and not waiter.done():

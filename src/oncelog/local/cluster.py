@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -28,11 +27,10 @@ from pathlib import Path
 from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
-from oncelog.cluster.runtime import ETCD_DATA_DIR
 from oncelog.local.etcd import GatewayError
 from oncelog.local.etcd import post as etcd_post
 from oncelog.local.netns import NetworkLab
-from oncelog.local.process import BrokerProcess, BrokerStartError, child_pids, free_port
+from oncelog.local.process import BrokerProcess, child_pids, free_port
 
 
 class NodesDidNotStop(Exception):
@@ -43,9 +41,6 @@ class NodesDidNotStop(Exception):
         self.node_ids = node_ids
         self.timeout = timeout
 
-
-# What a node that could not bind its port logs (errno 98, EADDRINUSE).
-PORT_TAKEN = "address already in use"
 
 # Quick failure detection for tests; Kafka's defaults (9 s sessions) stay the broker's.
 FAST_FAILOVER = {
@@ -141,27 +136,18 @@ class ClusterProcess:
         nodes 1..brokers), each node runs in its own namespace on its own address."""
         self.base_dir = Path(base_dir)
         self.network = network
-        # Ports picked here may be taken by another process before a node binds them;
-        # `start` then picks new ones (a cluster's own or namespaced ports are kept).
-        self._picked_ports = node_settings is None and network is None
         if node_settings is not None:
             self.configs = {node_id: dict(settings) for node_id, settings in node_settings.items()}
         else:
             overrides = {**(FAST_FAILOVER if fast_failover else {}), **dict(config or {})}
             hosts = {i: network.address(i) for i in range(1, brokers + 1)} if network is not None else None
-            self._new_configs = functools.partial(node_configs, self.base_dir, brokers, overrides=overrides,
-                                                  hosts=hosts)
-            self.configs = self._new_configs()
-        self.nodes = self._processes()
-
-    def _processes(self) -> dict[int, BrokerProcess]:
-        nodes = {}
+            self.configs = node_configs(self.base_dir, brokers, overrides=overrides, hosts=hosts)
+        self.nodes = {}
         for node_id, settings in self.configs.items():
             host, port = settings["listeners"].split("://", 1)[1].rsplit(":", 1)
-            wrap = functools.partial(self.network.command, node_id) if self.network is not None else None
-            nodes[node_id] = BrokerProcess(Path(settings["log.dirs"]), settings, port=int(port), host=host,
-                                           wrap=wrap)
-        return nodes
+            wrap = functools.partial(network.command, node_id) if network is not None else None
+            self.nodes[node_id] = BrokerProcess(Path(settings["log.dirs"]), settings, port=int(port), host=host,
+                                                wrap=wrap)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -170,33 +156,14 @@ class ClusterProcess:
     def alive(self) -> list[int]:
         return [node_id for node_id, node in self.nodes.items() if node.process is not None]
 
-    def start(self, timeout: float = 60.0, attempts: int = 3) -> Self:
+    def start(self, timeout: float = 60.0) -> Self:
         """Start every node at once (each waits for the quorum, which needs a majority) and
         wait until all are registered. A node that exits stops the start at once: every
-        node is killed and its BrokerStartError raised. If it could not bind a port this
-        cluster picked (another process took it since), the start is tried again on new
-        ports, up to `attempts` times in all."""
-        quorum_dirs = [node.data_dir / ETCD_DATA_DIR for node in self.nodes.values()]
-        new_quorum = not any(path.exists() for path in quorum_dirs)
-        for attempt in range(1, attempts + 1):
-            try:
-                self._start_all(timeout)
-                return self
-            except BrokerStartError as error:
-                if not (self._picked_ports and new_quorum and attempt < attempts
-                        and PORT_TAKEN in str(error).lower()):
-                    raise
-                for path in quorum_dirs:  # it names the old ports: the quorum forms anew
-                    shutil.rmtree(path, ignore_errors=True)
-                self.configs = self._new_configs()
-                self.nodes = self._processes()
-        raise AssertionError("unreachable")
-
-    def _start_all(self, timeout: float) -> None:
-        for node in self.nodes.values():
-            node.launch()
-        deadline = time.monotonic() + timeout
+        node is killed and its BrokerStartError raised (its log's last line in `reason`)."""
         try:
+            for node in self.nodes.values():
+                node.launch()
+            deadline = time.monotonic() + timeout
             while not all(node.listening for node in self.nodes.values()):
                 self._raise_if_one_exited(timeout)
                 if time.monotonic() > deadline:
@@ -208,10 +175,11 @@ class ClusterProcess:
                 self._raise_if_one_exited(timeout)
                 return len(self.metadata([]).brokers) == len(self.nodes)
 
-            self.wait_for(registered, max(1.0, deadline - time.monotonic()), "every broker to be registered")
+            self.wait_for(registered, timeout, "every broker to be registered")
         except BaseException:
             self.kill_all()
             raise
+        return self
 
     def _raise_if_one_exited(self, timeout: float) -> None:
         for node in self.nodes.values():

@@ -11,6 +11,7 @@ The broker keeps its port across restarts so clients reconnect to the same addre
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -50,10 +51,30 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICKED = 10_000
+_pick = random.SystemRandom()  # never the seeded global generator: two processes must not pick alike
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    """A port free on `host` now, for a broker or quorum member about to bind it. Picked
+    below the kernel's ephemeral range: the kernel gives ports of that range to outgoing
+    connections, and one took a test cluster's port between the pick and the broker's
+    bind (the node exited with EADDRINUSE). Where that range leaves too little room
+    below it, any free port (port 0)."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = [_pick.randrange(_LOWEST_PICKED, low) for _ in range(50)] if low > _LOWEST_PICKED + 1000 else []
+    for port in [*candidates, 0]:
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise AssertionError("unreachable: port 0 always binds")
 
 
 class BrokerProcess:
@@ -103,9 +124,9 @@ class BrokerProcess:
                 command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
-        self.process = process
         listening = self._listening = threading.Event()
         done = self._handshake_done = threading.Event()
+        self.process = process
 
         def read_handshake() -> None:
             assert process.stdout is not None

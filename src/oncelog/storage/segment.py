@@ -101,16 +101,16 @@ def _storage_error(path: Path, action: str, exc: OSError) -> StorageError:
 class RecentReads:
     """The latest segment reads of the whole process, up to `budget` bytes (least
     recently used out first). A leader's followers fetch the same new batches one after
-    the other (as do consumers that keep up): the first fetch reads them from the file,
-    the others get the same bytes without a pread, which was about a third of a
-    leader's CPU per replicated MB. Keys name a segment and a byte range; reads larger
-    than a quarter of the budget are not kept."""
+    the other (as do consumers that keep up): when the second asks for exactly the range
+    the first read (no append in between), it gets the same bytes without a pread, which
+    took 0.3 of a leader's 7 sampled ms per replicated MB. Keys name a segment and a
+    byte range; reads larger than a quarter of the budget are not kept."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self._entries: collections.OrderedDict[tuple[object, int, int], bytes] = collections.OrderedDict()
         self._bytes = 0
-        self._lock = threading.Lock()  # the log cleaner's thread reads segments too
+        self._lock = threading.Lock()  # several embedded brokers, each on its own thread, share it
 
     def get(self, key: tuple[object, int, int]) -> bytes | None:
         with self._lock:
