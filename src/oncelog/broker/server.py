@@ -9,7 +9,8 @@ Frames are read by an `asyncio.BufferedProtocol`: the socket receives a large fr
 straight into a buffer of its own size, so a 1 MB Produce request reaches the handler
 without being copied in Python (profiled: the stream reader's chunk joining and
 `readexactly` copies were the largest CPU cost per produced MB). Small frames are
-parsed out of a shared 64 KiB receive buffer. While frames wait for the connection's
+parsed out of a 64 KiB receive buffer (`oncelog.protocol.frame_receiver`, which a
+broker's connections to its peers use too). While frames wait for the connection's
 task, reading pauses at `_MAX_QUEUED_BYTES`, so a client that pipelines cannot make the
 broker buffer without bound (TCP pushes back instead).
 
