@@ -15,7 +15,8 @@
 #                      real speculative execution on a standalone cluster,
 #                      and `oncelog demo --sink iceberg` (a task failure; a driver kill)
 #   make sink-faults the Kafka sink's real speculative execution on a standalone cluster, both modes,
-#                      both modes through twelve driver kills at the sink's pause points and at random,
+#                      both modes through task retries, driver kills and a broker restart (2 min),
+#                      and through twelve driver kills at the sink's pause points and at random,
 #                      `oncelog demo --stateful --mode partition` (a re-run gives each task the same rows)
 #                      and `oncelog demo` with a driver kill
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)

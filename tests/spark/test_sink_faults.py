@@ -159,6 +159,7 @@ DEFAULT_FAULTS = [
 ]
 
 
+@pytest.mark.slow  # about 2 minutes (five driver starts): `make sink-faults`
 @pytest.mark.timeout(900)
 def test_both_modes_stay_exactly_once_through_task_retries_driver_kills_and_a_broker_restart(cluster, tmp_path):
     run_with_faults(cluster, tmp_path, DEFAULT_FAULTS, seed=1)
