@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import importlib
 import re
+import socket
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol import record_batch as rb
-from oncelog.protocol.client import WireClient
+from oncelog.protocol.client import WireClient, decode_response, encode_request
 from tests.support.kafka import create_topic
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -48,13 +49,17 @@ def compressed_batch(codec: int) -> bytes:
 
 def produce(bootstrap: str, topic: str, records: bytes, partition: int = 0) -> int:
     with WireClient.connect(bootstrap) as client:
-        request = produce_v9.ProduceRequest(
-            transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
-            topic_data=(produce_v9.TopicProduceData(
-                name=TopicName(topic),
-                partition_data=(produce_v9.PartitionProduceData(index=i32(partition), records=Records(records)),)),),
-        )
-        answer = client.request(request).responses[0].partition_responses[0]
+        return produce_on(client, topic, records, partition)
+
+
+def produce_on(client: WireClient, topic: str, records: bytes, partition: int = 0) -> int:
+    request = produce_v9.ProduceRequest(
+        transactional_id=None, acks=i16(-1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(produce_v9.TopicProduceData(
+            name=TopicName(topic),
+            partition_data=(produce_v9.PartitionProduceData(index=i32(partition), records=Records(records)),)),),
+    )
+    answer = client.request(request).responses[0].partition_responses[0]
     assert answer.error_code == ErrorCode.none, answer
     return answer.base_offset
 
@@ -297,3 +302,35 @@ def test_zstd_batches_of_a_producer_compression_topic_are_served_to_old_versions
     with WireClient.connect(bootstrap) as client:
         old = fetch_one(client, topic, 0, version=9)
     assert (old.error_code, offsets_in(old.records)) == (ErrorCode.none, [0, 1, 2, 3, 4])
+
+
+# -- a client that reads slowly ------------------------------------------------------------
+
+
+def test_a_client_that_reads_slowly_gets_its_large_fetch_answer_whole_and_the_next_one_after(shared_broker):
+    """A 12 MB answer fills the socket and passes the connection's write high-water
+    mark, so the connection's task waits for the transport to drain (WriteFlow) before
+    taking the next request; the client then reads both answers whole, in order."""
+    topic = unique("slow-reader")
+    create_topic(shared_broker.bootstrap_servers, topic)
+    records = batch(500, value_size=1000)  # ~500 KB
+    with WireClient.connect(shared_broker.bootstrap_servers) as client:
+        for _ in range(24):
+            produce_on(client, topic, records)
+    expected = shared_broker.call(lambda: shared_broker.broker.logs.partition(topic, 0).read(0, BIG).records)
+    module = importlib.import_module("kio.schema.fetch.v12.request")
+    request = _make(
+        module.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=BIG,
+        isolation_level=READ_UNCOMMITTED, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+        topics=(module.FetchTopic(topic=topic, partitions=(_make(
+            module.FetchPartition, partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=BIG),)),),
+    )
+    with WireClient.connect(shared_broker.bootstrap_servers) as client:
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
+        client.sock.sendall(encode_request(request, 1) + encode_request(request, 2))
+        time.sleep(1.0)  # the broker meanwhile fills the socket and its transport's buffer
+        for correlation_id in (1, 2):
+            answer = decode_response(request, client.read_frame(), correlation_id).responses[0].partitions[0]
+            assert answer.error_code == ErrorCode.none
+            assert bytes(answer.records) == expected and len(expected) > 12_000_000

@@ -59,6 +59,7 @@ from oncelog.protocol.messages import (
     encode_response_frame,
     is_flexible,
 )
+from oncelog.protocol.write_flow import WriteFlow
 from oncelog.security.listeners import ListenerSpec
 from oncelog.security.session import ANONYMOUS, ConnectionSession, ListenerSecurity, SessionRefused
 
@@ -155,8 +156,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._frame_waiter: asyncio.Future | None = None
         self._failure: BaseException | None = None  # set once no more frames will come
         self._eof = False
-        self._writing_paused = False
-        self._drain_waiter: asyncio.Future | None = None
+        self._write_flow = WriteFlow()
         self.muted_until = 0.0  # a client over its quota: no request is taken before this (loop time)
 
     # -- asyncio protocol callbacks --------------------------------------------------
@@ -211,16 +211,13 @@ class _Connection(asyncio.BufferedProtocol):
         if exc is not None and self._failure is None:
             self._failure = exc
         self._wake()
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_exception(exc or ConnectionResetError("connection lost"))
+        self._write_flow.fail(exc or ConnectionResetError("connection lost"))
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
+        self._write_flow.pause()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
+        self._write_flow.resume()
 
     # -- framing ---------------------------------------------------------------------
 
@@ -335,14 +332,11 @@ class _Connection(asyncio.BufferedProtocol):
             # RuntimeError for a write to a closed transport): nobody to answer.
             raise ConnectionResetError("the client closed the connection before its answer")
         self.transport.writelines(response)
-        if self._writing_paused:
-            if self.transport.is_closing():
-                raise ConnectionResetError("connection closed while writing")
-            self._drain_waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._drain_waiter
-            finally:
-                self._drain_waiter = None
+        if self._write_flow.paused:
+            await self._write_flow.drained(self._closed_for_writing)
+
+    def _closed_for_writing(self) -> ConnectionResetError | None:
+        return ConnectionResetError("connection closed while writing") if self.transport.is_closing() else None
 
 
 class KafkaServer:

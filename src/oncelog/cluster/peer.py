@@ -38,6 +38,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from oncelog.protocol.client import check_correlation, decode_response, encode_request
 from oncelog.protocol.frame_receiver import FrameReceiver, FrameSizeError
+from oncelog.protocol.write_flow import WriteFlow
 from oncelog.security.inter_broker import PeerSecurity
 
 if TYPE_CHECKING:
@@ -188,8 +189,7 @@ class _ResponseReceiver(asyncio.BufferedProtocol):
         self._frames: collections.deque[bytearray] = collections.deque()
         self._failure: BaseException | None = None  # the connection is over
         self._frame_waiter: asyncio.Future | None = None
-        self._writing_paused = False
-        self._drain_waiter: asyncio.Future | None = None
+        self._write_flow = WriteFlow()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._receiver.get_buffer()
@@ -217,9 +217,9 @@ class _ResponseReceiver(asyncio.BufferedProtocol):
                 wrapped.__cause__ = failure
                 failure = wrapped
             self._failure = failure
-        for waiter in (self._frame_waiter, self._drain_waiter):
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(self._failure)
+        if self._frame_waiter is not None and not self._frame_waiter.done():
+            self._frame_waiter.set_exception(self._failure)
+        self._write_flow.fail(self._failure)
 
     def eof_received(self) -> bool:
         self._fail(ConnectionResetError("the broker closed the connection"))
@@ -229,23 +229,14 @@ class _ResponseReceiver(asyncio.BufferedProtocol):
         self._fail(exc or ConnectionResetError("connection lost"))
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
+        self._write_flow.pause()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
+        self._write_flow.resume()
 
     async def drained(self) -> None:
         """Once the transport takes more (at once unless its write buffer is full)."""
-        while self._writing_paused:
-            if self._failure is not None:
-                raise self._failure
-            self._drain_waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._drain_waiter
-            finally:
-                self._drain_waiter = None
+        await self._write_flow.drained(lambda: self._failure)
 
     async def next_frame(self) -> bytearray:
         """The next response frame (without its size); the connection's failure once it
