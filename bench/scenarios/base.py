@@ -143,12 +143,14 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
 
     Yields a dict that gets `broker_cpu_s` once the block ends: the sum over the
     target's broker processes (`pids`, three for the cluster), and for the cluster also
+    `busiest_broker_cpu_s` (the most any one broker used: a partition's leader) and
     `quorum_cpu_s`, its etcd members'.
     """
     measured: dict[str, float] = {}
     pid = target.pid
     broker_pids = getattr(target, "pids", [pid])
     quorum_pids = getattr(target, "quorum_pids", [])
+    each_before = [_cpu_seconds([broker_pid]) for broker_pid in broker_pids]
     before = _cpu_seconds(broker_pids)
     quorum_before = _cpu_seconds(quorum_pids)
     profilers: dict[str, profile.BrokerProfiler] = {}
@@ -168,6 +170,10 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
     after = _cpu_seconds(broker_pids)
     if before is not None and after is not None:
         measured["broker_cpu_s"] = after - before
+    each_after = [_cpu_seconds([broker_pid]) for broker_pid in broker_pids]
+    used = [a - b for a, b in zip(each_after, each_before, strict=True) if a is not None and b is not None]
+    if len(broker_pids) > 1 and len(used) == len(broker_pids):
+        measured["busiest_broker_cpu_s"] = max(used)
     quorum_after = _cpu_seconds(quorum_pids)
     if quorum_before is not None and quorum_after is not None:
         measured["quorum_cpu_s"] = quorum_after - quorum_before
@@ -190,6 +196,8 @@ def throughput_metrics(load: dict, phase: dict) -> dict[str, float]:
     figures = {"msg_per_s": load["msg_per_s"], "mb_per_s": load["mb_per_s"]}
     if "broker_cpu_s" in phase and mb > 0:
         figures["broker_cpu_ms_per_mb"] = phase["broker_cpu_s"] * 1000 / mb
+    if "busiest_broker_cpu_s" in phase and mb > 0:
+        figures["busiest_broker_cpu_ms_per_mb"] = phase["busiest_broker_cpu_s"] * 1000 / mb
     if "quorum_cpu_s" in phase and mb > 0:
         figures["quorum_cpu_ms_per_mb"] = phase["quorum_cpu_s"] * 1000 / mb
     if "client_cpu_s" in load and mb > 0:
