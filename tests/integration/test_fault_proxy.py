@@ -378,3 +378,33 @@ def test_an_idempotent_producer_writes_each_message_once_in_order_through_every_
     values = read_values(broker.bootstrap_servers)
     for partition in range(PARTITIONS):
         assert values[partition] == list(range(partition, count, PARTITIONS)), f"partition {partition}"
+
+
+def test_stopping_while_a_connection_still_waits_for_its_broker_logs_no_error(caplog):
+    """The soak's end: the proxy stops while a client's connection is still connecting to
+    a broker that does not answer (paused, or cut off). Its task is cancelled there; that
+    must end it quietly, not as asyncio's "Exception in callback" with a traceback, nor
+    as a task destroyed while pending."""
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(0)
+    queue_fillers = []
+    for _ in range(4):  # fill the accept queue: the next connect hangs
+        filler = socket.socket()
+        filler.setblocking(False)
+        try:
+            filler.connect(upstream.getsockname())
+        except BlockingIOError:
+            pass
+        queue_fillers.append(filler)
+    time.sleep(0.2)
+    proxy = FaultProxy(upstream.getsockname()).start()
+    clients = [socket.create_connection(("127.0.0.1", proxy.port)) for _ in range(3)]
+    try:
+        wait_until(lambda: proxy.stats["connections"] == len(clients), TIMEOUT)
+        with caplog.at_level("ERROR", logger="asyncio"):
+            proxy.stop()
+    finally:
+        for sock in (*clients, *queue_fillers, upstream):
+            sock.close()
+    assert not [record.getMessage() for record in caplog.records if record.name == "asyncio"]

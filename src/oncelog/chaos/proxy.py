@@ -175,9 +175,12 @@ class FaultProxy:
             loop.run_forever()
             assert self._server is not None  # serve() ran
             self._server.close()
-            for task in list(self._tasks):
+            # Every task, also a connection's that has not run its first step yet (it is
+            # not in _tasks then), so that none is destroyed while pending.
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*self._tasks, return_exceptions=True))
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
@@ -232,7 +235,10 @@ class FaultProxy:
         self.stats["connections"] += 1
         try:
             broker_reader, broker_writer = await asyncio.open_connection(*self.upstream)
-        except OSError:
+        except (OSError, asyncio.CancelledError):
+            # Refused, or the proxy stops while the broker does not answer (paused, cut
+            # off): the task ends, not cancelled, which Python 3.11's start_server would
+            # report as an error with a traceback.
             client_writer.close()
             self._tasks.discard(task)
             return
