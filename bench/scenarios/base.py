@@ -150,8 +150,7 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
     pid = target.pid
     broker_pids = getattr(target, "pids", [pid])
     quorum_pids = getattr(target, "quorum_pids", [])
-    each_before = [_cpu_seconds([broker_pid]) for broker_pid in broker_pids]
-    before = _cpu_seconds(broker_pids)
+    each_before = [profile.process_cpu_seconds(broker_pid) for broker_pid in broker_pids]
     quorum_before = _cpu_seconds(quorum_pids)
     profilers: dict[str, profile.BrokerProfiler] = {}
     if settings.profile and target.name in (ONCELOG, BASELINE, ONCELOG_3):
@@ -167,13 +166,12 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
         for profiler in profilers.values():
             sampling.enter_context(profiler)
         yield measured
-    after = _cpu_seconds(broker_pids)
-    if before is not None and after is not None:
-        measured["broker_cpu_s"] = after - before
-    each_after = [_cpu_seconds([broker_pid]) for broker_pid in broker_pids]
+    each_after = [profile.process_cpu_seconds(broker_pid) for broker_pid in broker_pids]
     used = [a - b for a, b in zip(each_after, each_before, strict=True) if a is not None and b is not None]
-    if len(broker_pids) > 1 and len(used) == len(broker_pids):
-        measured["busiest_broker_cpu_s"] = max(used)
+    if used and len(used) == len(broker_pids):
+        measured["broker_cpu_s"] = sum(used)
+        if len(used) > 1:
+            measured["busiest_broker_cpu_s"] = max(used)
     quorum_after = _cpu_seconds(quorum_pids)
     if quorum_before is not None and quorum_after is not None:
         measured["quorum_cpu_s"] = quorum_after - quorum_before
