@@ -93,7 +93,7 @@ def _pump(selector: selectors.BaseSelector, buffers: dict[socket.socket, bytearr
                     break
                 del buffer[:4 + size]
                 answered += 1
-                sock.send(request)
+                sock.sendall(request)  # ~50 bytes into an empty send buffer
     return answered
 
 
@@ -111,16 +111,17 @@ def main() -> None:
         targets.append(("baseline", args.baseline_src.resolve()))
     results: dict[tuple[str, str], list[float]] = {}
     for run in range(args.runs):
-        for name, source in targets:
-            target = OncelogTarget(Path(tempfile.mkdtemp(prefix="floor-")), source_dir=source)
-            with target as bootstrap:
-                assert target.pid is not None
-                for kind in args.kinds:
-                    frame = encode_request(REQUESTS[kind], 1)
-                    rate, cpu_us = measure(bootstrap, target.pid, frame, args.connections, args.seconds)
-                    results.setdefault((name, kind), []).append(cpu_us)
-                    print(f"run {run + 1}/{args.runs} {name:8} {kind:9} {rate:10,.0f} requests/s "
-                          f"{cpu_us:7.1f} us of broker CPU per request", flush=True)
+        for name, source in targets if run % 2 == 0 else targets[::-1]:  # interleaved, first in turn
+            with tempfile.TemporaryDirectory(prefix="floor-") as work_dir:
+                target = OncelogTarget(Path(work_dir), source_dir=source)
+                with target as bootstrap:
+                    assert target.pid is not None
+                    for kind in args.kinds:
+                        frame = encode_request(REQUESTS[kind], 1)
+                        rate, cpu_us = measure(bootstrap, target.pid, frame, args.connections, args.seconds)
+                        results.setdefault((name, kind), []).append(cpu_us)
+                        print(f"run {run + 1}/{args.runs} {name:8} {kind:9} {rate:10,.0f} requests/s "
+                              f"{cpu_us:7.1f} us of broker CPU per request", flush=True)
     print()
     for kind in args.kinds:
         medians = {name: statistics.median(results[(name, kind)]) for name, _ in targets}

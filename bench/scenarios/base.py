@@ -143,7 +143,7 @@ def load_phase(target, settings: Settings, label: str, produced_mb: float) -> It
 
     Yields a dict that gets `broker_cpu_s` once the block ends: the sum over the
     target's broker processes (`pids`, three for the cluster), and for the cluster also
-    `busiest_broker_cpu_s` (the most any one broker used: a partition's leader) and
+    `busiest_broker_cpu_s` (the most any one broker used: with one partition, its leader) and
     `quorum_cpu_s`, its etcd members'.
     """
     measured: dict[str, float] = {}

@@ -43,7 +43,7 @@ class ReplicatedProduceScenario(Scenario):
     metrics = (
         Metric("msg_per_s", "msg/s"),
         *THROUGHPUT_EXTRAS,
-        Metric("busiest_broker_cpu_ms_per_mb", "leader CPU ms/MB", higher_is_better=False),
+        Metric("busiest_broker_cpu_ms_per_mb", "busiest broker CPU ms/MB", higher_is_better=False),
         Metric("quorum_cpu_ms_per_mb", "etcd CPU ms/MB", higher_is_better=False),
     )
 

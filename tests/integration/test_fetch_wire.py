@@ -23,6 +23,7 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 from oncelog import EmbeddedBroker
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, decode_response, encode_request
+from oncelog.protocol.write_flow import WriteFlow
 from tests.support.kafka import create_topic
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -307,10 +308,20 @@ def test_zstd_batches_of_a_producer_compression_topic_are_served_to_old_versions
 # -- a client that reads slowly ------------------------------------------------------------
 
 
-def test_a_client_that_reads_slowly_gets_its_large_fetch_answer_whole_and_the_next_one_after(shared_broker):
+def test_a_client_that_reads_slowly_gets_its_large_fetch_answer_whole_and_the_next_one_after(shared_broker,
+                                                                                             monkeypatch):
     """A 12 MB answer fills the socket and passes the connection's write high-water
-    mark, so the connection's task waits for the transport to drain (WriteFlow) before
-    taking the next request; the client then reads both answers whole, in order."""
+    mark: the transport pauses the connection's writer (WriteFlow), whose task waits for
+    it to drain before taking the next request; the client then reads both answers
+    whole, in order."""
+    pauses: list[WriteFlow] = []
+    real_pause = WriteFlow.pause
+
+    def counted_pause(flow: WriteFlow) -> None:
+        pauses.append(flow)
+        real_pause(flow)
+
+    monkeypatch.setattr(WriteFlow, "pause", counted_pause)
     topic = unique("slow-reader")
     create_topic(shared_broker.bootstrap_servers, topic)
     records = batch(500, value_size=1000)  # ~500 KB
@@ -330,6 +341,7 @@ def test_a_client_that_reads_slowly_gets_its_large_fetch_answer_whole_and_the_ne
         client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
         client.sock.sendall(encode_request(request, 1) + encode_request(request, 2))
         time.sleep(1.0)  # the broker meanwhile fills the socket and its transport's buffer
+        assert pauses, "the broker's transport never paused its writer"
         for correlation_id in (1, 2):
             answer = decode_response(request, client.read_frame(), correlation_id).responses[0].partitions[0]
             assert answer.error_code == ErrorCode.none

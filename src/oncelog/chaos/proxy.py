@@ -167,7 +167,11 @@ class FaultProxy:
             self._loop = loop
 
             async def serve() -> None:
-                self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+                # A plain callback that spawns the connection's task: given a coroutine
+                # function, Python 3.11's start_server reads each task's exception, and
+                # logs one cancelled at the stop as an error with a traceback.
+                self._server = await asyncio.start_server(
+                    lambda reader, writer: self._spawn(self._accept(reader, writer)), "127.0.0.1", self.port)
                 self.port = self._server.sockets[0].getsockname()[1]
                 ready.set()
 
@@ -175,12 +179,16 @@ class FaultProxy:
             loop.run_forever()
             assert self._server is not None  # serve() ran
             self._server.close()
-            # Every task, also a connection's that has not run its first step yet (it is
-            # not in _tasks then), so that none is destroyed while pending.
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            # Every task of the loop, again while cancelling them starts new ones (a
+            # connection accepted just before the stop), so that none is destroyed
+            # while pending.
+            for _ in range(10):
+                tasks = asyncio.all_tasks(loop)
+                if not tasks:
+                    break
+                for task in tasks:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
@@ -229,19 +237,15 @@ class FaultProxy:
         self.replays.append(Replay(kind, pending.api_key, pending.api_version, request, response))
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # a connection is served by a task
-        self._tasks.add(task)
         self.stats["connections"] += 1
         try:
             broker_reader, broker_writer = await asyncio.open_connection(*self.upstream)
-        except (OSError, asyncio.CancelledError):
-            # Refused, or the proxy stops while the broker does not answer (paused, cut
-            # off): the task ends, not cancelled, which Python 3.11's start_server would
-            # report as an error with a traceback.
+        except OSError:
             client_writer.close()
-            self._tasks.discard(task)
             return
+        except asyncio.CancelledError:  # the proxy stops while the broker does not answer (paused, cut off)
+            client_writer.close()
+            raise
         pending: dict[int, _Pending] = {}  # correlation id -> targeted request
 
         async def client_to_broker() -> None:
@@ -302,7 +306,6 @@ class FaultProxy:
             await asyncio.gather(*directions, return_exceptions=True)
             client_writer.close()
             broker_writer.close()
-            self._tasks.discard(task)
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:

@@ -14,6 +14,9 @@ from collections.abc import Callable
 
 
 class WriteFlow:
+    """One connection's writer state. One writer at a time may wait in `drained` (the
+    server's task per connection; a peer connection's requests are serialised)."""
+
     __slots__ = ("_waiter", "paused")
 
     def __init__(self) -> None:
