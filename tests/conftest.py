@@ -1,6 +1,34 @@
+import gc
+import sys
+
 import pytest
 
 from oncelog import EmbeddedBroker
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "call" and outcome.get_result().failed:
+        item.stash[_FAILED] = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a failed test, before its fixtures' brokers stop: collect what it left open.
+
+    A test that fails midway leaves its librdkafka clients unclosed, alive in the
+    failure's traceback (sys.last_traceback) until some later garbage collection. One
+    destroyed after its broker has gone can spin in librdkafka forever (seen in a CI run:
+    a Consumer's rd_kafka_destroy waited on a main thread at 93% CPU for 14 minutes, so
+    the run hung instead of reporting one failure). Collected here, they still have a
+    broker to say goodbye to.
+    """
+    if item.stash.get(_FAILED, False):
+        sys.last_type = sys.last_value = sys.last_traceback = None
+        gc.collect()
 
 
 @pytest.fixture

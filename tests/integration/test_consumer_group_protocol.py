@@ -259,44 +259,52 @@ def test_classic_group_upgraded_online_and_downgraded_back_reads_every_record_on
     types_seen: set[str] = set()
     modern_owned: set[int] = set()
     consumers = {"c1": classic("c1"), "c2": classic("c2")}
-    for consumer in consumers.values():
-        consumer.subscribe([topic])
-    schedule = [(1.5, "join"), (4.0, "leave")]
+    # The consumer protocol member joins at 1.5 s and leaves once it has owned partitions
+    # and the group was listed as a consumer group (a cooperative hand-over takes a few
+    # heartbeats, longer on a loaded machine), or after 25 s, which fails below.
+    joined = left = False
+    next_listing = 0.0
     started = time.monotonic()
-    while True:
-        elapsed = time.monotonic() - started
-        if schedule and schedule[0][0] <= elapsed:
-            action = schedule.pop(0)[1]
-            if action == "join":
+    try:
+        for consumer in consumers.values():
+            consumer.subscribe([topic])
+        while True:
+            elapsed = time.monotonic() - started
+            if not joined and elapsed >= 1.5:
                 consumers["modern"] = Consumer(member_config(bootstrap, group, **{"client.id": "modern"}))
                 consumers["modern"].subscribe([topic])
-            else:
+                joined = True
+            elif joined and not left and ((modern_owned and "CONSUMER" in types_seen) or elapsed > 25):
                 consumers.pop("modern").close()
-        for consumer in consumers.values():
-            messages = [m for m in consumer.consume(100, timeout=0.02) if m.error() is None]
-            if messages:
-                values = [m.value() for m in messages]
-                received.extend(values)  # type: ignore[arg-type]
-                try:
-                    consumer.commit(asynchronous=False)
-                except KafkaException as error:
-                    # A classic member's commit racing its own rejoin carries the generation it
-                    # is leaving (ILLEGAL_GENERATION, as in Kafka): those records may be read again.
-                    assert error.args[0].code() in (KafkaError.ILLEGAL_GENERATION,
-                                                    KafkaError.REBALANCE_IN_PROGRESS), error
-                    uncommitted.update(values)  # type: ignore[arg-type]
-        if "modern" in consumers:
-            modern_owned.update(tp.partition for tp in consumers["modern"].assignment())
-        if int(elapsed * 10) % 5 == 0:
-            listed = {g.group_id: g for g in admin.list_consumer_groups().result(10).valid}
-            if group in listed:
-                types_seen.add(listed[group].type.name)
-        if not schedule and not writer.is_alive() and len(received) >= len(committed):
-            break
-        assert time.monotonic() - started < 40, f"read {len(received)} of {len(committed)} committed records"
-    description = admin.describe_consumer_groups([group])[group].result(10)
-    for consumer in consumers.values():
-        consumer.close()
+                left = True
+            for consumer in consumers.values():
+                messages = [m for m in consumer.consume(100, timeout=0.02) if m.error() is None]
+                if messages:
+                    values = [m.value() for m in messages]
+                    received.extend(values)  # type: ignore[arg-type]
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except KafkaException as error:
+                        # A classic member's commit racing its own rejoin carries the generation
+                        # it is leaving (ILLEGAL_GENERATION, as in Kafka): those records may be
+                        # read again.
+                        assert error.args[0].code() in (KafkaError.ILLEGAL_GENERATION,
+                                                        KafkaError.REBALANCE_IN_PROGRESS), error
+                        uncommitted.update(values)  # type: ignore[arg-type]
+            if "modern" in consumers:
+                modern_owned.update(tp.partition for tp in consumers["modern"].assignment())
+            if elapsed >= next_listing:
+                next_listing = elapsed + 0.5
+                listed = {g.group_id: g for g in admin.list_consumer_groups().result(10).valid}
+                if group in listed:
+                    types_seen.add(listed[group].type.name)
+            if left and not writer.is_alive() and len(received) >= len(committed):
+                break
+            assert time.monotonic() - started < 60, f"read {len(received)} of {len(committed)} committed records"
+        description = admin.describe_consumer_groups([group])[group].result(10)
+    finally:
+        for consumer in consumers.values():  # closed while the broker is up, even on a failure
+            consumer.close()
     duplicates = {value for value, n in Counter(received).items() if n > 1}
     assert duplicates <= uncommitted  # only what a refused commit left uncommitted is read again
     assert set(received) == set(committed)
