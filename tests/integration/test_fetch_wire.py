@@ -70,10 +70,15 @@ def _make(cls, **fields):
     return cls(**{k: v for k, v in fields.items() if k in names})
 
 
-def fetch(client: WireClient, topic: str, offsets: dict[int, int] | int = 0, *, version: int = 12,
-          max_bytes: int = BIG, partition_max_bytes: int = BIG, min_bytes: int = 0, max_wait_ms: int = 0,
-          isolation: int = READ_UNCOMMITTED):
-    """One Fetch of `topic`; `offsets` maps partition -> fetch offset (an int: partition 0)."""
+def fetch(client: WireClient, topic: str, offsets: dict[int, int] | int = 0, **kwargs):
+    """One Fetch of `topic` (`fetch_request`'s arguments): its partitions' answers."""
+    return client.request(fetch_request(topic, offsets, **kwargs)).responses[0].partitions
+
+
+def fetch_request(topic: str, offsets: dict[int, int] | int = 0, *, version: int = 12, max_bytes: int = BIG,
+                  partition_max_bytes: int = BIG, min_bytes: int = 0, max_wait_ms: int = 0,
+                  isolation: int = READ_UNCOMMITTED):
+    """A Fetch request of `topic`; `offsets` maps partition -> fetch offset (an int: partition 0)."""
     module = importlib.import_module(f"kio.schema.fetch.v{version}.request")
     if isinstance(offsets, int):
         offsets = {0: offsets}
@@ -82,12 +87,11 @@ def fetch(client: WireClient, topic: str, offsets: dict[int, int] | int = 0, *, 
               log_start_offset=-1, partition_max_bytes=partition_max_bytes)
         for p, o in offsets.items()
     )
-    request = _make(
+    return _make(
         module.FetchRequest, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation, session_id=0, session_epoch=-1,
         topics=(module.FetchTopic(topic=topic, partitions=partitions),), forgotten_topics_data=(), rack_id="",
     )
-    return client.request(request).responses[0].partitions
 
 
 def fetch_one(client: WireClient, topic: str, offset: int = 0, **kwargs):
@@ -329,14 +333,7 @@ def test_a_client_that_reads_slowly_gets_its_large_fetch_answer_whole_and_the_ne
         for _ in range(24):
             produce_on(client, topic, records)
     expected = shared_broker.call(lambda: shared_broker.broker.logs.partition(topic, 0).read(0, BIG).records)
-    module = importlib.import_module("kio.schema.fetch.v12.request")
-    request = _make(
-        module.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=BIG,
-        isolation_level=READ_UNCOMMITTED, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
-        topics=(module.FetchTopic(topic=topic, partitions=(_make(
-            module.FetchPartition, partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=BIG),)),),
-    )
+    request = fetch_request(topic)
     with WireClient.connect(shared_broker.bootstrap_servers) as client:
         client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
         client.sock.sendall(encode_request(request, 1) + encode_request(request, 2))
