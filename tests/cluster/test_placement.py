@@ -11,6 +11,7 @@ from oncelog.cluster.placement import (
     check_assignment,
     elect_leader,
     elect_on_return,
+    election_order,
     place_replicas,
 )
 
@@ -215,3 +216,15 @@ def test_return_of_a_broker_does_not_touch_a_partition_that_has_a_leader():
 
 def test_election_result_keeps_the_mod_revision_the_cas_must_compare():
     assert elect_leader(partition(), live={2, 3}).mod_revision == 40
+
+
+def test_dead_broker_leaves_the_isrs_of_live_leaders_before_any_leadership_moves():
+    """A new transaction coordinator must not write markers to a partition whose ISR
+    still counts the dead broker (the CI failure of 11-27: a stalled replica came back
+    into such an ISR and made it look like min.insync.replicas)."""
+    led_by_dead = partition(leader=1)
+    led_by_live = PartitionRecord("t", 1, (2, 1, 3), (2, 1, 3), 2, 5, 9, mod_revision=41)
+    untouched = PartitionRecord("t", 2, (3, 2), (3, 2), 3, 5, 9, mod_revision=42)
+    leaderless = partition(isr=(3,), leader=-1)
+    order = election_order([led_by_dead, untouched, leaderless, led_by_live], live={2, 3})
+    assert order == [led_by_live, led_by_dead, leaderless]

@@ -8,6 +8,7 @@
 - `elect_leader` / `elect_on_return`: the partition change the active controller writes
   when brokers go away or come back (PartitionChangeBuilder, ONLINE election, no ELR and no
   unclean election): the leader comes only from the ISR, and the ISR never becomes empty.
+- `election_order`: which partitions to change, ISRs before leaderships.
 
 Deviation: no racks (oncelog brokers have no `broker.rack`).
 """
@@ -149,6 +150,21 @@ def elect_leader(partition: PartitionRecord, live: Collection[int]) -> Partition
         leader_epoch=partition.leader_epoch + (1 if leader != partition.leader else 0),
         partition_epoch=partition.partition_epoch + 1,
     )
+
+
+def election_order(partitions: Collection[PartitionRecord], live: Collection[int]) -> list[PartitionRecord]:
+    """The partitions the controller must change for `live`, those whose leader stays
+    first. Kafka's controller fences a broker in one metadata batch that every broker
+    applies at once; oncelog's writes each partition on its own, so this order stands in
+    for that: by the time a new leader (a transaction coordinator that takes over, say)
+    acts, the dead are out of every ISR a live leader keeps. Otherwise a stalled replica
+    that comes back could, with a dead one still counted, make an ISR look as large as
+    min.insync.replicas and let markers or acks=all writes through that the ISR of live
+    replicas would refuse."""
+    live = set(live)
+    stays = [r for r in partitions if r.leader in live and any(m not in live for m in r.isr)]
+    moves = [r for r in partitions if r.leader not in live]
+    return stays + moves
 
 
 def elect_on_return(partition: PartitionRecord, live: Collection[int]) -> PartitionRecord | None:

@@ -62,7 +62,7 @@ from oncelog.cluster.etcd_member import EtcdMember
 from oncelog.cluster.fetcher import ReplicaFetchers
 from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage
 from oncelog.cluster.metadata_store import MetadataConflict, MetadataStore
-from oncelog.cluster.placement import elect_leader, elect_on_return
+from oncelog.cluster.placement import elect_leader, elect_on_return, election_order
 from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.settings import ClusterSettings
 from oncelog.security.inter_broker import PeerSecurity
@@ -519,12 +519,10 @@ class ClusterRuntime:
 
     async def _reconcile(self) -> None:
         """Elect leaders for partitions whose leader or ISR members are fenced, and
-        return leaderless partitions to their last ISR member when it is back."""
+        return leaderless partitions to their last ISR member when it is back: the ISRs
+        of partitions that keep their leader first (`election_order`)."""
         live = set(self.image.live_broker_ids())
-        for record in list(self.image.partitions.values()):
-            needs = (record.leader not in live) or any(r not in live for r in record.isr)
-            if not needs:
-                continue
+        for record in election_order(list(self.image.partitions.values()), live):
 
             def change(current, live=live):
                 return elect_leader(current, live) or elect_on_return(current, live)
