@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from oncelog import __version__
 from oncelog.errors import CommandError
+from oncelog.kio_import import import_kio_without_hypothesis
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -73,27 +74,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _import_kio_without_hypothesis() -> None:
-    """kio's protocol types register Hypothesis strategies for themselves when Hypothesis
-    can be imported (it is a test dependency: a development or CI environment has it).
-    No command uses them, and importing Hypothesis adds about 0.3 s of CPU to every
-    command's and every broker's start, so kio is imported here with Hypothesis out of
-    sight. Hypothesis itself stays importable afterwards (a pipeline's transform may
-    use it); only kio's registration is skipped. In a process that already imported
-    either (a test calling `main`), nothing changes."""
-    if "kio.static._phantom" in sys.modules or "hypothesis" in sys.modules:
-        return
-    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # import raises ImportError
-    try:
-        importlib.import_module("kio.static._phantom")
-    finally:
-        del sys.modules["hypothesis"]
-
-
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    _import_kio_without_hypothesis()
+    import_kio_without_hypothesis()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:

@@ -34,20 +34,3 @@ def test_a_command_loads_its_own_module_and_no_other_commands():
 def test_help_and_an_unknown_command_load_every_command_so_all_are_listed():
     for argv in (["--help"], ["no-such-command"], []):
         assert set(COMMAND_MODULES.values()) <= modules_loaded_by(argv), argv
-
-
-def test_a_command_imports_kio_without_hypothesis_which_stays_importable():
-    """kio registers Hypothesis strategies when Hypothesis is installed (it is in every
-    test environment), 0.3 s of every command's and every broker's start."""
-    script = (
-        "import sys\n"
-        "from oncelog import cli\n"
-        "cli._import_kio_without_hypothesis()\n"
-        "import oncelog.admin.topics\n"
-        "import kio.static._phantom as phantom\n"
-        "print('hypothesis' in sys.modules, phantom.hypothesis is None)\n"
-        "import hypothesis.strategies\n"
-        "print(hypothesis.strategies.integers().example() is not None)\n"
-    )
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert completed.stdout.split() == ["False", "True", "True"]

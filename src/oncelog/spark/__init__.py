@@ -13,7 +13,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from oncelog.kio_import import import_kio_without_hypothesis
+
+if os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER":  # a pipeline's worker: started often
+    import_kio_without_hypothesis()
 
 __all__ = ["FORMAT_NAME", "OncelogDataSource", "build_session", "join_table", "register"]
 
