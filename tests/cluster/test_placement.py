@@ -8,6 +8,7 @@ import pytest
 from oncelog.cluster.image import PartitionRecord
 from oncelog.cluster.placement import (
     InvalidReplicationFactor,
+    alter_isr,
     check_assignment,
     elect_leader,
     elect_on_return,
@@ -228,3 +229,27 @@ def test_dead_broker_leaves_the_isrs_of_live_leaders_before_any_leadership_moves
     leaderless = partition(isr=(3,), leader=-1)
     order = election_order([led_by_dead, untouched, leaderless, led_by_live], live={2, 3})
     assert order == [led_by_live, led_by_dead, leaderless]
+
+
+def test_leader_writes_the_isr_it_asks_for_from_the_partition_epoch_it_knows():
+    known = partition(isr=(1, 2))
+    changed = alter_isr(known, known, 1, (1, 2, 3))
+    assert changed.isr == (1, 2, 3) and changed.partition_epoch == 10 and changed.leader_epoch == 5
+
+
+def test_leader_with_a_stale_view_does_not_write_a_fenced_broker_back_into_the_isr():
+    """Leader 1 saw ISR (1, 3) and asks for (1, 3, 2) as broker 2 catches up; meanwhile the
+    controller took fenced broker 3 out (partition epoch 10). The retry after the
+    conflict must not write 3 back (the CI failure of 11-27 could still happen that way)."""
+    known = partition(isr=(1, 3))
+    stored = partition(isr=(1,), partition_epoch=10)
+    assert alter_isr(stored, known, 1, (1, 3, 2)) is None
+
+
+@pytest.mark.parametrize("stored", [
+    partition(leader=2, leader_epoch=6, partition_epoch=10),  # another leader
+    partition(leader_epoch=6, partition_epoch=10),  # this broker again, in a later epoch
+    partition(isr=(1, 2, 3)),  # nothing to change
+])
+def test_isr_change_is_not_written_by_a_former_leader_or_when_it_changes_nothing(stored):
+    assert alter_isr(stored, partition(isr=(1, 2)), 1, (1, 2, 3)) is None

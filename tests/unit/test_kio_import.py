@@ -42,3 +42,16 @@ def test_outside_a_spark_worker_importing_oncelog_spark_leaves_kio_as_it_is():
     completed = subprocess.run([sys.executable, "-c", SPARK_WORKER + REPORT], capture_output=True, text=True,
                                check=True, env={k: v for k, v in os.environ.items() if k != "SPARK_PYTHON_RUNTIME"})
     assert completed.stdout.split() == ["True", "False", "True"], completed.stderr
+
+
+def test_in_a_process_that_already_imported_hypothesis_nothing_changes():
+    """Not a second copy of Hypothesis, and kio gets its strategies as usual."""
+    script = (
+        "import sys, hypothesis\n"
+        "from oncelog.kio_import import import_kio_without_hypothesis\n"
+        "import_kio_without_hypothesis()\n"
+        "import kio.static._phantom as phantom\n"
+        "print(sys.modules['hypothesis'] is hypothesis, phantom.hypothesis is not None)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert completed.stdout.split() == ["True", "True"], completed.stderr

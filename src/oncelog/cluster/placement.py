@@ -9,6 +9,7 @@
   when brokers go away or come back (PartitionChangeBuilder, ONLINE election, no ELR and no
   unclean election): the leader comes only from the ISR, and the ISR never becomes empty.
 - `election_order`: which partitions to change, ISRs before leaderships.
+- `alter_isr`: the ISR change a partition's leader writes (AlterPartition's checks).
 
 Deviation: no racks (oncelog brokers have no `broker.rack`).
 """
@@ -153,18 +154,36 @@ def elect_leader(partition: PartitionRecord, live: Collection[int]) -> Partition
 
 
 def election_order(partitions: Collection[PartitionRecord], live: Collection[int]) -> list[PartitionRecord]:
-    """The partitions the controller must change for `live`, those whose leader stays
-    first. Kafka's controller fences a broker in one metadata batch that every broker
-    applies at once; oncelog's writes each partition on its own, so this order stands in
-    for that: by the time a new leader (a transaction coordinator that takes over, say)
-    acts, the dead are out of every ISR a live leader keeps. Otherwise a stalled replica
-    that comes back could, with a dead one still counted, make an ISR look as large as
-    min.insync.replicas and let markers or acks=all writes through that the ISR of live
-    replicas would refuse."""
+    """The partitions the controller may have to change for `live`, those whose leader
+    stays first. Kafka's controller fences a broker with one batch of metadata records
+    (the ISR shrinks and the leader changes together), which each broker applies as one
+    unit. oncelog's controller writes each partition on its own, so this order stands in
+    for the batch: in the store's order, the dead are out of every ISR a live leader
+    keeps before any leadership moves, a transaction coordinator's included. Otherwise a
+    stalled replica that comes back could, with a dead one still counted, make an ISR
+    look as large as min.insync.replicas, and a new coordinator's markers (or acks=all
+    writes) would pass where the live replicas alone would be refused. Leaders do not
+    write a dead broker back (`alter_isr`). As in Kafka, each broker still applies the
+    changes at its own pace. The cost: a dead broker's partitions get their new leaders
+    after one store write per ISR it leaves."""
     live = set(live)
     stays = [r for r in partitions if r.leader in live and any(m not in live for m in r.isr)]
     moves = [r for r in partitions if r.leader not in live]
     return stays + moves
+
+
+def alter_isr(current: PartitionRecord, known: PartitionRecord, leader: int,
+              new_isr: tuple[int, ...]) -> PartitionRecord | None:
+    """The partition with the ISR its leader asks for, or None when it must not be
+    written. Kafka's AlterPartition checks: only the leader of the leader epoch it knows
+    may change the ISR, and only from the partition epoch it knows (INVALID_UPDATE_VERSION
+    otherwise). `known` is the leader's view; `current` is the partition as stored, read
+    again after a conflict. A leader that had not yet seen the controller take a fenced
+    broker out of the ISR would otherwise write it back in; it tries again once it has."""
+    if (current.leader != leader or current.leader_epoch != known.leader_epoch
+            or current.partition_epoch != known.partition_epoch or current.isr == new_isr):
+        return None
+    return replace(current, isr=new_isr, partition_epoch=current.partition_epoch + 1)
 
 
 def elect_on_return(partition: PartitionRecord, live: Collection[int]) -> PartitionRecord | None:

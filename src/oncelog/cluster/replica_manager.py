@@ -18,7 +18,6 @@ Everything runs on the broker's event loop; this object owns the replicas' state
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView, check_epoch
 from oncelog.clock import now_ms
 from oncelog.cluster.image import MetadataDelta, MetadataImage, PartitionRecord
+from oncelog.cluster.placement import alter_isr
 from oncelog.cluster.purgatory import HighWatermarkWaiters
 from oncelog.cluster.replica_state import LeaderReplicaState
 from oncelog.names import TopicPartition
@@ -253,16 +253,9 @@ class ReplicaManager:
     async def _commit_isr(self, replica: LocalReplica, new_isr: tuple[int, ...]) -> None:
         tp = (replica.record.topic, replica.record.partition)
         expected = replica.record
-        epoch = expected.leader_epoch
-
-        def change(current: PartitionRecord) -> PartitionRecord | None:
-            # Kafka's AlterPartition check: only the leader of this epoch may change the ISR.
-            if current.leader != self.node_id or current.leader_epoch != epoch or current.isr == new_isr:
-                return None
-            return dataclasses.replace(current, isr=new_isr, partition_epoch=current.partition_epoch + 1)
-
         try:
-            stored = await self.runtime.store.change_partition(expected, change)
+            stored = await self.runtime.store.change_partition(
+                expected, lambda current: alter_isr(current, expected, self.node_id, new_isr))
         except Exception as error:  # noqa: BLE001 (etcd unavailable or conflicts: retried by the next fetch or shrink)
             log.warning("%s-%d: ISR change to %s not written: %s", *tp, list(new_isr), error)
             stored = None

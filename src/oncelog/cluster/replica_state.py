@@ -114,8 +114,9 @@ class LeaderReplicaState:
     def complete_isr_change(self, committed_isr: Collection[int]) -> None:
         """The store now holds `committed_isr` for this leader epoch: our CAS succeeded, or
         the image shows an ISR someone else wrote (the controller dropped a dead broker),
-        in which case a change still in flight will fail its CAS. Either way it is the
-        committed ISR and nothing is pending any more."""
+        in which case a change still in flight is not written: it was made from the
+        partition epoch before (`placement.alter_isr`). Either way it is the committed ISR
+        and nothing is pending any more."""
         self._isr = frozenset(committed_isr)
         self._pending_isr = None
 
