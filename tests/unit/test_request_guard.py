@@ -4,13 +4,18 @@ import datetime
 import io
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import UnknownEntity, load_request_schema
+from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v3 import request as produce_v3
 from kio.schema.produce.v9 import request as produce_v9
 from kio.serial import entity_writer
+from kio.static.primitive import Records
 
 from oncelog.protocol import framing
-from oncelog.protocol.guard import check_lengths
+from oncelog.protocol.guard import _checker, check_lengths
 
 
 def body(entity):
@@ -77,3 +82,33 @@ def test_a_null_or_present_nullable_struct_passes_and_a_lying_one_is_refused():
                                                   cursor=Cursor(topic_name="abc", partition_index=2)))
     with pytest.raises(framing.MalformedRequestError, match="declares"):
         check_lengths(DescribeTopicPartitionsRequest, present[:6] + b"\x7f" + present[7:], 0)  # the name's length
+
+
+# -- every request schema: the generated check walks a valid body to its exact end ------------
+
+
+def _request_schemas():
+    for api_key, name in api_key_map.items():
+        for version in schema_name_map[name]:
+            try:
+                yield load_request_schema(api_key, version)
+            except UnknownEntity:  # a version kio has no request for
+                continue
+
+
+REQUEST_SCHEMAS = sorted(set(_request_schemas()), key=lambda cls: cls.__module__)
+st.register_type_strategy(Records, st.binary(max_size=64).map(Records))  # kio registers none for Records
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(REQUEST_SCHEMAS).flatmap(st.from_type), st.data())
+def test_a_valid_request_of_any_schema_is_walked_to_its_end_and_a_cut_one_is_refused(request, data):
+    try:
+        encoded = body(request)
+    except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
+        return  # a value kio cannot write
+    assert _checker(type(request))(encoded, 0, len(encoded)) == len(encoded)
+    if encoded:
+        cut = encoded[:data.draw(st.integers(0, len(encoded) - 1), label="cut")]
+        with pytest.raises((framing.MalformedRequestError, IndexError)):
+            check_lengths(type(request), cut, 0)
