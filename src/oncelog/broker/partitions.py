@@ -371,8 +371,10 @@ def append_internal(broker: Node, topic: str, partition: int, batch: bytes, *, n
     if code is not ErrorCode.none:
         raise AppendRefused(code, topic, partition)
     buffer = bytearray(batch)
-    result = log_.append(buffer, record_batch.parse_batches(buffer), now_ms=now_ms, origin=AppendOrigin.COORDINATOR,
-                         leader_epoch=leader_epoch, marker_transaction_version=marker_transaction_version)
+    # Built in this process a moment ago: its CRC is not checked again.
+    result = log_.append(buffer, record_batch.parse_batches(buffer, verify_crc=False), now_ms=now_ms,
+                         origin=AppendOrigin.COORDINATOR, leader_epoch=leader_epoch,
+                         marker_transaction_version=marker_transaction_version)
     leadership.appended(topic, partition)
     return result
 

@@ -15,7 +15,8 @@ transaction carry epoch + 1; when the epoch is exhausted the end also allocates
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState, check_transition
 from oncelog.names import TopicPartition
@@ -103,12 +104,22 @@ class TransactionMetadata:
         )
 
     def snapshot(self) -> TxnTransit:
-        return TxnTransit(
-            self.transactional_id, self.producer_id, self.previous_producer_id, self.producer_epoch,
-            self.last_producer_epoch, self.txn_timeout_ms, self.state, frozenset(self.partitions),
-            self.txn_start_timestamp, self.txn_last_update_timestamp, self.next_producer_id,
-            self.client_transaction_version,
-        )
+        return self._transit({})
+
+    def _transit(self, changes: dict) -> TxnTransit:
+        """The current state as a TxnTransit, with `changes` applied (one construction:
+        every request that changes an id builds one)."""
+        values: dict[str, Any] = {
+            "transactional_id": self.transactional_id, "producer_id": self.producer_id,
+            "previous_producer_id": self.previous_producer_id, "producer_epoch": self.producer_epoch,
+            "last_producer_epoch": self.last_producer_epoch, "txn_timeout_ms": self.txn_timeout_ms,
+            "state": self.state, "partitions": self.partitions, "txn_start_timestamp": self.txn_start_timestamp,
+            "txn_last_update_timestamp": self.txn_last_update_timestamp, "next_producer_id": self.next_producer_id,
+            "client_transaction_version": self.client_transaction_version,
+        }
+        values.update(changes)
+        values["partitions"] = frozenset(values["partitions"])
+        return TxnTransit(**values)
 
     def _prepare(self, target: TransactionState, **changes) -> TxnTransit:
         if self.pending_state is not None:
@@ -116,7 +127,8 @@ class TransactionMetadata:
         check_transition(self.transactional_id, self.state, target,
                          changes.get("client_transaction_version", self.client_transaction_version))
         self.pending_state = target
-        return replace(self.snapshot(), state=target, **changes)
+        changes["state"] = target
+        return self._transit(changes)
 
     # -- the transitions ----------------------------------------------------------------
 
