@@ -82,14 +82,18 @@ async def _follow(leader: EmbeddedBroker, topic: str, directory: Path) -> None:
 
         # The leader loses the session (a restart, an eviction): FETCH_SESSION_ID_NOT_FOUND.
         leader.call(lambda: cache.open(first_session, FINAL_EPOCH, {}, (), privileged=False, now_ms=0))
+        # A fetch already in flight may bring the new records before a fetch meets the
+        # error: wait for the follower to open its new session.
         await produce_and_replicate("after-not-found")
+        await until(lambda: cache.created == 2 and fetcher.session.session_id not in (0, first_session),
+                    "the follower to open a second session")
         second_session = fetcher.session.session_id
-        assert cache.created == 2 and second_session not in (0, first_session)
 
         # The epochs disagree: INVALID_FETCH_SESSION_EPOCH, then a full fetch closing the old session.
         fetcher.session.epoch += 5
         await produce_and_replicate("after-wrong-epoch")
-        assert cache.created == 3 and len(cache) == 1
+        await until(lambda: cache.created == 3, "the follower to open a third session")
+        assert len(cache) == 1
         assert cache.get(second_session) is None
     finally:
         await fetchers.close()

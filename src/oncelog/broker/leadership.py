@@ -121,6 +121,10 @@ class StandaloneLeadership:
         """A leader appended to the partition: wake the fetches waiting for it."""
         self._wake_fetches(topic, partition)
 
+    def replication_reached(self, topic: str, partition: int, end_offset: int) -> ErrorCode | None:
+        """The one replica has every append: acks=all never waits here."""
+        return ErrorCode.none
+
     async def wait_for_replication(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
         """Wait until the high watermark reaches `end_offset` (acks=all)."""
         return ErrorCode.none

@@ -135,12 +135,19 @@ class ReplicaManager:
             self._maybe_advance_high_watermark(replica)
         self.broker.partition_appended(topic, partition)
 
-    async def wait_for_replication(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
+    def replication_reached(self, topic: str, partition: int, end_offset: int) -> ErrorCode | None:
+        """NONE once the high watermark is at `end_offset`, NOT_LEADER_OR_FOLLOWER when
+        this broker no longer leads the partition, None while the ISR has not caught up."""
         replica = self.replicas.get((topic, partition))
         if replica is None or replica.leader is None:
             return ErrorCode.not_leader_or_follower
-        if replica.log.high_watermark >= end_offset:
-            return ErrorCode.none
+        return ErrorCode.none if replica.log.high_watermark >= end_offset else None
+
+    async def wait_for_replication(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
+        reached = self.replication_reached(topic, partition, end_offset)
+        if reached is not None:
+            return reached
+        replica = self.replicas[(topic, partition)]
         assert replica.waiters is not None  # set with leader
         return await replica.waiters.wait(end_offset, timeout_s)
 

@@ -181,18 +181,26 @@ async def _wait_for_replication(ctx: RequestContext, outcomes, timeout_s: float)
     Kafka's DelayedProduce errors: the ISR shrank below min.insync.replicas
     (NOT_ENOUGH_REPLICAS_AFTER_APPEND), leadership lost, or the request's timeout."""
     leadership = ctx.broker.leadership
-    waits = {
-        (name, index): leadership.wait_for_replication(name, index, outcome.end_offset, timeout_s)
-        for name, partitions in outcomes for index, outcome in partitions
-        if outcome.error_code == ErrorCode.none
-    }
-    if not waits:
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    waiting: list[tuple[str, int, int]] = []
+    for name, partitions in outcomes:
+        for index, outcome in partitions:
+            if outcome.error_code == ErrorCode.none:
+                reached = leadership.replication_reached(name, index, outcome.end_offset)
+                if reached is None:
+                    waiting.append((name, index, outcome.end_offset))
+                elif reached is not ErrorCode.none:
+                    codes[(name, index)] = reached
+    if waiting:  # only then a task per partition (always already replicated on a standalone broker)
+        answers = await asyncio.gather(*(leadership.wait_for_replication(name, index, end_offset, timeout_s)
+                                         for name, index, end_offset in waiting))
+        codes.update(((name, index), code) for (name, index, _end), code in zip(waiting, answers, strict=True)
+                     if code is not ErrorCode.none)
+    if not codes:
         return outcomes
-    codes = dict(zip(waits, await asyncio.gather(*waits.values()), strict=True))
     return [
         (name, [
-            (index, outcome if codes.get((name, index), ErrorCode.none) == ErrorCode.none
-             else ProduceOutcome(codes[(name, index)]))
+            (index, outcome if (name, index) not in codes else ProduceOutcome(codes[(name, index)]))
             for index, outcome in partitions
         ])
         for name, partitions in outcomes
