@@ -260,9 +260,12 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_NULL_FIELD = b"\x01"  # zig-zag varint -1: a null key, value or header value
+
+
 def _bytes_field(data: bytes | None) -> bytes:
     if data is None:
-        return _varint(-1)
+        return _NULL_FIELD
     return _varint(len(data)) + data
 
 
@@ -275,16 +278,23 @@ class Record:
 
 
 def _encode_record(record: Record, offset_delta: int) -> bytes:
-    body = bytearray(b"\x00")  # attributes, unused
-    body += _varint(record.timestamp_delta)
-    body += _varint(offset_delta)
-    body += _bytes_field(record.key)
-    body += _bytes_field(record.value)
-    body += _varint(len(record.headers))
+    parts = [
+        b"\x00",  # attributes, unused
+        _varint(record.timestamp_delta),
+        _varint(offset_delta),
+        _bytes_field(record.key),
+        _bytes_field(record.value),
+        _varint(len(record.headers)),
+    ]
     for header_key, header_value in record.headers:
-        body += _bytes_field(header_key.encode())
-        body += _bytes_field(header_value)
-    return _varint(len(body)) + bytes(body)
+        parts.append(_bytes_field(header_key.encode()))
+        parts.append(_bytes_field(header_value))
+    body = b"".join(parts)
+    return _varint(len(body)) + body
+
+
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
+_EPOCH_MAGIC_CRC = struct.Struct(">ibI")
 
 
 def build_batch(
@@ -303,25 +313,28 @@ def build_batch(
     if not records:
         raise ValueError("a batch holds at least one record")
     attributes = (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
-    body = b"".join(_encode_record(record, delta) for delta, record in enumerate(records))
-    max_timestamp = timestamp_ms + max(r.timestamp_delta for r in records)
-    after_crc = struct.pack(
-        ">hiqqqhii",
+    if len(records) == 1:  # every coordinator record and marker: no generator, no max()
+        body = _encode_record(records[0], 0)
+        max_timestamp_delta = records[0].timestamp_delta
+    else:
+        body = b"".join([_encode_record(record, delta) for delta, record in enumerate(records)])
+        max_timestamp_delta = max(r.timestamp_delta for r in records)
+    after_crc = _AFTER_CRC.pack(
         attributes,
         len(records) - 1,
         timestamp_ms,
-        max_timestamp,
+        timestamp_ms + max_timestamp_delta,
         producer_id,
         producer_epoch,
         base_sequence,
         len(records),
     ) + body
     batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
-    return (
-        _LENGTH.pack(base_offset, batch_length)
-        + struct.pack(">ibI", partition_leader_epoch, MAGIC, crc32c(after_crc))
-        + after_crc
-    )
+    return b"".join((
+        _LENGTH.pack(base_offset, batch_length),
+        _EPOCH_MAGIC_CRC.pack(partition_leader_epoch, MAGIC, crc32c(after_crc)),
+        after_crc,
+    ))
 
 
 def build_control_batch(
