@@ -15,7 +15,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records
 
 from oncelog.protocol import framing
-from oncelog.protocol.guard import _checker, check_lengths
+from oncelog.protocol.guard import _checker, _plan, check_lengths
 
 
 def body(entity):
@@ -100,15 +100,93 @@ REQUEST_SCHEMAS = sorted(set(_request_schemas()), key=lambda cls: cls.__module__
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))  # kio registers none for Records
 
 
+# The walk as it was written before it was generated as code: the reference the
+# generated checkers must agree with, valid bodies and lying ones alike.
+
+
+def _reference_entity(cls, data, position: int, limit: int) -> int:
+    flexible, steps, tagged = _plan(cls)
+    for step in steps:
+        position = _reference_step(step, flexible, data, position, limit)
+    if flexible:
+        count, position = framing.read_unsigned_varint(data, position)
+        if count > limit - position:
+            raise framing.MalformedRequestError(f"{count} tagged fields cannot fit in {limit - position} bytes")
+        for _ in range(count):
+            tag, position = framing.read_unsigned_varint(data, position)
+            size, position = framing.read_unsigned_varint(data, position)
+            if size > limit - position:
+                raise framing.MalformedRequestError(f"tagged field {tag} of {size} bytes runs past its struct")
+            if tag in tagged:
+                _reference_step(tagged[tag], flexible, data, position, position + size)
+            position += size
+    return position
+
+
+def _reference_length(flexible: bool, data, position: int, wide: bool) -> tuple[int, int]:
+    if flexible:
+        raw, position = framing.read_unsigned_varint(data, position)
+        return raw - 1, position
+    size = 4 if wide else 2
+    if position + size > len(data):
+        raise framing.MalformedRequestError("length runs past the end of the request")
+    return int.from_bytes(data[position:position + size], "big", signed=True), position + size
+
+
+def _reference_step(step: tuple, flexible: bool, data, position: int, limit: int) -> int:
+    kind, detail = step
+    if kind == "fixed":
+        return position + detail
+    if kind == "uvarint":
+        return framing.read_unsigned_varint(data, position)[1]
+    if kind in ("string", "bytes"):
+        size, position = _reference_length(flexible, data, position, wide=kind == "bytes")
+        if size > limit - position:
+            raise framing.MalformedRequestError(f"a field declares {size} bytes, {limit - position} remain")
+        return position + max(size, 0)
+    if kind == "entity":
+        return _reference_entity(detail, data, position, limit)
+    if kind == "nullable entity":
+        if position >= limit:
+            raise framing.MalformedRequestError("a nullable struct's marker runs past the end of the request")
+        return position + 1 if data[position] == 0xFF else _reference_entity(detail, data, position + 1, limit)
+    count, position = _reference_length(flexible, data, position, wide=True)
+    if count > limit - position:
+        raise framing.MalformedRequestError(f"an array declares {count} elements, {limit - position} bytes remain")
+    if count <= 0:
+        return position
+    if detail[0] == "fixed":
+        return position + count * detail[1]
+    for _ in range(count):
+        position = _reference_step(detail, flexible, data, position, limit)
+        if position > limit:
+            raise framing.MalformedRequestError("array elements run past the end of the request")
+    return position
+
+
+def _outcome(walk) -> tuple:
+    try:
+        return ("end", walk())
+    except framing.MalformedRequestError as error:
+        return ("refused", str(error))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(REQUEST_SCHEMAS).flatmap(st.from_type), st.data())
-def test_a_valid_request_of_any_schema_is_walked_to_its_end_and_a_cut_one_is_refused(request, data):
+def test_the_generated_check_agrees_with_the_reference_walk_on_valid_cut_and_corrupted_bodies(request, data):
     try:
         encoded = body(request)
     except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
         return  # a value kio cannot write
-    assert _checker(type(request))(encoded, 0, len(encoded)) == len(encoded)
-    if encoded:
-        cut = encoded[:data.draw(st.integers(0, len(encoded) - 1), label="cut")]
-        with pytest.raises((framing.MalformedRequestError, IndexError)):
-            check_lengths(type(request), cut, 0)
+    cls = type(request)
+    assert _checker(cls)(encoded, 0, len(encoded)) == len(encoded)  # a valid body is walked to its end
+    if not encoded:
+        return
+    cut = encoded[:data.draw(st.integers(0, len(encoded) - 1), label="cut")]
+    with pytest.raises(framing.MalformedRequestError):
+        check_lengths(cls, cut, 0)
+    corrupted = bytearray(encoded)
+    for position in data.draw(st.lists(st.integers(0, len(encoded) - 1), min_size=1, max_size=4), label="bytes"):
+        corrupted[position] = data.draw(st.integers(0, 255), label="value")
+    assert _outcome(lambda: _checker(cls)(bytes(corrupted), 0, len(corrupted))) == \
+        _outcome(lambda: _reference_entity(cls, bytes(corrupted), 0, len(corrupted)))

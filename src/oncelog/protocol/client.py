@@ -27,7 +27,7 @@ def encode_request(entity, correlation_id: int, client_id: str | None = "oncelog
         header += struct.pack(">h", len(encoded)) + encoded
     if is_flexible(api_key, version):
         header += b"\x00"  # no tagged fields
-    body = encode_response(entity)  # kio's writer serves requests and responses alike
+    body = encode_response(entity)  # the compiled entity writers serve requests and responses alike
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 

@@ -11,9 +11,10 @@ the broker's Python calls.
 and nullability, through kio's introspection) and generates one function per class.
 The function packs each run of fixed-size fields with one precompiled `struct.Struct`,
 writes strings and arrays inline, and calls the compiled writers of nested entities.
-Output is byte for byte kio's (tests/unit/test_entity_writer.py compares the two on
-generated entities of every request and response schema kio has, and checks that each
-of them compiles).
+Output is byte for byte kio's: tests/unit/test_entity_writer.py checks that every
+request and response schema kio has compiles, and compares the two writers on
+generated entities of a struct holding each kind of field the schemas use (its Kafka
+type, shape, nullability, taggedness and flexibility).
 
 A writer is called as `write(emit, entity)`, where `emit(buffer)` takes each piece in
 order: large byte fields (a Fetch answer's records) are passed as they are, without a
@@ -40,6 +41,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.static.constants import uuid_zero
+
+from oncelog.protocol.framing import unsigned_varint
 
 __all__ = ["Emit", "compiled_writer"]
 
@@ -74,21 +77,6 @@ class UnsupportedSchema(Exception):
     """A field of a kind this compiler does not write (none in the pinned kio)."""
 
 
-_SMALL_UVARINTS = tuple(bytes((n,)) for n in range(128))
-
-
-def _uvarint(value: int) -> bytes:
-    """Kafka's unsigned varint (array and string lengths, tags, tag counts)."""
-    if value < 128:
-        return _SMALL_UVARINTS[value]
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 @cache
 def compiled_writer(cls: type) -> EntityWriter:
     """The writer of entity class `cls`: `write(emit, entity)`."""
@@ -116,7 +104,7 @@ class _Compiler:
     def __init__(self, cls: Any) -> None:
         self.cls = cls
         self.flexible = bool(cls.__flexible__)
-        self.names: dict[str, Any] = {"_uvarint": _uvarint, "_UUID_ZERO": uuid_zero.bytes}
+        self.names: dict[str, Any] = {"_uvarint": unsigned_varint, "_UUID_ZERO": uuid_zero.bytes}
         self.lines: list[str] = []
         self.run_format = ""  # the pending run of fixed-size fields
         self.run_values: list[str] = []
@@ -137,8 +125,10 @@ class _Compiler:
                 self._flush(1)
                 self.names["_write_tags"] = self._tag_writer(sorted(tagged, key=lambda item: item[0]))
                 self.lines.append("    _write_tags(emit, e)")
+            elif self.run_format:
+                self.run_format += "x"  # no tagged fields: a zero count, packed with the run
             else:
-                self.run_format += "x"  # no tagged fields: a zero count
+                self._line(1, "emit(b'\\x00')")  # no tagged fields: a zero count
         elif tagged:
             raise UnsupportedSchema("tagged fields on a non-flexible entity")
         self._flush(1)
@@ -165,7 +155,9 @@ class _Compiler:
         assert isinstance(kind, PrimitiveField)
         self._primitive(get_schema_field_type(field), value, optional=optional, indent=indent)
 
-    def _primitive(self, kafka_type: str, value: str, *, optional: bool, indent: int) -> None:
+    def _primitive(self, kafka_type: str, value: str, *, optional: bool, indent: int,
+                   local: str | None = None) -> None:
+        """Write a primitive; `local`: a variable already holding the value (an array item)."""
         if kafka_type == "uuid":
             fixed: tuple[str, str] | None = _UUID
         elif optional:
@@ -181,8 +173,9 @@ class _Compiler:
             raise UnsupportedSchema(f"{kafka_type} (nullable={optional})")
         self._flush(indent)
         pad = "    " * indent
-        local = self._temporary()
-        self.lines.append(f"{pad}{local} = {value}")
+        if local is None:
+            local = self._temporary()
+            self.lines.append(f"{pad}{local} = {value}")
         if optional:
             null = ("b'\\x00'" if self.flexible
                     else "b'\\xff\\xff'" if kafka_type == "string" else "b'\\xff\\xff\\xff\\xff'")
@@ -198,6 +191,9 @@ class _Compiler:
             length = f"_uvarint(len({local}) + 1)" if self.flexible else f"{self._struct('h')}.pack(len({local}))"
             self.lines.append(f"{pad}emit({length} + {local})")
         else:  # bytes and records: emitted as they are (a Fetch answer's records by reference)
+            if self.flexible:  # kio's compact writer encodes a str given for bytes
+                self.lines.append(f"{pad}if isinstance({local}, str):")
+                self.lines.append(f"{pad}    {local} = {local}.encode()")
             length = f"_uvarint(len({local}) + 1)" if self.flexible else f"{self._struct('i')}.pack(len({local}))"
             self.lines.append(f"{pad}emit({length})")
             self.lines.append(f"{pad}emit({local})")
@@ -212,13 +208,18 @@ class _Compiler:
         self.lines.append(f"{pad}else:")
         length = f"_uvarint(len({items}) + 1)" if self.flexible else f"{self._struct('i')}.pack(len({items}))"
         self.lines.append(f"{pad}    emit({length})")
+        kafka_type = None if isinstance(kind, EntityTupleField) else get_schema_field_type(field)
+        if kafka_type in _FIXED and _FIXED[kafka_type][1] == "{}":  # plain numbers: one pack for all
+            self.lines.append(f"{pad}    emit(_pack(f'>{{len({items})}}{_FIXED[kafka_type][0]}', *{items}))")
+            self.names["_pack"] = struct.pack
+            return
         item = self._temporary()
         self.lines.append(f"{pad}    for {item} in {items}:")
-        if isinstance(kind, EntityTupleField):
+        if kafka_type is None:
             self.lines.append(f"{pad}        {self._name('W', compiled_writer(kind.type_))}(emit, {item})")
             return
         assert isinstance(kind, PrimitiveTupleField)
-        self._primitive(get_schema_field_type(field), item, optional=False, indent=indent + 2)
+        self._primitive(kafka_type, item, optional=False, indent=indent + 2, local=item)
         self._flush(indent + 2)
 
     def _null_array(self) -> str:
@@ -230,7 +231,7 @@ class _Compiler:
         entries = []
         for tag, field in tagged:
             default = field.default if field.default is not dataclasses.MISSING else get_tagged_field_default(field)
-            entries.append((_uvarint(tag), field.name, default, _value_writer(self.cls, field)))
+            entries.append((unsigned_varint(tag), field.name, default, _value_writer(self.cls, field)))
 
         def write_tags(emit: Emit, entity: Any) -> None:
             written = []
@@ -241,8 +242,8 @@ class _Compiler:
                 parts: list = []
                 write_value(parts.append, value)
                 data = b"".join(parts)
-                written.append(encoded_tag + _uvarint(len(data)) + data)
-            emit(_uvarint(len(written)) + b"".join(written))
+                written.append(encoded_tag + unsigned_varint(len(data)) + data)
+            emit(unsigned_varint(len(written)) + b"".join(written))
 
         return write_tags
 

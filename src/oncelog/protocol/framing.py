@@ -53,6 +53,24 @@ def skip_tagged_fields(frame: bytes | bytearray | memoryview, position: int) -> 
     return position
 
 
+_ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
+
+
+def unsigned_varint(value: int) -> bytes:
+    """Kafka's unsigned varint: lengths and counts of compact fields, tags; the records'
+    zig-zag varints are this of the zig-zag value."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE_VARINTS[value]
+    if value < 0:
+        raise ValueError(f"an unsigned varint cannot hold {value}")
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def read_unsigned_varint(frame: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
     value = 0
     shift = 0

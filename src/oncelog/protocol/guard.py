@@ -145,16 +145,17 @@ def _checker(cls: type):
         source.step(step, 1)
     if flexible:
         source.flush(1)
-        source.names["_tagged"] = {tag: _step_checker(step, flexible) for tag, step in tagged.items()}
+        source.names["_tagged"] = {tag: _step_checker(step, flexible, f"{cls.__qualname__} tag {tag}")
+                                   for tag, step in tagged.items()}
         source.lines.append("    p = _walk_tags(data, p, limit, _tagged)")
     return source.function(f"check of {cls.__module__}.{cls.__qualname__}")
 
 
-def _step_checker(step: tuple, flexible: bool):
+def _step_checker(step: tuple, flexible: bool, name: str):
     """`check(data, position, limit) -> end` for one tagged field's value."""
     source = _Source(flexible)
     source.step(step, 1)
-    return source.function("check of a tagged field")
+    return source.function(f"check of {name}")
 
 
 class _Source:
@@ -175,7 +176,9 @@ class _Source:
         source = "def check(data, p, limit):\n" + "\n".join(self.lines) + "\n    return p\n"
         namespace = dict(self.names)
         exec(compile(source, f"<{name}>", "exec"), namespace)
-        return namespace["check"]
+        check = namespace["check"]
+        check.__doc__ = source
+        return check
 
     def flush(self, indent: int) -> None:
         if self.skip:
@@ -185,13 +188,15 @@ class _Source:
     def add(self, indent: int, line: str) -> None:
         self.lines.append("    " * indent + line)
 
-    def length(self, indent: int, wide: bool) -> None:
-        """Read a declared length into `n` (-1 = null)."""
+    def length(self, indent: int, wide: bool) -> str:
+        """Read a declared length (-1 = null) into a variable of this depth; its name."""
+        n = f"n{indent}"
         if self.flexible:
-            self.add(indent, "n, p = _uvarint(data, p)")
-            self.add(indent, "n -= 1")
+            self.add(indent, f"{n}, p = _uvarint(data, p)")
+            self.add(indent, f"{n} -= 1")
         else:
-            self.add(indent, f"n, p = _classic_length(data, p, {'_I32' if wide else '_I16'})")
+            self.add(indent, f"{n}, p = _classic_length(data, p, {'_I32' if wide else '_I16'})")
+        return n
 
     def step(self, step: tuple, indent: int) -> None:
         kind, detail = step
@@ -202,11 +207,11 @@ class _Source:
         if kind == "uvarint":
             self.add(indent, "p = _uvarint(data, p)[1]")
         elif kind in ("string", "bytes"):
-            self.length(indent, wide=kind == "bytes")
-            self.add(indent, "if n > limit - p:")
-            self.add(indent + 1, "raise _too_long_field(n, limit - p)")
-            self.add(indent, "if n > 0:")
-            self.add(indent + 1, "p += n")
+            n = self.length(indent, wide=kind == "bytes")
+            self.add(indent, f"if {n} > limit - p:")
+            self.add(indent + 1, f"raise _too_long_field({n}, limit - p)")
+            self.add(indent, f"if {n} > 0:")
+            self.add(indent + 1, f"p += {n}")
         elif kind == "entity":
             self.add(indent, f"p = {self.checker_of(detail)}(data, p, limit)")
         elif kind == "nullable entity":
@@ -220,14 +225,14 @@ class _Source:
             self.array(detail, indent)
 
     def array(self, element: tuple, indent: int) -> None:
-        self.length(indent, wide=True)
-        self.add(indent, "if n > limit - p:")  # every element takes at least one byte
-        self.add(indent + 1, "raise _too_long_array(n, limit - p)")
+        n = self.length(indent, wide=True)
+        self.add(indent, f"if {n} > limit - p:")  # every element takes at least one byte
+        self.add(indent + 1, f"raise _too_long_array({n}, limit - p)")
         if element[0] == "fixed":
-            self.add(indent, "if n > 0:")
-            self.add(indent + 1, f"p += n * {element[1]}")
+            self.add(indent, f"if {n} > 0:")
+            self.add(indent + 1, f"p += {n} * {element[1]}")
             return
-        self.add(indent, "for _ in range(n):")  # nothing for a null (-1) or empty array
+        self.add(indent, f"for _ in range({n}):")  # nothing for a null (-1) or empty array
         self.step(element, indent + 1)
         self.flush(indent + 1)
         self.add(indent + 1, "if p > limit:")

@@ -42,6 +42,8 @@ from enum import IntEnum
 
 from crc32c import crc32c
 
+from oncelog.protocol.framing import unsigned_varint
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
 MAGIC = 2
@@ -244,20 +246,9 @@ def set_partition_leader_epoch(buffer: bytearray | memoryview, header: BatchHead
 # Building batches (uncompressed): control markers and the broker's internal topics.
 
 
-_ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
-
-
 def _varint(value: int) -> bytes:
     """Zig-zag varint, as Kafka's records use for signed fields."""
-    zigzag = (value << 1) ^ (value >> 63)
-    if zigzag < 0x80:  # -64..63: a record's deltas, counts and short lengths
-        return _ONE_BYTE_VARINTS[zigzag]
-    out = bytearray()
-    while zigzag & ~0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return unsigned_varint((value << 1) ^ (value >> 63))
 
 
 _NULL_FIELD = b"\x01"  # zig-zag varint -1: a null key, value or header value

@@ -26,6 +26,7 @@ from collections import defaultdict
 
 from oncelog.coordinator.txn.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnTransit
 from oncelog.coordinator.txn.state import TransactionState
+from oncelog.protocol.framing import unsigned_varint
 
 VERSION = 0
 FLEXIBLE_VALUE_VERSION = 1
@@ -52,16 +53,7 @@ def encode_key(transactional_id: str) -> bytes:
     return _I16.pack(VERSION) + _string(transactional_id)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_uvarint(data: bytes, position: int) -> tuple[int, int]:
+def _readunsigned_varint(data: bytes, position: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if position >= len(data):
@@ -78,7 +70,7 @@ def _read_uvarint(data: bytes, position: int) -> tuple[int, int]:
 
 def _compact_string(text: str) -> bytes:
     data = text.encode()
-    return _uvarint(len(data) + 1) + data
+    return unsigned_varint(len(data) + 1) + data
 
 
 def encode_value(transit: TxnTransit, version: int = VERSION) -> bytes:
@@ -110,11 +102,11 @@ def _encode_value_v1(transit: TxnTransit) -> bytes:
         FLEXIBLE_VALUE_VERSION, transit.producer_id, transit.producer_epoch, transit.txn_timeout_ms, transit.state.id
     ))
     by_topic = _partitions_by_topic(transit)
-    out += _uvarint(len(by_topic) + 1)
+    out += unsigned_varint(len(by_topic) + 1)
     for topic, partitions in by_topic.items():
-        out += _compact_string(topic) + _uvarint(len(partitions) + 1)
+        out += _compact_string(topic) + unsigned_varint(len(partitions) + 1)
         out += b"".join(_I32.pack(p) for p in partitions)
-        out += _uvarint(0)  # no tagged fields in the partition entry
+        out += unsigned_varint(0)  # no tagged fields in the partition entry
     out += _TIMESTAMPS.pack(transit.txn_last_update_timestamp, transit.txn_start_timestamp)
     tagged = []
     if transit.previous_producer_id != NO_PRODUCER_ID:
@@ -123,9 +115,9 @@ def _encode_value_v1(transit: TxnTransit) -> bytes:
         tagged.append((NEXT_PRODUCER_ID_TAG, _I64.pack(transit.next_producer_id)))
     if transit.client_transaction_version != 0:
         tagged.append((CLIENT_TRANSACTION_VERSION_TAG, _I16.pack(transit.client_transaction_version)))
-    out += _uvarint(len(tagged))
+    out += unsigned_varint(len(tagged))
     for tag, data in tagged:
-        out += _uvarint(tag) + _uvarint(len(data)) + data
+        out += unsigned_varint(tag) + unsigned_varint(len(data)) + data
     return bytes(out)
 
 
@@ -171,13 +163,13 @@ def _decode_value_v1(transactional_id: str, data: bytes) -> TxnTransit:
     try:
         _version, producer_id, epoch, timeout_ms, status = _VALUE_HEAD.unpack_from(data, 0)
         position = _VALUE_HEAD.size
-        topics, position = _read_uvarint(data, position)
+        topics, position = _readunsigned_varint(data, position)
         partitions = set()
         for _ in range(max(topics - 1, 0)):
-            length, position = _read_uvarint(data, position)
+            length, position = _readunsigned_varint(data, position)
             topic = data[position : position + length - 1].decode()
             position += length - 1
-            count, position = _read_uvarint(data, position)
+            count, position = _readunsigned_varint(data, position)
             for _ in range(max(count - 1, 0)):
                 partitions.add((topic, _I32.unpack_from(data, position)[0]))
                 position += 4
@@ -186,10 +178,10 @@ def _decode_value_v1(transactional_id: str, data: bytes) -> TxnTransit:
         position += _TIMESTAMPS.size
         previous_producer_id = next_producer_id = NO_PRODUCER_ID
         client_transaction_version = 0
-        fields, position = _read_uvarint(data, position)
+        fields, position = _readunsigned_varint(data, position)
         for _ in range(fields):
-            tag, position = _read_uvarint(data, position)
-            size, position = _read_uvarint(data, position)
+            tag, position = _readunsigned_varint(data, position)
+            size, position = _readunsigned_varint(data, position)
             if tag == PREVIOUS_PRODUCER_ID_TAG:
                 (previous_producer_id,) = _I64.unpack_from(data, position)
             elif tag == NEXT_PRODUCER_ID_TAG:
@@ -207,9 +199,9 @@ def _decode_value_v1(transactional_id: str, data: bytes) -> TxnTransit:
 
 
 def _skip_tagged_fields(data: bytes, position: int) -> int:
-    fields, position = _read_uvarint(data, position)
+    fields, position = _readunsigned_varint(data, position)
     for _ in range(fields):
-        _tag, position = _read_uvarint(data, position)
-        size, position = _read_uvarint(data, position)
+        _tag, position = _readunsigned_varint(data, position)
+        size, position = _readunsigned_varint(data, position)
         position += size
     return position
