@@ -42,6 +42,7 @@ from oncelog.broker.handlers import handler_table
 from oncelog.local.process import BrokerProcess
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
+from oncelog.protocol.framing import unsigned_varint
 from oncelog.protocol.messages import is_flexible
 
 EXCHANGE_TIMEOUT = 10.0  # generous: two shared cores
@@ -191,15 +192,6 @@ def request_header(api_key: int, version: int, correlation_id: int = 7, client_i
     return header + (b"\x00" if flexible else b"")
 
 
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def responses_in(data: bytes) -> list[bytes]:
     frames, position = [], 0
     while len(data) - position >= 4:
@@ -346,7 +338,7 @@ def test_flexible_produce_with_a_hostile_compact_array_length_closes_the_connect
     # Produce v9: transactional_id compact string (0 = null), acks, timeout, topic_data
     # compact array (0 = null, n + 1 otherwise). The length guard refuses these before
     # kio decodes; a length of 2^32 - 2 is the regression test at the end of this file.
-    body = b"\x00" + struct.pack(">hi", -1, 5000) + uvarint(encoded_length)
+    body = b"\x00" + struct.pack(">hi", -1, 5000) + unsigned_varint(encoded_length)
     result = target.survives(frame(request_header(0, 9) + body), half_close=False)
     assert responses_in(result.received) == []
 
@@ -451,7 +443,7 @@ def test_flexible_request_with_a_huge_compact_array_length_closes_only_that_conn
     """Regression: kio's native reader used to reserve memory for the declared length
     (34 GB here) and the allocator aborted the whole process; the lengths are now
     checked before kio decodes (oncelog.protocol.guard)."""
-    body = uvarint(0xFFFFFFFF)  # Metadata v12: topics compact array of 2^32 - 2 entries
+    body = unsigned_varint(0xFFFFFFFF)  # Metadata v12: topics compact array of 2^32 - 2 entries
     own_broker.survives(frame(request_header(3, 12) + body), half_close=False)
 
 
