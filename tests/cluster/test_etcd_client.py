@@ -25,7 +25,9 @@ from oncelog.cluster.etcd import (
     WatchCompacted,
 )
 from oncelog.cluster.etcd_member import find_etcd
+from oncelog.cluster.image import Keys
 from oncelog.cluster.kv import EventType
+from oncelog.cluster.metadata_store import MetadataStore
 from oncelog.local.etcd import EtcdCluster
 
 
@@ -99,6 +101,25 @@ def test_a_lease_that_is_not_kept_alive_removes_its_key(etcd):
                 await client.lease_keepalive(lease)
             with pytest.raises(LeaseNotFound):
                 await client.put("/lease/expiring", b"again", lease=lease)
+
+    run(scenario())
+
+
+def test_a_controller_that_lost_track_of_its_win_finds_its_own_key_on_the_next_campaign(etcd):
+    # Seen in make soak-cluster: the winner's image did not yet show its controller key,
+    # so its loop dropped the won revision; every later campaign failed against its own
+    # key and no leader was elected for three minutes, until its lease was revoked.
+    async def scenario():
+        async with EtcdClient(etcd.endpoints) as client:
+            store = MetadataStore(client, Keys("campaign-test"))
+            mine, other = await client.lease_grant(30), await client.lease_grant(30)
+            won = await store.campaign(1, mine)
+            assert won is not None
+            assert await store.campaign(1, mine) == won  # its own key: still the controller
+            assert await store.campaign(2, other) is None  # another node's campaign loses
+            assert await store.campaign(1, other) is None  # and so does a new incarnation's lease
+            await client.lease_revoke(mine)
+            assert await store.campaign(2, other) is not None
 
     run(scenario())
 

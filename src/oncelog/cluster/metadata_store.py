@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from oncelog.cluster.etcd import Compare, EtcdClient, EtcdUnavailable, LeaseNotFound, Op
-from oncelog.cluster.image import BrokerRegistration, Keys, PartitionRecord, TopicRecord
+from oncelog.cluster.image import BrokerRegistration, Keys, PartitionRecord, TopicRecord, decode_controller
 
 log = logging.getLogger("oncelog.cluster.store")
 
@@ -67,13 +67,25 @@ class MetadataStore:
 
     async def campaign(self, node_id: int, lease: int) -> int | None:
         """Become the active controller if there is none: the create revision of the
-        controller key when this node won, else None."""
+        controller key when this node holds it, else None.
+
+        A controller key this node already put under the same lease is its own: it
+        counts as won, with that key's create revision. A node that dropped its won
+        revision (its image had not yet shown it the key when the controller loop looked)
+        would otherwise fail every campaign against its own key and elect nothing until
+        its lease went."""
         key = self.keys.controller
         result = await self.client.txn(
             [Compare.create_revision(key, "=", 0)],
             [Op.put(key, json.dumps({"v": 1, "node_id": node_id}).encode(), lease=lease)],
+            [Op.range(key)],
         )
-        return result.revision if result.succeeded else None
+        if result.succeeded:
+            return result.revision
+        held = result.responses[0] if result.responses else []
+        if held and held[0].lease == lease and decode_controller(held[0]) == node_id:
+            return held[0].create_revision
+        return None
 
     # ---- topics --------------------------------------------------------------------------
 
