@@ -42,6 +42,7 @@ from kio.serial._introspect import (
 )
 from kio.static.constants import uuid_zero
 
+from oncelog.protocol.codegen import generated_function
 from oncelog.protocol.framing import unsigned_varint
 
 __all__ = ["Emit", "compiled_writer"]
@@ -132,13 +133,8 @@ class _Compiler:
         elif tagged:
             raise UnsupportedSchema("tagged fields on a non-flexible entity")
         self._flush(1)
-        body = "\n".join(self.lines) or "    pass"
-        source = f"def write(emit, e):\n{body}\n"
-        namespace = dict(self.names)
-        exec(compile(source, f"<writer of {self.cls.__module__}.{self.cls.__qualname__}>", "exec"), namespace)
-        write = namespace["write"]
-        write.__doc__ = source
-        return write
+        return generated_function("write(emit, e)", self.lines, self.names,
+                                  f"writer of {self.cls.__module__}.{self.cls.__qualname__}")
 
     # -- fields ---------------------------------------------------------------------
 
@@ -278,7 +274,5 @@ def _value_writer(cls: type, field: dataclasses.Field) -> EntityWriter:
     compiler = _Compiler(cls)
     compiler._field(field, "e", optional=False, indent=1)
     compiler._flush(1)
-    source = "def write(emit, e):\n" + "\n".join(compiler.lines) + "\n"
-    namespace = dict(compiler.names)
-    exec(compile(source, f"<tag writer of {cls.__qualname__}.{field.name}>", "exec"), namespace)
-    return namespace["write"]
+    return generated_function("write(emit, e)", compiler.lines, compiler.names,
+                              f"tag writer of {cls.__qualname__}.{field.name}")

@@ -26,6 +26,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from oncelog.protocol.codegen import generated_function
 from oncelog.protocol.framing import MalformedRequestError, read_unsigned_varint
 
 _FIXED_SIZES = {
@@ -173,12 +174,7 @@ class _Source:
 
     def function(self, name: str):
         self.flush(1)
-        source = "def check(data, p, limit):\n" + "\n".join(self.lines) + "\n    return p\n"
-        namespace = dict(self.names)
-        exec(compile(source, f"<{name}>", "exec"), namespace)
-        check = namespace["check"]
-        check.__doc__ = source
-        return check
+        return generated_function("check(data, p, limit)", [*self.lines, "    return p"], self.names, name)
 
     def flush(self, indent: int) -> None:
         if self.skip:
