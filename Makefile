@@ -89,7 +89,7 @@ test: setup
 	@$(VENV_PYTHON) -c 'from oncelog.cluster.etcd_member import find_etcd; find_etcd()' 2>/dev/null || { \
 	  echo "test: error: no etcd binary and the cluster tests need it" \
 	       "(make setup or scripts/ensure-etcd.sh; or set ONCELOG_ETCD to an etcd 3.4+ binary)" >&2; exit 1; }
-	ONCELOG_REQUIRE_C_RECORDS=$(HAVE_CC) $(VENV_PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+	ONCELOG_REQUIRE_C_RECORDS=$(HAVE_CC) $(VENV_PYTHON) -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 # Only the .venv: neither linter needs kcat, etcd or Java. Versions and rules are in pyproject.toml.
 lint: $(SETUP_STAMP)
