@@ -19,6 +19,7 @@ import pytest
 
 from oncelog.chaos.checker import ANOMALY_KINDS
 from oncelog.chaos.history import History, TxnOutcome
+from oncelog.chaos.nemesis import NodeDisks
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import child_pids
 
@@ -146,3 +147,21 @@ def test_a_hangup_ends_a_chaos_run_through_its_clean_up(tmp_path):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"processes the run started still ran: {left}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.parametrize("used", [0, 4096, 123_457], ids=["empty", "one-page", "odd"])
+def test_a_full_disk_fault_fills_a_disk_whose_free_space_is_no_whole_number_of_chunks(tmp_path, used):
+    """`make soak-faults` died in its nemesis: filling a node's disk raised ENOSPC. With 4 KiB
+    already used, the last 1 MiB write stopped part-way, the buffered file kept the rest, and
+    closing it raised. A fill must leave the disk full without raising, and `free` empty it."""
+    disks = NodeDisks(tmp_path, [1], size="8m").mount()
+    try:
+        disk = disks.dirs[1]
+        (disk / "log").write_bytes(b"x" * used)
+        disks.fill(1)
+        assert shutil.disk_usage(disk).free == 0
+        disks.free(1)
+        assert shutil.disk_usage(disk).free >= 8 * 2**20 - used - 4096
+    finally:
+        disks.unmount()

@@ -67,11 +67,12 @@ class Fault:
 
 
 class NodeDisks:
-    """A tmpfs of `DISK_SIZE` per node, mounted on the node's log.dirs before it starts,
-    that `fill` fills to the last byte and `free` empties again."""
+    """A tmpfs of `size` (default `DISK_SIZE`) per node, mounted on the node's log.dirs
+    before it starts, that `fill` fills to the last byte and `free` empties again."""
 
-    def __init__(self, cluster_dir: Path, nodes: Iterable[int]) -> None:
+    def __init__(self, cluster_dir: Path, nodes: Iterable[int], size: str = DISK_SIZE) -> None:
         self.dirs = {node: Path(cluster_dir) / f"node-{node}" for node in nodes}
+        self.size = size
         self._mounted: list[Path] = []
 
     @staticmethod
@@ -83,7 +84,7 @@ class NodeDisks:
     def mount(self) -> NodeDisks:
         for directory in self.dirs.values():
             directory.mkdir(parents=True, exist_ok=True)
-            result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(directory)],
+            result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(directory)],
                                     check=False, capture_output=True, text=True)
             if result.returncode != 0:
                 self.unmount()
@@ -92,7 +93,9 @@ class NodeDisks:
         return self
 
     def fill(self, node: int) -> None:
-        with open(self._filler(node), "wb") as out:
+        # Unbuffered: a buffered file whose last write stopped part-way through a chunk
+        # would keep the rest, and closing it would raise ENOSPC once more.
+        with open(self._filler(node), "wb", buffering=0) as out:
             chunk = b"\0" * (1 << 20)
             try:
                 while True:
