@@ -6,10 +6,8 @@ offline meanwhile. Node 1's log.dirs is a tmpfs made for the test (root only).""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import time
 import urllib.request
 
@@ -18,6 +16,7 @@ from confluent_kafka import Producer
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
 from prometheus_client.parser import text_string_to_metric_families
 
+from oncelog.chaos.nemesis import NodeDisks
 from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
@@ -29,38 +28,35 @@ PARTITIONS = 6
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs for one node's log dir needs root")
-    node_dir = tmp_path / f"node-{FULL}"
-    node_dir.mkdir()
+def disks(tmp_path):
+    """A tmpfs on node 1's log.dirs, as the soak's full-disk fault makes one."""
+    reason = NodeDisks.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
     # Room for the node's etcd member (its write-ahead log preallocates 64 MB segments).
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(node_dir)],
-                             check=False, capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    made = NodeDisks(tmp_path, [FULL], size="400m")
+    try:
+        made.mount()
+    except OSError as error:
+        pytest.skip(str(error))
+    try:
+        yield made
+    finally:
+        made.unmount()
+
+
+@pytest.fixture
+def cluster(tmp_path, disks):
     running = ClusterProcess(tmp_path, 3, {"min.insync.replicas": "2", "offsets.topic.num.partitions": "3",
                                            "transaction.state.log.num.partitions": "3",
                                            "http.listener": "127.0.0.1:0"})
+    assert running.nodes[FULL].data_dir == disks.dirs[FULL]
     try:
         yield running.start()
     finally:
         running.kill_all()
-        subprocess.run(["umount", "-l", str(node_dir)], check=False)
         for node in running.nodes.values():
             shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
-
-
-def fill(directory) -> None:
-    """Take every free byte of the volume with one file."""
-    filler = directory / "filler"
-    with open(filler, "wb") as out:
-        try:
-            while True:
-                out.write(b"\0" * (1 << 20))
-                out.flush()
-        except OSError:
-            pass
 
 
 def log_dir_errors(cluster: ClusterProcess, node: int) -> list[int]:
@@ -93,7 +89,7 @@ def leaders_and_isrs(cluster: ClusterProcess, via: int) -> dict[int, tuple[int, 
     return metadata(cluster, via, TOPIC)
 
 
-def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(cluster):
+def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(cluster, disks):
     create(cluster, TOPIC, PARTITIONS)
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "message.timeout.ms": 60_000})
@@ -114,7 +110,7 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
         send_round()
     assert producer.flush(30) == 0
 
-    fill(cluster.nodes[FULL].data_dir)
+    disks.fill(FULL)
     filled_at = time.monotonic()
     # The next writes it must take (as leader or follower) fail: the dir goes offline and
     # the node leaves at once, long before replica.lag.time.max.ms would drop it.
@@ -144,7 +140,7 @@ def test_a_full_disk_takes_the_node_out_of_the_cluster_until_space_returns(clust
     assert "is offline" in log
 
     # Space returns: the node registers again, catches up, and is in every ISR again.
-    (cluster.nodes[FULL].data_dir / "filler").unlink()
+    disks.free(FULL)
     back = wait_until(lambda: all(isr == {1, 2, 3} for _, isr in leaders_and_isrs(cluster, 2).values()), 60,
                       "every ISR whole again after space returned")
     assert log_dir_errors(cluster, FULL) == [ErrorCode.none]

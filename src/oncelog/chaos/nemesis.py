@@ -33,6 +33,7 @@ expected, stalls elsewhere are what short failovers avoid.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -94,14 +95,15 @@ class NodeDisks:
 
     def fill(self, node: int) -> None:
         # Unbuffered: a buffered file whose last write stopped part-way through a chunk
-        # would keep the rest, and closing it would raise ENOSPC once more.
+        # could keep the rest, and closing it would raise ENOSPC once more.
         with open(self._filler(node), "wb", buffering=0) as out:
             chunk = b"\0" * (1 << 20)
             try:
                 while True:
                     out.write(chunk)
-            except OSError:
-                pass
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
 
     def free(self, node: int) -> None:
         self._filler(node).unlink(missing_ok=True)
