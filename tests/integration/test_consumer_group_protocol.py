@@ -258,27 +258,16 @@ def test_classic_group_upgraded_online_and_downgraded_back_reads_every_record_on
     uncommitted: set[bytes] = set()
     types_seen: set[str] = set()
     modern_owned: set[int] = set()
-    consumers = {"c1": classic("c1"), "c2": classic("c2")}
-    # The consumer protocol member joins at 1.5 s and leaves once it has owned partitions
-    # and the group was listed as a consumer group (a cooperative hand-over takes a few
-    # heartbeats, longer on a loaded machine), or after 25 s, which fails below.
-    joined = left = False
-    next_listing = 0.0
-    started = time.monotonic()
-    try:
-        for consumer in consumers.values():
-            consumer.subscribe([topic])
-        while True:
-            elapsed = time.monotonic() - started
-            if not joined and elapsed >= 1.5:
-                consumers["modern"] = Consumer(member_config(bootstrap, group, **{"client.id": "modern"}))
-                consumers["modern"].subscribe([topic])
-                joined = True
-            elif joined and not left and ((modern_owned and "CONSUMER" in types_seen) or elapsed > 25):
-                consumers.pop("modern").close()
-                left = True
-            for consumer in consumers.values():
-                messages = [m for m in consumer.consume(100, timeout=0.02) if m.error() is None]
+    failures: list[BaseException] = []
+
+    def poll_loop(consumer: Consumer, stop: threading.Event, owned: set[int] | None) -> None:
+        """One member's loop on a thread of its own, as applications run consumers. A member's
+        synchronous commit can wait behind its own JoinGroup (a connection's requests are
+        answered in order, in Kafka too), and that rebalance may need the other members to
+        poll: with every member on one thread, the wait lasted until the commit timed out."""
+        try:
+            while not stop.is_set():
+                messages = [m for m in consumer.consume(100, timeout=0.05) if m.error() is None]
                 if messages:
                     values = [m.value() for m in messages]
                     received.extend(values)  # type: ignore[arg-type]
@@ -291,20 +280,60 @@ def test_classic_group_upgraded_online_and_downgraded_back_reads_every_record_on
                         assert error.args[0].code() in (KafkaError.ILLEGAL_GENERATION,
                                                         KafkaError.REBALANCE_IN_PROGRESS), error
                         uncommitted.update(values)  # type: ignore[arg-type]
-            if "modern" in consumers:
-                modern_owned.update(tp.partition for tp in consumers["modern"].assignment())
+                if owned is not None:
+                    owned.update(tp.partition for tp in consumer.assignment())
+        except BaseException as error:  # noqa: BLE001 - the test's thread reports it
+            failures.append(error)
+        finally:
+            consumer.close()  # closed while the broker is up, even on a failure
+
+    running: dict[str, tuple[threading.Thread, threading.Event]] = {}
+
+    def start(name: str, consumer: Consumer, owned: set[int] | None = None) -> None:
+        consumer.subscribe([topic])
+        stop = threading.Event()
+        thread = threading.Thread(target=poll_loop, args=(consumer, stop, owned), name=name, daemon=True)
+        thread.start()
+        running[name] = (thread, stop)
+
+    def stop(name: str) -> None:
+        thread, stopping = running.pop(name)
+        stopping.set()
+        thread.join(90)
+        assert not thread.is_alive(), f"{name} did not stop"
+
+    # The consumer protocol member joins at 1.5 s and leaves once it has owned partitions
+    # and the group was listed as a consumer group (a cooperative hand-over takes a few
+    # heartbeats, longer on a loaded machine), or after 25 s, which fails below.
+    joined = left = False
+    next_listing = 0.0
+    started = time.monotonic()
+    try:
+        start("c1", classic("c1"))
+        start("c2", classic("c2"))
+        while True:
+            elapsed = time.monotonic() - started
+            if not joined and elapsed >= 1.5:
+                start("modern", Consumer(member_config(bootstrap, group, **{"client.id": "modern"})), modern_owned)
+                joined = True
+            elif joined and not left and ((modern_owned and "CONSUMER" in types_seen) or elapsed > 25):
+                stop("modern")
+                left = True
             if elapsed >= next_listing:
                 next_listing = elapsed + 0.5
                 listed = {g.group_id: g for g in admin.list_consumer_groups().result(10).valid}
                 if group in listed:
                     types_seen.add(listed[group].type.name)
+            assert not failures, failures
             if left and not writer.is_alive() and len(received) >= len(committed):
                 break
             assert time.monotonic() - started < 60, f"read {len(received)} of {len(committed)} committed records"
+            time.sleep(0.02)
         description = admin.describe_consumer_groups([group])[group].result(10)
     finally:
-        for consumer in consumers.values():  # closed while the broker is up, even on a failure
-            consumer.close()
+        for name in list(running):
+            stop(name)
+    assert not failures, failures
     duplicates = {value for value, n in Counter(received).items() if n > 1}
     assert duplicates <= uncommitted  # only what a refused commit left uncommitted is read again
     assert set(received) == set(committed)
