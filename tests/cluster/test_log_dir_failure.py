@@ -16,11 +16,11 @@ from confluent_kafka import Producer
 from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oncelog.chaos.nemesis import NodeDisks
 from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode
 from tests.support.cluster import create, metadata, read_partition, wait_until
+from tests.support.disks import node_disks
 
 FULL = 1  # the node whose disk fills
 TOPIC = "spill"
@@ -30,19 +30,9 @@ PARTITIONS = 6
 @pytest.fixture
 def disks(tmp_path):
     """A tmpfs on node 1's log.dirs, as the soak's full-disk fault makes one."""
-    reason = NodeDisks.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
     # Room for the node's etcd member (its write-ahead log preallocates 64 MB segments).
-    made = NodeDisks(tmp_path, [FULL], size="400m")
-    try:
-        made.mount()
-    except OSError as error:
-        pytest.skip(str(error))
-    try:
+    with node_disks(tmp_path, [FULL], "400m") as made:
         yield made
-    finally:
-        made.unmount()
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import pytest
 
 from oncelog.chaos.checker import ANOMALY_KINDS
 from oncelog.chaos.history import History, TxnOutcome
-from oncelog.chaos.nemesis import NodeDisks
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import child_pids
+from tests.support.disks import node_disks
 
 SECONDS = 40
 KILLS_PER_MINUTE = 45  # 30 planned; restarts slower than a slot leave fewer (19 on a slow machine): >= 15
@@ -155,15 +155,7 @@ def test_a_full_disk_fault_fills_a_disk_whose_last_chunk_fits_all_but_a_page(tmp
     page already used, the last 1 MiB write stopped a page short, the buffered file kept
     that page, and closing it raised. A fill must leave the disk full without raising, and
     `free` must give the space back."""
-    reason = NodeDisks.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    disks = NodeDisks(tmp_path, [1], size="8m")
-    try:
-        disks.mount()
-    except OSError as error:
-        pytest.skip(str(error))
-    try:
+    with node_disks(tmp_path, [1], "8m") as disks:
         disk = disks.dirs[1]
         (disk / "log").write_bytes(b"x" * used)
         disks.fill(1)
@@ -171,5 +163,3 @@ def test_a_full_disk_fault_fills_a_disk_whose_last_chunk_fits_all_but_a_page(tmp
         disks.free(1)
         page = os.statvfs(disk).f_frsize
         assert shutil.disk_usage(disk).free == 8 * 2**20 - -(-used // page) * page
-    finally:
-        disks.unmount()
