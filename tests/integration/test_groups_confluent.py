@@ -119,8 +119,7 @@ def test_three_consumers_share_partitions_survive_leave_and_kill_and_resume(grou
         second.close()
     finally:
         for consumer in (first, second):
-            if not consumer._stop.is_set():
-                consumer.close()
+            consumer.close()
         if third.process.poll() is None:
             third.kill()
 
@@ -170,8 +169,7 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(group_brok
                                             if m.group_instance_id == "s-0"]
     finally:
         for consumer in consumers + ([replacement] if replacement else []):
-            if not consumer._stop.is_set():
-                consumer.close()
+            consumer.close()
 
 
 if __name__ == "__main__":

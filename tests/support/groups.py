@@ -54,25 +54,38 @@ def consume_loop(consumer: Consumer, topic: str, stop: threading.Event, on_messa
 
 class ConsumerThread:
     """A consumer running `consume_loop` in a daemon thread: what it received as
-    (partition, offset), and each assignment it got (eager assignors)."""
+    (partition, offset), and each assignment it got (eager assignors). Whatever the loop
+    raises (a refused commit, a failed check) is raised again by `close`, on the test's
+    thread, so it fails the test instead of ending a thread nobody watches."""
 
     def __init__(self, config: dict, topic: str) -> None:
         self.consumer = Consumer(config)
         self.received: list[tuple[int, int]] = []
         self.assignments: list[list[int]] = []  # each assignment the consumer got (eager assignors)
+        self.failure: BaseException | None = None
+        self.closed = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=consume_loop,
-            args=(self.consumer, topic, self._stop, lambda p, o: self.received.append((p, o)),
-                  lambda partitions: self.assignments.append(sorted(tp.partition for tp in partitions))),
-            daemon=True,
-        )
+        self._thread = threading.Thread(target=self._run, args=(topic,), daemon=True)
         self._thread.start()
 
+    def _run(self, topic: str) -> None:
+        try:
+            consume_loop(self.consumer, topic, self._stop, lambda p, o: self.received.append((p, o)),
+                         lambda partitions: self.assignments.append(sorted(tp.partition for tp in partitions)))
+        except BaseException as error:  # noqa: BLE001 - close() raises it on the test's thread
+            self.failure = error
+
     def close(self) -> None:
+        """Stop polling and close the consumer, once (a second call does nothing); then raise
+        what the loop raised, if it did."""
+        if self.closed:
+            return
+        self.closed = True
         self._stop.set()
         self._thread.join(10)
         self.consumer.close()
+        if self.failure is not None:
+            raise AssertionError(f"the consumer's polling thread failed: {self.failure!r}") from self.failure
 
 
 def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription:
