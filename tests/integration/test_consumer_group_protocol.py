@@ -50,6 +50,7 @@ from oncelog.local.process import BrokerProcess, wait_until
 from oncelog.protocol.client import WireClient
 from oncelog.security.acl import AclOperation, ResourceType
 from tests.support.cluster import create
+from tests.support.groups import leave_then_close
 from tests.support.java import JVM_OPTIONS, JavaProgram
 from tests.support.secured import password, secured_broker
 
@@ -223,8 +224,7 @@ def test_members_joining_and_leaving_read_every_committed_record_once(broker):
         if not schedule and not writer.is_alive() and len(received) >= len(committed):
             break
         assert time.monotonic() - started < 40, f"read {len(received)} of {len(committed)} committed records"
-    for consumer in consumers.values():
-        consumer.close()
+    leave_then_close(*consumers.values())
 
     duplicates = {value: n for value, n in Counter(received).items() if n > 1}
     assert duplicates == {}
@@ -406,8 +406,7 @@ def test_consumer_and_classic_groups_are_listed_and_described_together(broker):
     only_consumer = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10).valid
     assert "modern" in {g.group_id for g in only_consumer}
     assert "old-style" not in {g.group_id for g in only_consumer}
-    for consumer in (*modern, classic):
-        consumer.close()
+    leave_then_close(*modern, classic)
 
 
 def test_static_member_comes_back_to_its_partitions_and_a_regex_picks_its_topics(broker):
@@ -443,8 +442,7 @@ def test_static_member_comes_back_to_its_partitions_and_a_regex_picks_its_topics
 
     wait_until(back, timeout=15, message="the static member got its partitions back")
     assert len(owned(second)) == 2
-    for consumer in (again, second):
-        consumer.close()
+    leave_then_close(again, second)
 
 
 def test_group_survives_a_broker_killed_and_restarted(tmp_path):

@@ -5,6 +5,7 @@ consumer polled from its own thread, and the group as DescribeConsumerGroups sho
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
@@ -86,6 +87,22 @@ class ConsumerThread:
         self.consumer.close()
         if self.failure is not None:
             raise AssertionError(f"the consumer's polling thread failed: {self.failure!r}") from self.failure
+
+
+def leave_then_close(*consumers: Consumer, timeout: float = 10.0) -> None:
+    """Close group members as librdkafka's own workaround advises: each unsubscribes and is
+    polled until it owns no partition, and only then closed. librdkafka's close() can hang
+    when an assignment reaches a consumer that is closing (librdkafka #4527, #4884): with
+    several members of one group closed in turn, the first one's leave hands its partitions
+    to the next."""
+    for consumer in consumers:
+        consumer.unsubscribe()
+    deadline = time.monotonic() + timeout
+    while any(consumer.assignment() for consumer in consumers) and time.monotonic() < deadline:
+        for consumer in consumers:
+            consumer.poll(0.05)
+    for consumer in consumers:
+        consumer.close()
 
 
 def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription:
