@@ -214,7 +214,7 @@ def test_members_joining_and_leaving_read_every_committed_record_once(broker):
                 consumers[name] = Consumer(member_config(bootstrap, "rebalancing", **{"client.id": name}))
                 consumers[name].subscribe(["rebalance-in"])
             else:
-                consumers.pop(name).close()
+                leave_then_close(consumers.pop(name))
         for name, consumer in consumers.items():
             messages = [m for m in consumer.consume(100, timeout=0.02) if m.error() is None]
             if messages:
@@ -285,7 +285,10 @@ def test_classic_group_upgraded_online_and_downgraded_back_reads_every_record_on
         except BaseException as error:  # noqa: BLE001 - the test's thread reports it
             failures.append(error)
         finally:
-            consumer.close()  # closed while the broker is up, even on a failure
+            try:
+                leave_then_close(consumer)  # closed while the broker is up, even on a failure
+            except AssertionError as error:
+                failures.append(error)
 
     running: dict[str, tuple[threading.Thread, threading.Event]] = {}
 

@@ -26,6 +26,7 @@ from tests.support.groups import (
     PARTITIONS,
     SESSION_TIMEOUT_MS,
     ConsumerThread,
+    close_all,
     consume_loop,
     consumer_config,
     describe,
@@ -118,10 +119,9 @@ def test_three_consumers_share_partitions_survive_leave_and_kill_and_resume(grou
         wait_until(lambda: len(set(everyone())) == PARTITIONS * 20, timeout=20, message="second 60 records consumed")
         second.close()
     finally:
-        for consumer in (first, second):
-            consumer.close()
         if third.process.poll() is None:
             third.kill()
+        close_all(first, second)
 
     checker = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     assert committed(checker, topic) == [20] * PARTITIONS
@@ -138,8 +138,7 @@ def test_three_consumers_share_partitions_survive_leave_and_kill_and_resume(grou
         resumed = sorted(record for c in restarted for record in c.received)
         assert resumed == [(p, o) for p in range(PARTITIONS) for o in range(20, 25)]
     finally:
-        for consumer in restarted:
-            consumer.close()
+        close_all(*restarted)
 
 
 def test_static_member_restart_keeps_its_partitions_without_rebalance(group_broker):
@@ -168,8 +167,7 @@ def test_static_member_restart_keeps_its_partitions_without_rebalance(group_brok
         assert consumers[0].assignments == [before[m.member_id] for m in description.members
                                             if m.group_instance_id == "s-0"]
     finally:
-        for consumer in consumers + ([replacement] if replacement else []):
-            consumer.close()
+        close_all(*consumers, *([replacement] if replacement else []))
 
 
 if __name__ == "__main__":

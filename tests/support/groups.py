@@ -4,8 +4,10 @@ consumer polled from its own thread, and the group as DescribeConsumerGroups sho
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
@@ -77,32 +79,51 @@ class ConsumerThread:
             self.failure = error
 
     def close(self) -> None:
-        """Stop polling and close the consumer, once (a second call does nothing); then raise
-        what the loop raised, if it did."""
+        """Stop polling and close the consumer, once (a second call does nothing). Raises
+        AssertionError when the loop raised, with the loop's traceback in its message (so a
+        test that was already failing still shows its own error), or when the loop did not
+        stop: its consumer is then left open, as a handle must not be closed under a thread
+        still using it."""
         if self.closed:
             return
         self.closed = True
         self._stop.set()
         self._thread.join(10)
+        if self._thread.is_alive():
+            raise AssertionError("the consumer's polling thread did not stop within 10 s")
         self.consumer.close()
         if self.failure is not None:
-            raise AssertionError(f"the consumer's polling thread failed: {self.failure!r}") from self.failure
+            raise AssertionError("the consumer's polling thread failed:\n"
+                                 + "".join(traceback.format_exception(self.failure)))
+
+
+def close_all(*threads: ConsumerThread) -> None:
+    """Close every one of `threads`, even after one's close raised; then raise."""
+    with contextlib.ExitStack() as closing:
+        for thread in threads:
+            closing.callback(thread.close)
 
 
 def leave_then_close(*consumers: Consumer, timeout: float = 10.0) -> None:
-    """Close group members as librdkafka's own workaround advises: each unsubscribes and is
-    polled until it owns no partition, and only then closed. librdkafka's close() can hang
-    when an assignment reaches a consumer that is closing (librdkafka #4527, #4884): with
-    several members of one group closed in turn, the first one's leave hands its partitions
-    to the next."""
+    """Close group members so that librdkafka's close() cannot hang on an assignment: each
+    unsubscribes and is polled (what it reads meanwhile is dropped) until it owns no
+    partition, and only then closed. librdkafka's close() has hung when an assignment
+    reached a consumer that was closing: #4527, fixed in 2.4, was one such case, and #4884,
+    still open, is another. Unsubscribing first is the workaround proposed in #4527. When
+    members of one group are closed in turn, the first one's leave hands its partitions to
+    the next. Every consumer is closed; then the call fails if one still owned partitions
+    `timeout` seconds after unsubscribing."""
     for consumer in consumers:
         consumer.unsubscribe()
     deadline = time.monotonic() + timeout
     while any(consumer.assignment() for consumer in consumers) and time.monotonic() < deadline:
         for consumer in consumers:
             consumer.poll(0.05)
-    for consumer in consumers:
-        consumer.close()
+    owning = [index for index, consumer in enumerate(consumers) if consumer.assignment()]
+    with contextlib.ExitStack() as closing:
+        for consumer in consumers:
+            closing.callback(consumer.close)
+    assert not owning, f"consumers {owning} (by position) still owned partitions {timeout} s after unsubscribing"
 
 
 def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription:
