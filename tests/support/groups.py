@@ -108,7 +108,7 @@ def leave_then_close(*consumers: Consumer, timeout: float = 10.0) -> None:
     """Close group members so that librdkafka's close() cannot hang on an assignment: each
     unsubscribes and is polled (what it reads meanwhile is dropped) until it owns no
     partition, and only then closed. librdkafka's close() has hung when an assignment
-    reached a consumer that was closing: #4527, fixed in 2.4, was one such case, and #4884,
+    reached a consumer that was closing: #4527, since fixed, was one such case, and #4884,
     still open, is another. Unsubscribing first is the workaround proposed in #4527. When
     members of one group are closed in turn, the first one's leave hands its partitions to
     the next. Every consumer is closed; then the call fails if one still owned partitions
