@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import traceback
 from collections.abc import Callable
 
@@ -115,15 +114,20 @@ def leave_then_close(*consumers: Consumer, timeout: float = 10.0) -> None:
     `timeout` seconds after unsubscribing."""
     for consumer in consumers:
         consumer.unsubscribe()
-    deadline = time.monotonic() + timeout
-    while any(consumer.assignment() for consumer in consumers) and time.monotonic() < deadline:
+
+    def left() -> bool:
+        if not any(consumer.assignment() for consumer in consumers):
+            return True
         for consumer in consumers:
             consumer.poll(0.05)
-    owning = [index for index, consumer in enumerate(consumers) if consumer.assignment()]
-    with contextlib.ExitStack() as closing:
-        for consumer in consumers:
-            closing.callback(consumer.close)
-    assert not owning, f"consumers {owning} (by position) still owned partitions {timeout} s after unsubscribing"
+        return False
+
+    try:
+        wait_until(left, timeout=timeout, interval=0, message="the consumers to own no partition after unsubscribing")
+    finally:
+        with contextlib.ExitStack() as closing:
+            for consumer in consumers:
+                closing.callback(consumer.close)
 
 
 def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription:
