@@ -254,14 +254,16 @@ def test_without_a_quorum_calls_fail_fast_as_refused_and_watches_give_up(etcd):
             etcd.kill(1)
             etcd.kill(2)
             deadline = time.monotonic() + 10
-            while int(etcd.status(survivor).get("leader", 0)) and time.monotonic() < deadline:
+            while (leader := int(etcd.status(survivor).get("leader", 0))) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)  # until the survivor knows it has no leader
+            assert not leader, f"10 s after losing its peers the survivor still follows leader {leader:x}"
 
             # It refuses at once ("no leader", asked for by the hasleader header) rather
             # than letting the write hang: nothing was proposed, so nothing is indeterminate.
+            # (On a failure, the survivor's status says what it believed by then.)
             with pytest.raises(EtcdUnavailable) as unavailable:
                 await client.put("/quorum/key", b"during")
-            assert not unavailable.value.indeterminate
+            assert not unavailable.value.indeterminate, (str(unavailable.value), etcd.status(survivor))
             assert "no leader" in str(unavailable.value)
             # The survivor cancels the watch stream (perhaps after a progress notification
             # or two: no event); no other member takes it.
