@@ -9,8 +9,9 @@
   one), the partitions it may now consume, by topic id. The work is the coordinator's
   (coordinator/group/consumer_membership.py): group epoch, target assignment by the
   uniform or range assignor, reconciliation with revocation before reassignment.
-- v0: a member joining without a member id gets one from the coordinator; v1: the
-  client makes it (INVALID_REQUEST without one).
+- v0: a member joining without a member id gets one from the coordinator, and there is
+  no SubscribedTopicRegex (None here); v1: the client makes the member id
+  (INVALID_REQUEST without one) and may subscribe by regex.
 - Errors as Kafka's: INVALID_GROUP_ID, INVALID_REQUEST (a malformed first heartbeat),
   UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED
   (group.consumer.max.size), UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, FENCED_INSTANCE_ID,
@@ -37,6 +38,8 @@ from oncelog.coordinator.group.assignment import to_wire
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
+FIRST_REGEX_VERSION = 1  # SubscribedTopicRegex is a v1 field
+
 
 @api(68, "ConsumerGroupHeartbeat", range(0, 2))
 async def handle(ctx: RequestContext, request) -> object:
@@ -60,7 +63,7 @@ async def handle(ctx: RequestContext, request) -> object:
         rack_id=request.rack_id,
         rebalance_timeout_ms=duration_ms(request.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=request.subscribed_topic_regex,
+        subscribed_topic_regex=request.subscribed_topic_regex if ctx.version >= FIRST_REGEX_VERSION else None,
         server_assignor=request.server_assignor,
         owned_partitions=None if owned is None else tuple(
             (tp.topic_id, tuple(tp.partitions)) for tp in owned if tp.topic_id is not None),

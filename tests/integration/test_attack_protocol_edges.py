@@ -1,0 +1,114 @@
+"""Attacks at the protocol's edges (issue 38, item 5): what a client may send that real
+clients never do, and what the broker's answers give away.
+
+- ConsumerGroupHeartbeat v0, which the broker advertises, works (the handler read a
+  field only v1 has, so every v0 request failed).
+
+The broker under attack runs in its own process (BrokerProcess), so its log is the
+file a flood would fill.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+import uuid
+
+import pytest
+from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatV0
+from kio.schema.consumer_group_heartbeat.v0.request import TopicPartitions as OwnedPartitionsV0
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i32Timedelta
+
+from oncelog.local.process import BrokerProcess
+from oncelog.protocol.client import WireClient
+from tests.support.kafka import create_topic
+
+EXCHANGE_TIMEOUT = 10.0  # two shared cores
+ERROR_LINE = re.compile(r" (ERROR|CRITICAL) |Traceback \(most recent call last\)")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class LoggedBroker:
+    """A broker process and the part of its log written since the last look."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.broker = broker
+        self._seen = 0
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.broker.bootstrap_servers
+
+    def new_log(self) -> str:
+        text = self.broker.log_path.read_text(errors="replace")
+        fresh, self._seen = text[self._seen:], len(text)
+        return fresh
+
+    def assert_no_error_logged(self) -> str:
+        fresh = self.new_log()
+        errors = [line for line in fresh.splitlines() if ERROR_LINE.search(line)]
+        assert not errors, f"the broker logged {len(errors)} error lines, the first: {errors[:3]}"
+        return fresh
+
+    def assert_serves_others(self) -> None:
+        with WireClient.connect(self.bootstrap_servers, timeout=EXCHANGE_TIMEOUT) as client:
+            metadata = client.request(MetadataRequest(
+                topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+            assert [b.port for b in metadata.brokers] == [self.broker.port]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("protocol-edges") / "data") as broker:
+        logged = LoggedBroker(broker)
+        logged.new_log()
+        yield logged
+
+
+# -- ConsumerGroupHeartbeat v0 ----------------------------------------------------------------
+
+
+def heartbeat_v0(client: WireClient, group: str, member_id: str, epoch: int, **fields):
+    return client.request(HeartbeatV0(group_id=GroupId(group), member_id=member_id, member_epoch=i32(epoch),
+                                      **fields))
+
+
+def test_consumer_group_heartbeat_v0_joins_gets_an_assignment_and_leaves(target):
+    target.new_log()
+    topic, group = unique("edges-v0"), unique("edges-v0-group")
+    create_topic(target.bootstrap_servers, topic, partitions=3)
+    with WireClient.connect(target.bootstrap_servers, timeout=EXCHANGE_TIMEOUT) as client:
+        metadata = client.request(MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+        (topic_id,) = [t.topic_id for t in metadata.topics]
+        assert client.request(FindCoordinatorRequest(key=group, key_type=0)).error_code == ErrorCode.none
+        joined = heartbeat_v0(client, group, "", 0, subscribed_topic_names=(TopicName(topic),), topic_partitions=(),
+                              rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)))
+        assert joined.error_code == ErrorCode.none, joined.error_message
+        assert joined.member_id  # v0: the coordinator names the member
+        assert joined.member_epoch >= 1
+        member_id, epoch, assignment = joined.member_id, joined.member_epoch, joined.assignment
+        deadline = time.monotonic() + 20
+        while not (assignment is not None and assignment.topic_partitions):
+            assert time.monotonic() < deadline, "no assignment within 20 s"
+            time.sleep(joined.heartbeat_interval.total_seconds() / 4)
+            answer = heartbeat_v0(client, group, member_id, epoch, topic_partitions=None)
+            assert answer.error_code == ErrorCode.none, answer.error_message
+            epoch, assignment = answer.member_epoch, answer.assignment or assignment
+        assert [(tp.topic_id, sorted(tp.partitions)) for tp in assignment.topic_partitions] == [(topic_id, [0, 1, 2])]
+        owned = tuple(OwnedPartitionsV0(topic_id=tp.topic_id, partitions=tp.partitions)
+                      for tp in assignment.topic_partitions)
+        owning = heartbeat_v0(client, group, member_id, epoch, topic_partitions=owned)
+        assert (owning.error_code, owning.member_epoch) == (ErrorCode.none, epoch)
+        left = heartbeat_v0(client, group, member_id, -1, topic_partitions=None)
+        assert (left.error_code, left.member_id, left.member_epoch) == (ErrorCode.none, member_id, -1)
+    target.assert_no_error_logged()
