@@ -16,6 +16,8 @@ from kio.static.primitive import Records
 
 from oncelog.protocol import framing
 from oncelog.protocol.guard import _checker, _plan, check_lengths
+from oncelog.protocol.messages import decode_request
+from tests.support.null_fields import body_with_null, null_field_targets
 
 
 def body(entity):
@@ -84,6 +86,64 @@ def test_a_null_or_present_nullable_struct_passes_and_a_lying_one_is_refused():
         check_lengths(DescribeTopicPartitionsRequest, present[:6] + b"\x7f" + present[7:], 0)  # the name's length
 
 
+# -- nulls: refused where Kafka's schema forbids them, as Kafka's generated readers refuse them --
+
+
+def test_a_null_array_where_the_version_forbids_it_is_refused_naming_the_field():
+    from kio.schema.list_offsets.v1.request import ListOffsetsRequest
+
+    body = (-1).to_bytes(4, "big", signed=True) + (-1).to_bytes(4, "big", signed=True)  # replica_id, topics: null
+    with pytest.raises(framing.MalformedRequestError, match="non-nullable field topics was serialized as null"):
+        check_lengths(ListOffsetsRequest, body, 0)
+
+
+def test_a_null_nested_array_is_refused_where_the_version_forbids_it_and_passes_where_it_allows_it():
+    from kio.schema.offset_fetch.v8.request import OffsetFetchRequest
+
+    check_lengths(OffsetFetchRequest, body_with_null(OffsetFetchRequest, ("groups", "topics")), 0)  # nullable in v8
+    with pytest.raises(framing.MalformedRequestError, match="field partition_indexes was serialized as null"):
+        check_lengths(OffsetFetchRequest,
+                      body_with_null(OffsetFetchRequest, ("groups", "topics", "partition_indexes")), 0)
+
+
+def test_metadata_topics_may_be_null_from_v1_but_not_in_v0():
+    from kio.schema.metadata.v0.request import MetadataRequest as MetadataV0
+    from kio.schema.metadata.v1.request import MetadataRequest as MetadataV1
+
+    assert decode_request(3, 1, body_with_null(MetadataV1, ("topics",))).topics is None  # all topics
+    with pytest.raises(framing.MalformedRequestError, match="non-nullable field topics"):
+        decode_request(3, 0, body_with_null(MetadataV0, ("topics",)))
+
+
+def test_every_request_schema_refuses_each_non_nullable_field_as_null_and_accepts_each_nullable_one():
+    refused_wrongly, accepted_wrongly = [], []
+    for cls in REQUEST_SCHEMAS:
+        for target in null_field_targets(cls):
+            body = body_with_null(cls, target.path)
+            try:
+                check_lengths(cls, body, 0)
+            except framing.MalformedRequestError as error:
+                if target.nullable:
+                    refused_wrongly.append(f"{cls.__module__} {target}: {error}")
+            else:
+                if not target.nullable:
+                    accepted_wrongly.append(f"{cls.__module__} {target}")
+    assert not refused_wrongly
+    assert not accepted_wrongly
+
+
+def test_the_hand_decoded_produce_request_refuses_nulls_kafka_refuses_and_keeps_the_nullable_ones():
+    for version in range(3, 13):
+        cls = load_request_schema(0, version)
+        for target in null_field_targets(cls):
+            body = body_with_null(cls, target.path)
+            if target.nullable:
+                decode_request(0, version, body)
+            else:
+                with pytest.raises(ValueError, match="null"):
+                    decode_request(0, version, body)
+
+
 # -- every request schema: the generated check walks a valid body to its exact end ------------
 
 
@@ -134,7 +194,9 @@ def _reference_length(flexible: bool, data, position: int, wide: bool) -> tuple[
 
 
 def _reference_step(step: tuple, flexible: bool, data, position: int, limit: int) -> int:
-    kind, detail = step
+    kind, detail, name = step
+    nullable = kind.startswith("nullable ")
+    kind = kind.removeprefix("nullable ")
     if kind == "fixed":
         return position + detail
     if kind == "uvarint":
@@ -143,16 +205,20 @@ def _reference_step(step: tuple, flexible: bool, data, position: int, limit: int
         size, position = _reference_length(flexible, data, position, wide=kind == "bytes")
         if size > limit - position:
             raise framing.MalformedRequestError(f"a field declares {size} bytes, {limit - position} remain")
+        if size < 0 and not nullable:
+            raise framing.MalformedRequestError(f"non-nullable field {name} was serialized as null")
         return position + max(size, 0)
-    if kind == "entity":
+    if kind == "entity" and not nullable:
         return _reference_entity(detail, data, position, limit)
-    if kind == "nullable entity":
+    if kind == "entity":
         if position >= limit:
             raise framing.MalformedRequestError("a nullable struct's marker runs past the end of the request")
         return position + 1 if data[position] == 0xFF else _reference_entity(detail, data, position + 1, limit)
     count, position = _reference_length(flexible, data, position, wide=True)
     if count > limit - position:
         raise framing.MalformedRequestError(f"an array declares {count} elements, {limit - position} bytes remain")
+    if count < 0 and not nullable:
+        raise framing.MalformedRequestError(f"non-nullable field {name} was serialized as null")
     if count <= 0:
         return position
     if detail[0] == "fixed":

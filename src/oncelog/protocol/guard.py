@@ -8,8 +8,16 @@ that remain, and any tagged field that runs past its struct. It reads lengths on
 fixed-size fields and the contents of strings and records are skipped, so a 1 MB
 Produce costs the same as a small one.
 
+It also refuses a null (a negative length) for a field its version does not let be
+null, as Kafka's generated readers do ("non-nullable field X was serialized as null"):
+kio's reader hands a null array on as None, and a dozen handlers raised TypeError on it,
+one ERROR traceback per request. Refused here, the request is malformed and the
+connection closes, as Kafka closes it when a request cannot be parsed.
+
 The walk follows kio's generated dataclasses: field order, `kafka_type`, whether the
-version is flexible (compact lengths, tagged fields), and which fields are tagged.
+version is flexible (compact lengths, tagged fields), which fields are tagged, and which
+may be null: kio generates one class per version and types a field `X | None` in exactly
+the versions Kafka's schema lists in `nullableVersions`.
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ from __future__ import annotations
 import dataclasses
 import struct
 from functools import cache
+from types import NoneType, UnionType
+from typing import Union, get_args, get_origin
 
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
     PrimitiveTupleField,
     classify_field,
-    is_optional,
 )
 
 from oncelog.protocol.codegen import generated_function
@@ -39,10 +48,13 @@ _FIXED_SIZES = {
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
-# One step of a struct's plan: (kind, detail)
-#   ("fixed", size) | ("string", None) | ("bytes", None) | ("uvarint", None)
-#   | ("array", element plan or element size) | ("entity", plan)
-#   | ("nullable entity", plan): KIP-893's nullable struct, an int8 marker (-1: null) first
+# One step of a struct's plan: (kind, detail, field name)
+#   ("fixed", size) | ("uvarint", None)
+#   | ("string", None) | ("bytes", None) | ("array", element step): a null is refused
+#   | ("nullable string", None) | ("nullable bytes", None) | ("nullable array", element step)
+#   | ("entity", class)
+#   | ("nullable entity", class): KIP-893's nullable struct, an int8 marker (-1: null) first
+# An array's element step is named "<field> element", as Kafka's readers name it.
 _Plan = tuple
 
 
@@ -64,28 +76,47 @@ def _plan(cls: type) -> tuple[bool, tuple, dict]:
 def _step(field: dataclasses.Field, flexible: bool, *, tagged: bool = False) -> tuple:
     kind = field.metadata.get("kafka_type")
     shape = classify_field(field)
+    name = field.name
+    nullable = _is_nullable(field.type)
     if isinstance(shape, EntityTupleField):
-        return ("array", ("entity", shape.type_))
+        return (_maybe_nullable("array", nullable), ("entity", shape.type_, f"{name} element"), name)
     if isinstance(shape, EntityField):
         # A tagged struct's presence is its tag; an untagged nullable one has a marker.
-        if not tagged and is_optional(field):
-            return ("nullable entity", shape.type_)
-        return ("entity", shape.type_)
-    element = _scalar(kind)
+        if not tagged and nullable:
+            return ("nullable entity", shape.type_, name)
+        return ("entity", shape.type_, name)
     if isinstance(shape, PrimitiveTupleField):
-        return ("array", element)
-    return element
+        (element_type, _ellipsis) = get_args(_without_none(field.type))
+        element = _scalar(kind, _is_nullable(element_type), f"{name} element")
+        return (_maybe_nullable("array", nullable), element, name)
+    return _scalar(kind, nullable, name)
 
 
-def _scalar(kind: str | None) -> tuple:
+def _is_nullable(annotation) -> bool:
+    """Whether kio typed this value `X | None` (for an array: the array itself, not its elements)."""
+    return get_origin(annotation) in (UnionType, Union) and NoneType in get_args(annotation)
+
+
+def _without_none(annotation):
+    if not _is_nullable(annotation):
+        return annotation
+    (inner,) = [arg for arg in get_args(annotation) if arg is not NoneType]
+    return inner
+
+
+def _maybe_nullable(kind: str, nullable: bool) -> str:
+    return f"nullable {kind}" if nullable else kind
+
+
+def _scalar(kind: str | None, nullable: bool, name: str) -> tuple:
     if kind in _FIXED_SIZES:
-        return ("fixed", _FIXED_SIZES[kind])
+        return ("fixed", _FIXED_SIZES[kind], name)
     if kind == "string":
-        return ("string", None)
+        return (_maybe_nullable("string", nullable), None, name)
     if kind in ("bytes", "records"):
-        return ("bytes", None)
+        return (_maybe_nullable("bytes", nullable), None, name)
     if kind in ("uvarint", "uvarlong"):
-        return ("uvarint", None)
+        return ("uvarint", None, name)
     raise ValueError(f"no length rule for kafka_type {kind!r}")
 
 
@@ -110,6 +141,10 @@ def _too_long_array(count: int, remain: int) -> MalformedRequestError:
 
 def _too_long_field(size: int, remain: int) -> MalformedRequestError:
     return MalformedRequestError(f"a field declares {size} bytes, {remain} remain")
+
+
+def _null(name: str) -> MalformedRequestError:
+    return MalformedRequestError(f"non-nullable field {name} was serialized as null")
 
 
 def _classic_length(data, position: int, codec: struct.Struct) -> tuple[int, int]:
@@ -169,7 +204,7 @@ class _Source:
         self.names: dict = {
             "_uvarint": read_unsigned_varint, "_classic_length": _classic_length, "_I16": _I16, "_I32": _I32,
             "_walk_tags": _walk_tags, "Malformed": MalformedRequestError, "_too_long_array": _too_long_array,
-            "_too_long_field": _too_long_field,
+            "_too_long_field": _too_long_field, "_null": _null,
         }
 
     def function(self, name: str):
@@ -195,11 +230,13 @@ class _Source:
         return n
 
     def step(self, step: tuple, indent: int) -> None:
-        kind, detail = step
+        kind, detail, name = step
         if kind == "fixed":
             self.skip += detail
             return
         self.flush(indent)
+        nullable = kind.startswith("nullable ")
+        kind = kind.removeprefix("nullable ")
         if kind == "uvarint":
             self.add(indent, "p = _uvarint(data, p)[1]")
         elif kind in ("string", "bytes"):
@@ -208,9 +245,12 @@ class _Source:
             self.add(indent + 1, f"raise _too_long_field({n}, limit - p)")
             self.add(indent, f"if {n} > 0:")
             self.add(indent + 1, f"p += {n}")
-        elif kind == "entity":
+            if not nullable:
+                self.add(indent, f"elif {n} < 0:")
+                self.add(indent + 1, f"raise _null({name!r})")
+        elif kind == "entity" and not nullable:
             self.add(indent, f"p = {self.checker_of(detail)}(data, p, limit)")
-        elif kind == "nullable entity":
+        elif kind == "entity":
             self.add(indent, "if p >= limit:")
             self.add(indent + 1, "raise Malformed(\"a nullable struct's marker runs past the end of the request\")")
             self.add(indent, "if data[p] == 0xFF:")  # int8 -1: null
@@ -218,12 +258,16 @@ class _Source:
             self.add(indent, "else:")
             self.add(indent + 1, f"p = {self.checker_of(detail)}(data, p + 1, limit)")
         else:  # an array
-            self.array(detail, indent)
+            self.array(detail, indent, None if nullable else name)
 
-    def array(self, element: tuple, indent: int) -> None:
+    def array(self, element: tuple, indent: int, non_nullable: str | None) -> None:
+        """`non_nullable`: the array's name if a null is refused, else None."""
         n = self.length(indent, wide=True)
         self.add(indent, f"if {n} > limit - p:")  # every element takes at least one byte
         self.add(indent + 1, f"raise _too_long_array({n}, limit - p)")
+        if non_nullable is not None:
+            self.add(indent, f"if {n} < 0:")
+            self.add(indent + 1, f"raise _null({non_nullable!r})")
         if element[0] == "fixed":
             self.add(indent, f"if {n} > 0:")
             self.add(indent + 1, f"p += {n} * {element[1]}")
