@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, PartitionRequest
+from oncelog.broker.fetch_sessions import INITIAL_EPOCH, PartitionRequest
 from oncelog.cluster.fetcher import FetchSessionState, FetchState, ReplicaFetchers
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.config import LogConfig
@@ -83,7 +83,7 @@ async def _follow(leader: EmbeddedBroker, topic: str, directory: Path) -> None:
         assert cache.created == 1
 
         # The leader loses the session (a restart, an eviction): FETCH_SESSION_ID_NOT_FOUND.
-        leader.call(lambda: cache.open(first_session, FINAL_EPOCH, {}, (), privileged=False, now_ms=0))
+        leader.call(lambda: cache.close(first_session))
         # A fetch already in flight may bring the new records before a fetch meets the
         # error: wait for the follower to open its new session.
         await produce_and_replicate("after-not-found")

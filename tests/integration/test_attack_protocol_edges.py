@@ -7,9 +7,12 @@ clients never do, and what the broker's answers give away.
   request: a log flood any user could cause). Nulls the schema allows stay accepted.
 - ConsumerGroupHeartbeat v0, which the broker advertises, works (the handler read a
   field only v1 has, so every v0 request failed).
+- A fetch session (KIP-227) is its principal's: another user naming its id finds no
+  session, learns nothing of its partitions, and cannot close it or move its epoch.
 
-The broker under attack runs in its own process (BrokerProcess), so its log is the
-file a flood would fill.
+The broker under the null attacks runs in its own process (BrokerProcess), so its log
+is the file a flood would fill; the attacks between users run against one broker with
+SASL users and an authorizer (tests/support/secured.py), over raw wire clients.
 """
 
 from __future__ import annotations
@@ -25,17 +28,22 @@ import pytest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatV0
 from kio.schema.consumer_group_heartbeat.v0.request import TopicPartitions as OwnedPartitionsV0
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from oncelog.broker.handlers import handler_table
 from oncelog.local.process import BrokerProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import is_flexible, request_class
+from oncelog.security.acl import AclOperation, ResourceType
 from tests.support.kafka import create_topic
 from tests.support.null_fields import NullTarget, body_with_null, null_field_targets
+from tests.support.secured import SecuredBroker, password, secured_broker
 
 HANDLERS = handler_table()
 EXCHANGE_TIMEOUT = 10.0  # two shared cores
@@ -81,6 +89,22 @@ def target(tmp_path_factory):
         logged = LoggedBroker(broker)
         logged.new_log()
         yield logged
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    config = {"sasl.enabled.mechanisms": "PLAIN", "connection.failed.authentication.delay.ms": "0"}
+    with secured_broker(tmp_path_factory.mktemp("protocol-edges-secured"), config) as broker:
+        yield broker
+
+
+def signed_in(broker: SecuredBroker, user: str) -> WireClient:
+    """A raw wire client authenticated as `user` with SASL/PLAIN."""
+    client = WireClient.connect(broker.bootstrap_servers, timeout=EXCHANGE_TIMEOUT)
+    assert client.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+    answer = client.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password(user)}".encode()))
+    assert answer.error_code == ErrorCode.none, answer.error_message
+    return client
 
 
 def raw_frame(api_key: int, version: int, body: bytes, correlation_id: int = 7) -> bytes:
@@ -209,3 +233,44 @@ def test_consumer_group_heartbeat_v0_joins_gets_an_assignment_and_leaves(target)
         left = heartbeat_v0(client, group, member_id, -1, topic_partitions=None)
         assert (left.error_code, left.member_id, left.member_epoch) == (ErrorCode.none, member_id, -1)
     target.assert_no_error_logged()
+
+
+# -- fetch sessions between principals --------------------------------------------------------
+
+FULL, SESSIONLESS = 0, -1  # the session epochs of full fetches: opening a session, or not
+
+
+def fetch(client: WireClient, topic: str | None, *, session_id: int = 0, epoch: int = FULL):
+    """A Fetch v12 of partition 0 of `topic` (None: no partition) from offset 0."""
+    partition = fetch_v12.FetchPartition(
+        partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0), last_fetched_epoch=i32(-1),
+        log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20))
+    topics = () if topic is None else (fetch_v12.FetchTopic(topic=TopicName(topic), partitions=(partition,)),)
+    return client.request(fetch_v12.FetchRequest(
+        replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(0),
+        max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(session_id), session_epoch=i32(epoch),
+        topics=topics, forgotten_topics_data=(), rack_id=""))
+
+
+def test_another_principal_naming_a_fetch_session_finds_none_learns_nothing_and_leaves_it_alone(secured):
+    """Kafka lets any fetcher continue or close any session whose id it names: an
+    incremental fetch of alice's session by bob answered bob with alice's partitions
+    (their topic names among them, even unauthorized), moved its epoch and broke it."""
+    private = unique("alice-private")
+    secured.create_topic(private)
+    secured.allow("alice", ResourceType.TOPIC, private, AclOperation.READ)
+    with signed_in(secured, "alice") as alice, signed_in(secured, "bob") as bob:
+        opened = fetch(alice, private)
+        assert opened.error_code == ErrorCode.none and opened.session_id > 0
+        session_id = opened.session_id
+        for epoch in (1, 2, 9):  # the right epoch or not: the same answer, nothing about the session
+            stolen = fetch(bob, None, session_id=session_id, epoch=epoch)
+            assert (stolen.error_code, stolen.session_id, stolen.responses) == (
+                ErrorCode.fetch_session_id_not_found, 0, ()), f"epoch {epoch}"
+        closing = fetch(bob, None, session_id=session_id, epoch=SESSIONLESS)  # Kafka closes the session it names
+        assert (closing.error_code, closing.session_id) == (ErrorCode.none, 0)
+        replacing = fetch(bob, None, session_id=session_id, epoch=FULL)
+        assert replacing.error_code == ErrorCode.none and replacing.session_id != session_id
+        assert secured.running.broker.fetch_sessions.get(session_id) is not None
+        going_on = fetch(alice, None, session_id=session_id, epoch=1)  # still alice's, at the epoch she expects
+        assert (going_on.error_code, going_on.session_id) == (ErrorCode.none, session_id)

@@ -18,16 +18,26 @@ that had lived EVICTION_MS by its last use, a consumer only the latter, and only
 that is smaller (fewer partitions; privileged sessions rank above all others). When
 nothing may go, the fetch is answered without a session.
 
+Session ids are drawn from `secrets` (a CSPRNG), 1 to 2**31 - 1 (the wire's int32 > 0),
+never one a live session has. Kafka draws them from a plain Random (ThreadLocalRandom):
+an id is not a secret there, and a session is any fetcher's that names it.
+
 Domain code: it never sees request or response objects; the Fetch handler
 (handlers/fetch.py) turns them into `PartitionRequest`s and `PartitionAnswer`s.
 Deviation: the last stable offset is compared too (Kafka compares the high watermark
 only, which almost always moves with it), so a read_committed consumer never misses an
 LSO change.
+Deviation: a session belongs to the principal that opened it. An incremental fetch
+naming another principal's session is FETCH_SESSION_ID_NOT_FOUND, as if there were none
+(before the epoch is compared, so the answer does not tell that the id is live), and the
+session is left as it was; a full fetch naming it opens or skips its own session without
+closing that one. In Kafka any client that names a session id continues or closes it,
+and reads the topic names of its partitions in the answer.
 """
 
 from __future__ import annotations
 
-import random
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -96,6 +106,7 @@ class CachedPartition:
 @dataclass(slots=True)
 class FetchSession:
     id: int
+    principal: str  # who opened it: the only one who may continue or close it
     privileged: bool  # opened by a follower
     created_ms: int
     last_used_ms: int
@@ -153,14 +164,15 @@ class NewSession(FetchContext):
     """A full fetch that opens a session when the response is made, if there is room."""
 
     def __init__(self, cache: FetchSessionCache, partitions: list[tuple[TopicPartition, PartitionRequest]],
-                 privileged: bool) -> None:
+                 principal: str, privileged: bool) -> None:
         super().__init__(partitions)
         self._cache = cache
+        self._principal = principal
         self._privileged = privileged
 
     def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchOutcome:
         included = [tp for tp, _ in self.partitions]
-        session = self._cache.create(self._privileged, self.partitions, answers, now_ms)
+        session = self._cache.create(self._principal, self._privileged, self.partitions, answers, now_ms)
         return FetchOutcome(ErrorCode.none, session.id if session is not None else NO_SESSION_ID, included)
 
 
@@ -194,11 +206,10 @@ class Incremental(FetchContext):
 class FetchSessionCache:
     """The broker's fetch sessions, by id. Runs on the broker's loop (no locks)."""
 
-    def __init__(self, max_slots: int, *, eviction_ms: int = EVICTION_MS, rng: random.Random | None = None) -> None:
+    def __init__(self, max_slots: int, *, eviction_ms: int = EVICTION_MS) -> None:
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
         self._sessions: dict[int, FetchSession] = {}
-        self._random = rng or random.Random()
         # Counts since start, for /metrics and tests (Kafka's evictions meter among them).
         self.created = 0
         self.evictions = 0
@@ -215,17 +226,20 @@ class FetchSessionCache:
         return sum(session.size for session in self._sessions.values())
 
     def open(self, session_id: int, epoch: int, wanted: Mapping[TopicPartition, PartitionRequest],
-             forgotten: Iterable[TopicPartition], *, privileged: bool, now_ms: int) -> FetchContext:
-        """The context of a Fetch with this session id and epoch (Kafka's FetchManager.newContext).
-        `wanted`: the request's partitions in order; `forgotten`: its forgotten_topics_data."""
+             forgotten: Iterable[TopicPartition], *, principal: str, privileged: bool, now_ms: int) -> FetchContext:
+        """The context of a Fetch with this session id and epoch (Kafka's FetchManager.newContext)
+        from `principal`. `wanted`: the request's partitions in order; `forgotten`: its
+        forgotten_topics_data. Another principal's session is not there for this one."""
+        session = self._sessions.get(session_id)
+        if session is not None and session.principal != principal:
+            session = None
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
-            if session_id != NO_SESSION_ID:
-                self._sessions.pop(session_id, None)  # a full fetch closes the session it names
+            if session is not None:
+                del self._sessions[session.id]  # a full fetch closes the session it names
             partitions = list(wanted.items())
             if epoch == FINAL_EPOCH:
                 return Sessionless(partitions)
-            return NewSession(self, partitions, privileged)
-        session = self._sessions.get(session_id)
+            return NewSession(self, partitions, principal, privileged)
         if session is None:
             return SessionError(ErrorCode.fetch_session_id_not_found)
         if session.epoch != epoch:
@@ -246,13 +260,18 @@ class FetchSessionCache:
         self.incremental_fetches += 1
         return Incremental(session)
 
-    def create(self, privileged: bool, partitions: list[tuple[TopicPartition, PartitionRequest]],
+    def close(self, session_id: int) -> None:
+        """Drop a session, whoever opened it: the broker's own decision (a throttled answer
+        that opened it never reached the client), never a client's."""
+        self._sessions.pop(session_id, None)
+
+    def create(self, principal: str, privileged: bool, partitions: list[tuple[TopicPartition, PartitionRequest]],
                answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchSession | None:
-        """A new session of these partitions, remembering what the full response said of
-        each, if a slot is free or can be freed; else None."""
+        """A new session of `principal` for these partitions, remembering what the full
+        response said of each, if a slot is free or can be freed; else None."""
         if not self._make_room(privileged, len(partitions), now_ms):
             return None
-        session = FetchSession(self._new_id(), privileged, now_ms, now_ms, next_epoch(INITIAL_EPOCH))
+        session = FetchSession(self._new_id(), principal, privileged, now_ms, now_ms, next_epoch(INITIAL_EPOCH))
         for tp, request in partitions:
             cached = session.partitions[tp] = CachedPartition(request)
             answer = answers.get(tp)
@@ -291,7 +310,8 @@ class FetchSessionCache:
         self.evictions += 1
 
     def _new_id(self) -> int:
+        """An id no live session has, unpredictable to other fetchers (see the module's docstring)."""
         while True:
-            session_id = self._random.randint(1, MAX_SESSION_ID)
+            session_id = secrets.randbelow(MAX_SESSION_ID) + 1  # 1 .. 2**31 - 1
             if session_id not in self._sessions:
                 return session_id

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import replace
 from typing import Any
 
-from oncelog.broker.fetch_sessions import FINAL_EPOCH, FetchSessionCache
+from oncelog.broker.fetch_sessions import FetchSessionCache
 from oncelog.broker.quotas import ClientQuota, monotonic_ms
 from oncelog.protocol.messages import ErrorCode
 
@@ -109,8 +109,8 @@ def _forget_answer(cache: FetchSessionCache, request: Any, response: Any) -> Non
     session_id = getattr(response, "session_id", 0)
     if not session_id or getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
         return
-    if getattr(request, "session_epoch", -1) <= 0:  # the answer opened this session: a full fetch naming it closes it
-        cache.open(session_id, FINAL_EPOCH, {}, (), privileged=False, now_ms=monotonic_ms())
+    if getattr(request, "session_epoch", -1) <= 0:  # the answer opened this session: it goes with the answer
+        cache.close(session_id)
         return
     session = cache.get(session_id)
     if session is not None:

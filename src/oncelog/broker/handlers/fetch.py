@@ -35,6 +35,9 @@
   and leadership are checked on every request for every partition read, so an
   incremental fetch repeats a refused or failing partition each time, as Kafka does.
   The session cache is the broker's (`Broker.fetch_sessions`).
+- Deviation: a session is its principal's (`ctx.principal`): another principal naming
+  its id gets FETCH_SESSION_ID_NOT_FOUND and cannot close it (Kafka lets any client
+  that knows an id continue or close the session).
 - Deviation: the response never ends with a partial batch (Kafka may truncate the last
   batch at the byte limit; clients skip such a tail, so whole batches are equivalent).
 """
@@ -74,7 +77,8 @@ async def handle(ctx: RequestContext, request) -> object:
     from_replica = ctx.broker.leadership.is_replica_fetch(replica_id)
     context = ctx.broker.fetch_sessions.open(
         getattr(request, "session_id", NO_SESSION_ID), getattr(request, "session_epoch", FINAL_EPOCH),
-        _wanted(request), _forgotten(request), privileged=from_replica, now_ms=clock.now_ms())
+        _wanted(request), _forgotten(request), principal=ctx.principal, privileged=from_replica,
+        now_ms=clock.now_ms())
     if context.error is not ErrorCode.none:
         return _response(ctx, context.error, NO_SESSION_ID, ())
     wanted = context.partitions
