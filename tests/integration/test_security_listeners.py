@@ -181,8 +181,13 @@ def test_a_plaintext_client_on_a_tls_port_and_an_oversized_token_harm_nothing(se
     with connect(secure["addresses"]["SASL_PLAINTEXT"]) as sock:
         sock.sendall(sasl_handshake_frame("SCRAM-SHA-512", version=0))  # v0: bare tokens follow
         read_frame(sock)
-        sock.sendall(struct.pack(">i", 600_000) + b"n" * 600_000)  # above sasl.server.max.receive.size
-        assert sock.recv(1) == b""
+        # Above sasl.server.max.receive.size: refused from its size prefix, so the broker may
+        # close while the token is still arriving (the kernel then answers with a reset).
+        try:
+            sock.sendall(struct.pack(">i", 600_000) + b"n" * 600_000)
+            assert sock.recv(1) == b""
+        except ConnectionResetError:
+            pass
     exactly_once_roundtrip(secure["addresses"]["SASL_PLAINTEXT"], {
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
         "sasl.password": "carol-secret"}, "after-bad-input")

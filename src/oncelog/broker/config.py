@@ -168,6 +168,18 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("max.incremental.fetch.session.cache.slots", _int, "1000",
                 "Incremental fetch sessions (KIP-227) the broker keeps; past it, new ones evict or go sessionless."),
         Setting("max.connections", _int, "2147483647", "Connections accepted at once."),
+        Setting("max.connections.per.ip", _int, "2147483647",
+                "Connections accepted at once from one client address; a connection above it is closed as "
+                "soon as it is accepted."),
+        Setting("max.connections.per.ip.overrides", _str, "",
+                "host:count,... : max.connections.per.ip for some addresses (an IP address or a host name, "
+                "resolved when the setting is read)."),
+        Setting("connections.max.idle.ms", _int, "600000",
+                "A connection that sends nothing and has no request in progress for this long is closed "
+                "(-1: never)."),
+        Setting("connections.authentication.timeout.ms", _int, "10000",
+                "oncelog only (Kafka has no bound): a connection must finish its TLS handshake and SASL "
+                "authentication within this long after it is accepted, else it is closed.", per_listener=True),
         Setting("queued.max.request.bytes", _int, "-1",
                 "Request bytes held in memory over all connections before the broker stops reading "
                 "requests (-1 or 0: no bound; else at least socket.request.max.bytes)."),
@@ -340,6 +352,23 @@ def parse_http_listener(value: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def parse_ip_overrides(value: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: host:count,... (an IPv6 address in brackets or
+    bare: the count follows the last colon), by host as written."""
+    overrides: dict[str, int] = {}
+    for entry in filter(None, (part.strip() for part in value.split(","))):
+        host, separator, count = entry.rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            limit = int(count)
+        except ValueError:
+            limit = -1
+        if not separator or not host or limit < 0:
+            raise ConfigError(f"max.connections.per.ip.overrides: expected host:count (count >= 0), got {entry!r}")
+        overrides[host] = limit
+    return overrides
+
+
 def read_properties(path: Path) -> dict[str, str]:
     """Java .properties, the subset Kafka's server.properties files use."""
     values: dict[str, str] = {}
@@ -416,9 +445,10 @@ class BrokerConfig:
         if self["max.incremental.fetch.session.cache.slots"] < 0:  # Kafka's atLeast(0)
             raise ConfigError("max.incremental.fetch.session.cache.slots: must be at least 0, got "
                               f"{self['max.incremental.fetch.session.cache.slots']}")
-        for key in ("max.connections", "log.cleaner.backoff.ms"):  # Kafka's atLeast(0)
+        for key in ("max.connections", "max.connections.per.ip", "log.cleaner.backoff.ms"):  # Kafka's atLeast(0)
             if self[key] < 0:
                 raise ConfigError(f"{key}: must be at least 0, got {self[key]}")
+        self.check_connection_limits(self._values)
         for key in ("quota.window.num", "quota.window.size.seconds"):  # Kafka's atLeast(1)
             if self[key] < 1:
                 raise ConfigError(f"{key}: must be at least 1, got {self[key]}")
@@ -427,6 +457,16 @@ class BrokerConfig:
             # Kafka's rule too: its memory pool refuses a bound below the largest single request.
             raise ConfigError(f"queued.max.request.bytes: must be at least socket.request.max.bytes="
                               f"{self['socket.request.max.bytes']} (or <= 0 for no bound), got {queued}")
+
+    @staticmethod
+    def check_connection_limits(values: Mapping[str, Any]) -> None:
+        """Kafka's rules for the per-IP limits (also checked for a dynamic change)."""
+        overrides = parse_ip_overrides(values["max.connections.per.ip.overrides"])
+        if values["max.connections.per.ip"] == 0 and not overrides:
+            raise ConfigError("max.connections.per.ip: can be 0 only if max.connections.per.ip.overrides is set")
+        if values["connections.authentication.timeout.ms"] <= 0:
+            raise ConfigError("connections.authentication.timeout.ms: must be positive, got "
+                              f"{values['connections.authentication.timeout.ms']}")
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

@@ -14,7 +14,8 @@ The keys that can change:
   once;
 - `BROKER_LEVEL_KEYS`, read where they act: `num.partitions` and
   `default.replication.factor` (the next topic created with -1, as Confluent Platform
-  allows; Apache Kafka keeps them static), `max.connections` (the next connection, as
+  allows; Apache Kafka keeps them static), `max.connections`, `max.connections.per.ip`
+  and `max.connections.per.ip.overrides` (the next connection, as
   Kafka's SocketServer) and `log.cleaner.backoff.ms` (the cleaner's next pause, as
   Kafka's LogCleaner).
 Any other key is INVALID_REQUEST, `Cannot update these configs dynamically: Set(...)`,
@@ -47,6 +48,7 @@ TOPIC_DEFAULT_KEYS = frozenset(
 )
 # Dynamic keys the broker reads where they act (BrokerConfig.apply_dynamic keeps them current).
 BROKER_LEVEL_KEYS = frozenset({"num.partitions", "default.replication.factor", "max.connections",
+                               "max.connections.per.ip", "max.connections.per.ip.overrides",
                                "log.cleaner.backoff.ms"})
 DYNAMIC_KEYS = TOPIC_DEFAULT_KEYS | BROKER_LEVEL_KEYS
 

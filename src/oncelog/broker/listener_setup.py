@@ -91,6 +91,7 @@ def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup
         name, spec.protocol, mechanisms, factory,
         max_reauth_ms=config.for_listener(name, "connections.max.reauth.ms"),
         max_receive_size=config.for_listener(name, "sasl.server.max.receive.size"),
+        authentication_timeout_ms=config.for_listener(name, "connections.authentication.timeout.ms"),
         failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
         principal_of_certificate=principal_of,
     )

@@ -15,13 +15,24 @@ task, reading pauses at `_MAX_QUEUED_BYTES`, so a client that pipelines cannot m
 broker buffer without bound (TCP pushes back instead).
 
 Listeners: one server socket per listener (`ListenerBinding`), TLS where its security
-protocol says so; each connection has a `ConnectionSession` (oncelog.security.session)
+protocol says so (started on the accepted socket once it is admitted, so the limits above
+apply before a handshake costs anything); each connection has a `ConnectionSession`
+(oncelog.security.session)
 that knows its principal and refuses what may not be sent before authentication. A SASL
 client that chose SaslHandshake v0 sends bare tokens, answered here as bare tokens.
 
-Limits, as Kafka's SocketServer applies them:
-- `socket.request.max.bytes`: a larger length prefix closes the connection;
-- `max.connections`: a connection above it is closed as soon as it is accepted;
+Limits, as Kafka's SocketServer applies them, each checked before it costs memory:
+- `socket.request.max.bytes`: a larger length prefix closes the connection; before a
+  SASL client has authenticated, `sasl.server.max.receive.size` (per listener, 512 KiB)
+  does, as Kafka's SaslServerAuthenticator; a frame's buffer grows with the bytes that
+  arrive, never to the size a prefix merely claims (`FrameReceiver`);
+- `max.connections` and `max.connections.per.ip` (with `max.connections.per.ip.overrides`):
+  counted when a connection is accepted, before its TLS handshake; one above either is
+  closed at once;
+- `connections.max.idle.ms`: a connection that has sent nothing and has no request in
+  progress for that long is closed;
+- `connections.authentication.timeout.ms` (oncelog only): the TLS handshake and the SASL
+  exchange must be over that long after the connection was accepted, else it is closed;
 - `queued.max.request.bytes` (`RequestMemoryPool`): the request bytes held at once over
   all connections, reserved when a frame's size is known (the moment its buffer is
   allocated) and released once its request has been handled. When the pool is used up,
@@ -38,12 +49,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
 import logging
+import socket
 import ssl
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 
+from oncelog.broker.config import parse_ip_overrides
 from oncelog.broker.dispatch import BrokerServices, CloseConnection, RequestContext
 from oncelog.broker.handlers import handler_table
 from oncelog.broker.handlers.api_versions import unsupported_version_response
@@ -70,6 +86,7 @@ _WRITE_HIGH_WATER = 4 << 20
 # keeps a pipelining client's next request in hand without unbounded buffering).
 _MAX_QUEUED_BYTES = 4 << 20
 _SIZE = struct.Struct(">i")
+_LISTEN_BACKLOG = 100  # asyncio's default for create_server
 
 
 class RequestMemoryPool:
@@ -135,18 +152,21 @@ class _Connection(asyncio.BufferedProtocol):
 
     Frames are bytearrays (writable), so handlers may hand slices of them to the log,
     which rewrites batch headers in place. A frame is never reused after delivery.
+
+    Life: accepted and admitted by the server's connection limits (`KafkaServer._accept`)
+    -> its TLS handshake where the listener has TLS -> `connection_made`: a session, and
+    the task that serves requests. One timer watches the authentication deadline, then
+    idleness (`_check_deadlines`).
     """
 
-    def __init__(self, server: KafkaServer, listener: ListenerBinding) -> None:
+    def __init__(self, server: KafkaServer, listener: ListenerBinding, client_host: str, accepted_at: float) -> None:
         self._server = server
         self.listener = listener
         self.session: ConnectionSession | None = None  # once connected (after the TLS handshake)
-        self._max_frame = server.max_request_bytes
         self._memory = server.request_memory
         self.transport: asyncio.Transport  # set by connection_made, the first callback
-        self.client_host = "?"
-        self._receiver = FrameReceiver(self._deliver, max_size=self._max_frame, reserve=self._reserve,
-                                       what="request", limit="socket.request.max.bytes")
+        self.client_host = client_host
+        self._receiver = FrameReceiver(self._deliver, reserve=self._reserve, what="request")
         self._frames: collections.deque[bytearray] = collections.deque()
         self._queued_bytes = 0  # frames delivered, not yet taken by the task
         self._reserved_bytes = 0  # held in the request memory pool by this connection
@@ -158,23 +178,83 @@ class _Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._write_flow = WriteFlow()
         self.muted_until = 0.0  # a client over its quota: no request is taken before this (loop time)
+        self.admitted = False  # counted in the server's connection limits (released once, by _forget)
+        self._accepted_at = accepted_at
+        self.last_active = accepted_at  # loop time of the last bytes received or the last answer sent
+        self.busy = False  # a request is being handled: not idle, whatever the clock says
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self.limit_frames()
 
     # -- asyncio protocol callbacks --------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        self.client_host = peer[0] if peer else "?"
         self.transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
         principal = self._certificate_principal()
         if principal is None:
             log.warning("closing connection from %s on %s: no ssl.principal.mapping.rules rule matches its "
                         "certificate's subject", self.client_host, self.listener.spec.name)
-            self.release_all()
-            self.transport.close()
+            self._refuse()
             return
         self.session = ConnectionSession(self.listener.security, self.client_host, principal)
+        self.limit_frames()
+        self._schedule_deadline_check(self.authentication_deadline)
         self._server._connection_made(self)
+
+    def _refuse(self) -> None:
+        """The connection ends before being served."""
+        self.release_all()
+        self._server._forget(self)
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def limit_frames(self) -> None:
+        """The largest request frame: `sasl.server.max.receive.size` until a SASL client
+        has authenticated, `socket.request.max.bytes` after (and on other listeners).
+        Called again by the serving task once a session is authenticated."""
+        security = self.listener.security
+        if security.protocol.sasl and (self.session is None or not self.session.identified):
+            self._receiver.set_limit(min(security.max_receive_size, self._server.max_request_bytes),
+                                     "sasl.server.max.receive.size before authentication")
+        else:
+            self._receiver.set_limit(self._server.max_request_bytes, "socket.request.max.bytes")
+
+    # -- deadlines: authentication, then idleness ----------------------------------------
+
+    @property
+    def authentication_deadline(self) -> float:
+        return self._accepted_at + self.listener.security.authentication_timeout_ms / 1000
+
+    def _schedule_deadline_check(self, when: float) -> None:
+        self._deadline_timer = asyncio.get_running_loop().call_at(when, self._check_deadlines)
+
+    def _check_deadlines(self) -> None:
+        self._deadline_timer = None
+        if self._closed or self.transport.is_closing():
+            return
+        now = asyncio.get_running_loop().time()
+        session = self.session
+        if session is None or not session.identified:
+            if now >= self.authentication_deadline:
+                self._close_for("not authenticated within connections.authentication.timeout.ms="
+                                f"{self.listener.security.authentication_timeout_ms}")
+            else:
+                self._schedule_deadline_check(self.authentication_deadline)
+            return
+        idle_ms = self._server.max_idle_ms
+        if idle_ms < 0:
+            return  # no idle limit: nothing more to watch
+        idle_s = idle_ms / 1000
+        if self.busy or self._frames:
+            self._schedule_deadline_check(now + idle_s)
+        elif now >= self.last_active + idle_s:
+            self._close_for(f"idle for connections.max.idle.ms={idle_ms}")
+        else:
+            self._schedule_deadline_check(self.last_active + idle_s)
+
+    def _close_for(self, reason: str) -> None:
+        log.info("closing connection from %s on %s: %s", self.client_host, self.listener.spec.name, reason)
+        self.transport.abort()  # connection_lost follows: the serving task (or _refuse) cleans up
 
     def _certificate_principal(self) -> str | None:
         """SSL listeners: the mapped subject of the client's certificate (ANONYMOUS without
@@ -194,6 +274,7 @@ class _Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return  # bytes after the end are dropped, as the socket is closing
+        self.last_active = asyncio.get_running_loop().time()
         try:
             self._receiver.received(nbytes)
         except FrameSizeError as error:
@@ -207,6 +288,9 @@ class _Connection(asyncio.BufferedProtocol):
         return self.listener.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         self._eof = True
         if exc is not None and self._failure is None:
             self._failure = exc
@@ -347,10 +431,16 @@ class KafkaServer:
         # The level can only change across a restart, so the start time orders them.
         self.finalized_features_epoch = time.time_ns() // 1_000_000
         self.max_request_bytes = broker.config["socket.request.max.bytes"]
-        self._config = broker.config  # max.connections is dynamic: read per connection
+        self.max_idle_ms = broker.config["connections.max.idle.ms"]
+        # max.connections and the per-IP limits are dynamic: read per connection.
+        self._config = broker.config
         self.request_memory = RequestMemoryPool(broker.config["queued.max.request.bytes"])
-        self._servers: list[asyncio.Server] = []
-        self._connections: set[asyncio.Task] = set()
+        self._listening: list[socket.socket] = []
+        self._accepting: list[asyncio.Task] = []
+        self._admitted: set[_Connection] = set()  # every connection counted in the limits
+        self._per_ip: collections.Counter[str] = collections.Counter()
+        self._connections: set[asyncio.Task] = set()  # the serving tasks
+        self._opening: set[asyncio.Task] = set()  # admitted, in their TLS handshake
         self.request_stats = RequestStats()  # per API, for /metrics
         # Client quotas: replaced by the broker's quota store at start-up and on every change.
         self.quotas = ClientQuotas(broker.config["quota.window.num"], broker.config["quota.window.size.seconds"])
@@ -360,32 +450,114 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         bound: dict[str, tuple[str, int]] = {}
         for binding in listeners:
-            server = await loop.create_server(
-                lambda binding=binding: _Connection(self, binding), binding.spec.bind.host or None,
-                binding.spec.bind.port, reuse_address=True, ssl=binding.ssl_context,
-            )
-            self._servers.append(server)
-            address = server.sockets[0].getsockname()
+            sockets = await _listening_sockets(binding.spec.bind.host or None, binding.spec.bind.port)
+            self._listening.extend(sockets)
+            self._accepting.extend(loop.create_task(self._accept(sock, binding)) for sock in sockets)
+            address = sockets[0].getsockname()
             bound[binding.spec.name] = (address[0], address[1])
         return bound
 
     async def close(self) -> None:
-        for server in self._servers:
-            server.close()
+        for task in self._accepting:
+            task.cancel()
+        await asyncio.gather(*self._accepting, return_exceptions=True)
+        for sock in self._listening:
+            sock.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
+        if self._opening:  # still in their TLS handshake
+            for task in list(self._opening):
+                task.cancel()
+            await asyncio.gather(*self._opening, return_exceptions=True)
+
+    async def _accept(self, listening: socket.socket, binding: ListenerBinding) -> None:
+        """Accept connections on one listening socket, each counted against the limits
+        before anything else is done for it (its TLS handshake included), as Kafka's
+        Acceptor counts them."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = await loop.sock_accept(listening)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as error:  # out of descriptors or memory: back off, as asyncio's servers do
+                log.warning("accepting on %s failed (%s); trying again in 1 s", binding.spec.name, error)
+                await asyncio.sleep(1)
+                continue
+            connection = _Connection(self, binding, str(address[0]), loop.time())
+            if not self._admit(connection):
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = loop.create_task(self._open(sock, connection))
+            self._opening.add(task)
+            task.add_done_callback(self._opening.discard)
+
+    async def _open(self, sock: socket.socket, connection: _Connection) -> None:
+        """Hand an admitted socket to the loop: its TLS handshake first, within the
+        connection's authentication deadline; `connection_made` follows."""
+        loop = asyncio.get_running_loop()
+        context = connection.listener.ssl_context
+        try:
+            if context is None:
+                await loop.connect_accepted_socket(lambda: connection, sock)
+            else:
+                timeout = max(0.001, connection.authentication_deadline - loop.time())
+                await loop.connect_accepted_socket(lambda: connection, sock, ssl=context,
+                                                   ssl_handshake_timeout=timeout)
+        except (OSError, ssl.SSLError, TimeoutError) as error:  # the transport is closed already
+            log.info("closing connection from %s on %s: TLS handshake failed (%s)", connection.client_host,
+                     connection.listener.spec.name, error or type(error).__name__)
+            connection.release_all()
+            self._forget(connection)
+        except BaseException:
+            connection.release_all()
+            self._forget(connection)
+            raise
+
+    def _admit(self, connection: _Connection) -> bool:
+        """Count a connection just accepted, unless it is one too many: `max.connections`
+        over all listeners, `max.connections.per.ip` (or its override) from its address."""
+        max_connections = self._config["max.connections"]
+        if len(self._admitted) >= max_connections:
+            log.warning("refusing connection from %s: max.connections=%d reached", connection.client_host,
+                        max_connections)
+            return False
+        host = connection.client_host
+        limit = per_ip_limits(self._config["max.connections.per.ip.overrides"]).get(
+            host, self._config["max.connections.per.ip"])
+        if self._per_ip[host] >= limit:
+            log.info("refusing connection from %s: max.connections.per.ip%s=%d reached", host,
+                     "" if limit == self._config["max.connections.per.ip"] else " (its override)", limit)
+            return False
+        self._per_ip[host] += 1
+        self._admitted.add(connection)
+        connection.admitted = True
+        return True
+
+    def _forget(self, connection: _Connection) -> None:
+        """The connection is over: it leaves the counts (once)."""
+        if not connection.admitted:
+            return
+        connection.admitted = False
+        self._admitted.discard(connection)
+        host = connection.client_host
+        self._per_ip[host] -= 1
+        if self._per_ip[host] <= 0:
+            del self._per_ip[host]
+
+    def connections_from(self, host: str) -> int:
+        return self._per_ip.get(host, 0)
+
+    @property
+    def connection_count(self) -> int:
+        """Connections accepted and counted, serving or still in their TLS handshake."""
+        return len(self._admitted)
 
     def _connection_made(self, connection: _Connection) -> None:
-        max_connections = self._config["max.connections"]
-        if len(self._connections) >= max_connections:
-            log.warning("refusing connection: max.connections=%d reached", max_connections)
-            connection.release_all()
-            connection.transport.close()
-            return
         task = asyncio.get_running_loop().create_task(self._serve_connection(connection))
         self._connections.add(task)
 
@@ -400,6 +572,8 @@ class KafkaServer:
                 if frame is None:
                     return  # the client closed its side
                 response: list | None
+                connection.busy = True
+                identified = session.identified
                 try:
                     if session.expects_raw_tokens:
                         response = self._raw_token(session, frame)
@@ -407,10 +581,14 @@ class KafkaServer:
                         response = await self._handle(frame, session, connection)
                 finally:
                     connection.frame_done(frame)
+                if session.identified != identified:
+                    connection.limit_frames()  # authenticated: socket.request.max.bytes from now on
                 if session.failed:  # a failed authentication: answer late, then close (a guesser waits)
                     await asyncio.sleep(session.listener.failed_authentication_delay_ms / 1000)
                 if response is not None:
                     await connection.write(response)
+                connection.busy = False
+                connection.last_active = asyncio.get_running_loop().time()
                 if connection.muted_until:  # over a quota: the answer went out, the next request waits
                     await connection.wait_unmuted()
                 if session.failed:
@@ -427,6 +605,7 @@ class KafkaServer:
             self._connections.discard(task)
             connection.transport.close()
             connection.release_all()
+            self._forget(connection)
 
     @staticmethod
     def _raw_token(session: ConnectionSession, frame: bytearray) -> list:
@@ -496,3 +675,55 @@ class KafkaServer:
             connection.mute(throttle_ms)
             encoded = encode_response_frame(correlation_id, response, flexible_header=flexible_header)
         return encoded
+
+
+@cache
+def per_ip_limits(overrides: str) -> Mapping[str, int]:
+    """`max.connections.per.ip.overrides` (host:count,...) by IP address. A host name is
+    resolved once per value of the setting (as Kafka resolves it when the config is
+    read); one that does not resolve is left out, with a warning. Checked at start-up by
+    the config (`parse_ip_overrides`)."""
+    limits: dict[str, int] = {}
+    for host, count in parse_ip_overrides(overrides).items():
+        try:
+            ipaddress.ip_address(host)
+            addresses = [host]
+        except ValueError:
+            try:
+                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+                addresses = sorted({str(info[4][0]) for info in infos})
+            except OSError as error:
+                log.warning("max.connections.per.ip.overrides: %s does not resolve (%s); its limit is not applied",
+                            host, error)
+                continue
+        for address in addresses:
+            limits[str(address)] = count
+    return limits
+
+
+async def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for host:port, as `loop.create_server`
+    makes them (every address the host resolves to; None: every interface)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as error:
+                raise OSError(error.errno, f"error while attempting to bind on address {address!r}: "
+                                           f"{(error.strerror or str(error)).lower()}") from None
+            sock.listen(_LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets

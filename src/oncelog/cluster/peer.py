@@ -185,7 +185,8 @@ class _ResponseReceiver(asyncio.BufferedProtocol):
     stream buffer to copy it through (two copies of every replicated byte before)."""
 
     def __init__(self) -> None:
-        self._receiver = FrameReceiver(self._deliver, max_size=MAX_RESPONSE_BYTES, what="response")
+        self._receiver = FrameReceiver(self._deliver, max_size=MAX_RESPONSE_BYTES, what="response",
+                                       preallocate=True)
         self._frames: collections.deque[bytearray] = collections.deque()
         self._failure: BaseException | None = None  # the connection is over
         self._frame_waiter: asyncio.Future | None = None

@@ -75,7 +75,8 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()  # sasl.enabled.mechanisms, SASL listeners only
     new_sasl_server: Callable[[str], SaslServer] | None = None  # mechanism -> a fresh server
     max_reauth_ms: int = 0  # connections.max.reauth.ms (0: sessions never end)
-    max_receive_size: int = 524_288  # sasl.server.max.receive.size
+    max_receive_size: int = 524_288  # sasl.server.max.receive.size: the largest frame before authentication
+    authentication_timeout_ms: int = 10_000  # connections.authentication.timeout.ms (TLS handshake and SASL)
     failed_authentication_delay_ms: int = 100
     principal_of_certificate: Callable[[bytes], str | None] | None = field(default=None, repr=False)
 
@@ -103,6 +104,12 @@ class ConnectionSession:
     @property
     def authenticated(self) -> bool:
         return self.state is State.AUTHENTICATED
+
+    @property
+    def identified(self) -> bool:
+        """The client has proved who it is (it may be re-authenticating, KIP-368): past
+        the limits that bound a connection before authentication."""
+        return self.state in (State.AUTHENTICATED, State.REAUTH_AUTHENTICATE)
 
     @property
     def expects_raw_tokens(self) -> bool:
