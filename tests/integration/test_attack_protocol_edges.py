@@ -9,6 +9,10 @@ clients never do, and what the broker's answers give away.
   field only v1 has, so every v0 request failed).
 - A fetch session (KIP-227) is its principal's: another user naming its id finds no
   session, learns nothing of its partitions, and cannot close it or move its epoch.
+- SCRAM's server-first message for an unknown user is the one of a user stored with the
+  default parameters (`oncelog configs`, kafka-configs.sh): the same salt form and
+  iterations, the same salt on every attempt and after a restart, and the exchange
+  fails like a wrong password.
 
 The broker under the null attacks runs in its own process (BrokerProcess), so its log
 is the file a flood would fill; the attacks between users run against one broker with
@@ -17,12 +21,17 @@ SASL users and an authorizer (tests/support/secured.py), over raw wire clients.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatV0
@@ -37,10 +46,11 @@ from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from oncelog.broker.handlers import handler_table
-from oncelog.local.process import BrokerProcess
+from oncelog.local.process import BrokerProcess, free_port
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import is_flexible, request_class
 from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.security.sasl_client import ScramSaslClient
 from tests.support.kafka import create_topic
 from tests.support.null_fields import NullTarget, body_with_null, null_field_targets
 from tests.support.secured import SecuredBroker, password, secured_broker
@@ -93,7 +103,8 @@ def target(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    config = {"sasl.enabled.mechanisms": "PLAIN", "connection.failed.authentication.delay.ms": "0"}
+    config = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+              "connection.failed.authentication.delay.ms": "0"}
     with secured_broker(tmp_path_factory.mktemp("protocol-edges-secured"), config) as broker:
         yield broker
 
@@ -274,3 +285,89 @@ def test_another_principal_naming_a_fetch_session_finds_none_learns_nothing_and_
         assert secured.running.broker.fetch_sessions.get(session_id) is not None
         going_on = fetch(alice, None, session_id=session_id, epoch=1)  # still alice's, at the epoch she expects
         assert (going_on.error_code, going_on.session_id) == (ErrorCode.none, session_id)
+
+
+# -- SCRAM: an unknown user looks like a stored one -------------------------------------------
+
+SALT_BITS = 130  # Kafka's salts: new BigInteger(130, SecureRandom) in base 36 (ScramFormatter)
+
+
+def kafka_salt_form(salt: bytes) -> bool:
+    """Whether `salt` is what Kafka's tools store: a 130-bit number in base 36, as ASCII."""
+    return bool(re.fullmatch(rb"[0-9a-z]{1,26}", salt)) and int(salt, 36) < 2**SALT_BITS
+
+
+def add_scram_user(broker: SecuredBroker, user: str, secret: str, directory: Path) -> None:
+    """`oncelog configs --add-config 'SCRAM-SHA-256=[password=...]'` as admin: the default parameters."""
+    command_config = directory / "admin.properties"
+    command_config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                              f"sasl.password={password('admin')}\n")
+    subprocess.run(
+        [str(Path(sys.executable).with_name("oncelog")), "configs", "--alter", "--entity-type", "users",
+         "--entity-name", user, "--add-config", f"SCRAM-SHA-256=[password={secret}]",
+         "--bootstrap-server", broker.bootstrap_servers, "--command-config", str(command_config)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "ONCELOG_BOOTSTRAP"})
+
+
+def scram_first(bootstrap: str, user: str, mechanism: str = "SCRAM-SHA-256") -> tuple[bytes, int]:
+    """The salt and iteration count of the broker's server-first message to `user`."""
+    with WireClient.connect(bootstrap, timeout=EXCHANGE_TIMEOUT) as client:
+        assert client.request(SaslHandshakeRequest(mechanism=mechanism)).error_code == ErrorCode.none
+        answer = client.request(SaslAuthenticateRequest(auth_bytes=f"n,,n={user},r=fyko+d2lbbFgONRv9qkxdawL".encode()))
+        assert answer.error_code == ErrorCode.none, answer.error_message
+    fields = dict(field.split("=", 1) for field in answer.auth_bytes.decode().split(","))
+    return base64.b64decode(fields["s"]), int(fields["i"])
+
+
+def scram_exchange(bootstrap: str, user: str, secret: str) -> tuple[ErrorCode, str | None]:
+    """A whole SCRAM-SHA-256 exchange as `user` with `secret`: the final answer's error and message."""
+    scram = ScramSaslClient("SCRAM-SHA-256", user, secret)
+    with WireClient.connect(bootstrap, timeout=EXCHANGE_TIMEOUT) as client:
+        assert client.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code == ErrorCode.none
+        first = client.request(SaslAuthenticateRequest(auth_bytes=scram.initial_response()))
+        assert first.error_code == ErrorCode.none, first.error_message
+        final = client.request(SaslAuthenticateRequest(auth_bytes=scram.evaluate(first.auth_bytes) or b""))
+        return final.error_code, final.error_message
+
+
+def test_an_unknown_scram_user_gets_the_server_first_message_of_a_user_stored_with_the_defaults(
+        secured, tmp_path):
+    """The attacker's probe: a stored user's salt was librdkafka's 64 random bytes (88
+    base64 characters), an unknown user's a 26-character base-36 number."""
+    stored = unique("scram-stored")
+    add_scram_user(secured, stored, "stored-secret", tmp_path)
+    stored_salt, stored_iterations = scram_first(secured.bootstrap_servers, stored)
+    unknown = [unique("scram-nobody") for _ in range(12)]
+    unknown_firsts = [scram_first(secured.bootstrap_servers, user) for user in unknown]
+    assert (kafka_salt_form(stored_salt), stored_iterations) == (True, 4096)
+    assert [(kafka_salt_form(salt), iterations) for salt, iterations in unknown_firsts] == [(True, 4096)] * 12
+    # One user, the same salt on every attempt, as a stored user's.
+    assert [scram_first(secured.bootstrap_servers, user) for user in unknown] == unknown_firsts
+    assert scram_first(secured.bootstrap_servers, stored) == (stored_salt, stored_iterations)
+    assert scram_first(secured.bootstrap_servers, unknown[0], "SCRAM-SHA-512")[1] == 4096
+
+
+def test_an_unknown_scram_user_fails_the_whole_exchange_as_a_wrong_password(secured, tmp_path):
+    stored = unique("scram-known")
+    add_scram_user(secured, stored, "right-secret", tmp_path)
+    assert scram_exchange(secured.bootstrap_servers, stored, "right-secret") == (ErrorCode.none, None)
+    wrong_password = scram_exchange(secured.bootstrap_servers, stored, "wrong-secret")
+    unknown_user = scram_exchange(secured.bootstrap_servers, unique("scram-nobody"), "wrong-secret")
+    assert wrong_password[0] == ErrorCode.sasl_authentication_failed
+    assert unknown_user == wrong_password
+
+
+def test_an_unknown_scram_users_salt_outlives_a_broker_restart(tmp_path):
+    """The salt comes from a secret the broker keeps in its first log dir: one drawn anew
+    at each start would change an unknown user's salt, and a stored user's never changes."""
+    port = free_port()
+    config = {"listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}", "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+    broker = BrokerProcess(tmp_path / "data", config, port=port)
+    with broker:
+        before = scram_first(broker.bootstrap_servers, "nobody-at-all")
+    with broker:
+        after = scram_first(broker.bootstrap_servers, "nobody-at-all")
+    assert after == before and kafka_salt_form(before[0])
+    key_file = tmp_path / "data" / "scram-fake-salt.key"
+    assert key_file.stat().st_mode & 0o777 == 0o600 and key_file.stat().st_size == 32

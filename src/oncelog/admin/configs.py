@@ -59,7 +59,8 @@ errors about `--add-config` of users do not repeat it. `--add-config-file` keeps
 off the command line. Quota keys and SCRAM mechanisms may be given together for one user
 (the quotas are altered first); kafka-configs.sh refuses that ("Cannot alter both quota
 and SCRAM credential configs simultaneously"). `--describe` of users prints the quota
-lines, then the SCRAM ones (none for `--entity-default` or with clients).
+lines, then the SCRAM ones (none for `--entity-default` or with clients). The salt is
+made as kafka-configs.sh makes it (oncelog.security.sasl.scram.random_salt).
 """
 
 # No `from __future__ import annotations`: kio reads the field types at run time.
@@ -98,6 +99,7 @@ from oncelog.admin.clients import (
 from oncelog.admin.wire import Cluster
 from oncelog.errors import CommandError
 from oncelog.names import INTERNAL_TOPICS
+from oncelog.security.sasl.scram import random_salt
 
 SET, DELETE = 0, 1
 # --entity-type -> (the resource type, the singular kafka-configs.sh prints)
@@ -536,7 +538,10 @@ def _upsertion(user: str, mechanism_name: str, credential: str) -> UserScramCred
     if iterations < MIN_SCRAM_ITERATIONS:
         raise CommandError(f"--add-config {mechanism_name}: iterations {iterations} is less than the minimum "
                            f"{MIN_SCRAM_ITERATIONS}")
-    return UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, iterations), password.encode())
+    # The salt as kafka-configs.sh makes it (librdkafka's own would be 64 random bytes): the
+    # form of the salt the broker shows an unknown user, so a stored one looks the same.
+    return UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, iterations), password.encode(),
+                                        salt=random_salt())
 
 
 def _users_admin(args: argparse.Namespace) -> Any:

@@ -61,7 +61,7 @@ from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
 from oncelog.names import TopicPartition
 from oncelog.security.listeners import SecurityProtocol
-from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCredentialStore
+from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCredentialStore, load_fake_salt_key
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import InvalidConfigError
@@ -252,7 +252,8 @@ class Broker:
 
     async def _listen(self) -> None:
         """Every listener: bound, with what it advertises (port 0: the port it got)."""
-        bound = await self.server.start(listener_bindings(self.config, self.scram_credentials.lookup))
+        fake_salt_key = load_fake_salt_key(self.config.log_dirs[0])  # what SCRAM shows unknown users
+        bound = await self.server.start(listener_bindings(self.config, self.scram_credentials.lookup, fake_salt_key))
         for spec in self.config.listeners:
             _bound_host, bound_port = bound[spec.name]
             advertised = spec.advertised

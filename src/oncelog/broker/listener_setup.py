@@ -39,11 +39,15 @@ from oncelog.security.tls import (
 ScramLookup = Callable[[str, str], "ScramCredential | None"]
 
 
-def listener_bindings(config: BrokerConfig, scram_lookup: ScramLookup) -> list[ListenerBinding]:
-    return [_binding(config, spec, scram_lookup) for spec in config.listeners]
+def listener_bindings(config: BrokerConfig, scram_lookup: ScramLookup,
+                      scram_fake_salt_key: bytes) -> list[ListenerBinding]:
+    """Every listener's binding. `scram_fake_salt_key`: the broker's secret for the salts
+    SCRAM shows unknown users (`scram_credentials.load_fake_salt_key`)."""
+    return [_binding(config, spec, scram_lookup, scram_fake_salt_key) for spec in config.listeners]
 
 
-def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup) -> ListenerBinding:
+def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup,
+             scram_fake_salt_key: bytes) -> ListenerBinding:
     name = spec.name
     prefix = f"listener.name.{name.lower()}."
     ssl_context = None
@@ -86,7 +90,7 @@ def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup
                     oauth = OAuthBearerSettings.from_jaas_options(parse_jaas_config(jaas)[2])
                 except ValueError as error:
                     raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {error}") from None
-        factory = partial(_new_server, plain_users, scram_lookup, oauth)
+        factory = partial(_new_server, plain_users, scram_lookup, scram_fake_salt_key, oauth)
     security = ListenerSecurity(
         name, spec.protocol, mechanisms, factory,
         max_reauth_ms=config.for_listener(name, "connections.max.reauth.ms"),
@@ -98,9 +102,10 @@ def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup
     return ListenerBinding(spec, ssl_context, security)
 
 
-def _new_server(plain_users: dict[str, str], scram_lookup: ScramLookup, oauth: OAuthBearerSettings,
-                mechanism: str) -> SaslServer:
-    return new_sasl_server(mechanism, plain_users=plain_users, scram_lookup=scram_lookup, oauth=oauth)
+def _new_server(plain_users: dict[str, str], scram_lookup: ScramLookup, scram_fake_salt_key: bytes,
+                oauth: OAuthBearerSettings, mechanism: str) -> SaslServer:
+    return new_sasl_server(mechanism, plain_users=plain_users, scram_lookup=scram_lookup,
+                           scram_fake_salt_key=scram_fake_salt_key, oauth=oauth)
 
 
 def _certificate_principal(mapper: PrincipalMapper, der: bytes) -> str | None:

@@ -14,6 +14,8 @@ by its owner only; `credentials_to_json` / `credentials_from_json` are its forma
                                            "server_key": "<base64>", "iterations": 8192}}}}
 
 Only salts, StoredKeys and ServerKeys are kept; never a password or SaltedPassword.
+`load_fake_salt_key` keeps the broker's secret for the salts shown to unknown users
+(oncelog.security.sasl.scram), in a file of its own next to them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import base64
 import binascii
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,8 @@ from oncelog.storage.errors import CorruptLogError, StorageError
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
 
 FORMAT_VERSION = 1
+FAKE_SALT_KEY_FILE = "scram-fake-salt.key"  # in the first log dir, next to the credentials
+FAKE_SALT_KEY_BYTES = 32
 
 Credentials = dict[str, dict[str, ScramCredential]]  # {user: {mechanism: credential}}
 # The result of one user's alteration: (error code, error message), (0, None) for success.
@@ -300,7 +305,34 @@ def load_credentials_file(path: Path) -> Credentials:
 def write_credentials_file(path: Path, credentials: Mapping[str, Mapping[str, ScramCredential]]) -> None:
     """Replace `path` crash-safely (temporary file, fsync, rename, fsync of the directory),
     readable by its owner only. Raises StorageError."""
-    data = json.dumps(credentials_to_json(credentials), indent=1, sort_keys=True).encode() + b"\n"
+    _write_private_file(path, json.dumps(credentials_to_json(credentials), indent=1, sort_keys=True).encode() + b"\n")
+
+
+def load_fake_salt_key(directory: Path) -> bytes:
+    """The broker's secret the salts shown to unknown SCRAM users are derived from
+    (`ScramSaslServer`'s `fake_salt_key`): `directory`/scram-fake-salt.key, made on first
+    use (FAKE_SALT_KEY_BYTES from `secrets`, readable by its owner only). It outlives
+    restarts: a salt that changed when the broker restarted would tell an unknown user
+    from a stored one, whose salt stays. Raises CorruptLogError for a file of another
+    size, StorageError when it cannot be read or written."""
+    path = directory / FAKE_SALT_KEY_FILE
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = secrets.token_bytes(FAKE_SALT_KEY_BYTES)
+        _write_private_file(path, key)
+        return key
+    except OSError as exc:
+        raise StorageError(str(path), f"cannot read: {exc.strerror}", exc.errno) from exc
+    if len(key) != FAKE_SALT_KEY_BYTES:
+        raise CorruptLogError(str(path), f"a SCRAM fake-salt key is {FAKE_SALT_KEY_BYTES} bytes, this file has "
+                                         f"{len(key)}")
+    return key
+
+
+def _write_private_file(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` crash-safely (temporary file, fsync, rename, fsync of the
+    directory), readable by its owner only. Raises StorageError."""
     temporary = path.with_name(path.name + TEMP_SUFFIX)
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -14,7 +14,7 @@ def make(mechanism: str) -> SaslServer:
     return new_sasl_server(mechanism, plain_users={"alice": "pw"},
                            scram_lookup=lambda user, mech: CREDENTIAL if (user, mech) == ("alice", "SCRAM-SHA-256")
                            else None,
-                           oauth=OAuthBearerSettings())
+                           scram_fake_salt_key=b"k" * 32, oauth=OAuthBearerSettings())
 
 
 @pytest.mark.parametrize("mechanism", SUPPORTED_MECHANISMS)

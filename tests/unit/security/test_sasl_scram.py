@@ -11,6 +11,7 @@ import pytest
 
 from oncelog.security.sasl import IllegalSaslStateError, SaslAuthenticationError
 from oncelog.security.sasl.scram import (
+    DEFAULT_ITERATIONS,
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_SHA_256,
@@ -19,6 +20,7 @@ from oncelog.security.sasl.scram import (
     ScramSaslServer,
     decode_sasl_name,
     encode_sasl_name,
+    random_salt,
     salted_password,
     scram_credential_from_password,
     scram_credential_from_salted_password,
@@ -136,6 +138,26 @@ def test_unknown_user_sees_the_same_salt_every_time():
     other = server_for({}, nonce="a").evaluate(ScramTestClient(SCRAM_SHA_512, "trudy", "y").first_message())
     assert first == second
     assert first != other
+
+
+def test_an_unknown_users_salt_has_the_form_of_a_default_stored_salt_and_comes_from_the_key():
+    """The salt Kafka's tools store (random_salt: a 130-bit number in base 36) and 4096
+    iterations; derived from the broker's key, so the same for a new server with that key."""
+    def server_first(key: bytes, user: str) -> dict[str, str]:
+        server = ScramSaslServer(SCRAM_SHA_256, lambda user, mech: None, nonce=lambda: "n", fake_salt_key=key)
+        answer = server.evaluate(ScramTestClient(SCRAM_SHA_256, user, "x").first_message())
+        return dict(field.split("=", 1) for field in answer.decode().split(","))
+
+    def kafka_form(salt: bytes) -> bool:
+        return salt.isascii() and salt.isalnum() and salt == salt.lower() and int(salt, 36) < 2**130
+
+    salts = [base64.b64decode(server_first(b"k" * 32, f"user-{n}")["s"]) for n in range(200)]
+    stored = [random_salt() for _ in range(200)]
+    assert all(map(kafka_form, salts)) and all(map(kafka_form, stored))
+    assert max(map(len, salts)) == 26 and min(map(len, salts)) >= 20  # 26 digits 41% of the time, 25 58%
+    assert server_first(b"k" * 32, "mallory") == server_first(b"k" * 32, "mallory")
+    assert server_first(b"k" * 32, "mallory")["s"] != server_first(b"j" * 32, "mallory")["s"]
+    assert server_first(b"k" * 32, "mallory")["i"] == str(DEFAULT_ITERATIONS) == "4096"
 
 
 def test_credential_with_too_few_iterations_fails_like_an_unknown_user():

@@ -24,6 +24,7 @@ from oncelog.security.scram_credentials import (
     UserScramCredentialsDescription,
     credentials_from_json,
     credentials_to_json,
+    load_fake_salt_key,
     plan_alteration,
 )
 from oncelog.storage.errors import CorruptLogError
@@ -214,3 +215,17 @@ def test_file_store_refuses_a_corrupt_file(tmp_path):
     path.write_text('{"version": 1, "users": {"a": ')
     with pytest.raises(CorruptLogError, match="not a SCRAM credentials file"):
         FileScramCredentialStore(path)
+
+
+def test_the_fake_salt_key_is_made_once_private_and_kept(tmp_path):
+    key = load_fake_salt_key(tmp_path)
+    path = tmp_path / "scram-fake-salt.key"
+    assert len(key) == 32 and path.read_bytes() == key
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert load_fake_salt_key(tmp_path) == key  # the next start reads it back
+    other = tmp_path / "other"
+    other.mkdir()
+    assert load_fake_salt_key(other) != key  # another broker, another key
+    path.write_bytes(key[:7])
+    with pytest.raises(CorruptLogError, match="32 bytes"):
+        load_fake_salt_key(tmp_path)

@@ -36,14 +36,15 @@ SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"
 
 
 def new_sasl_server(mechanism: str, *, plain_users: Mapping[str, str],
-                    scram_lookup: Callable[[str, str], ScramCredential | None],
+                    scram_lookup: Callable[[str, str], ScramCredential | None], scram_fake_salt_key: bytes,
                     oauth: OAuthBearerSettings) -> SaslServer:
     """A server for one exchange of `mechanism` (one of SUPPORTED_MECHANISMS, which the
-    broker checks at SaslHandshake; ValueError for any other)."""
+    broker checks at SaslHandshake; ValueError for any other). `scram_fake_salt_key`: the
+    broker's secret for the salts SCRAM shows unknown users."""
     if mechanism == "PLAIN":
         return PlainSaslServer(plain_users)
     if mechanism in SCRAM_MECHANISMS:
-        return ScramSaslServer(mechanism, scram_lookup)
+        return ScramSaslServer(mechanism, scram_lookup, fake_salt_key=scram_fake_salt_key)
     if mechanism == "OAUTHBEARER":
         return OAuthBearerSaslServer(oauth)
     raise ValueError(f"unsupported SASL mechanism {mechanism!r} (supported: {', '.join(SUPPORTED_MECHANISMS)})")

@@ -18,10 +18,19 @@ The exchange (no channel binding: the gs2 header is "n,," or "n,a=<authzid>,"):
 The server keeps only (salt, StoredKey, ServerKey, iterations): `ScramCredential`.
 
 Deviations from Kafka, all stricter or safer:
-- An unknown user (or one whose credential has too few iterations) gets a server-first
-  message with a salt derived from the name, and fails only after the client-final
-  message, with the same message as a wrong password: the exchange does not tell whether
-  the user exists. Kafka fails such a user at the client-first message.
+- An unknown user (or one whose credential has too few iterations) gets the server-first
+  message of a user stored with the default parameters, and fails only after the
+  client-final message, with the same message as a wrong password: the exchange does not
+  tell whether the user exists. Kafka fails such a user at the client-first message. The
+  default parameters are Kafka's (ScramFormatter, UserScramCredentialUpsertion): 4096
+  iterations and a salt that is a 130-bit random number in base 36, as ASCII (up to 26
+  bytes, most often 25 or 26), which `oncelog configs`, kafka-configs.sh and the Java
+  AdminClient store. The unknown user's salt has that form, derived with HMAC-SHA-256
+  from the broker's secret (`fake_salt_key`, kept across restarts:
+  `scram_credentials.load_fake_salt_key`) and the mechanism and name, so it is the same
+  on every attempt, as a stored salt is. A credential stored with other parameters
+  (more iterations; librdkafka's AdminClient, given no salt, makes 64 random bytes) is
+  told from an unknown user by its server-first message, as it is from other stored ones.
 - The client-final nonce must equal the combined nonce (as Kafka 4; Kafka 3.8.1-3.9 only
   checked that it ended with the server's, which librdkafka before 2.6.1 relied on: its
   kcat 1.7.1 build fails SCRAM here, as with Kafka 4),
@@ -68,7 +77,8 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 _TOKEN_AUTH_EXTENSION = "tokenauth"
 
 # Derives the salts shown for unknown users, so that one name always gets the same salt
-# (a salt that changed between attempts would tell that the user does not exist).
+# (a salt that changed between attempts would tell that the user does not exist). Only
+# for servers made without the broker's own key, which lasts across restarts.
 _PROCESS_FAKE_SALT_KEY = secrets.token_bytes(32)
 
 
@@ -135,10 +145,13 @@ def _base36(number: int) -> str:
     return "".join(reversed(digits)) or "0"
 
 
+SALT_BITS = 130  # Kafka's ScramFormatter.secureRandomString: new BigInteger(130, random), base 36
+
+
 def random_salt() -> bytes:
-    """A salt shaped like the ones Kafka's tools make (a 130-bit random number in base 36,
-    as ASCII), so that the salts of real and unknown users look alike."""
-    return _base36(secrets.randbits(130)).encode("ascii")
+    """A salt as Kafka's tools make it (a 130-bit random number in base 36, as ASCII), the
+    form the salts shown to unknown users have."""
+    return _base36(secrets.randbits(SALT_BITS)).encode("ascii")
 
 
 def new_server_nonce() -> str:
@@ -197,8 +210,9 @@ class _ClientFirst:
 class ScramSaslServer:
     """One SCRAM exchange. `lookup(user, mechanism)` gives the stored credential or None;
     `nonce` makes the server nonce (tests inject RFC test vectors' nonces);
-    `fake_salt_key` derives the salts shown for unknown users (brokers of one cluster
-    should share it, so that they all show an unknown user the same salt)."""
+    `fake_salt_key` derives the salts shown for unknown users: the broker passes its own,
+    which outlives restarts (brokers of one cluster should share it, so that they all show
+    an unknown user the same salt, as they show a stored user's)."""
 
     def __init__(self, mechanism: str, lookup: Callable[[str, str], ScramCredential | None], *,
                  nonce: Callable[[], str] = new_server_nonce, fake_salt_key: bytes = _PROCESS_FAKE_SALT_KEY) -> None:
@@ -267,7 +281,8 @@ class ScramSaslServer:
 
     def _fake_credential(self, user: str) -> ScramCredential:
         digest = hmac.digest(self._fake_salt_key, f"{self.mechanism}\x00{user}".encode(), "sha256")
-        salt = _base36(int.from_bytes(digest[:17], "big") >> 6).encode("ascii")  # 130 bits, as random_salt
+        # 130 of its bits, uniform as random_salt's, so the salt's length varies as a stored one's
+        salt = _base36(int.from_bytes(digest, "big") >> (len(digest) * 8 - SALT_BITS)).encode("ascii")
         size = hashlib.new(self._hash_name).digest_size
         return ScramCredential(salt=salt, stored_key=secrets.token_bytes(size), server_key=secrets.token_bytes(size),
                                iterations=DEFAULT_ITERATIONS)
