@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
 )
 
 from oncelog import EmbeddedBroker
-from tests.support.certs import PASSWORD, CertificateAuthority, Issued
+from tests.support.certs import CN_RULE, PASSWORD, CertificateAuthority, Issued
 from tests.support.secured import STANDARD_AUTHORIZER
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
@@ -71,7 +71,7 @@ def secured(tmp_path_factory) -> Iterator[Secured]:
         "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(server.pkcs12), "ssl.keystore.password": PASSWORD,
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.certificate),
         "listener.name.ssl.ssl.client.auth": "required",
-        "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
+        "listener.name.ssl.ssl.principal.mapping.rules": f"{CN_RULE},DEFAULT",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
         "listener.name.sasl_ssl.plain.sasl.jaas.config":
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {PLAIN_USERS};",

@@ -1,10 +1,12 @@
 """A test CA with a broker certificate (for localhost and 127.0.0.1) and client
-certificates, made with the `cryptography` package, written as PEM and PKCS12 files."""
+certificates, made with the `cryptography` package, written as PEM and PKCS12 files. The
+CA signs any subject it is given, as a careless CA would: see `openssl_subject`."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,9 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 PASSWORD = "test-store-secret"
+# The principal mapping rule the docs show (docs/security.md, "Mapping rules that cannot be
+# fooled"): the name is the most specific RDN's CN, of letters, digits, '.', '_' and '-' only.
+CN_RULE = "RULE:^CN=([A-Za-z0-9._-]+)(,.*)?$/$1/L"
 
 
 @dataclass(frozen=True)
@@ -49,9 +54,10 @@ class CertificateAuthority:
         path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
         return cls(directory, path, key, certificate)
 
-    def issue(self, name: str, subject: str, *, server: bool) -> Issued:
-        """A certificate for `subject` ("CN=alice,OU=eng,O=oncelog"); a server one is valid
-        for localhost and 127.0.0.1."""
+    def issue(self, name: str, subject: str | x509.Name, *, server: bool) -> Issued:
+        """A certificate for `subject`: "CN=alice,OU=eng,O=oncelog" (most specific first),
+        OpenSSL's `-subj` form "/O=CN=admin/CN=mallory" (see `openssl_subject`) or an
+        x509.Name; a server one is valid for localhost and 127.0.0.1."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         builder = (
@@ -79,12 +85,59 @@ class CertificateAuthority:
         return paths
 
 
-def _name(subject: str) -> x509.Name:
-    oids = {"CN": NameOID.COMMON_NAME, "OU": NameOID.ORGANIZATIONAL_UNIT_NAME, "O": NameOID.ORGANIZATION_NAME,
-            "C": NameOID.COUNTRY_NAME, "L": NameOID.LOCALITY_NAME}
+_OIDS = {"CN": NameOID.COMMON_NAME, "OU": NameOID.ORGANIZATIONAL_UNIT_NAME, "O": NameOID.ORGANIZATION_NAME,
+         "C": NameOID.COUNTRY_NAME, "L": NameOID.LOCALITY_NAME, "ST": NameOID.STATE_OR_PROVINCE_NAME,
+         "STREET": NameOID.STREET_ADDRESS, "DC": NameOID.DOMAIN_COMPONENT, "UID": NameOID.USER_ID,
+         "emailAddress": NameOID.EMAIL_ADDRESS, "serialNumber": NameOID.SERIAL_NUMBER, "title": NameOID.TITLE}
+
+
+def _name(subject: str | x509.Name) -> x509.Name:
+    if isinstance(subject, x509.Name):
+        return subject
+    if subject.startswith("/"):
+        return openssl_subject(subject)
     # RFC 4514 text lists the most specific part first; the certificate holds them the other way round.
     parts = [part.split("=", 1) for part in subject.split(",")]
-    return x509.Name([x509.NameAttribute(oids[key.strip()], value.strip()) for key, value in reversed(parts)])
+    return x509.Name([x509.NameAttribute(_OIDS[key.strip()], value.strip()) for key, value in reversed(parts)])
+
+
+def openssl_subject(subject: str) -> x509.Name:
+    """A Name written as OpenSSL's `req -subj` takes it: RDNs in certificate order, each
+    after a `/`, the attributes of a multi-valued one joined with `+`, a `\\` escaping the
+    next character; a value is everything after its type's first `=`, commas and `=`
+    included: "/O=CN=admin/CN=mallory", "/O=x,CN=admin/CN=mallory", "/CN=a+UID=b"."""
+    if not subject.startswith("/"):
+        raise ValueError(f"an OpenSSL subject starts with '/': {subject!r}")
+    rdns = []
+    for rdn in _split_unescaped(subject[1:], "/"):
+        attributes = []
+        for attribute in _split_unescaped(rdn, "+"):
+            key, separator, value = attribute.partition("=")
+            if not separator:
+                raise ValueError(f"{attribute!r} in {subject!r} is not TYPE=value")
+            oid = _OIDS[key] if key in _OIDS else x509.ObjectIdentifier(key)
+            attributes.append(x509.NameAttribute(oid, re.sub(r"\\(.)", r"\1", value, flags=re.DOTALL)))
+        rdns.append(x509.RelativeDistinguishedName(attributes))
+    return x509.Name(rdns)
+
+
+def _split_unescaped(text: str, separator: str) -> list[str]:
+    """`text` cut at each `separator` no backslash escapes; the escapes stay in the parts."""
+    parts, current = [], ""
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "\\":
+            current += text[position:position + 2]
+            position += 2
+            continue
+        if char == separator:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+        position += 1
+    return [*parts, current]
 
 
 # PLAIN users of the SASL_SSL listener of `four_listeners`: admin and bob.
@@ -103,7 +156,7 @@ def four_listeners(ca: CertificateAuthority, server: Issued, *,
         "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(server.pkcs12), "ssl.keystore.password": PASSWORD,
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.certificate),
         "listener.name.ssl.ssl.client.auth": "required",
-        "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT",
+        "listener.name.ssl.ssl.principal.mapping.rules": f"{CN_RULE},DEFAULT",
         "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
         "listener.name.sasl_ssl.ssl.keystore.location": "",  # not the broker-wide PKCS12 one
         "listener.name.sasl_ssl.ssl.keystore.certificate.chain": server.certificate.read_text(),
