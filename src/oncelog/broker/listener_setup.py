@@ -110,8 +110,13 @@ def _new_server(plain_users: dict[str, str], scram_lookup: ScramLookup, scram_fa
 
 def _certificate_principal(mapper: PrincipalMapper, der: bytes) -> str | None:
     """User:<mapped subject DN>, or None when no mapping rule matches (the server then
-    closes the connection, as Kafka fails its authentication)."""
-    name = mapper.name(certificate_subject(der))
+    closes the connection, as Kafka fails its authentication). A certificate OpenSSL
+    accepted but whose subject cannot be read is refused the same way."""
+    try:
+        subject = certificate_subject(der)
+    except ValueError:
+        return None
+    name = mapper.name(subject)
     return None if name is None else f"User:{name}"
 
 

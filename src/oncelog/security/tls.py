@@ -11,9 +11,11 @@
 - `ssl.client.auth`: none, requested (a certificate is asked for and checked when
   given) or required; `ssl.enabled.protocols` (TLSv1.2, TLSv1.3); `ssl.cipher.suites`
   (OpenSSL names).
-- The principal of a client certificate: its subject DN as RFC 2253 text (as Java's
-  X500Principal prints it, e.g. `CN=alice,OU=eng,O=example`) mapped by
-  `ssl.principal.mapping.rules` (`RULE:^CN=(.*?),OU=.*$/$1/L,DEFAULT`).
+- The principal of a client certificate: its subject DN as RFC 2253 text, exactly as
+  Java's X500Principal.getName() prints it (`CN=alice,OU=eng,O=example`; see
+  distinguished_names), mapped by `ssl.principal.mapping.rules` as Kafka's
+  SslPrincipalMapper does (`RULE:^CN=([A-Za-z0-9._-]+)(,.*)?$/$1/L`: the CN of the most
+  specific RDN; docs/security.md says why a rule must be anchored like this one).
 
 Keys and passwords never reach a log line; a bad keystore is a one-line error that names
 the key.
@@ -33,6 +35,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
+
+from oncelog.security.distinguished_names import rfc2253, tbs_subject
 
 _PROTOCOLS = {"TLSV1.2": ssl.TLSVersion.TLSv1_2, "TLSV1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -224,48 +228,159 @@ def _private_files(chain: bytes, key: bytes) -> Iterator[tuple[str, str]]:
 
 
 @dataclass(frozen=True, slots=True)
+class _Group:
+    """A reference to a capturing group in a rule's replacement: `$n` or `${name}`."""
+
+    key: int | str
+
+
+@dataclass(frozen=True, slots=True)
 class _Rule:
     pattern: re.Pattern[str] | None  # None: DEFAULT
-    replacement: str = ""
+    replacement: tuple[str | _Group, ...] = ()
     case: str = ""  # "", "L" or "U"
+
+    def apply(self, distinguished_name: str) -> str | None:
+        if self.pattern is None:
+            return distinguished_name
+        if self.pattern.fullmatch(distinguished_name) is None:
+            return None
+        # Java's replaceAll: every match is replaced, the empty one at the end of `.*` too.
+        name = self.pattern.sub(self._expand, distinguished_name)
+        return name.lower() if self.case == "L" else name.upper() if self.case == "U" else name
+
+    def _expand(self, match: re.Match[str]) -> str:
+        return "".join(part if isinstance(part, str) else match.group(part.key) or "" for part in self.replacement)
 
 
 class PrincipalMapper:
-    """`ssl.principal.mapping.rules`: the first rule whose pattern matches the whole DN
-    gives the name; DEFAULT keeps the DN. No matching rule: authentication fails (as Kafka)."""
+    r"""`ssl.principal.mapping.rules`, as Kafka's SslPrincipalMapper: a comma-separated list
+    of `RULE:pattern/replacement/` (optionally `L` or `U` after the last slash: lower or
+    upper case the result) and `DEFAULT` (the DN as it is). The first rule whose pattern
+    matches the whole DN (RFC 2253 text, `distinguished_names.rfc2253`) gives the name:
+    the DN with every match of the pattern replaced (Java's replaceAll). No rule matches:
+    None, and the connection is refused, as Kafka fails its authentication.
 
-    _RULE = re.compile(r"\s*(?:(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?))\s*(?:,|$)")
+    In a pattern or a replacement `\/` is a `/`. A replacement is Java's: `$n` and `${name}`
+    are groups, `\x` is `x`; as Kafka, a `$n` whose first digit is past the last group is
+    text, and `$12` is group 1 then `2` when there is no group 12. Empty rules are skipped,
+    so an empty list has no rule and refuses every certificate (Kafka's behaviour).
+
+    Deviation: patterns are Python regular expressions, which agree with Java's in what
+    mapping rules use (classes, groups, anchors, quantifiers); a named group is written
+    `(?P<name>...)`, and `.` and `$` stop only at `\n` (Java's also at `\r`, U+0085,
+    U+2028 and U+2029). Deviation: a replacement Java would fail on at the first
+    connection (`$` not before a digit or `{`, a group the pattern does not have) is a
+    configuration error at start-up here.
+    """
 
     def __init__(self, rules: str = "DEFAULT") -> None:
         self._rules: list[_Rule] = []
-        text = rules.strip() or "DEFAULT"
-        position = 0
-        while position < len(text):
-            match = self._RULE.match(text, position)
-            if match is None or match.end() == position:
-                raise TlsConfigError(f"ssl.principal.mapping.rules: cannot parse {text[position:]!r}")
-            if match.group(1):
+        for rule in _split_rules(rules):
+            if rule == "DEFAULT":
                 self._rules.append(_Rule(None))
-            else:
-                try:
-                    pattern = re.compile(match.group(2).replace("\\/", "/"))
-                except re.error as error:
-                    raise TlsConfigError(
-                        f"ssl.principal.mapping.rules: bad pattern {match.group(2)!r}: {error}") from None
-                replacement = re.sub(r"\$(\d+)", r"\\\1", match.group(3).replace("\\/", "/"))
-                self._rules.append(_Rule(pattern, replacement, match.group(4)))
-            position = match.end()
+            elif rule:
+                self._rules.append(_parse_rule(rule))
 
     def name(self, distinguished_name: str) -> str | None:
         for rule in self._rules:
-            if rule.pattern is None:
-                return distinguished_name
-            if rule.pattern.fullmatch(distinguished_name):
-                name = rule.pattern.sub(rule.replacement, distinguished_name, count=1)
-                return name.lower() if rule.case == "L" else name.upper() if rule.case == "U" else name
+            name = rule.apply(distinguished_name)
+            if name is not None:
+                return name
         return None
 
 
+# One rule: DEFAULT, or RULE: then a pattern, a replacement and the case flag, `\` escaping
+# the next character (a `/` among them) in the pattern and the replacement.
+_RULE = re.compile(r"DEFAULT|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?)", re.DOTALL)
+_RULE_END = re.compile(r"\s*(?:,\s*|$)")
+
+
+def _split_rules(rules: str) -> Iterator[str]:
+    """The rules of the list, each as written ('' for an empty one)."""
+    text = rules.strip()
+    position = 0
+    while position < len(text):
+        match = _RULE.match(text, position)
+        end = match.end() if match else position
+        separator = _RULE_END.match(text, end)
+        if separator is None:
+            following = text.find(",", end)
+            rest = text[position:] if following < 0 else text[position:following]
+            raise TlsConfigError(f"ssl.principal.mapping.rules: cannot parse {rest.strip()!r} (expected "
+                                 "RULE:pattern/replacement/ with an optional L or U after it, or DEFAULT)")
+        yield text[position:end]
+        position = separator.end()
+
+
+def _parse_rule(rule: str) -> _Rule:
+    match = _RULE.fullmatch(rule)
+    assert match is not None and match.group(1) is not None  # _split_rules gave it
+    pattern_text, replacement_text, case = match.groups()
+    try:
+        pattern = re.compile(pattern_text)
+    except re.error as error:
+        raise TlsConfigError(f"ssl.principal.mapping.rules: bad pattern {pattern_text!r}: {error}") from None
+    return _Rule(pattern, _parse_replacement(replacement_text, pattern), case)
+
+
+def _parse_replacement(text: str, pattern: re.Pattern[str]) -> tuple[str | _Group, ...]:
+    """Java's Matcher replacement syntax, with Kafka's treatment of `$n` past the last group."""
+    def fail(reason: str) -> TlsConfigError:
+        return TlsConfigError(f"ssl.principal.mapping.rules: replacement {text!r}: {reason}")
+
+    parts: list[str | _Group] = []
+    literal: list[str] = []
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "\\":
+            if position + 1 == len(text):
+                raise fail("a trailing \\ escapes nothing")
+            literal.append(text[position + 1])
+            position += 2
+            continue
+        if char != "$":
+            literal.append(char)
+            position += 1
+            continue
+        following = text[position + 1:position + 2]
+        if following == "{":
+            close = text.find("}", position + 2)
+            group_name = text[position + 2:close] if close > 0 else ""
+            if not group_name.isidentifier() or group_name not in pattern.groupindex:
+                raise fail(f"no group named {group_name!r} in the pattern")
+            reference: int | str = group_name
+            position = close + 1
+        elif following.isdigit() and following.isascii():
+            number = int(following)
+            if number > pattern.groups and pattern.groups > 0:
+                literal.append("$")  # Kafka: text, not a group (SslPrincipalMapper)
+                position += 1
+                continue
+            if number > pattern.groups:
+                raise fail(f"group {number} does not exist (the pattern has no groups)")
+            position += 2
+            # Java takes the next digits too while they still name a group.
+            while position < len(text) and text[position].isdigit() and text[position].isascii() \
+                    and number * 10 + int(text[position]) <= pattern.groups:
+                number = number * 10 + int(text[position])
+                position += 1
+            reference = number
+        else:
+            raise fail("$ must be followed by a group number or {name} (write \\$ for a $)")
+        if literal:
+            parts.append("".join(literal))
+            literal = []
+        parts.append(_Group(reference))
+    if literal:
+        parts.append("".join(literal))
+    return tuple(parts)
+
+
 def certificate_subject(der: bytes) -> str:
-    """The subject of a DER certificate as RFC 2253 text (`CN=alice,OU=eng,O=example`)."""
-    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    """The subject of a DER certificate as RFC 2253 text, exactly as Java's
+    X500Principal.getName() gives it (`CN=alice,OU=eng,O=example`); see
+    distinguished_names. ValueError if the certificate cannot be read."""
+    certificate = x509.load_der_x509_certificate(der)
+    return rfc2253(tbs_subject(certificate.tbs_certificate_bytes))
