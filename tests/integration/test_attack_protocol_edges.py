@@ -13,6 +13,8 @@ clients never do, and what the broker's answers give away.
   default parameters (`oncelog configs`, kafka-configs.sh): the same salt form and
   iterations, the same salt on every attempt and after a restart, and the exchange
   fails like a wrong password.
+- DescribeConfigs answers every key Kafka types PASSWORD, a listener's override of one
+  included, as sensitive with a null value: no secret of the broker's config is sent.
 
 The broker under the null attacks runs in its own process (BrokerProcess), so its log
 is the file a flood would fill; the attacks between users run against one broker with
@@ -36,6 +38,7 @@ from pathlib import Path
 import pytest
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatV0
 from kio.schema.consumer_group_heartbeat.v0.request import TopicPartitions as OwnedPartitionsV0
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
@@ -47,7 +50,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from oncelog.broker.handlers import handler_table
 from oncelog.local.process import BrokerProcess, free_port
-from oncelog.protocol.client import WireClient
+from oncelog.protocol.client import WireClient, decode_response, encode_request
 from oncelog.protocol.messages import is_flexible, request_class
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.security.sasl_client import ScramSaslClient
@@ -101,10 +104,25 @@ def target(tmp_path_factory):
         yield logged
 
 
+# Kafka's PASSWORD-typed broker keys oncelog takes (SslConfigs, BrokerSecurityConfigs,
+# SaslConfigs), each set on the secured broker, bare and for its listener, to a value
+# DescribeConfigs must never send.
+PASSWORD_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+                 "ssl.truststore.password", "ssl.truststore.certificates")
+LISTENER_PREFIX = "listener.name.sasl_plaintext."
+SECRET_CONFIGS = {
+    **{key: f"edges-secret {key}" for key in PASSWORD_KEYS},
+    **{LISTENER_PREFIX + key: f"edges-secret {LISTENER_PREFIX + key}" for key in PASSWORD_KEYS},
+    LISTENER_PREFIX + "scram-sha-256.sasl.jaas.config":
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="x" password="edges-secret";',
+}
+
+
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     config = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-              "connection.failed.authentication.delay.ms": "0"}
+              "connection.failed.authentication.delay.ms": "0", **SECRET_CONFIGS,
+              LISTENER_PREFIX + "sasl.server.max.receive.size": "524288"}
     with secured_broker(tmp_path_factory.mktemp("protocol-edges-secured"), config) as broker:
         yield broker
 
@@ -371,3 +389,37 @@ def test_an_unknown_scram_users_salt_outlives_a_broker_restart(tmp_path):
     assert after == before and kafka_salt_form(before[0])
     key_file = tmp_path / "data" / "scram-fake-salt.key"
     assert key_file.stat().st_mode & 0o777 == 0o600 and key_file.stat().st_size == 32
+
+
+# -- DescribeConfigs: every secret is sensitive -----------------------------------------------
+
+
+def test_describe_configs_sends_no_secret_and_marks_every_password_key_sensitive(secured):
+    """ssl.truststore.certificates was sent as it was set, and listener overrides
+    (listener.name.<l>.<key>) were not described at all, where Kafka describes them as
+    sensitive."""
+    request = DescribeConfigsRequest(resources=(DescribeConfigsResource(
+        resource_type=i8(4), resource_name=str(secured.running.broker.node_id), configuration_keys=None),),
+        include_synonyms=True, include_documentation=False)
+    with signed_in(secured, "admin") as admin:
+        admin.send_raw(encode_request(request, 77))
+        frame = admin.read_frame()
+    assert b"edges-secret" not in frame and password("alice").encode() not in frame
+    (result,) = decode_response(request, frame, 77).results
+    assert result.error_code == ErrorCode.none
+    described = {entry.name: entry for entry in result.configs}
+    expected = [*PASSWORD_KEYS, *(LISTENER_PREFIX + key for key in PASSWORD_KEYS),
+                LISTENER_PREFIX + "plain.sasl.jaas.config", LISTENER_PREFIX + "scram-sha-256.sasl.jaas.config"]
+    missing = [key for key in expected if key not in described]
+    assert not missing, f"not described: {missing}"
+    shown = [(key, described[key].value, described[key].is_sensitive, described[key].config_type) for key in expected
+             if (described[key].value, described[key].is_sensitive, described[key].config_type) != (None, True, 9)]
+    assert not shown, f"not answered as sensitive PASSWORD keys: {shown}"
+    synonyms = [(key, synonym.name, synonym.value) for key in expected for synonym in described[key].synonyms
+                if synonym.value is not None]
+    assert not synonyms
+    keystore = described[LISTENER_PREFIX + "ssl.keystore.password"]
+    assert [(s.name, s.source) for s in keystore.synonyms] == [
+        (LISTENER_PREFIX + "ssl.keystore.password", 4), ("ssl.keystore.password", 4), ("ssl.keystore.password", 5)]
+    receive_size = described[LISTENER_PREFIX + "sasl.server.max.receive.size"]  # a listener key that is no secret
+    assert (receive_size.value, receive_size.is_sensitive) == ("524288", False)

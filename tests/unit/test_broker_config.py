@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError, parse_overrides, read_properties
+from oncelog.broker.config import BrokerConfig, ConfigError, is_sensitive, parse_overrides, read_properties
 
 
 def test_properties_file_then_overrides(tmp_path):
@@ -85,3 +85,31 @@ def test_the_replication_keys_of_kafka_pythons_test_broker_config_are_accepted()
                            "offsets.commit.timeout.ms": "500"})
     assert config.ignored == ["replica.socket.timeout.ms"]
     assert (config["replica.lag.time.max.ms"], config["offsets.commit.timeout.ms"]) == (1000, 500)
+
+
+# Every broker key Kafka types PASSWORD (SslConfigs, BrokerSecurityConfigs, SaslConfigs,
+# PasswordEncoderConfigs, DelegationTokenManagerConfigs, ZkConfigs).
+KAFKA_PASSWORD_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+                       "ssl.keystore.certificate.chain", "ssl.truststore.password", "ssl.truststore.certificates",
+                       "sasl.jaas.config", "password.encoder.secret", "password.encoder.old.secret",
+                       "delegation.token.secret.key", "delegation.token.master.key",
+                       "zookeeper.ssl.keystore.password", "zookeeper.ssl.truststore.password")
+
+
+@pytest.mark.parametrize("key", KAFKA_PASSWORD_KEYS)
+def test_every_kafka_password_key_is_sensitive_bare_and_for_a_listener(key):
+    assert is_sensitive(key)
+    if key.startswith("ssl."):
+        assert is_sensitive(f"listener.name.sasl_ssl.{key}")
+
+
+@pytest.mark.parametrize("mechanism", ["plain", "scram-sha-256", "SCRAM-SHA-512", "oauthbearer"])
+def test_a_listeners_jaas_config_is_sensitive(mechanism):
+    assert is_sensitive(f"listener.name.sasl_ssl.{mechanism}.sasl.jaas.config")
+
+
+def test_keys_that_are_no_secret_are_not_sensitive_and_an_unknown_listener_key_is():
+    for key in ("ssl.truststore.location", "ssl.client.auth", "listener.name.ssl.ssl.client.auth",
+                "listener.name.sasl_ssl.plain.connections.max.reauth.ms", "log.dirs", "retention.ms"):
+        assert not is_sensitive(key), key
+    assert is_sensitive("listener.name.ssl.something.unknown")  # as Kafka: a type it cannot tell

@@ -112,7 +112,7 @@ SETTINGS: Mapping[str, Setting] = {
         _tls("ssl.truststore.type", "JKS", "PEM or PKCS12 (a JKS-typed file in PEM is read as PEM)."),
         _tls("ssl.truststore.location", "", "CA certificates client certificates must chain to."),
         _secret("ssl.truststore.password", "The PKCS12 truststore's password."),
-        _tls("ssl.truststore.certificates", "", "Inline PEM CA certificates (ssl.truststore.type=PEM)."),
+        _secret("ssl.truststore.certificates", "Inline PEM CA certificates (ssl.truststore.type=PEM)."),
         _tls("ssl.client.auth", "none", "none, requested or required: whether clients present certificates."),
         _tls("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "TLS versions accepted."),
         _tls("ssl.protocol", "TLSv1.3", "Kafka's SSLContext protocol; TLS versions come from ssl.enabled.protocols."),
@@ -318,6 +318,40 @@ _LISTENER_KEY = re.compile(r"^listener\.name\.([A-Za-z0-9_.-]+?)\.(.+)$")
 # Per-listener, per-mechanism keys (listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config).
 _MECHANISM_KEY = re.compile(r"^(plain|scram-sha-256|scram-sha-512|oauthbearer|gssapi)\."
                             r"(sasl\.jaas\.config|connections\.max\.reauth\.ms)$", re.IGNORECASE)
+
+
+# Kafka's broker keys of type PASSWORD that oncelog has no Setting for (SaslConfigs,
+# PasswordEncoderConfigs, DelegationTokenManagerConfigs, ZkConfigs); the ssl.* ones
+# (SslConfigs, BrokerSecurityConfigs) are Settings marked sensitive.
+KAFKA_PASSWORD_KEYS = frozenset({
+    "sasl.jaas.config", "password.encoder.secret", "password.encoder.old.secret", "delegation.token.secret.key",
+    "delegation.token.master.key", "zookeeper.ssl.keystore.password", "zookeeper.ssl.truststore.password",
+})
+
+
+def overridden_key(key: str) -> str | None:
+    """The key a listener's override sets for its listener (listener.name.<l>.ssl.client.auth:
+    ssl.client.auth; listener.name.<l>.<mechanism>.sasl.jaas.config: sasl.jaas.config, as
+    Kafka's brokerConfigSynonyms), None for a key that is not a listener's."""
+    match = _LISTENER_KEY.match(key)
+    if match is None:
+        return None
+    mechanism_key = _MECHANISM_KEY.match(match.group(2))
+    return match.group(2) if mechanism_key is None else mechanism_key.group(2).lower()
+
+
+def is_sensitive(key: str) -> bool:
+    """Whether a broker key's value is a secret (Kafka's KafkaConfig.maybeSensitive: of
+    type PASSWORD, or of a type it cannot tell): never logged, and DescribeConfigs answers
+    it with a null value. A listener's override (listener.name.<l>.ssl.keystore.password,
+    listener.name.<l>.<mechanism>.sasl.jaas.config) is as sensitive as the key it
+    overrides; a listener key oncelog does not know is sensitive."""
+    base = overridden_key(key)
+    if base is not None and base not in SETTINGS and base not in KAFKA_PASSWORD_KEYS:
+        return True
+    key = key if base is None else base
+    setting = SETTINGS.get(key)
+    return setting.sensitive if setting is not None else key in KAFKA_PASSWORD_KEYS
 
 
 def _listener_overrides(supplied: Mapping[str, str]) -> dict[str, dict[str, str]]:

@@ -13,6 +13,11 @@
 - Broker resources (type 4) named by this node id: the broker keys, built the same way;
   keys Kafka has no default for (`log.retention.ms`, `log.roll.ms`, ...) have a null
   value until set; the dynamic keys (oncelog.broker.dynamic_config) are not read-only.
+  Then the listener overrides set (`listener.name.<l>.<key>`, the listener in lower
+  case, as Kafka names them; STATIC_BROKER_CONFIG), with the key they override as a
+  synonym (Kafka's brokerConfigSynonyms).
+- Sensitive keys (`config.is_sensitive`: Kafka's PASSWORD-typed keys, also behind a
+  listener prefix) have a null value and `is_sensitive`, and so do their synonyms.
   The cluster default resource (empty name) lists the dynamic defaults only.
 - Group resources (type 32), whether or not the group exists: its config keys
   (oncelog.broker.group_configs) with the value it runs with. Synonyms as Kafka's since
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oncelog.broker.config import SETTINGS
+from oncelog.broker.config import SETTINGS, is_sensitive, overridden_key
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.dynamic_config import DYNAMIC_KEYS
 from oncelog.broker.group_configs import GROUP_KEYS
@@ -90,7 +95,7 @@ _LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy", "log.dirs", "lis
 def _config_type(key: str, value: str | None) -> int:
     if key in GROUP_KEYS:
         return TYPE_INT
-    if _sensitive(key):
+    if is_sensitive(key):
         return TYPE_PASSWORD
     if key in _LIST_KEYS:
         return TYPE_LIST
@@ -156,6 +161,7 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
                 synonyms = _synonyms(key, _BROKER_SYNONYMS.get(key, [key]), layers)
                 broker_value = next((layer[key] for _source, layer in layers if key in layer), _default(key))
                 entries.append((key, broker_value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+            entries += _listener_entries(broker, layers)
         else:  # the cluster-wide default: its dynamic keys only
             for key, default_value in sorted(_dynamic_layer(broker, "").items()):
                 entries.append((key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -176,12 +182,12 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
         make(
             "DescribeConfigsResourceResult",
             name=key,
-            value=None if _sensitive(key) else value,  # as Kafka: a password's value is never sent
+            value=None if is_sensitive(key) else value,  # as Kafka: a password's value is never sent
             read_only=resource.resource_type == BROKER and key not in DYNAMIC_KEYS,
             config_source=source,
-            is_sensitive=_sensitive(key),
-            synonyms=tuple(make("DescribeConfigsSynonym", name=n, value=None if _sensitive(n) else v, source=s)
-                           for n, v, s in synonyms)
+            is_sensitive=is_sensitive(key),
+            synonyms=tuple(make("DescribeConfigsSynonym", name=n, value=None if is_sensitive(key) or is_sensitive(n)
+                                else v, source=s) for n, v, s in synonyms)
             if include_synonyms else (),
             config_type=_config_type(key, value),
             documentation=None,
@@ -198,10 +204,18 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
     )
 
 
-def _sensitive(key: str) -> bool:
-    """Passwords and keys (Kafka's PASSWORD-typed settings)."""
-    setting = SETTINGS.get(key)
-    return setting is not None and setting.sensitive
+def _listener_entries(broker, layers: list[tuple[int, Mapping[str, str]]]
+                      ) -> list[tuple[str, str | None, int, list[tuple[str, str, int]]]]:
+    """The listener overrides set (server.properties, --override), as Kafka lists its
+    originals: each with itself, then the key it overrides, as synonyms."""
+    entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
+    for listener, overrides in sorted(broker.config.listener_overrides.items()):
+        for suffix, value in sorted(overrides.items()):
+            key = f"listener.name.{listener.lower()}.{suffix}"
+            base = overridden_key(key) or suffix
+            synonyms = [(key, value, STATIC_BROKER_CONFIG), *_synonyms(base, [base], layers)]
+            entries.append((key, value, STATIC_BROKER_CONFIG, synonyms))
+    return entries
 
 
 def _default(broker_key: str) -> str | None:
