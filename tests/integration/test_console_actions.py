@@ -1,5 +1,6 @@
-"""The console on a broker with an authorizer: an operator signs in with a SASL user's
-password and, holding Cluster ALTER, aborts an open transaction from the page (its
+"""The console on a broker with an authorizer: the page shows only its sign-in form until
+someone signs in with a SASL user's password, then draws what that principal may
+DESCRIBE; an operator holding Cluster ALTER aborts an open transaction from the page (its
 producer is fenced); anyone else sees no button, and the abort endpoint refuses requests
 without credentials, without the right, or without the console's own header (a page of
 another site cannot send it)."""
@@ -14,6 +15,7 @@ import urllib.request
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from oncelog.security.acl import AclOperation, ResourceType
 from tests.support.browser import chromium
 from tests.support.secured import secured_broker
 
@@ -24,11 +26,20 @@ def scene(tmp_path_factory):
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000"}
     with secured_broker(tmp_path_factory.mktemp("console-actions"), config) as broker:
         broker.create_topic("payments")
+        broker.create_topic("ledger")
         producer = Producer({**broker.client("admin"), "transactional.id": "stuck-payments"})
         producer.init_transactions(10)
         producer.begin_transaction()
         producer.produce("payments", b"pending")
         producer.flush(10)
+        ledger = Producer({**broker.client("admin"), "transactional.id": "ledger-writer"})
+        ledger.init_transactions(10)
+        ledger.begin_transaction()
+        ledger.produce("ledger", b"pending")
+        ledger.flush(10)
+        # alice may describe the payments side only; the ledger's topic and transaction are not hers to see.
+        broker.allow("alice", ResourceType.TOPIC, "payments", AclOperation.DESCRIBE)
+        broker.allow("alice", ResourceType.TRANSACTIONAL_ID, "stuck-payments", AclOperation.DESCRIBE)
         host, port = broker.running.broker.http.address
         with chromium() as browser:
             yield {"url": f"http://{host}:{port}", "browser": browser, "producer": producer}
@@ -53,6 +64,35 @@ def sign_in(page, user: str, password: str) -> None:
     page.fill("#sign-in-user", user)
     page.fill("#sign-in-password", password)
     page.click("#sign-in button[type=submit]")
+
+
+def test_the_page_shows_only_its_sign_in_form_until_then_what_the_principal_may_describe(scene):
+    page = scene["browser"].new_page()
+    try:
+        page.goto(scene["url"] + "/")
+        page.wait_for_selector("#sign-in", state="visible", timeout=15_000)
+        # Computed visibility, not the attribute: a stylesheet's display must not show a hidden element.
+        assert page.locator("#signed-in").is_hidden()
+        assert page.locator("#transactions tr[data-txn], #partitions tr[data-partition]").count() == 0
+        assert page.evaluate("document.body.dataset.signIn") == "required"  # the API answered 401
+        assert "Sign in to see this broker." in page.inner_text("#transactions")
+        sign_in(page, "alice", "alice-secret")
+        page.wait_for_selector('#transactions tr[data-txn="stuck-payments"]', timeout=10_000)
+        assert page.locator("#sign-in").is_hidden() and page.locator("#signed-in").is_visible()
+        assert page.locator("#transactions tr[data-txn]").count() == 1  # not ledger-writer's
+        page.check("#show-internal")
+        assert page.locator("#partitions tr[data-partition]").all_inner_texts()[0].startswith("payments-0")
+        assert page.locator("#partitions tr[data-partition]").count() == 1  # neither ledger nor internal topics
+        totals = page.locator('[data-card="committed / aborted"] .value').inner_text()
+        assert totals == "\u2013 / \u2013"  # dashes: the coordinator's totals need Cluster DESCRIBE
+        page.click("#sign-out")
+        page.wait_for_selector("#sign-in", state="visible")
+        assert page.locator("#transactions tr[data-txn]").count() == 0
+        sign_in(page, "admin", "admin-secret")  # a super user sees everything
+        page.wait_for_selector('#transactions tr[data-txn="ledger-writer"]', timeout=10_000)
+        assert page.locator('#partitions tr[data-partition="ledger-0"]').count() == 1
+    finally:
+        page.close()
 
 
 def test_the_abort_endpoint_refuses_forgeries_strangers_and_the_unauthorized(scene):

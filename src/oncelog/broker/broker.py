@@ -15,6 +15,7 @@ import base64
 import dataclasses
 import logging
 import socket
+import ssl
 import time
 import uuid
 from collections import defaultdict
@@ -62,6 +63,7 @@ from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
 from oncelog.names import TopicPartition
 from oncelog.security.listeners import SecurityProtocol
 from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCredentialStore, load_fake_salt_key
+from oncelog.security.tls import TlsConfigError, server_context
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import InvalidConfigError
@@ -69,8 +71,10 @@ from oncelog.storage.log import LogFlush
 from oncelog.storage.manager import LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 from oncelog.web.history import SAMPLE_INTERVAL_MS, LagHistory
-from oncelog.web.http import ConsoleApp, HttpListener
+from oncelog.web.http import ConsoleApp
 from oncelog.web.pipelines import PipelineReports
+from oncelog.web.server import HttpLimits, HttpListener, listener_names
+from oncelog.web.sign_in import SignIns
 
 if TYPE_CHECKING:
     from oncelog.broker.node import Leadership, TopicAdmin
@@ -301,8 +305,29 @@ class Broker:
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))
-        self.http = HttpListener(host, port, ConsoleApp(metrics_registry(loop, self._metrics_snapshot), self._console))
+        config = self.config
+        app = ConsoleApp(
+            metrics_registry(loop, self._metrics_snapshot, resource_names=config["http.metrics.resource.names"]),
+            self._console, SignIns(self._console.authenticate),
+            metrics_require_auth=config["http.metrics.require.auth"],
+            failed_sign_in_delay_s=config["connection.failed.authentication.delay.ms"] / 1000)
+        hosts = listener_names(host, (advertised for advertised, _port in self.endpoints.values()),
+                               config["http.allowed.hosts"])
+        limits = HttpLimits(config["http.max.connections"], config["http.worker.threads"],
+                            config["http.request.timeout.ms"] / 1000)
+        self.http = HttpListener(host, port, app, hosts, limits, tls=self._http_tls())
         self.http.start()
+
+    def _http_tls(self) -> ssl.SSLContext | None:
+        """http.ssl.enabled: the HTTP listener's TLS, from the broker's ssl.* keys and its own http.ssl.*."""
+        if not self.config["http.ssl.enabled"]:
+            return None
+        try:
+            context = server_context(self.config.http_ssl_settings())
+        except TlsConfigError as error:
+            raise ConfigError(f"http.listener (http.ssl.enabled): {error}") from None
+        context.set_alpn_protocols(["http/1.1"])
+        return context
 
     def _plaintext_bootstrap(self) -> str | None:
         """host:port of a PLAINTEXT listener (the console reads the pipelines' reports there),

@@ -100,7 +100,8 @@ SETTINGS: Mapping[str, Setting] = {
                 "KIP-368: a SASL session lasts at most this long (0: as long as the connection); the client must "
                 "re-authenticate on the same connection before it ends.", per_listener=True),
         Setting("connection.failed.authentication.delay.ms", _int, "100",
-                "How long the broker waits before closing a connection whose authentication failed."),
+                "How long the broker waits before closing a connection whose authentication failed (and, "
+                "oncelog only, before the HTTP listener answers a failed sign-in)."),
         Setting("sasl.server.max.receive.size", _int, "524288",
                 "The largest SASL token accepted before authentication.", per_listener=True),
         _tls("ssl.keystore.type", "JKS", "PEM or PKCS12 (JKS cannot be read here)."),
@@ -250,7 +251,28 @@ SETTINGS: Mapping[str, Setting] = {
                 "host:port,... of the controllers' metadata client endpoints, for broker-only nodes (KIP-853)."),
         Setting("http.listener", _str, "",
                 "oncelog only: HOST:PORT where the broker serves /metrics in Prometheus text format "
-                "(docs/metrics.md); port 0 picks a free one. Empty: no metrics endpoint."),
+                "(docs/metrics.md) and the console (docs/console.md); port 0 picks a free one. Empty: neither."),
+        Setting("http.allowed.hosts", _str, "",
+                "oncelog only: names,... a request's Host header may give besides the HTTP listener's own (the "
+                "host it is bound to, the listeners' advertised hosts, this machine's host name, localhost and "
+                "the address a connection came in on); * for any (behind a proxy that checks it). Any other "
+                "name is answered 421: no DNS rebinding."),
+        Setting("http.ssl.enabled", _bool, "false",
+                "oncelog only: the HTTP listener speaks HTTPS, with the broker's ssl.* keys; http.ssl.<key> "
+                "(e.g. http.ssl.keystore.location) overrides ssl.<key> for it alone."),
+        Setting("http.metrics.require.auth", _bool, "false",
+                "oncelog only: /metrics needs HTTP Basic credentials of a SASL user (SCRAM or a listener's "
+                "PLAIN user) and, with an authorizer, Cluster DESCRIBE."),
+        Setting("http.metrics.resource.names", _bool, "true",
+                "oncelog only: false leaves out of /metrics every family labelled with topic or consumer group "
+                "names (per partition, per topic, per group); broker-wide families remain."),
+        Setting("http.max.connections", _int, "256",
+                "oncelog only: connections the HTTP listener keeps open at once; past it, the one that has "
+                "waited longest for a request is closed."),
+        Setting("http.worker.threads", _int, "4", "oncelog only: threads that answer the HTTP listener's requests."),
+        Setting("http.request.timeout.ms", _int, "10000",
+                "oncelog only: the HTTP listener's TLS handshake and each request's head and body must arrive "
+                "within this long (of the accept, or of the previous answer); else the connection is closed."),
         Setting("controller.quorum.peers", _str, "",
                 "oncelog only: id@host:port,... where the controllers' quorum members talk to each other (etcd's "
                 "peer URLs); read by controllers only. Default: each voter's port + 100."),
@@ -283,6 +305,18 @@ SETTINGS: Mapping[str, Setting] = {
                 "How long the transaction coordinator waits for its writes and markers to be replicated."),
     )
 }
+
+# The HTTP listener's own TLS keys (http.ssl.enabled): http.ssl.<key>, unset by default, overrides
+# the broker's ssl.<key> for that listener alone.
+_HTTP_SSL_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+                  "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type",
+                  "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+                  "ssl.client.auth", "ssl.enabled.protocols", "ssl.cipher.suites")
+SETTINGS = {**SETTINGS, **{
+    f"http.{key}": Setting(f"http.{key}", _str, "", f"oncelog only: {key} of the HTTP listener (http.ssl.enabled); "
+                           f"unset: the broker's {key}.", sensitive=SETTINGS[key].sensitive)
+    for key in _HTTP_SSL_KEYS
+}}
 
 # Kafka settings that configure machinery oncelog does not have; accepted so a Kafka
 # server.properties works unchanged, and reported once at start-up.
@@ -470,6 +504,9 @@ class BrokerConfig:
                 raise ConfigError(f"listener.name.{name.lower()}.*: there is no listener {name} "
                                   f"(listeners: {', '.join(sorted(names))})")
         self.http_listener = parse_http_listener(self["http.listener"])
+        for key in ("http.max.connections", "http.worker.threads", "http.request.timeout.ms"):
+            if self[key] < 1:
+                raise ConfigError(f"{key}: must be at least 1, got {self[key]}")
         for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",
                     "producer.id.max.entries.per.partition"):
             if self[key] <= 0:
@@ -534,6 +571,15 @@ class BrokerConfig:
                   if key.startswith(prefix)}
         values.update({key: value for key, value in self.listener_overrides.get(listener.upper(), {}).items()
                        if key.startswith(prefix)})
+        return values
+
+    def http_ssl_settings(self) -> dict[str, str]:
+        """The HTTP listener's ssl.* keys (http.ssl.enabled): http.ssl.<key> where set, else
+        the broker's ssl.<key>, as given."""
+        values = {key: self.explicit.get(key, setting.default) for key, setting in SETTINGS.items()
+                  if key.startswith("ssl.")}
+        values.update({key.removeprefix("http."): value for key, value in self.explicit.items()
+                       if key.startswith("http.ssl.") and key != "http.ssl.enabled"})
         return values
 
     def jaas_config(self, listener: str, mechanism: str) -> str | None:

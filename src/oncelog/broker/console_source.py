@@ -5,16 +5,24 @@ transactions this broker coordinates that are not finished, every local partitio
 offsets and producers, the groups it coordinates with their lag, and in cluster mode the
 brokers and ISR of the metadata image. `ConsoleSource` is what the HTTP threads call: it
 asks the loop for that view and the LSO-lag history, and reads the pipelines' reports
-(on the calling thread; they come from a topic, not from broker state). With an
-authorizer it also signs operators in (their SCRAM or PLAIN password) and aborts an open
-transaction for one who holds Cluster ALTER, as the coordinator aborts a timed-out one.
+(on the calling thread; they come from a topic, not from broker state).
+
+With an authorizer the view is cut, on the loop, to what the signed-in principal may
+DESCRIBE (`visible_to`), as Kafka's own APIs filter: partitions and LSO-lag series by
+Topic DESCRIBE (Metadata); groups by Group DESCRIBE and their offsets by Topic DESCRIBE
+(DescribeGroups, OffsetFetch); open transactions by TransactionalId DESCRIBE and their
+partitions by Topic DESCRIBE (ListTransactions, DescribeTransactions); brokers, ISR
+counts and the coordinator's totals by Cluster DESCRIBE; the pipelines' reports by Topic
+READ on their topic (what reading them through Kafka needs). It also checks a SASL
+user's password (SCRAM or PLAIN) for the HTTP sign-in and aborts an open transaction for
+one who holds Cluster ALTER, as the coordinator aborts a timed-out one.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from oncelog.clock import now_ms
@@ -25,7 +33,7 @@ from oncelog.security.passwords import password_matches
 from oncelog.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
 from oncelog.web.history import LagHistory
 from oncelog.web.model import BrokerView, ConsoleView, GroupOffsetView, GroupView, PartitionView, TransactionView
-from oncelog.web.pipelines import PipelineReports
+from oncelog.web.pipelines import REPORT_TOPIC, PipelineReports
 
 if TYPE_CHECKING:
     from oncelog.broker.authorization import Acls
@@ -36,6 +44,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this time
+ANONYMOUS = "User:ANONYMOUS"  # whom a view asked for without a principal is cut for, with an authorizer
 _PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
 
 
@@ -78,6 +87,39 @@ def console_view(parts: ConsoleParts) -> ConsoleView:
         under_replicated=sum(len(p.isr) < len(p.replicas) for p in image.partitions.values()) if image else 0,
         late_transaction_ms=parts.late_transaction_ms, completed=completed,
     )
+
+
+Permission = Callable[[AclOperation, ResourceType, str], bool]
+
+
+def visible_to(view: ConsoleView, history: dict[str, Any], may: Permission) -> tuple[ConsoleView, dict[str, Any]]:
+    """`view` and the LSO-lag `history` cut to what `may` allows (see the module's docstring)."""
+    topics: dict[str, bool] = {}
+
+    def topic(name: str) -> bool:
+        allowed = topics.get(name)
+        if allowed is None:
+            allowed = topics[name] = may(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+        return allowed
+
+    def topic_of(partition: str) -> str:  # "topic-partition"
+        return partition.rpartition("-")[0]
+
+    cluster = may(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+    transactions = tuple(
+        replace(each, partitions=tuple(p for p in each.partitions if topic(topic_of(p))))
+        for each in view.transactions
+        if may(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, each.transactional_id))
+    groups = tuple(replace(each, offsets=tuple(o for o in each.offsets if topic(o.topic)))
+                   for each in view.groups if may(AclOperation.DESCRIBE, ResourceType.GROUP, each.group_id))
+    cut = replace(
+        view, transactions=transactions, partitions=tuple(p for p in view.partitions if topic(p.topic)),
+        groups=groups, brokers=view.brokers if cluster else (),
+        under_min_isr=view.under_min_isr if cluster else None,
+        under_replicated=view.under_replicated if cluster else None,
+        completed=view.completed if cluster else {})
+    series = {key: values for key, values in history.get("series", {}).items() if topic(topic_of(key))}
+    return cut, {**history, "series": series}
 
 
 def _transactions(coordinator: TransactionCoordinator, now: int) -> tuple[TransactionView, ...]:
@@ -167,18 +209,25 @@ class ConsoleSource:
         self._history = history
         self._pipelines = pipelines
 
-    def __call__(self) -> dict[str, Any]:
-        future = asyncio.run_coroutine_threadsafe(self._on_loop(), self._loop)
-        try:
-            view, history = future.result(VIEW_TIMEOUT_S)
-        except TimeoutError:
-            future.cancel()
-            raise
-        pipelines, error = self._pipelines.read()
+    def view(self, principal: str | None, host: str) -> dict[str, Any]:
+        """The console's JSON, as much of it as `principal` (connected from `host`) may
+        see; everything without an authorizer."""
+        view, history, reports_visible = self._call(lambda: self._view_on_loop(principal, host))
+        pipelines, error = self._pipelines.read() if reports_visible else ([], None)
         return view.as_json(lso_history=history, pipelines=pipelines, pipelines_error=error)
 
-    async def _on_loop(self) -> tuple[ConsoleView, dict[str, Any]]:
-        return console_view(self._parts), self._history.as_json()
+    def _view_on_loop(self, principal: str | None, host: str) -> tuple[ConsoleView, dict[str, Any], bool]:
+        view, history = console_view(self._parts), self._history.as_json()
+        acls = self._parts.acls()
+        if acls is None:
+            return view, history, True
+        authorizer, who = acls.authorizer, principal or ANONYMOUS
+
+        def may(operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+            return authorizer.authorize(who, host, operation, resource_type, name)
+
+        view, history = visible_to(view, history, may)
+        return view, history, may(AclOperation.READ, ResourceType.TOPIC, REPORT_TOPIC)
 
     def sample(self) -> None:
         """One LSO-lag sample of every local partition (on the loop, by the broker's timer)."""
@@ -214,6 +263,16 @@ class ConsoleSource:
     def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]:
         """(HTTP status, message) of aborting `transactional_id`'s open transaction."""
         return self._call(lambda: self._abort(principal, host, transactional_id))
+
+    def may_describe_cluster(self, principal: str, host: str) -> bool:
+        """What /metrics needs of a principal when it requires credentials (it names every
+        topic and group): Cluster DESCRIBE."""
+        return self._call(lambda: self._may(principal, host, AclOperation.DESCRIBE))
+
+    def _may(self, principal: str, host: str, operation: AclOperation) -> bool:
+        acls = self._parts.acls()
+        return acls is None or acls.authorizer.authorize(principal, host, operation, ResourceType.CLUSTER,
+                                                         CLUSTER_NAME)
 
     def _may_abort(self, principal: str, host: str) -> bool:
         acls = self._parts.acls()

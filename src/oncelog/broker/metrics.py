@@ -22,6 +22,11 @@ committed offsets and lag to the high watermark and to the LSO), the log cleaner
 bytes, records removed, Kafka's max-dirty-percent and uncleanable partitions) and the
 process (prometheus_client's collectors). Families without a Kafka counterpart
 are named `oncelog_*`.
+
+`http.metrics.resource.names=false` leaves out every family with a sample labelled by a
+topic or a consumer group name (`RESOURCE_LABELS`): the names clients chose stay off the
+scrape, and the broker-wide families (counts, totals, requests per API) remain. The cut is
+made on the families built, so a family added later is cut too.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from oncelog.stats import BUCKETS_S, HistogramSnapshot
 from oncelog.storage.cleaner import CleanerTotals
 
 SNAPSHOT_TIMEOUT_S = 5.0  # a scrape gives up when the loop does not answer in this time
+RESOURCE_LABELS = frozenset({"topic", "consumergroup"})  # labels whose values clients chose
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +122,17 @@ _PARTITION_GAUGES = (  # (name, help, attribute)
 
 
 class _BrokerCollector(Collector):
-    def __init__(self, loop: asyncio.AbstractEventLoop, source: MetricsSource) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, source: MetricsSource, resource_names: bool = True) -> None:
         self._loop = loop
         self._source = source
+        self._resource_names = resource_names
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
+        for family in self._families():
+            if self._resource_names or not any(RESOURCE_LABELS & sample.labels.keys() for sample in family.samples):
+                yield family
+
+    def _families(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         snapshot = asyncio.run_coroutine_threadsafe(self._snapshot(), self._loop).result(SNAPSHOT_TIMEOUT_S)
         offline = GaugeMetricFamily(
             "kafka_log_offline_log_directory_count",
@@ -419,12 +431,14 @@ def _cleaner_families(cleaner: CleanerSnapshot) -> Iterator[GaugeMetricFamily | 
                             "longest of its last run).", value=totals.last_round_seconds)
 
 
-def metrics_registry(loop: asyncio.AbstractEventLoop, source: MetricsSource) -> CollectorRegistry:
+def metrics_registry(loop: asyncio.AbstractEventLoop, source: MetricsSource, *,
+                     resource_names: bool = True) -> CollectorRegistry:
     """The registry `/metrics` serves (oncelog.web.http): the broker's families, read on
-    `loop`, and the process itself: CPU seconds, resident memory, open files (process_*)
-    and the Python version (python_info), as every prometheus_client program has them."""
+    `loop` (without those labelled by topic or group names unless `resource_names`), and
+    the process itself: CPU seconds, resident memory, open files (process_*) and the
+    Python version (python_info), as every prometheus_client program has them."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_BrokerCollector(loop, source))
+    registry.register(_BrokerCollector(loop, source, resource_names))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

@@ -1,205 +1,216 @@
-"""The broker's HTTP listener (`http.listener=HOST:PORT`): Prometheus metrics at
+"""The broker's HTTP listener's routes (`http.listener=HOST:PORT`): Prometheus metrics at
 `/metrics`, the console at `/`, its data at `/api/console`.
 
-A threaded WSGI server (the standard library's, as prometheus_client's own endpoint
-uses) on threads of its own: a request never runs on the broker's event loop. What it
-shows of the broker comes from a `ConsoleBackend`, which asks the loop for a copy; the
-page and its scripts are static files of this package (no build step; uPlot, vendored,
-draws the charts).
+`ConsoleApp` answers one `HttpRequest` on a worker thread of the listener
+(oncelog.web.server, which owns connections, TLS, the Host check and the limits): never
+on the broker's event loop. What it shows of the broker comes from a `ConsoleBackend`,
+which asks the loop for a copy; the page and its scripts are static files of this package
+(no build step; uPlot, vendored, draws the charts).
 
-Read-only, but for one action when the broker has an authorizer: an operator who signs
-in (HTTP Basic credentials of a SCRAM or PLAIN user, checked by the backend; the page
-asks for them, the browser never stores them) and holds Cluster ALTER may abort an open
-transaction: `POST /api/transactions/abort` with `{"transactional_id": ...}`. That POST
-must carry the `X-Oncelog-Console` header, which a page of another site cannot send
-without this server's consent (CORS, which it never gives): no cross-site request
-forgery. The listener is plain HTTP: bind it to loopback, or put TLS in front of it,
-before anyone signs in over a network.
+On a broker with an authorizer every `/api/*` route needs HTTP Basic credentials of a
+SASL user (a SCRAM or PLAIN user, checked by `SignIns`: cached briefly, rate-limited per
+client address, refusals delayed) and answers 401 without them; the page's static files
+load without. The console then shows only what the principal may DESCRIBE, as Kafka's
+Metadata, DescribeGroups and ListTransactions filter (the backend filters on the loop,
+with the broker's authorizer). Without an authorizer nobody signs in and everything is
+shown, as before. `/metrics` needs credentials when `http.metrics.require.auth` is true
+(and, with an authorizer, Cluster DESCRIBE).
+
+Read-only, but for one action when the broker has an authorizer: a principal that holds
+Cluster ALTER may abort an open transaction: `POST /api/transactions/abort` with
+`{"transactional_id": ...}`. That POST must carry the `X-Oncelog-Console` header, which a
+page of another site cannot send without this server's consent (CORS, which it never
+gives): no cross-site request forgery. With `http.ssl.enabled` the listener speaks HTTPS
+(docs/console.md); without it, credentials cross the network in the clear.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import gzip
 import json
 import logging
+import math
 import mimetypes
-import threading
-from collections.abc import Callable, Iterable
 from importlib import resources
-from socketserver import ThreadingMixIn
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
+
+from oncelog.web.server import HttpRequest, HttpResponse
+from oncelog.web.sign_in import Outcome, SignIn, SignIns
 
 log = logging.getLogger("oncelog.web")
 
-StartResponse = Callable[..., Any]
-CSRF_HEADER = "HTTP_X_ONCELOG_CONSOLE"  # X-Oncelog-Console, as WSGI names it
+CONSOLE_HEADER = "x-oncelog-console"
 MAX_BODY_BYTES = 4096
 
 
 class ConsoleBackend(Protocol):
     """What the console asks of the broker (each call may raise TimeoutError)."""
 
-    def __call__(self) -> dict[str, Any]: ...  # the console's data, as JSON-able values
+    def view(self, principal: str | None, host: str) -> dict[str, Any]: ...  # what `principal` may see, JSON-able
     @property
-    def sign_in_enabled(self) -> bool: ...
+    def sign_in_enabled(self) -> bool: ...  # the broker has an authorizer
     def authenticate(self, user: str, password: str) -> str | None: ...  # the principal, or None
     def may_abort(self, principal: str, host: str) -> bool: ...
+    def may_describe_cluster(self, principal: str, host: str) -> bool: ...
     def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]: ...
 
+
 _STATIC = resources.files("oncelog.web") / "static"
-_SECURITY_HEADERS = [
+_SECURITY_HEADERS = (
     ("X-Content-Type-Options", "nosniff"),
     ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"),
     ("Referrer-Policy", "no-referrer"),
-]
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+)
+_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/transactions/abort": "POST"}
 
 
 class ConsoleApp:
-    """The WSGI application: routes by path."""
+    """The routes (oncelog.web.server.HttpApp), called on the listener's worker threads."""
 
-    def __init__(self, registry: CollectorRegistry, console: ConsoleBackend) -> None:
-        self._metrics = make_wsgi_app(registry)
+    def __init__(self, registry: CollectorRegistry, console: ConsoleBackend, sign_ins: SignIns, *,
+                 metrics_require_auth: bool = False, failed_sign_in_delay_s: float = 0.1) -> None:
+        self._registry = registry
         self._console = console
+        self._sign_ins = sign_ins
+        self._metrics_require_auth = metrics_require_auth
+        self._failed_delay_s = failed_sign_in_delay_s
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        method = environ.get("REQUEST_METHOD", "GET")
-        path = environ.get("PATH_INFO", "/")
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         try:
-            if method == "POST" and path == "/api/transactions/abort":
-                return self._abort(environ, start_response)
-            if method not in ("GET", "HEAD"):
-                return _answer(start_response, "405 Method Not Allowed", b"read-only: GET only\n", "text/plain",
-                               [("Allow", "GET, HEAD")])
-            if path == "/metrics":
-                return self._metrics(environ, start_response)
-            if path == "/api/console":
-                view = self._console()
-                view["actions"] = {"sign_in": self._console.sign_in_enabled}
-                return _json(start_response, 200, view)
-            if path == "/api/session":
-                return self._session(environ, start_response)
+            return self._route(request)
         except TimeoutError:
-            return _json(start_response, 503, {"error": "the broker did not answer in time"})
+            return _json(503, {"error": "the broker did not answer in time"})
         except Exception:
-            log.exception("the console's request %s %s failed", method, path)
-            return _json(start_response, 500, {"error": "the console failed; see the broker log"})
-        return self._static_route(path, start_response)
+            log.exception("the console's request %s %s failed", request.method, request.path)
+            return _json(500, {"error": "the console failed; see the broker log"})
 
-    def _session(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        """Who the credentials are, and whether they may abort transactions."""
-        principal = self._principal(environ)
-        if principal is None:
-            return _json(start_response, 401, {"error": "wrong user name or password"})
-        may_abort = self._console.may_abort(principal, environ.get("REMOTE_ADDR", ""))
-        return _json(start_response, 200, {"principal": principal, "may_abort": may_abort})
+    def _route(self, request: HttpRequest) -> HttpResponse:
+        method, path = request.method, request.path
+        if path in _API_ROUTES:
+            allowed = _API_ROUTES[path]
+            if method != allowed and not (allowed == "GET" and method == "HEAD"):
+                return _answer(405, b"method not allowed\n", "text/plain", [("Allow", allowed)])
+            return self._api(request)
+        if method not in ("GET", "HEAD"):
+            return _answer(405, b"read-only: GET only\n", "text/plain", [("Allow", "GET, HEAD")])
+        if path == "/metrics":
+            return self._metrics(request)
+        if path.startswith("/api/"):
+            return _json(404, {"error": "no such route"})
+        return self._static_route(path)
 
-    def _abort(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get(CSRF_HEADER) != "1":
-            return _json(start_response, 403, {"error": "the X-Oncelog-Console header is missing"})
-        principal = self._principal(environ)
+    # -- /api/*: signed in on a broker with an authorizer ----------------------------------------
+
+    def _api(self, request: HttpRequest) -> HttpResponse:
+        host = request.client_host
+        if request.path == "/api/transactions/abort" and request.header(CONSOLE_HEADER) != "1":
+            return _json(403, {"error": "the X-Oncelog-Console header is missing"})
+        principal: str | None = None
+        if self._console.sign_in_enabled:
+            sign_in = self._sign_in(request)
+            if sign_in.principal is None:
+                return self._refused(sign_in, request, realm="oncelog console")
+            principal = sign_in.principal
+        if request.path == "/api/console":
+            view = self._console.view(principal, host)
+            view["actions"] = {"sign_in": self._console.sign_in_enabled}
+            view["principal"] = principal
+            return _json(200, view)
         if principal is None:
-            return _json(start_response, 401, {"error": "sign in first"})
+            return _json(401, {"error": "this broker has no authorizer: nobody signs in to its console"})
+        if request.path == "/api/session":
+            return _json(200, {"principal": principal, "may_abort": self._console.may_abort(principal, host)})
+        return self._abort(request, principal)
+
+    def _abort(self, request: HttpRequest, principal: str) -> HttpResponse:
         try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            if not 0 < length <= MAX_BODY_BYTES:
+            if not 0 < len(request.body) <= MAX_BODY_BYTES:
                 raise ValueError
-            body = json.loads(environ["wsgi.input"].read(length))
+            body = json.loads(request.body)
             transactional_id = body["transactional_id"]
             if not isinstance(transactional_id, str):
                 raise ValueError
         except (ValueError, KeyError, TypeError):
-            return _json(start_response, 400, {"error": 'expected {"transactional_id": "..."}'})
-        status, message = self._console.abort(principal, environ.get("REMOTE_ADDR", ""), transactional_id)
-        return _json(start_response, status, {"message": message} if status == 200 else {"error": message})
+            return _json(400, {"error": 'expected {"transactional_id": "..."}'})
+        status, message = self._console.abort(principal, request.client_host, transactional_id)
+        return _json(status, {"message": message} if status == 200 else {"error": message})
 
-    def _principal(self, environ: dict[str, Any]) -> str | None:
-        """The principal of the request's HTTP Basic credentials, or None."""
-        if not self._console.sign_in_enabled:
-            return None
-        scheme, _, encoded = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            user, separator, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        if not separator or not user:
-            return None
-        principal = self._console.authenticate(user, password)
-        if principal is None:
-            log.warning("console sign-in as %r from %s failed", user, environ.get("REMOTE_ADDR", "?"))
-        return principal
+    def _sign_in(self, request: HttpRequest) -> SignIn:
+        sign_in = self._sign_ins.check(request.header("authorization"), request.client_host)
+        if sign_in.outcome is Outcome.WRONG:
+            log.warning("HTTP sign-in from %s failed (%s %s)", request.client_host, request.method, request.path)
+        elif sign_in.outcome is Outcome.LIMITED:
+            log.info("HTTP sign-in from %s refused unchecked: too many failures", request.client_host)
+        return sign_in
 
-    def _static_route(self, path: str, start_response: StartResponse) -> Iterable[bytes]:
+    def _refused(self, sign_in: SignIn, request: HttpRequest, *, realm: str) -> HttpResponse:
+        """401 (or 429) for a request without a principal. A failed or refused sign-in waits
+        connection.failed.authentication.delay.ms first; asking without credentials does not.
+        The page's own requests get no Basic challenge, so the browser shows the page's form,
+        not its own dialog."""
+        challenge = "Console" if request.header(CONSOLE_HEADER) == "1" else "Basic"
+        headers = [("WWW-Authenticate", f'{challenge} realm="{realm}", charset="UTF-8"')]
+        if sign_in.outcome is Outcome.NO_CREDENTIALS:
+            return _json(401, {"error": "sign in first", "sign_in": True}, headers)
+        if sign_in.outcome is Outcome.LIMITED:
+            wait_s = max(math.ceil(sign_in.retry_after_s), 1)
+            return _json(429, {"error": f"{sign_in.outcome.value}; try again in {wait_s} s", "sign_in": True},
+                         [("Retry-After", str(wait_s))], delay_s=self._failed_delay_s)
+        return _json(401, {"error": sign_in.outcome.value, "sign_in": True}, headers, delay_s=self._failed_delay_s)
+
+    # -- /metrics ---------------------------------------------------------------------------------
+
+    def _metrics(self, request: HttpRequest) -> HttpResponse:
+        if self._metrics_require_auth:
+            sign_in = self._sign_in(request)
+            if sign_in.principal is None:
+                return self._refused(sign_in, request, realm="oncelog metrics")
+            if self._console.sign_in_enabled and not self._console.may_describe_cluster(sign_in.principal,
+                                                                                        request.client_host):
+                return _answer(403, f"{sign_in.principal} may not read the metrics (needs Cluster DESCRIBE)\n"
+                               .encode(), "text/plain")
+        encoder, content_type = choose_encoder(request.header("accept"))
+        body = encoder(self._registry)
+        headers = [("Cache-Control", "no-store")]
+        if gzip_accepted(request.header("accept-encoding")):
+            body = gzip.compress(body)
+            headers.append(("Content-Encoding", "gzip"))
+        return HttpResponse(200, body, content_type, (*_SECURITY_HEADERS, *headers))
+
+    # -- the page's files -------------------------------------------------------------------------
+
+    def _static_route(self, path: str) -> HttpResponse:
         if path in ("/", "/index.html"):
-            return self._static(start_response, "index.html")
+            return self._static("index.html")
         if path.startswith("/static/"):
-            return self._static(start_response, path.removeprefix("/static/"))
-        return _answer(start_response, "404 Not Found", b"not found\n", "text/plain")
+            return self._static(path.removeprefix("/static/"))
+        return _answer(404, b"not found\n", "text/plain")
 
     @staticmethod
-    def _static(start_response: StartResponse, name: str) -> Iterable[bytes]:
+    def _static(name: str) -> HttpResponse:
         parts = name.split("/")
         if any(part in ("", ".", "..") for part in parts):
-            return _answer(start_response, "404 Not Found", b"not found\n", "text/plain")
+            return _answer(404, b"not found\n", "text/plain")
         resource = _STATIC.joinpath(*parts)
         if not resource.is_file():
-            return _answer(start_response, "404 Not Found", b"not found\n", "text/plain")
+            return _answer(404, b"not found\n", "text/plain")
         content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if content_type.startswith("text/") or content_type.endswith("javascript"):
             content_type += "; charset=utf-8"
-        return _answer(start_response, "200 OK", resource.read_bytes(), content_type,
-                       [("Cache-Control", "max-age=300")])
+        return _answer(200, resource.read_bytes(), content_type, [("Cache-Control", "max-age=300")])
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            409: "Conflict", 500: "Internal Server Error", 503: "Service Unavailable"}
+def _json(status: int, value: dict[str, Any], headers: list[tuple[str, str]] | None = None, *,
+          delay_s: float = 0.0) -> HttpResponse:
+    return _answer(status, json.dumps(value, separators=(",", ":")).encode(), "application/json",
+                   [("Cache-Control", "no-store"), *(headers or [])], delay_s=delay_s)
 
 
-def _json(start_response: StartResponse, status: int, value: dict[str, Any]) -> list[bytes]:
-    return _answer(start_response, f"{status} {_REASONS[status]}", json.dumps(value, separators=(",", ":")).encode(),
-                   "application/json", [("Cache-Control", "no-store")])
-
-
-def _answer(start_response: StartResponse, status: str, body: bytes, content_type: str,
-            headers: list[tuple[str, str]] | None = None) -> list[bytes]:
-    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                            *_SECURITY_HEADERS, *(headers or [])])
-    return [body]
-
-
-class HttpListener:
-    """The server on its own thread; `address` once started."""
-
-    def __init__(self, host: str, port: int, app: ConsoleApp) -> None:
-        self._host, self._port = host, port
-        self._app = app
-        self._server: WSGIServer | None = None
-        self.address: tuple[str, int] | None = None
-
-    def start(self) -> tuple[str, int]:
-        self._server = make_server(self._host, self._port, self._app, _ThreadingServer, handler_class=_QuietHandler)
-        threading.Thread(target=self._server.serve_forever, name="oncelog-http", daemon=True).start()
-        self.address = (self._host, self._server.server_port)
-        log.info("metrics at http://%s:%d/metrics, the console at http://%s:%d/", *self.address, *self.address)
-        return self.address
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+def _answer(status: int, body: bytes, content_type: str, headers: list[tuple[str, str]] | None = None, *,
+            delay_s: float = 0.0) -> HttpResponse:
+    if content_type == "text/plain":
+        content_type += "; charset=utf-8"
+    return HttpResponse(status, body, content_type, (*_SECURITY_HEADERS, *(headers or [])), delay_s)

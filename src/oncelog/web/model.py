@@ -90,10 +90,11 @@ class ConsoleView:
     partitions: tuple[PartitionView, ...]
     groups: tuple[GroupView, ...]
     brokers: tuple[BrokerView, ...] = ()  # cluster mode
-    under_min_isr: int = 0
-    under_replicated: int = 0
+    under_min_isr: int | None = 0  # None: not the signed-in principal's to see (no Cluster DESCRIBE)
+    under_replicated: int | None = 0
     late_transaction_ms: int = 0
-    completed: dict[str, int] = field(default_factory=dict)  # commit / abort / timed_out / fenced, since start
+    # commit / abort / timed_out / fenced, since start (empty: not the principal's to see)
+    completed: dict[str, int] = field(default_factory=dict)
 
     def as_json(self, *, lso_history: dict[str, Any], pipelines: list[dict[str, Any]],
                 pipelines_error: str | None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-// The oncelog console: reads /api/console every REFRESH_MS and redraws. Read-only, except
-// that on a broker with an authorizer a signed-in operator with Cluster ALTER may abort an
-// open transaction.
+// The oncelog console: reads /api/console every REFRESH_MS and redraws. On a broker with an
+// authorizer the API answers 401 until someone signs in (the form shows first), then shows
+// what that principal may describe; a signed-in operator with Cluster ALTER may abort an
+// open transaction. Read-only otherwise.
 // Every value from the broker reaches the page through textContent (never as HTML):
 // transactional ids, group ids and topic names are whatever clients chose.
 "use strict";
@@ -15,6 +16,17 @@ let latest = null;
 // Signed in (brokers with an authorizer only): the credentials live in this page's memory
 // for its lifetime, never in storage; every action sends them again.
 let session = null; // {authorization, principal, mayAbort}
+let refreshTimer = null;
+let refreshGeneration = 0; // only the latest refresh draws and schedules the next
+
+// Every API request says it is the console's (the broker then sends no Basic challenge, so
+// the browser shows this page's form rather than a dialog of its own) and carries the
+// credentials once signed in.
+function apiHeaders(extra) {
+  const headers = { "X-Oncelog-Console": "1", ...(extra || {}) };
+  if (session !== null) headers.Authorization = session.authorization;
+  return headers;
+}
 
 // Internal topics (__consumer_offsets, __transaction_state, _oncelog_pipelines) are hidden
 // unless asked for: they are many, and rarely what an operator looks for first.
@@ -257,7 +269,8 @@ async function signIn(event) {
   const password = document.getElementById("sign-in-password").value;
   const authorization = "Basic " + btoa(unescape(encodeURIComponent(`${user}:${password}`)));
   document.getElementById("sign-in-password").value = "";
-  const response = await fetch("/api/session", { headers: { Authorization: authorization }, cache: "no-store" });
+  const response = await fetch("/api/session", {
+    headers: { Authorization: authorization, "X-Oncelog-Console": "1" }, cache: "no-store" });
   const answer = await response.json();
   if (!response.ok) {
     showResult(`Sign-in failed: ${answer.error}`, true);
@@ -265,19 +278,46 @@ async function signIn(event) {
   }
   session = { authorization, principal: answer.principal, mayAbort: answer.may_abort };
   document.getElementById("action-result").hidden = true;
-  if (latest !== null) render(latest);
+  refreshNow();
 }
 
 function signOut() {
   session = null;
-  if (latest !== null) render(latest);
+  clearView();
+  refreshNow();
+}
+
+// Nothing of the broker is drawn until someone signs in (or after they sign out).
+function clearView() {
+  latest = null;
+  document.getElementById("identity").textContent = "sign in to see this broker";
+  document.getElementById("summary").replaceChildren();
+  for (const [id, columns] of [["transactions", 8], ["partitions", 11], ["groups", 7], ["brokers", 6]]) {
+    fillTable(id, [], "Sign in to see this broker.", columns);
+  }
+  document.getElementById("cluster").hidden = true;
+  document.getElementById("pipelines").replaceChildren();
+  document.getElementById("lso-chart-empty").hidden = false;
+  if (lsoChart !== null) lsoChart.destroy();
+  lsoChart = null;
+  lsoChartKeys = "";
+}
+
+// 401 (or 429) from /api/console: the broker wants credentials, or no longer takes these.
+function signInRequired(answer) {
+  if (session !== null) showResult(`Signed out: ${answer.error || "the broker refused the credentials"}`, true);
+  session = null;
+  clearView();
+  document.getElementById("sign-in").hidden = false;
+  document.getElementById("signed-in").hidden = true;
+  document.body.dataset.signIn = "required";
 }
 
 async function abortTransaction(transactionalId) {
   if (!session || !window.confirm(`Abort the open transaction of ${transactionalId}? Its producer is fenced.`)) return;
   const response = await fetch("/api/transactions/abort", {
     method: "POST",
-    headers: { Authorization: session.authorization, "Content-Type": "application/json", "X-Oncelog-Console": "1" },
+    headers: apiHeaders({ "Content-Type": "application/json" }),
     body: JSON.stringify({ transactional_id: transactionalId }),
   });
   const answer = await response.json();
@@ -298,20 +338,36 @@ function render(data) {
   renderPipelines(data);
 }
 
+function refreshNow() {
+  clearTimeout(refreshTimer);
+  refresh();
+}
+
 async function refresh() {
+  const generation = ++refreshGeneration;
   const status = document.getElementById("status");
   try {
-    const response = await fetch("/api/console", { cache: "no-store" });
-    if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-    render(await response.json());
+    const response = await fetch("/api/console", { cache: "no-store", headers: apiHeaders() });
+    const answer = await response.json().catch(() => ({}));
+    if (generation !== refreshGeneration) return; // a newer refresh (a sign-in, a sign-out) took over
+    if (response.status === 401 || response.status === 429) {
+      signInRequired(answer);
+      status.textContent = "sign in to see this broker";
+      status.classList.remove("error");
+      return;
+    }
+    if (!response.ok) throw new Error(`${response.status} ${answer.error || response.statusText}`);
+    delete document.body.dataset.signIn;
+    render(answer);
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     status.classList.remove("error");
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   } catch (error) {
+    if (generation !== refreshGeneration) return;
     status.textContent = `cannot reach the broker: ${error.message}`;
     status.classList.add("error");
   } finally {
-    setTimeout(refresh, REFRESH_MS);
+    if (generation === refreshGeneration) refreshTimer = setTimeout(refresh, REFRESH_MS);
   }
 }
 
