@@ -12,8 +12,10 @@ exactly what it handles. Versions that belong to KIP-890 part 2
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.node import Node
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 
 Handle = Callable[["RequestContext", Any], Awaitable[Any]]
 TRANSACTION_V2_LEVEL = 2
+# How long a handler may hold the event loop before `RequestContext.pace` gives it to the
+# other clients for one turn.
+PACE_SLICE_SECONDS = 0.005
 
 
 class CloseConnection(Exception):
@@ -112,10 +117,20 @@ class RequestContext:
     handlers: Mapping[int, ApiHandler]  # what this broker dispatches to (ApiVersions lists it)
     finalized_features_epoch: int
     session: ConnectionSession  # the connection's listener and principal
+    slice_started: float = field(default_factory=time.perf_counter)  # see pace()
 
     @property
     def principal(self) -> str:
         return self.session.principal
+
+    async def pace(self) -> None:
+        """Called between the items of a request (its topics, partitions, groups, ...):
+        once the request has held the event loop for PACE_SLICE_SECONDS, the loop serves
+        every other client once before it goes on. A request naming a million topics then
+        costs the others a few milliseconds at a time, not seconds."""
+        if time.perf_counter() - self.slice_started >= PACE_SLICE_SECONDS:
+            await asyncio.sleep(0)
+            self.slice_started = time.perf_counter()
 
     @property
     def listener(self) -> str:

@@ -58,11 +58,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from oncelog.broker.config import parse_ip_overrides
-from oncelog.broker.dispatch import BrokerServices, CloseConnection, RequestContext
+from oncelog.broker.dispatch import ApiHandler, BrokerServices, CloseConnection, RequestContext
 from oncelog.broker.handlers import handler_table
 from oncelog.broker.handlers.api_versions import unsupported_version_response
+from oncelog.broker.heavy_work import HEAVY_REQUEST_BYTES, INLINE_PRODUCE_ELEMENTS, HeavyTurn, HeavyWork
 from oncelog.broker.quotas import ClientQuotas
 from oncelog.broker.request_stats import RequestStats
 from oncelog.broker.throttling import RequestCharge
@@ -70,7 +72,9 @@ from oncelog.protocol import framing
 from oncelog.protocol.error_counts import count_errors
 from oncelog.protocol.frame_receiver import FrameReceiver, FrameSizeError
 from oncelog.protocol.messages import (
+    PRODUCE_KEY,
     ResponseBuilder,
+    TooManyPartitions,
     decode_request,
     encode_response_frame,
     is_flexible,
@@ -442,6 +446,7 @@ class KafkaServer:
         self._connections: set[asyncio.Task] = set()  # the serving tasks
         self._opening: set[asyncio.Task] = set()  # admitted, in their TLS handshake
         self.request_stats = RequestStats()  # per API, for /metrics
+        self.heavy = HeavyWork()  # large requests' decoding and encoding, off the loop
         # Client quotas: replaced by the broker's quota store at start-up and on every change.
         self.quotas = ClientQuotas(broker.config["quota.window.num"], broker.config["quota.window.size.seconds"])
 
@@ -471,6 +476,7 @@ class KafkaServer:
             for task in list(self._opening):
                 task.cancel()
             await asyncio.gather(*self._opening, return_exceptions=True)
+        self.heavy.close()
 
     async def _accept(self, listening: socket.socket, binding: ListenerBinding) -> None:
         """Accept connections on one listening socket, each counted against the limits
@@ -633,12 +639,38 @@ class KafkaServer:
                 f"(v{handler.min_version}-v{handler.max_version})"
             )
         flexible = is_flexible(api_key, version)
+        heavy = False
         try:
             if flexible:
                 position = framing.skip_tagged_fields(frame, position)
-            request = decode_request(api_key, version, frame, position)
+            if len(frame) < HEAVY_REQUEST_BYTES:
+                request = decode_request(api_key, version, frame, position)
+            elif api_key == PRODUCE_KEY:  # a large Produce of a few partitions is cheap to decode here
+                request = decode_request(api_key, version, frame, position, max_partitions=INLINE_PRODUCE_ELEMENTS)
+            else:
+                heavy = True
+        except TooManyPartitions:
+            heavy = True
         except Exception as error:  # noqa: BLE001 (kio raises several types for malformed bodies)
             raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
+        if not heavy:
+            return await self._serve(handler, version, request, frame, correlation_id, client_id, flexible,
+                                     session, connection)
+        async with self.heavy.turn() as turn:
+            try:
+                request, worker_seconds = await self.heavy.decode(api_key, version, frame, position)
+            except Exception as error:  # noqa: BLE001 (the readers raise several types for malformed bodies)
+                raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
+            turn.dispose(request)  # freed by the worker thread once the turn is over
+            return await self._serve(handler, version, request, frame, correlation_id, client_id, flexible,
+                                     session, connection, turn=turn, worker_seconds=worker_seconds)
+
+    async def _serve(self, handler: ApiHandler, version: int, request: Any, frame: bytearray, correlation_id: int,
+                     client_id: str | None, flexible: bool, session: ConnectionSession, connection: _Connection,
+                     *, turn: HeavyTurn | None = None, worker_seconds: float = 0.0) -> list | None:
+        """Handle a decoded request; its response frame's buffers. `turn`: a heavy request's,
+        decoded on the worker thread (in `worker_seconds`), which encodes its response too."""
+        api_key = handler.api_key
         context = RequestContext(
             broker=self.broker,
             api_key=api_key,
@@ -667,15 +699,31 @@ class KafkaServer:
             if charge is not None and (throttled := charge.settle(None, None)) is not None:
                 connection.mute(throttled[0])
             return None
-        count_errors(response, stats.errors)
         flexible_header = flexible and api_key != framing.API_VERSIONS_KEY
-        encoded = encode_response_frame(correlation_id, response, flexible_header=flexible_header)
-        if charge is not None and (throttled := charge.settle(response, encoded)) is not None:
-            throttle_ms, response = throttled
-            connection.mute(throttle_ms)
+        if turn is None:
+            count_errors(response, stats.errors)
             encoded = encode_response_frame(correlation_id, response, flexible_header=flexible_header)
+        else:
+            (encoded, errors), seconds = await self.heavy.encode(correlation_id, response,
+                                                                 flexible_header=flexible_header)
+            worker_seconds += seconds
+            for code, count in errors.items():
+                stats.errors[code] = stats.errors.get(code, 0) + count
+            turn.dispose(response)  # freed by the worker thread once the turn is over
+        if charge is None:
+            return encoded
+        charge.add_request_time(worker_seconds)
+        throttled = charge.settle(response, encoded)
+        if throttled is None:
+            return encoded
+        throttle_ms, response = throttled
+        connection.mute(throttle_ms)
+        if turn is None:
+            return encode_response_frame(correlation_id, response, flexible_header=flexible_header)
+        (encoded, _errors), _seconds = await self.heavy.encode(correlation_id, response,
+                                                               flexible_header=flexible_header)
+        turn.dispose(response)
         return encoded
-
 
 @cache
 def per_ip_limits(overrides: str) -> Mapping[str, int]:

@@ -71,6 +71,12 @@ class RequestCharge:
         self._loop_time = LoopTime(handling)
         return self._loop_time
 
+    def add_request_time(self, seconds: float) -> None:
+        """CPU time the request cost off the loop (a heavy request's decoding and encoding
+        on the worker thread: broker/heavy_work.py), charged with its loop time."""
+        if self._loop_time is not None:
+            self._loop_time.seconds += seconds
+
     def settle(self, response: Any, encoded: list | None) -> tuple[int, Any] | None:
         """Charge the request: None when it stays within its quotas, else the throttle time
         in ms and the response to send instead (None for a Produce with acks=0)."""

@@ -57,15 +57,17 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(request_class(api_key, version).__flexible__)
 
 
-def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryview, offset: int = 0) -> Any:
+def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryview, offset: int = 0, *,
+                   max_partitions: int | None = None) -> Any:
     """Decode a request body; raises on malformed bytes (the caller closes the connection).
 
     Produce requests are decoded here rather than by kio so that their records stay a
     view of `body`: a writable one when `body` is a bytearray, which the log then
-    rewrites and writes without a copy (see `decode_produce_request`).
+    rewrites and writes without a copy (see `decode_produce_request`; `max_partitions`
+    bounds their partitions, TooManyPartitions past it).
     """
     if api_key == PRODUCE_KEY and version in PRODUCE_VERSIONS:
-        return decode_produce_request(version, body, offset)
+        return decode_produce_request(version, body, offset, max_partitions=max_partitions)
     if not isinstance(body, bytes):
         body = memoryview(body).toreadonly()  # kio reads read-only buffers only
     cls = request_class(api_key, version)
@@ -103,9 +105,16 @@ class MalformedProduceRequest(ValueError):
     """A Produce request body that does not follow its version's layout."""
 
 
-def decode_produce_request(version: int, body: bytes | bytearray | memoryview, position: int) -> Any:
+class TooManyPartitions(Exception):
+    """A Produce request of more topics and partitions than the caller decodes here (the
+    server then decodes it off the event loop)."""
+
+
+def decode_produce_request(version: int, body: bytes | bytearray | memoryview, position: int, *,
+                           max_partitions: int | None = None) -> Any:
     """The kio ProduceRequest entity of `version`, with each partition's records a
     memoryview into `body` (None for null records)."""
+    elements_left = max_partitions if max_partitions is not None else len(body)  # topics and partitions
     cls: Any = request_class(PRODUCE_KEY, version)  # the ProduceRequest of this version
     module = sys.modules[cls.__module__]
     topic_class, partition_class = module.TopicProduceData, module.PartitionProduceData
@@ -120,6 +129,11 @@ def decode_produce_request(version: int, body: bytes | bytearray | memoryview, p
     topic_count, position = read_length(view, position)
     if topic_count < 0:
         raise MalformedProduceRequest("topic_data is null")
+    elements_left -= topic_count
+    if elements_left < 0:
+        if max_partitions is not None:
+            raise TooManyPartitions(f"more than {max_partitions} topics and partitions")
+        raise MalformedProduceRequest("the request declares more topics than it has bytes")
     topics = []
     for _ in range(topic_count):
         name, position = read_string(view, position)
@@ -128,6 +142,11 @@ def decode_produce_request(version: int, body: bytes | bytearray | memoryview, p
         partition_count, position = read_length(view, position)
         if partition_count < 0:
             raise MalformedProduceRequest(f"partition_data of topic {name!r} is null")
+        elements_left -= partition_count
+        if elements_left < 0:
+            if max_partitions is not None:
+                raise TooManyPartitions(f"more than {max_partitions} topics and partitions")
+            raise MalformedProduceRequest("the request declares more topics and partitions than it has bytes")
         partitions = []
         for _ in range(partition_count):
             (index,) = _INT32.unpack_from(view, position)

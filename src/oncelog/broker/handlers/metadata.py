@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from oncelog.broker.dispatch import RequestContext, api
@@ -47,11 +48,11 @@ async def handle(ctx: RequestContext, request) -> object:
     topics = broker.logs.topics()
 
     list_all = request.topics is None or (ctx.version == 0 and not request.topics)
-    wanted: list[tuple[Any, Any]]  # (name, topic id) as the request gives them (the request is untyped)
+    wanted: Iterable[tuple[Any, Any]]  # (name, topic id) as the request gives them (the request is untyped)
     if list_all:
         wanted = [(name, None) for name in sorted(topics)]
     else:
-        wanted = [(getattr(t, "name", None), _topic_id(t)) for t in request.topics]
+        wanted = ((getattr(t, "name", None), _topic_id(t)) for t in request.topics)
     auto_create = broker.config["auto.create.topics.enable"] and getattr(
         request, "allow_auto_topic_creation", True
     )
@@ -62,6 +63,7 @@ async def handle(ctx: RequestContext, request) -> object:
 
     results = []
     for name, topic_id in wanted:
+        await ctx.pace()
         if name is None and topic_id is not None:
             info = broker.logs.topic_by_id(topic_id)
             if info is None:
