@@ -15,13 +15,11 @@ trusted CA; a certificate for `/O=example/CN=admin` shows that the rights are th
 
 from __future__ import annotations
 
-import re
 import socket
 import ssl
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from confluent_kafka import admin as confluent
@@ -36,37 +34,8 @@ from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from oncelog.security.tls import PrincipalMapper
 from tests.support.certs import PASSWORD, CertificateAuthority, Issued
+from tests.support.principal_attacks import ADMIN_SUBJECT, ATTACKS, MALLORY_FIRST, ROOT, documented_rules
 from tests.support.secured import STANDARD_AUTHORIZER
-
-ROOT = Path(__file__).resolve().parents[2]
-# OpenSSL -subj form: RDNs in certificate order, the most specific (the CN here) last.
-ATTACKS = {
-    "o-holding-cn-equals-admin": "/O=CN=admin/CN=mallory",
-    "comma-inside-a-value": "/O=x,CN=admin/CN=mallory",
-    "cn-first-in-the-certificate": "/CN=mallory/O=CN=admin",
-    "a-second-cn": "/CN=admin/O=example/CN=mallory",
-    "multi-valued-cn": "/O=example/CN=mallory+CN=admin",
-}
-# The attacks whose most specific RDN is CN=mallory alone: mallory, under every rule.
-MALLORY_FIRST = ("o-holding-cn-equals-admin", "comma-inside-a-value", "a-second-cn")
-ADMIN_SUBJECT = "/O=example/CN=admin"
-_SHOWN_RULE = re.compile(r"RULE:(?:\\.|[^\\/\s`'\"])*/(?:\\.|[^\\/\s`'\"])*/[LU]?")
-
-
-def documented_rules() -> list[str]:
-    """Every `RULE:pattern/replacement/[LU]` written in the repository's docs, READMEs,
-    example configs, src/ (docstrings) and tests/support, once each; a syntax placeholder
-    (a pattern without `=`, such as `RULE:pattern/replacement/`) is not a rule."""
-    places = [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("config/**/*"), *ROOT.glob("examples/**/*"),
-              *ROOT.glob("src/**/*.py"), *ROOT.glob("tests/support/**/*.py")]
-    found: dict[str, None] = {}
-    for path in places:
-        if path.is_file():
-            for rule in _SHOWN_RULE.findall(path.read_text(encoding="utf-8", errors="replace")):
-                if "=" in rule.split("/", 1)[0]:
-                    found[rule] = None
-    return list(found)
-
 
 RULES = documented_rules()
 

@@ -22,10 +22,10 @@ import pytest
 
 from oncelog.security.distinguished_names import rfc2253
 from oncelog.security.tls import PrincipalMapper
-from tests.integration.test_attack_certificates import ATTACKS, documented_rules
 from tests.support.certs import CN_RULE, openssl_subject
 from tests.support.der_names import attribute, name
 from tests.support.java import JavaProgram
+from tests.support.principal_attacks import ATTACKS, documented_rules
 
 SOURCE = Path(__file__).resolve().parents[1] / "java" / "PrincipalNames.java"
 OIDS = ("2.5.4.3", "2.5.4.10", "2.5.4.11", "2.5.4.6", "0.9.2342.19200300.100.1.25", "0.9.2342.19200300.100.1.1",
