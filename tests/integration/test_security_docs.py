@@ -39,18 +39,21 @@ def test_the_documented_broker_runs_with_the_documented_certificates_users_and_a
                                                                                      str(tmp_path / "data"))
     properties = properties.replace("broker1.example.com", "localhost")  # the name the certificate has here
     properties = re.sub(r":909[2-4]", ":0", properties)  # free ports (advertised port 0: the bound one)
+    assert "ANONYMOUS" not in properties and "PLAINTEXT" not in properties  # nobody unauthenticated is let in
     server = tmp_path / "server.properties"
     server.write_text(properties)
+    admin_properties = tmp_path / "admin.properties"
+    admin_properties.write_text(blocks("properties")[1].replace("/etc/oncelog/certs", str(certificates)))
     config = BrokerConfig.load(server)
     with EmbeddedBroker(tmp_path / "data", dict(config.explicit) | _listener_keys(properties)) as running:
-        plaintext = "{}:{}".format(*running.broker.endpoints["PLAINTEXT"])
-        sasl_ssl = "{}:{}".format(*running.broker.endpoints["SASL_SSL"])
-        admin = AdminClient({"bootstrap.servers": plaintext})
+        sasl_ssl = "localhost:{}".format(running.broker.endpoints["SASL_SSL"][1])
+        admin = AdminClient({"bootstrap.servers": sasl_ssl, **_client_properties(admin_properties)})
         admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(10)
         for command in shell_lines(blocks("sh")[1])[1:]:  # after `oncelog broker start`
             assert command.startswith("oncelog ")
             argv = [a.strip("'") for a in re.findall(r"'[^']*'|\S+", command)][1:]
-            argv = [plaintext if a == "127.0.0.1:9092" else a for a in argv]
+            argv = [sasl_ssl if a == "broker1.example.com:9094" else str(admin_properties) if a == "admin.properties"
+                    else a for a in argv]
             done = subprocess.run([sys.executable, "-m", "oncelog", *argv], capture_output=True, text=True,
                                   timeout=60, check=False)
             assert done.returncode == 0, f"{command}: {done.stderr}"
@@ -65,6 +68,10 @@ def test_the_documented_broker_runs_with_the_documented_certificates_users_and_a
         other = Producer({**carol, "transactional.id": "not-carols"})
         with pytest.raises(KafkaException, match=r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED|authoriz"):
             other.init_transactions(20)
+
+
+def _client_properties(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
 def _listener_keys(properties: str) -> dict[str, str]:
