@@ -9,7 +9,10 @@ array from an untrusted length), which would take pytest down with it.
 
 Random examples half-close the socket after sending: a broker that is waiting for the
 rest of a frame then sees end-of-stream and must close; one that answers sends its
-responses first. The defects the fuzzing found are pinned by regression tests at the end.
+responses first. The same random frames go to a secured broker too, before SASL
+authentication (where only ApiVersions and the SASL exchange may be sent) on a plain and
+on a TLS listener, and after a TLS handshake on an SSL listener. The defects the fuzzing
+found are pinned by regression tests at the end.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import os
 import random
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,11 +44,12 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9 import request as produce_v9
 
 from oncelog.broker.handlers import handler_table
-from oncelog.local.process import BrokerProcess
+from oncelog.local.process import BrokerProcess, free_port
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
 from oncelog.protocol.framing import unsigned_varint
 from oncelog.protocol.messages import is_flexible
+from tests.support.certs import CertificateAuthority, four_listeners
 
 EXCHANGE_TIMEOUT = 10.0  # generous: two shared cores
 HANDLERS = handler_table()
@@ -79,22 +85,32 @@ class Exchange:
 class HostileTarget:
     """One broker process under attack; if it dies, the test fails (`BrokerDied`) with its log."""
 
-    def __init__(self, broker: BrokerProcess) -> None:
+    def __init__(self, broker: BrokerProcess, *, port: int | None = None, tls: ssl.SSLContext | None = None,
+                 signed_in: bool = True) -> None:
+        """`port`: a listener other than the broker's first; `tls`: the client's context
+        for a TLS listener; `signed_in=False`: a SASL listener, whose clients may send only
+        ApiVersions and the SASL exchange before they authenticate."""
         self.broker = broker
-        self.host, self.port = "127.0.0.1", broker.port
+        self.host, self.port = "127.0.0.1", port or broker.port
+        self.tls = tls
+        self.signed_in = signed_in
         self._log_seen = 0
+
+    def connect(self, timeout: float = EXCHANGE_TIMEOUT) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        return self.tls.wrap_socket(sock) if self.tls is not None else sock
 
     def exchange(self, data: bytes, *, half_close: bool = True, timeout: float = EXCHANGE_TIMEOUT) -> Exchange:
         """Send `data` on a fresh connection and read until the broker closes it (or the
         timeout passes: then `closed` is False)."""
         started = time.monotonic()
         received = bytearray()
-        with socket.create_connection((self.host, self.port), timeout=timeout) as sock:
+        with self.connect(timeout) as sock:
             try:
                 sock.sendall(data)
                 if half_close:
                     sock.shutdown(socket.SHUT_WR)
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
                 return Exchange(bytes(received), True, time.monotonic() - started)
             deadline = started + timeout
             while True:
@@ -104,7 +120,7 @@ class HostileTarget:
                 sock.settimeout(remaining)
                 try:
                     chunk = sock.recv(65536)
-                except ConnectionResetError:
+                except (ConnectionResetError, ssl.SSLError):  # a TLS connection may end without close_notify
                     return Exchange(bytes(received), True, time.monotonic() - started)
                 except TimeoutError:
                     continue
@@ -121,13 +137,18 @@ class HostileTarget:
         return fresh
 
     def assert_healthy(self) -> None:
-        """A second, well-behaved client still gets ApiVersions and Metadata answers."""
+        """A second, well-behaved client still gets ApiVersions and Metadata answers
+        (before SASL authentication, ApiVersions only)."""
         with WireClient(self.host, self.port, timeout=EXCHANGE_TIMEOUT) as client:
+            if self.tls is not None:
+                client.sock = self.tls.wrap_socket(client.sock)
             versions = client.request(ApiVersionsRequest(client_software_name="healthy", client_software_version="1"))
             assert versions.error_code == ErrorCode.none and len(versions.api_keys) >= len(KNOWN_KEYS)
+            if not self.signed_in:
+                return
             metadata = client.request(MetadataRequest(
                 topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-            assert [b.port for b in metadata.brokers] == [self.port]
+            assert self.port in [b.port for b in metadata.brokers]
 
     def survives(self, data: bytes, *, half_close: bool = True) -> Exchange:
         """The broker answers or closes within the timeout and stays healthy."""
@@ -233,6 +254,93 @@ raw_bytes = st.binary(min_size=1, max_size=400)
 @given(st.lists(st.one_of(raw_bytes, framed_requests), min_size=1, max_size=3).map(b"".join))
 def test_random_frames_are_answered_or_closed_and_the_broker_stays_healthy(target, data):
     target.survives(data)
+
+
+SECURED_LISTENERS = ("SASL_PLAINTEXT", "SASL_SSL", "SSL")
+
+
+@pytest.fixture(scope="module")
+def secured_targets(tmp_path_factory) -> Iterator[dict[str, HostileTarget]]:
+    """A broker whose SASL listeners (plain and over TLS) take frames before any client
+    has authenticated, and whose SSL listener asks for no certificate (its clients are
+    User:ANONYMOUS once the handshake is over)."""
+    base = tmp_path_factory.mktemp("fuzz-secured")
+    ca = CertificateAuthority.create(base / "certs")
+    server = ca.issue("broker", "CN=localhost,O=oncelog", server=True)
+    ports = {name: free_port() for name in ("PLAINTEXT", *SECURED_LISTENERS)}
+    config = four_listeners(ca, server)
+    config.update({
+        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+        "listener.name.ssl.ssl.client.auth": "none",
+        "group.initial.rebalance.delay.ms": "0",
+        "connection.failed.authentication.delay.ms": "0",
+    })
+    client_tls = ssl.create_default_context(cafile=str(ca.certificate))
+    client_tls.check_hostname = False
+    with BrokerProcess(base / "data", config, port=ports["PLAINTEXT"]) as broker:
+        targets = {name: HostileTarget(broker, port=ports[name], tls=client_tls if "SSL" in name else None,
+                                       signed_in=not name.startswith("SASL")) for name in SECURED_LISTENERS}
+        targets["SSL"].new_log()
+        yield targets
+
+
+@pytest.mark.parametrize("listener", SECURED_LISTENERS)
+def test_random_frames_before_sasl_authentication_and_on_tls_listeners_are_answered_or_closed(
+        secured_targets, listener):
+    target = secured_targets[listener]
+
+    @settings(FUZZ, max_examples=examples(100))
+    @given(st.lists(st.one_of(raw_bytes, framed_requests), min_size=1, max_size=3).map(b"".join))
+    def random_frames(data):
+        target.survives(data)
+
+    random_frames()
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_every_api_but_the_sasl_exchange_before_authentication_closes_the_connection_unanswered(
+        secured_targets, listener):
+    target = secured_targets[listener]
+    allowed = {18, 17, 36}  # ApiVersions, SaslHandshake, SaslAuthenticate
+    for api_key in KNOWN_KEYS:
+        if api_key in allowed:
+            continue
+        handler = HANDLERS[api_key]
+        result = target.survives(frame(request_header(api_key, handler.max_version) + b"\x00" * 16),
+                                 half_close=False)
+        assert result.received == b"", handler.name
+
+
+def test_memory_stays_bounded_over_a_thousand_hostile_connections_before_authentication(secured_targets):
+    """The hostile kinds of the test below, on TLS before SASL authentication: each
+    connection's claims cost what it sent."""
+    target = secured_targets["SASL_SSL"]
+    payloads = hostile_payloads()
+
+    def one(n: int) -> bool:
+        data, half_close = payloads[n % len(payloads)]
+        if half_close:
+            return target.exchange(data, timeout=EXCHANGE_TIMEOUT).closed
+        with target.connect() as sock:  # sent, then gone: the broker must forget it
+            try:
+                sock.sendall(data)
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                pass
+        return True
+
+    def attack(count: int) -> None:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(one, range(count)))
+
+    attack(200)
+    time.sleep(0.5)
+    before = target.rss_bytes()
+    attack(1000)
+    time.sleep(1.0)
+    growth = target.rss_bytes() - before
+    assert target.alive()
+    target.assert_healthy()
+    assert growth < 50 * 1024 * 1024, f"broker RSS grew {growth / 2**20:.1f} MiB"
 
 
 @pytest.mark.parametrize("api_key", KNOWN_KEYS, ids=[HANDLERS[k].name for k in KNOWN_KEYS])
