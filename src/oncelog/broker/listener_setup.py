@@ -91,11 +91,15 @@ def _binding(config: BrokerConfig, spec: ListenerSpec, scram_lookup: ScramLookup
                 except ValueError as error:
                     raise ConfigError(f"{prefix}oauthbearer.sasl.jaas.config: {error}") from None
         factory = partial(_new_server, plain_users, scram_lookup, scram_fake_salt_key, oauth)
+    authentication_timeout_ms = config.for_listener(name, "connections.authentication.timeout.ms")
+    if authentication_timeout_ms <= 0:
+        raise ConfigError(f"{prefix}connections.authentication.timeout.ms: must be positive, got "
+                          f"{authentication_timeout_ms}")
     security = ListenerSecurity(
         name, spec.protocol, mechanisms, factory,
         max_reauth_ms=config.for_listener(name, "connections.max.reauth.ms"),
         max_receive_size=config.for_listener(name, "sasl.server.max.receive.size"),
-        authentication_timeout_ms=config.for_listener(name, "connections.authentication.timeout.ms"),
+        authentication_timeout_ms=authentication_timeout_ms,
         failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
         principal_of_certificate=principal_of,
     )

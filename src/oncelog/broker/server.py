@@ -258,7 +258,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _close_for(self, reason: str) -> None:
         log.info("closing connection from %s on %s: %s", self.client_host, self.listener.spec.name, reason)
-        self.transport.abort()  # connection_lost follows: the serving task (or _refuse) cleans up
+        self.transport.abort()  # connection_lost follows: the serving task cleans up
 
     def _certificate_principal(self) -> str | None:
         """SSL listeners: the mapped subject of the client's certificate (ANONYMOUS without
@@ -443,6 +443,7 @@ class KafkaServer:
         self._accepting: list[asyncio.Task] = []
         self._admitted: set[_Connection] = set()  # every connection counted in the limits
         self._per_ip: collections.Counter[str] = collections.Counter()
+        self._refusals = _RefusalLog()
         self._connections: set[asyncio.Task] = set()  # the serving tasks
         self._opening: set[asyncio.Task] = set()  # admitted, in their TLS handshake
         self.request_stats = RequestStats()  # per API, for /metrics
@@ -528,16 +529,15 @@ class KafkaServer:
         """Count a connection just accepted, unless it is one too many: `max.connections`
         over all listeners, `max.connections.per.ip` (or its override) from its address."""
         max_connections = self._config["max.connections"]
-        if len(self._admitted) >= max_connections:
-            log.warning("refusing connection from %s: max.connections=%d reached", connection.client_host,
-                        max_connections)
-            return False
         host = connection.client_host
+        if len(self._admitted) >= max_connections:
+            self._refusals.note(host, f"max.connections={max_connections} reached")
+            return False
         limit = per_ip_limits(self._config["max.connections.per.ip.overrides"]).get(
             host, self._config["max.connections.per.ip"])
         if self._per_ip[host] >= limit:
-            log.info("refusing connection from %s: max.connections.per.ip%s=%d reached", host,
-                     "" if limit == self._config["max.connections.per.ip"] else " (its override)", limit)
+            overridden = "" if limit == self._config["max.connections.per.ip"] else " (its override)"
+            self._refusals.note(host, f"max.connections.per.ip{overridden}={limit} reached")
             return False
         self._per_ip[host] += 1
         self._admitted.add(connection)
@@ -724,6 +724,32 @@ class KafkaServer:
                                                                flexible_header=flexible_header)
         turn.dispose(response)
         return encoded
+
+class _RefusalLog:
+    """One INFO line per client address and reason every `INTERVAL_S` for connections
+    refused by a limit, with how many more were refused since: a client opening thousands
+    of connections cannot flood the log (Kafka logs each)."""
+
+    INTERVAL_S = 10.0
+    _MAX_ADDRESSES = 10_000  # past it the oldest entries go (every address is an entry)
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # (host, reason) -> (logged at, refused since)
+
+    def note(self, host: str, reason: str) -> None:
+        now = time.monotonic()
+        key = (host, reason)
+        logged_at, since = self._last.get(key, (-self.INTERVAL_S, 0))
+        if now - logged_at < self.INTERVAL_S:
+            self._last[key] = (logged_at, since + 1)
+            return
+        more = f" ({since} more refused since the last line)" if since else ""
+        log.info("refusing connection from %s: %s%s", host, reason, more)
+        self._last.pop(key, None)
+        self._last[key] = (now, 0)
+        while len(self._last) > self._MAX_ADDRESSES:
+            del self._last[next(iter(self._last))]
+
 
 @cache
 def per_ip_limits(overrides: str) -> Mapping[str, int]:
