@@ -1,7 +1,20 @@
 """The HTTP listener's transport (`http.listener`): connections, TLS, the Host check,
-request parsing and limits, and the threads that answer. What a request is answered with
-is the application's (oncelog.web.http.ConsoleApp): a function of `HttpRequest` that
-returns an `HttpResponse`, called on a worker thread.
+request limits, and the threads that answer. What a request is answered with is the
+application's (oncelog.web.http.ConsoleApp): a function of `HttpRequest` that returns an
+`HttpResponse`, called on a worker thread.
+
+h11 (the sans-I/O HTTP/1.1 library of httpx, uvicorn and hypercorn) parses every request
+and writes every response, one `h11.Connection` per connection; this module feeds it the
+bytes read, and keeps a connection open when h11 says it may (`start_next_cycle`: after
+an HTTP/1.1 request without `Connection: close`; h11 closes HTTP/1.0 connections, even
+with `Connection: keep-alive`). A request h11 finds malformed (a bad request line or
+header line, conflicting Content-Lengths, a second Host, an HTTP/1.1 request without one)
+is answered 400, and the connection closes: nothing sent after it is read. Deviation:
+stricter than h11, which takes RFC 9112's leniencies, because a proxy in front that reads
+them otherwise could be smuggled a request past: a line of the head ending in a bare LF,
+a header folded across lines (obs-fold), both a Content-Length and a Transfer-Encoding
+(h11 lets Transfer-Encoding win and keeps the connection) and an HTTP version other than
+1.0 and 1.1 are each answered 400.
 
 As Kafka's SocketServer splits network threads from request handler threads, every
 connection is read and written by one asyncio loop of the listener's own (its thread,
@@ -13,7 +26,11 @@ silent client pins nothing:
   within `http.request.timeout.ms` of the accept, or of the previous answer on a kept-alive
   connection; else the connection is closed (after a 408 when a request had begun).
 - A request head is at most `MAX_HEAD_BYTES` and `MAX_HEADERS` headers (431), a body at
-  most `MAX_BODY_BYTES` with a Content-Length (413; chunked bodies get 501).
+  most `MAX_BODY_BYTES` with a Content-Length (413: a larger Content-Length before the
+  body is read, and the body is counted as it arrives, so a larger one is never held).
+  Chunked bodies get 501: no client of this listener sends one (browsers and Prometheus
+  send a Content-Length), and h11 ends a chunked body's trailers at a bare LF, which a
+  proxy may read otherwise.
 - At most `http.max.connections` are open at once. A connection past it closes the open
   one that has waited longest for its next request (never one being answered), or is
   itself closed when every open connection is being answered.
@@ -40,11 +57,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
+import h11
+
 log = logging.getLogger("oncelog.web")
 
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers
 MAX_HEADERS = 100
 MAX_BODY_BYTES = 64 * 1024
+_READ_BYTES = 8192
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
 
 
@@ -151,12 +171,28 @@ class _RequestError(Exception):
         self.status = status
 
 
+# What a client is told when h11 refuses its request (h11's own message, which can quote
+# the request's bytes, is logged, never sent back).
+_REFUSALS = {
+    400: "malformed request",
+    431: f"the request line and headers exceed {MAX_HEAD_BYTES} bytes",
+    501: "request bodies must have a Content-Length (no transfer codings)",
+}
+
+
+def _parser() -> h11.Connection:
+    # h11 refuses (431) a head still incomplete past this many bytes; _check_head bounds a
+    # complete one, which can arrive in the same read as more.
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+
 @dataclass(eq=False)
 class _Connection:
     writer: asyncio.StreamWriter
     client_host: str
     local_address: str
-    received: bytearray = field(default_factory=bytearray)  # read, not yet part of a request
+    parser: h11.Connection = field(default_factory=_parser)
+    method: bytes = b""  # the method of the request being answered (a HEAD's answer has no body)
 
     def abort(self) -> None:
         self.writer.transport.abort()
@@ -264,7 +300,7 @@ class HttpListener:
                     async with asyncio.timeout_at(deadline):
                         request = await self._read_request(reader, connection)
                 except TimeoutError:
-                    if connection.received:  # a request had begun
+                    if _request_begun(connection.parser):
                         await self._send(connection, _plain(408, "the request did not arrive in time\n"), close=True)
                     return
                 except _RequestError as error:
@@ -272,12 +308,13 @@ class HttpListener:
                     return
                 if request is None:  # the client closed the connection
                     return
-                keep_alive = _keep_alive(request)
                 response = await self._answer(request, connection)
-                await self._send(connection, response, close=not keep_alive,
-                                 head_only=request.method == "HEAD")
-                if not keep_alive:
+                await self._send(connection, response, close=False)  # h11 closes when the client asked
+                parser = connection.parser
+                if parser.our_state is not h11.DONE or parser.their_state is not h11.DONE:
                     return
+                parser.start_next_cycle()
+                connection.method = b""
                 self._waiting[connection] = None  # waits for its next request: the newest to wait
                 deadline = loop.time() + timeout_s
         except (ConnectionError, ssl.SSLError, TimeoutError, asyncio.IncompleteReadError, OSError):
@@ -314,40 +351,50 @@ class HttpListener:
 
     async def _read_request(self, reader: asyncio.StreamReader, connection: _Connection) -> HttpRequest | None:
         """The next request, or None when the client closed the connection between requests."""
-        received = connection.received
-        searched = 0
-        while (end := received.find(b"\r\n\r\n", searched)) < 0:
-            if len(received) > MAX_HEAD_BYTES:
-                raise _RequestError(431, f"the request line and headers exceed {MAX_HEAD_BYTES} bytes")
-            searched = max(len(received) - 3, 0)
-            chunk = await reader.read(8192)
-            if not chunk:
-                if received.strip():
-                    raise _RequestError(400, "incomplete request")
+        parser = connection.parser
+        head = bytearray(parser.trailing_data[0])  # read since the last request, until this one's head is parsed
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            try:
+                event = parser.next_event()
+            except h11.RemoteProtocolError as error:
+                status = error.error_status_hint
+                log.debug("refused an HTTP request from %s (%d): %s", connection.client_host, status, error)
+                raise _RequestError(status, _REFUSALS.get(status, HTTPStatus(status).phrase)) from None
+            if event is h11.NEED_DATA:
+                chunk = await reader.read(_READ_BYTES)
+                if request is None:
+                    head += chunk
+                parser.receive_data(chunk)  # b"": the client closed its side
+            elif isinstance(event, h11.Request):
+                request = event
+                del head[len(head) - len(parser.trailing_data[0]):]  # what follows the head
+                connection.method = request.method
+                self._waiting.pop(connection, None)  # being answered: never closed to make room
+                _check_head(request, head)
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > MAX_BODY_BYTES:
+                    raise _RequestError(413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                return self._http_request(request, bytes(body), connection)
+            elif isinstance(event, h11.ConnectionClosed):
                 return None
-            received += chunk
-        if end > MAX_HEAD_BYTES:
-            raise _RequestError(431, f"the request line and headers exceed {MAX_HEAD_BYTES} bytes")
-        head = bytes(received[:end])
-        del received[:end + 4]
-        self._waiting.pop(connection, None)  # being answered: never closed to make room
-        method, target, version, headers = _parse_head(head)
-        if "transfer-encoding" in headers:
-            raise _RequestError(501, "request bodies must have a Content-Length (no chunked encoding)")
-        length_text = headers.get("content-length", "0").strip()
-        if not length_text.isdigit():
-            raise _RequestError(400, "Content-Length is not a number")
-        length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            raise _RequestError(413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
-        if len(received) < length:
-            received += await reader.readexactly(length - len(received))
-        body = bytes(received[:length])
-        del received[:length]
+            else:  # PAUSED: never, as each request is answered before the next is read
+                raise AssertionError(f"h11 gave {event!r} while a request was read")
+
+    def _http_request(self, request: h11.Request, body: bytes, connection: _Connection) -> HttpRequest:
+        """What the application sees of a request h11 has read; raises _RequestError."""
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in request.headers:  # names lower-case, values without surrounding space
+            name, value = raw_name.decode("ascii"), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
         host = headers.get("host")
-        if host is None:
+        if host is None:  # HTTP/1.0 (h11 refuses an HTTP/1.1 request without one)
             raise _RequestError(400, "the request has no Host header")
-        raw_path, _, query = target.partition("?")
+        raw_path, _, query = request.target.decode("ascii").partition("?")
         if not raw_path.startswith("/"):
             raise _RequestError(400, "the request target must be a path")
         if not self._hosts.allows(host, connection.local_address):
@@ -357,7 +404,9 @@ class HttpListener:
             path = urllib.parse.unquote(raw_path, errors="strict")
         except UnicodeDecodeError:
             raise _RequestError(400, "the path is not UTF-8") from None
-        return HttpRequest(method, path, query, headers, body, connection.client_host, version)
+        method = request.method.decode("ascii")
+        return HttpRequest(method, path, query, headers, body, connection.client_host,
+                           "HTTP/" + request.http_version.decode("ascii"))
 
     async def _answer(self, request: HttpRequest, connection: _Connection) -> HttpResponse:
         assert self._free_workers is not None
@@ -372,50 +421,49 @@ class HttpListener:
         finally:
             self._free_workers.release()
 
-    async def _send(self, connection: _Connection, response: HttpResponse, *, close: bool,
-                    head_only: bool = False) -> None:
+    async def _send(self, connection: _Connection, response: HttpResponse, *, close: bool) -> None:
         if response.delay_s > 0:
             await asyncio.sleep(response.delay_s)
         status = HTTPStatus(response.status)
-        lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Content-Type: {response.content_type}",
-                 f"Content-Length: {len(response.body)}", *(f"{name}: {value}" for name, value in response.headers),
-                 f"Connection: {'close' if close else 'keep-alive'}"]
+        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
+                   *response.headers]
+        if close:
+            headers.append(("Connection", "close"))
+        parser = connection.parser
         writer = connection.writer
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        if not head_only:
-            writer.write(response.body)
+        writer.write(parser.send(h11.Response(status_code=status.value, reason=status.phrase, headers=headers)))
+        if response.body and connection.method != b"HEAD":
+            writer.write(parser.send(h11.Data(data=response.body)))
+        writer.write(parser.send(h11.EndOfMessage()))
         async with asyncio.timeout(self._limits.request_timeout_s):
             await writer.drain()
 
 
-def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """(method, target, version, headers) of a request head; raises _RequestError."""
-    lines = head.decode("latin-1").split("\r\n")
-    request_line = lines[0]
-    parts = request_line.split(" ")
-    if len(parts) != 3 or not parts[0].isalpha() or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
-        raise _RequestError(400, "malformed request line")
-    headers: dict[str, str] = {}
-    fields = [line for line in lines[1:] if line]
-    if len(fields) > MAX_HEADERS:
+def _check_head(request: h11.Request, head: bytearray) -> None:
+    """The limits and refusals h11 leaves to us (see the module docstring); raises _RequestError."""
+    if len(head) > MAX_HEAD_BYTES:
+        raise _RequestError(431, f"the request line and headers exceed {MAX_HEAD_BYTES} bytes")
+    if len(request.headers) > MAX_HEADERS:
         raise _RequestError(431, f"more than {MAX_HEADERS} headers")
-    for line in fields:
-        name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip() or line[0] in " \t":
-            raise _RequestError(400, "malformed header line")
-        key = name.lower()
-        value = value.strip()
-        if key in ("content-length", "host") and key in headers:
-            raise _RequestError(400, f"more than one {name} header")
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return parts[0], parts[1], parts[2], headers
+    if head.count(b"\n") != head.count(b"\r\n"):
+        raise _RequestError(400, "a line of the request head ends in a bare LF")
+    if b"\n " in head or b"\n\t" in head:
+        raise _RequestError(400, "a header is folded across lines")
+    if request.http_version not in (b"1.0", b"1.1"):
+        raise _RequestError(400, "the HTTP version is not 1.0 or 1.1")
+    framing = {name: value for name, value in request.headers if name in (b"content-length", b"transfer-encoding")}
+    if b"transfer-encoding" in framing:
+        if b"content-length" in framing:
+            raise _RequestError(400, "the request has both a Content-Length and a Transfer-Encoding")
+        raise _RequestError(501, _REFUSALS[501])
+    # Refused before the body is read; h11 has checked the value is digits, and one value.
+    if int(framing.get(b"content-length", b"0")) > MAX_BODY_BYTES:
+        raise _RequestError(413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
 
 
-def _keep_alive(request: HttpRequest) -> bool:
-    tokens = {token.strip().lower() for token in request.header("connection").split(",")}
-    if request.version == "HTTP/1.0":
-        return "keep-alive" in tokens
-    return "close" not in tokens
+def _request_begun(parser: h11.Connection) -> bool:
+    """Whether any of the next request has arrived (its timeout is then answered 408)."""
+    return parser.their_state is not h11.IDLE or bool(parser.trailing_data[0])
 
 
 def _plain(status: int, text: str) -> HttpResponse:
