@@ -8,6 +8,9 @@ made as an attacker makes it, against a real broker with an authorizer (issue 38
 - password guessing through the sign-in (PLAIN users), and SCRAM guesses making the broker
   derive keys while other clients wait;
 - half-sent requests that hold the listener's threads;
+- requests smuggled behind another on one connection (a Content-Length and a
+  Transfer-Encoding, two Content-Lengths, a folded header, a bare LF, a space before a
+  colon): the first is refused and nothing after it is answered;
 - /metrics read without credentials, in the clear, or with the names of topics and groups.
 
 The numbers asserted are the documented ones (docs/console.md): failed sign-ins wait
@@ -21,6 +24,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import re
 import select
 import socket
 import ssl
@@ -286,6 +290,70 @@ def test_half_sent_requests_hold_no_thread_and_are_closed_by_the_read_timeout(br
 def test_a_request_head_larger_than_16_kib_is_refused(broker):
     status = raw_get(broker["host"], broker["port"], "/", f"127.0.0.1:{broker['port']}", {"X-Padding": "a" * 20_000})
     assert status == 431
+
+
+def exchange(broker, data: bytes) -> list[int]:
+    """The statuses of the answers to `data`, sent at once on one connection and read until
+    the listener closes it."""
+    received = bytearray()
+    with socket.create_connection((broker["host"], broker["port"]), timeout=10) as connection:
+        connection.sendall(data)
+        try:
+            while chunk := connection.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pytest.fail(f"the listener left the connection open after {bytes(received[:300])!r}")
+        except ConnectionResetError:
+            pass  # closed with some of `data` unread: what it had sent is still here
+    return [int(status) for status in re.findall(rb"^HTTP/1\.1 (\d{3}) ", received, re.MULTILINE)]
+
+
+def admins_console_request(port: int) -> bytes:
+    """A request smuggled behind another: answered, it would give the admin's whole view."""
+    return (f"GET /api/console HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: {basic('admin')['Authorization']}\r\nConnection: close\r\n\r\n").encode()
+
+
+def sign_in_with_a_body(host: str, framing: str, body: bytes) -> bytes:
+    return f"POST /api/session HTTP/1.1\r\nHost: {host}\r\n{framing}\r\n".encode() + body
+
+
+# Each request is read one way by h11 and another by a front end that a smuggler counts on
+# (a proxy that takes the Content-Length, does not unfold, splits lines only at CRLF, or
+# trims the space before a colon); the admin's request follows it on the same connection.
+SMUGGLING_ATTEMPTS = {
+    "content_length_and_transfer_encoding": lambda host, smuggled: sign_in_with_a_body(
+        host, f"Content-Length: {5 + len(smuggled)}\r\nTransfer-Encoding: chunked\r\n", b"0\r\n\r\n" + smuggled),
+    "two_different_content_lengths": lambda host, smuggled: sign_in_with_a_body(
+        host, f"Content-Length: 0\r\nContent-Length: {len(smuggled)}\r\n", smuggled),
+    "a_header_folded_across_lines": lambda host, smuggled: sign_in_with_a_body(
+        host, f"Content-Length: {5 + len(smuggled)}\r\nX-Note: a\r\n Transfer-Encoding: chunked\r\n",
+        b"0\r\n\r\n" + smuggled),
+    "a_bare_lf_line_ending": lambda host, smuggled: sign_in_with_a_body(
+        host, f"X-Note: a\nContent-Length: {len(smuggled)}\r\n", smuggled),
+    "a_bare_lf_request": lambda host, smuggled: f"GET / HTTP/1.1\nHost: {host}\n\n".encode() + smuggled,
+    "a_space_before_the_colon": lambda host, smuggled: sign_in_with_a_body(
+        host, f"Content-Length: {5 + len(smuggled)}\r\nTransfer-Encoding : chunked\r\n", b"0\r\n\r\n" + smuggled),
+}
+
+
+def test_pipelined_requests_are_each_answered_in_order(broker):
+    """The control for the smuggling tests: the admin's request, after a good one, is answered."""
+    host = f"127.0.0.1:{broker['port']}"
+    assert exchange(broker, f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+                    + admins_console_request(broker["port"])) == [200, 200]
+
+
+@pytest.mark.parametrize("attempt", list(SMUGGLING_ATTEMPTS))
+def test_a_smuggling_attempt_gets_400_and_the_request_behind_it_is_never_answered(broker, attempt):
+    host = f"127.0.0.1:{broker['port']}"
+    assert exchange(broker, SMUGGLING_ATTEMPTS[attempt](host, admins_console_request(broker["port"]))) == [400]
+
+
+def test_a_chunked_body_gets_501_and_the_request_behind_it_is_never_answered(broker):
+    host = f"127.0.0.1:{broker['port']}"
+    request = sign_in_with_a_body(host, "Transfer-Encoding: chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n")
+    assert exchange(broker, request + admins_console_request(broker["port"])) == [501]
 
 
 @pytest.fixture(scope="module")
