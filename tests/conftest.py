@@ -39,13 +39,11 @@ def broker(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def shared_broker(tmp_path_factory):
+def shared_broker(kafka_broker):
     """One embedded broker for the whole session; tests using it pick unique topic names.
-    KIP-939 2PC is enabled for the Spark sink's batch mode (it only allows InitProducerId
-    v6 enable2Pc; clients that do not ask for it see no difference)."""
-    config = {"transaction.two.phase.commit.enable": "true"}
-    with EmbeddedBroker(tmp_path_factory.mktemp("shared-broker"), config) as running:
-        yield running
+    The package's pytest plugin makes it (kafka_broker, oncelog.testing.pytest_plugin),
+    with KIP-939 2PC enabled by pyproject.toml's kafka_broker_config."""
+    return kafka_broker
 
 
 @pytest.fixture(scope="module")

@@ -217,29 +217,26 @@ def test_configs_alter_and_describe_like_kafka_configs(cli, topic):
     assert cli.ok("configs", "--describe", "--topic", topic).splitlines()[1:] == [segment_bytes]
 
 
-def test_configs_of_brokers_default_and_own_are_altered_and_described(tmp_path):
-    from oncelog import EmbeddedBroker
-
-    with EmbeddedBroker(tmp_path / "broker") as broker:  # its own: broker configs change every topic
-        cli = Cli(broker.bootstrap_servers)
-        assert cli.ok("configs", "--alter", "--entity-type", "brokers", "--entity-default",
-                      "--add-config", "log.retention.ms=7200000") == \
-            "Completed updating default config for brokers in the cluster.\n"
-        assert cli.ok("configs", "--alter", "--broker", "1", "--add-config", "log.cleanup.policy=[delete,compact]") == \
-            "Completed updating config for broker 1.\n"
-        assert cli.ok("configs", "--describe", "--broker-defaults").splitlines() == [
-            "Default configs for brokers in the cluster are:",
-            ("  log.retention.ms=7200000 sensitive=false "
-             "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000}"),
-        ]
-        assert cli.ok("configs", "--describe", "--broker", "1").splitlines() == [  # its own only, as Kafka's tool
-            "Dynamic configs for broker 1 are:",
-            ("  log.cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleanup.policy="
-             "delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"),
-        ]
-        assert ("  log.retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms="
-                "7200000, DEFAULT_CONFIG:log.retention.hours=168}") in cli.ok(
-            "configs", "--describe", "--broker", "1", "--all").splitlines()
+def test_configs_of_brokers_default_and_own_are_altered_and_described(kafka_broker_factory):
+    cli = Cli(kafka_broker_factory().bootstrap_servers)  # its own: broker configs change every topic
+    assert cli.ok("configs", "--alter", "--entity-type", "brokers", "--entity-default",
+                  "--add-config", "log.retention.ms=7200000") == \
+        "Completed updating default config for brokers in the cluster.\n"
+    assert cli.ok("configs", "--alter", "--broker", "1", "--add-config", "log.cleanup.policy=[delete,compact]") == \
+        "Completed updating config for broker 1.\n"
+    assert cli.ok("configs", "--describe", "--broker-defaults").splitlines() == [
+        "Default configs for brokers in the cluster are:",
+        ("  log.retention.ms=7200000 sensitive=false "
+         "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000}"),
+    ]
+    assert cli.ok("configs", "--describe", "--broker", "1").splitlines() == [  # its own only, as Kafka's tool
+        "Dynamic configs for broker 1 are:",
+        ("  log.cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleanup.policy="
+         "delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"),
+    ]
+    assert ("  log.retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms="
+            "7200000, DEFAULT_CONFIG:log.retention.hours=168}") in cli.ok(
+        "configs", "--describe", "--broker", "1", "--all").splitlines()
 
 
 def test_configs_refusals_are_one_line_naming_what_is_wrong(cli, topic):
@@ -364,18 +361,15 @@ def test_produce_to_a_new_topic_auto_creates_it_like_kafka(cli, topic):
     assert read_values(cli.bootstrap, topic, 0, 1) == [b"first"]
 
 
-def test_produce_to_a_missing_topic_fails_in_one_line_when_auto_create_is_off(tmp_path, topic):
-    from oncelog import EmbeddedBroker
-
-    with EmbeddedBroker(tmp_path / "broker", {"auto.create.topics.enable": "false"}) as broker:
-        cli = Cli(broker.bootstrap_servers)
-        assert cli.fails("produce", "--topic", topic, "--value", "x") == (
-            f"oncelog: error: topic '{topic}' does not exist"
-        )
-        assert cli.fails("topics", "alter", "--topic", topic, "--partitions", "2") == (
-            f"oncelog: error: topic '{topic}' does not exist"
-        )
-        assert topic not in cli.ok("topics", "list").splitlines()
+def test_produce_to_a_missing_topic_fails_in_one_line_when_auto_create_is_off(kafka_broker_factory, topic):
+    cli = Cli(kafka_broker_factory({"auto.create.topics.enable": "false"}).bootstrap_servers)
+    assert cli.fails("produce", "--topic", topic, "--value", "x") == (
+        f"oncelog: error: topic '{topic}' does not exist"
+    )
+    assert cli.fails("topics", "alter", "--topic", topic, "--partitions", "2") == (
+        f"oncelog: error: topic '{topic}' does not exist"
+    )
+    assert topic not in cli.ok("topics", "list").splitlines()
 
 
 def test_produce_to_a_missing_partition_fails_in_one_line(cli, topic):
