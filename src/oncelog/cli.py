@@ -5,7 +5,9 @@ Command groups mirror Kafka's tools: `broker start` (kafka-server-start.sh),
 console producer and consumer), `transactions` (kafka-transactions.sh), `groups`
 (kafka-consumer-groups.sh).
 Errors a user can fix end the command with a one-line message and exit status 1, usage
-mistakes (an unknown option, a missing argument) included.
+mistakes (an unknown option, a missing argument) included. A command whose output pipe
+closes (`oncelog topics describe | head -1`) ends quietly with exit status 141, as a
+Unix tool SIGPIPE ends (admin/output.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from typing import NoReturn
 
 from oncelog import __version__
+from oncelog.admin.output import end_on_closed_output
 from oncelog.errors import CommandError
 from oncelog.kio_import import import_kio_without_hypothesis
 
@@ -75,8 +78,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
+    try:
+        try:
+            code = _run(sys.argv[1:] if argv is None else argv)
+        except SystemExit:  # --help and --version
+            sys.stdout.flush()
+            raise
+        # What is still buffered is written here, where a closed pipe can be answered,
+        # not by the interpreter's last flush (a message on stderr and exit status 120).
+        sys.stdout.flush()
+    except BrokenPipeError as error:
+        return end_on_closed_output(error)
+    return code
+
+
+def _run(argv: list[str]) -> int:
     import_kio_without_hypothesis()
     parser = build_parser(argv)
     args = parser.parse_args(argv)

@@ -457,27 +457,6 @@ def test_signal_stops_the_consumer_cleanly_and_reports_the_count(cli, topic, sig
     assert stderr.decode().strip() == "Processed a total of 1 messages"
 
 
-def test_consumer_whose_reader_goes_away_stops_quietly(cli, topic):
-    """`oncelog consume ... | head -1`: more output than a pipe buffer holds, then EPIPE."""
-    cli.ok("topics", "create", "--topic", topic)
-    cli.ok("produce", "--topic", topic,
-           stdin=b"".join(b"%d-" % i + b"z" * 1000 + b"\n" for i in range(300)))
-    consumer = subprocess.Popen(
-        [str(ONCELOG), "consume", "--topic", topic, "--from-beginning",
-         "--bootstrap-server", cli.bootstrap],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    try:
-        assert consumer.stdout.readline().startswith(b"0-z")
-        consumer.stdout.close()
-        consumer.wait(timeout=30)
-        stderr = consumer.stderr.read()
-    finally:
-        consumer.kill()
-    assert consumer.returncode == 0
-    assert stderr == b""
-
-
 def test_group_consumer_resumes_from_the_offsets_it_committed(cli, topic):
     cli.ok("topics", "create", "--topic", topic)
     cli.ok("produce", "--topic", topic, "--value", "a", "--value", "b", "--value", "c",

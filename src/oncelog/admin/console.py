@@ -5,6 +5,11 @@ They mirror kafka-console-producer.sh and kafka-console-consumer.sh: the same
 line and output formats, `Processed a total of N messages` on stderr when the consumer
 stops. Built on confluent-kafka's Producer and Consumer.
 
+When the reader of the consumer's output goes away (`| head -1`), it stops at once, even
+on a topic where no record comes (it looks between polls), reports the records written
+to the pipe in full and ends as every command ends on a closed pipe (exit status 141,
+admin/output.py).
+
 Deviations from Kafka's tools, on purpose:
 - Without `--group` the consumer assigns itself every partition of the topic and
   commits nothing, so it needs no group coordinator; Kafka's tool joins a random group
@@ -18,8 +23,11 @@ Deviations from Kafka's tools, on purpose:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
+import bisect
+import errno
+import io
+import itertools
+import select
 import signal
 import sys
 import time
@@ -54,6 +62,7 @@ from oncelog.admin.clients import (
     topic_partitions,
 )
 from oncelog.admin.formatters import ApiRecordFormatter, record_formatter
+from oncelog.admin.output import reader_gone
 from oncelog.errors import CommandError
 
 # The consumer wakes up this often to check --timeout-ms and signals.
@@ -479,7 +488,7 @@ class _StopRequest:
 
 
 class _Progress:
-    processed = 0
+    processed = 0  # records written to stdout in full
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -512,16 +521,20 @@ def run_consume(args: argparse.Namespace) -> int:
             previous_handlers[signum] = signal.signal(signum, stop)
         _consume_loop(consumer, args, formatter, sys.stdout.buffer, progress, stop)
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as a pipeline expects.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        # The reader went away (`| head`): the count of what reached it, then the end
+        # every command has on a closed pipe (oncelog.cli.main).
+        _report(progress)
+        raise
     finally:
         consumer.close()
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
-    print(f"Processed a total of {progress.processed} messages", file=sys.stderr)
+    _report(progress)
     return 128 + stop.signal_number if stop.signal_number is not None else 0
+
+
+def _report(progress: _Progress) -> None:
+    print(f"Processed a total of {progress.processed} messages", file=sys.stderr)
 
 
 DEFAULT_FORMATTER_NAMES = frozenset({
@@ -576,26 +589,56 @@ def _consume_loop(
     while not stop.requested and (
         args.max_messages is None or progress.processed < args.max_messages
     ):
+        if reader_gone(out):
+            # Found between polls, not at the next write: a quiet topic may have none for hours.
+            raise BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
         wanted = CONSUME_BATCH
         if args.max_messages is not None:
             wanted = min(wanted, args.max_messages - progress.processed)
         wait_s = POLL_INTERVAL_S
         if timeout_s is not None:
             wait_s = max(0.0, min(wait_s, last_record_at + timeout_s - time.monotonic()))
-        written = 0
+        records: list[bytes] = []
         for message in consumer.consume(num_messages=wanted, timeout=wait_s):
             error = message.error()
             if error is not None:
+                _write_records(out, records, progress)  # the records before it, first
+                records = []
                 _handle_consume_error(error, args)
                 continue
-            out.write(formatter.format(message))
-            progress.processed += 1
-            written += 1
-        if written:
-            out.flush()
+            records.append(formatter.format(message))
+        if records:
+            _write_records(out, records, progress)
             last_record_at = time.monotonic()
         elif timeout_s is not None and time.monotonic() - last_record_at >= timeout_s:
             return
+
+
+def _write_records(out: IO[bytes], records: list[bytes], progress: _Progress) -> None:
+    """Writes formatted records and counts each once its last byte is written, so that
+    when the reader goes away midway the count is what reached the pipe. A batch goes
+    to the file underneath in as few writes as the pipe takes (the buffered stream would
+    not say how much of a batch it wrote before EPIPE)."""
+    # The file itself: under the buffered stream, or stdout (PYTHONUNBUFFERED=1, python -u).
+    raw = out if isinstance(out, io.RawIOBase) else getattr(out, "raw", None)
+    if raw is None:  # no file underneath (a test's buffer): nothing is written in part
+        out.write(b"".join(records))
+        out.flush()
+        progress.processed += len(records)
+        return
+    out.flush()
+    data = memoryview(b"".join(records))
+    ends = list(itertools.accumulate(map(len, records)))
+    written = 0
+    try:
+        while written < len(data):
+            count = raw.write(data[written:])
+            if count is None:  # a non-blocking stdout that is full
+                select.select([], [raw], [])
+            else:
+                written += count
+    finally:
+        progress.processed += bisect.bisect_right(ends, written)
 
 
 def _handle_consume_error(error: KafkaError, args: argparse.Namespace) -> None:
