@@ -315,7 +315,7 @@ class AnswerLost:
 
 def appending(item: int | str, plans: list[object]):
     """A plan that adds `item` to a JSON list: applied twice, the item shows twice."""
-    def plan(stored: KeyValue | None) -> bytes:
+    async def plan(stored: KeyValue | None) -> bytes:
         plans.append(item)
         return json.dumps([*([] if stored is None else json.loads(stored.value)), item]).encode()
     return plan

@@ -58,3 +58,19 @@ def test_legacy_alter_configs_asks_for_exactly_the_keys_it_names():
         replaced([("retention.ms", None)])
     with pytest.raises(ConfigChangeError, match="duplicate"):
         replaced([("retention.ms", "1"), ("retention.ms", "2")])
+
+
+def test_the_overrides_keep_their_order_keys_new_ones_last_in_the_requests_order():
+    current = {"retention.ms": "1000", "segment.bytes": "1024", "segment.ms": "1"}
+    result = changed(current, DEFAULTS, [("flush.ms", SET, "5"), ("cleanup.policy", APPEND, "compact"),
+                                         ("segment.bytes", DELETE, None), ("retention.ms", SET, "2000"),
+                                         ("flush.messages", SET, "9")], LISTS)
+    assert list(result.items()) == [("retention.ms", "2000"), ("segment.ms", "1"), ("flush.ms", "5"),
+                                    ("cleanup.policy", "delete,compact"), ("flush.messages", "9")]
+
+
+def test_the_first_refusal_in_the_requests_order_is_the_answer():
+    with pytest.raises(ConfigChangeError, match="Unknown operation type 9 for b"):
+        changed({}, DEFAULTS, [("a", SET, "1"), ("b", 9, "1"), ("c", SET, None)], LISTS)
+    with pytest.raises(ConfigChangeError, match="duplicate"):  # a key named twice, wherever: first
+        changed({}, DEFAULTS, [("a", SET, None), ("b", SET, "1"), ("b", SET, "2")], LISTS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from asyncio import run
+
 from oncelog.broker import fetch_sessions
 from oncelog.broker.fetch_sessions import (
     EVICTION_MS,
@@ -27,20 +29,21 @@ def answers(partitions, high_watermark: int = 0, record_bytes: int = 0) -> dict[
 
 def open_session(cache: FetchSessionCache, size: int, now_ms: int, *, privileged: bool = False,
                  principal: str = ALICE) -> int:
-    context = cache.open(NO_SESSION_ID, 0, wanted(size), (), principal=principal, privileged=privileged,
-                         now_ms=now_ms)
-    return context.complete(answers(wanted(size)), now_ms).session_id
+    context = run(cache.open(NO_SESSION_ID, 0, wanted(size), (), principal=principal, privileged=privileged,
+                             now_ms=now_ms))
+    return run(context.complete(answers(wanted(size)), now_ms)).session_id
 
 
 def incremental(cache: FetchSessionCache, session_id: int, epoch: int, now_ms: int = 1, *,
                 principal: str = ALICE, wanted_now: dict | None = None):
-    return cache.open(session_id, epoch, wanted_now or {}, (), principal=principal, privileged=False, now_ms=now_ms)
+    return run(cache.open(session_id, epoch, wanted_now or {}, (), principal=principal, privileged=False,
+                          now_ms=now_ms))
 
 
 def use(cache: FetchSessionCache, session_id: int, now_ms: int) -> None:
     session = cache.get(session_id)
     assert session is not None
-    context = cache.open(session_id, session.epoch, {}, (), principal=ALICE, privileged=False, now_ms=now_ms)
+    context = run(cache.open(session_id, session.epoch, {}, (), principal=ALICE, privileged=False, now_ms=now_ms))
     assert context.error is ErrorCode.none
 
 
@@ -93,7 +96,8 @@ def test_incremental_answer_moves_partitions_with_records_to_the_back():
     cache = FetchSessionCache(1)
     session_id = open_session(cache, 3, now_ms=0)
     context = incremental(cache, session_id, 1)
-    outcome = context.complete({**answers(wanted(3)), ("t", 0): PartitionAnswer(ErrorCode.none, 1, 1, 0, 100)}, 1)
+    outcome = run(context.complete({**answers(wanted(3)), ("t", 0): PartitionAnswer(ErrorCode.none, 1, 1, 0, 100)},
+                                   1))
     assert outcome.partitions == [("t", 0)]
     session = cache.get(session_id)
     assert session is not None and list(session.partitions) == [("t", 1), ("t", 2), ("t", 0)]
@@ -104,10 +108,10 @@ def test_errors_are_answered_every_time_and_the_partition_again_once_they_clear(
     session_id = open_session(cache, 1, now_ms=0)
     failing = {("t", 0): PartitionAnswer(ErrorCode.not_leader_or_follower, -1, -1, -1, 0)}
     for epoch in (1, 2):
-        assert incremental(cache, session_id, epoch).complete(failing, 1).partitions
-    cleared = incremental(cache, session_id, 3).complete(answers(wanted(1)), 1)
+        assert run(incremental(cache, session_id, epoch).complete(failing, 1)).partitions
+    cleared = run(incremental(cache, session_id, 3).complete(answers(wanted(1)), 1))
     assert cleared.partitions == [("t", 0)]
-    quiet = incremental(cache, session_id, 4).complete(answers(wanted(1)), 1)
+    quiet = run(incremental(cache, session_id, 4).complete(answers(wanted(1)), 1))
     assert quiet.partitions == []
 
 
@@ -116,7 +120,7 @@ def test_a_duplicate_fetch_while_one_waits_is_invalid_fetch_session_epoch():
     session_id = open_session(cache, 1, now_ms=0)
     waiting = incremental(cache, session_id, 1)
     incremental(cache, session_id, 2, now_ms=2)
-    assert waiting.complete(answers(wanted(1)), 3).error is ErrorCode.invalid_fetch_session_epoch
+    assert run(waiting.complete(answers(wanted(1)), 3)).error is ErrorCode.invalid_fetch_session_epoch
 
 
 # -- a session is its principal's (a deviation from Kafka) -------------------------------------
@@ -129,8 +133,8 @@ def test_another_principals_incremental_fetch_finds_no_session_and_leaves_it_as_
     assert session is not None
     before = (session.epoch, session.last_used_ms, dict(session.partitions))
     for epoch in (session.epoch, session.epoch + 3):  # the right epoch or not: the same answer
-        outcome = incremental(cache, session_id, epoch, now_ms=5, principal=MALLORY,
-                              wanted_now={("secret", 0): wanted(1)[("t", 0)]}).complete({}, 5)
+        outcome = run(incremental(cache, session_id, epoch, now_ms=5, principal=MALLORY,
+                                  wanted_now={("secret", 0): wanted(1)[("t", 0)]}).complete({}, 5))
         assert (outcome.error, outcome.session_id, outcome.partitions) == (
             ErrorCode.fetch_session_id_not_found, NO_SESSION_ID, [])
     assert (session.epoch, session.last_used_ms, dict(session.partitions)) == before
@@ -141,11 +145,12 @@ def test_a_full_fetch_naming_another_principals_session_does_not_close_it():
     cache = FetchSessionCache(3)
     session_id = open_session(cache, 1, now_ms=0)
     for epoch in (0, -1):
-        context = cache.open(session_id, epoch, wanted(1, "mine"), (), principal=MALLORY, privileged=False, now_ms=1)
-        assert context.complete(answers(wanted(1, "mine")), 1).session_id != session_id
+        context = run(cache.open(session_id, epoch, wanted(1, "mine"), (), principal=MALLORY, privileged=False,
+                                 now_ms=1))
+        assert run(context.complete(answers(wanted(1, "mine")), 1)).session_id != session_id
     assert cache.get(session_id) is not None and incremental(cache, session_id, 1).error is ErrorCode.none
     # The owner's full fetch still closes it.
-    cache.open(session_id, -1, wanted(1), (), principal=ALICE, privileged=False, now_ms=2)
+    run(cache.open(session_id, -1, wanted(1), (), principal=ALICE, privileged=False, now_ms=2))
     assert cache.get(session_id) is None
 
 
@@ -162,3 +167,24 @@ def test_session_ids_come_from_secrets_in_1_to_2_31_minus_1_and_skip_live_ones(m
     assert open_session(cache, 1, now_ms=0) == MAX_SESSION_ID
     assert open_session(cache, 1, now_ms=0) == 1  # the second draw was the live session's id
     assert bounds == [MAX_SESSION_ID] * 3
+
+
+def test_an_incremental_fetch_claims_its_epoch_before_it_paces_so_a_duplicate_meanwhile_is_refused():
+    cache = FetchSessionCache(1)
+    session_id = open_session(cache, 3, now_ms=0)
+    duplicates = []
+
+    async def pace() -> None:  # what the loop may run while the fetch gives it away
+        if not duplicates:
+            duplicates.append(await cache.open(session_id, 1, {}, (), principal=ALICE, privileged=False, now_ms=1))
+
+    async def fetch():
+        context = await cache.open(session_id, 1, wanted(3), (), principal=ALICE, privileged=False, now_ms=1,
+                                   pace=pace)
+        return context, await context.complete(answers(wanted(3), high_watermark=1), 1, pace=pace)
+
+    context, outcome = run(fetch())
+    assert duplicates[0].error is ErrorCode.invalid_fetch_session_epoch
+    assert (context.error, outcome.error, outcome.partitions) == (ErrorCode.none, ErrorCode.none, list(wanted(3)))
+    session = cache.get(session_id)
+    assert session is not None and session.epoch == 2

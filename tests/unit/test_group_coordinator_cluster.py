@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from oncelog.broker.broker import Broker, data_dir_config
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers._groups import once_replicated
-from oncelog.coordinator.group.api import CommitOffset
+from oncelog.coordinator.group.api import NO_OFFSET, CommitOffset
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
@@ -84,8 +84,12 @@ def commit(harness, group_id: str, offset: int, **kwargs):
 
 
 def fetched(harness, group_id: str, require_stable: bool = False):
-    error, offsets = harness.coordinator.fetch_offsets(group_id, [T0], require_stable)
-    return error, {tp: (o.offset, o.error) for tp, o in offsets.items()}
+    error, offsets = harness.coordinator.fetch_offsets(group_id, {T0}, require_stable)
+    if error != ErrorCode.none:
+        return error, {}
+    # A partition asked for is left out of the answer when it has no offset (NO_OFFSET).
+    fetched_offset = offsets.get(T0, NO_OFFSET)
+    return error, {T0: (fetched_offset.offset, fetched_offset.error)}
 
 
 @on_loop

@@ -7,7 +7,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog.broker.partitions import append_internal
-from oncelog.coordinator.group.api import CommitOffset, FetchedOffset
+from oncelog.coordinator.group.api import NO_OFFSET, CommitOffset, FetchedOffset
 from oncelog.coordinator.group.state import EMPTY
 from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.record_batch import ControlType, build_control_batch
@@ -25,9 +25,11 @@ def harness(tmp_path):
 
 
 def fetched(harness, *partitions, group_id="g", require_stable=False):
-    error, offsets = harness.coordinator.fetch_offsets(group_id, list(partitions) or None, require_stable)
+    error, offsets = harness.coordinator.fetch_offsets(group_id, set(partitions) or None, require_stable)
     assert error == ErrorCode.none
-    return {tp: (o.offset, o.error) for tp, o in offsets.items()}
+    # A partition asked for is left out of the answer when it has no offset (NO_OFFSET).
+    answered = {tp: offsets.get(tp, NO_OFFSET) for tp in partitions} if partitions else offsets
+    return {tp: (o.offset, o.error) for tp, o in answered.items()}
 
 
 def commit(harness, offsets, *, member_id="", generation=-1, instance=None, group_id="g"):

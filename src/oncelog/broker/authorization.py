@@ -7,22 +7,25 @@ standalone broker keeps them in `<first log dir>/__acls.json` (`LocalAclStore`),
 cluster mode they are one document in the metadata quorum, shared by every broker
 (oncelog.cluster.security). Handlers ask through `RequestContext.authorize`.
 
-A change is planned on the ACLs as the store holds them (`plan(current)` returns the
-new set, or None for no change); a store may run the plan again on a fresh read (the
+A change is planned on the ACLs as the store holds them (`await plan(current)` returns
+the new set, or None for no change); a store may run the plan again on a fresh read (the
 cluster's compare-and-swap), so plans are pure (but for remembering their last result) and
-idempotent.
+idempotent. A plan paces itself over the request's bindings and filters (oncelog.pacing):
+the standalone store makes one change at a time, the cluster's compare catches any other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.security.acl import AclBinding, AclBindingFilter, validate_filter, validate_new_binding
+from oncelog.pacing import Pace, paced, unpaced
+from oncelog.security.acl import AclBinding, AclBindingFilter, PatternType, validate_filter, validate_new_binding
 from oncelog.security.acl_store import FileAclStore
 from oncelog.security.authorizer import StandardAuthorizer
 
@@ -39,7 +42,7 @@ AUTHORIZER_CLASS_NAMES = frozenset({
 # Kafka's error codes of the ACL APIs.
 UNKNOWN_SERVER_ERROR, NONE, REQUEST_TIMED_OUT, INVALID_REQUEST = -1, 0, 7, 42
 
-AclPlan = Callable[[list[AclBinding]], list[AclBinding] | None]
+AclPlan = Callable[[list[AclBinding]], Awaitable[list[AclBinding] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +77,14 @@ class LocalAclStore:
     def __init__(self, file: FileAclStore, authorizer: StandardAuthorizer) -> None:
         self._file = file
         self._authorizer = authorizer
+        self._changing = asyncio.Lock()  # one change at a time: a plan paces, on the ACLs as they are
 
     async def change(self, plan: AclPlan) -> None:
-        changed = plan(self._authorizer.describe(AclBindingFilter()))
-        if changed is not None:
-            self._file.save(changed)  # blocks for two fsyncs, as every standalone metadata write
-            self._authorizer.replace_all(changed)
+        async with self._changing:
+            changed = await plan(self._authorizer.describe(AclBindingFilter()))
+            if changed is not None:
+                self._file.save(changed)  # blocks for two fsyncs, as every standalone metadata write
+                self._authorizer.replace_all(changed)
 
 
 def new_authorizer(config: BrokerConfig) -> StandardAuthorizer | None:
@@ -117,23 +122,25 @@ class Acls:
         log_authorizer(authorizer, str(file.path))
         return cls(authorizer, LocalAclStore(file, authorizer))
 
-    async def create(self, bindings: list[AclBinding]) -> list[AclResult]:
-        """CreateAcls: each binding's result; the valid ones are stored before this returns."""
+    async def create(self, bindings: list[AclBinding], pace: Pace = unpaced) -> list[AclResult]:
+        """CreateAcls: each binding's result; the valid ones are stored before this returns.
+        `pace` between the bindings."""
         results = []
-        accepted = []
+        accepted: dict[AclBinding, None] = {}  # each once, in order
         for binding in bindings:
+            await pace()
             problem = validate_new_binding(binding)
             if problem is not None:
                 results.append(AclResult(INVALID_REQUEST, problem))
             else:
-                accepted.append(binding)
+                accepted[binding] = None
                 results.append(AclResult(NONE))
         added: list[AclBinding] = []
 
-        def plan(current: list[AclBinding]) -> list[AclBinding] | None:
+        async def plan(current: list[AclBinding]) -> list[AclBinding] | None:
             nonlocal added
             present = set(current)
-            added = [binding for binding in dict.fromkeys(accepted) if binding not in present]
+            added = [binding async for binding in paced(accepted, pace) if binding not in present]
             return [*current, *added] if added else None
 
         if accepted:
@@ -141,22 +148,39 @@ class Acls:
                 await self._store.change(plan)
             except AclsNotStored as error:
                 log.warning("CreateAcls not stored: %s", error)
-                return [error.result if result.error_code == NONE else result for result in results]
+                return [error.result if result.error_code == NONE else result async for result in paced(results, pace)]
         for binding in added:
+            await pace()
             log.info("ACL added: %s", binding)
         return results
 
-    async def delete(self, filters: list[AclBindingFilter]) -> list[tuple[AclResult, list[AclBinding]]]:
-        """DeleteAcls: per filter, its result and the bindings it removed."""
-        problems = [validate_filter(binding_filter) for binding_filter in filters]
-        valid = [binding_filter for binding_filter, problem in zip(filters, problems, strict=True) if problem is None]
+    async def delete(self, filters: list[AclBindingFilter], pace: Pace = unpaced
+                     ) -> list[tuple[AclResult, list[AclBinding]]]:
+        """DeleteAcls: per filter, its result and the bindings it removed. `pace` between
+        the filters."""
+        problems = [validate_filter(binding_filter) async for binding_filter in paced(filters, pace)]
+        valid = [binding_filter async for binding_filter, problem in paced(zip(filters, problems, strict=True), pace)
+                 if problem is None]
         matches: list[list[AclBinding]] = [[] for _ in valid]
         removed: dict[AclBinding, None] = {}
 
-        def plan(current: list[AclBinding]) -> list[AclBinding] | None:
+        async def plan(current: list[AclBinding]) -> list[AclBinding] | None:
             nonlocal matches, removed
-            matches = [[binding for binding in current if binding_filter.matches(binding)] for binding_filter in valid]
-            removed = {binding: None for matched in matches for binding in matched}
+            # A filter naming a resource (but for MATCH) looks at the bindings of that name only.
+            by_name: dict[str, list[AclBinding]] = {}
+            for binding in current:
+                by_name.setdefault(binding.pattern.name, []).append(binding)
+            matches = []
+            for binding_filter in valid:
+                await pace()
+                name, pattern_type = binding_filter.pattern_filter.name, binding_filter.pattern_filter.pattern_type
+                candidates = by_name.get(name, []) if name is not None and pattern_type is not PatternType.MATCH \
+                    else current
+                matches.append([binding for binding in candidates if binding_filter.matches(binding)])
+            removed = {}
+            for matched in matches:
+                await pace()
+                removed.update(dict.fromkeys(matched))
             return [binding for binding in current if binding not in removed] if removed else None
 
         failure: AclResult | None = None
@@ -169,10 +193,12 @@ class Acls:
                 matches = [[] for _ in valid]
         if failure is None:
             for binding in removed:
+                await pace()
                 log.info("ACL removed: %s", binding)
         results: list[tuple[AclResult, list[AclBinding]]] = []
         matched_by_valid = iter(matches)
         for problem in problems:
+            await pace()
             if problem is not None:
                 results.append((AclResult(INVALID_REQUEST, problem), []))
             else:

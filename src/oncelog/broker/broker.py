@@ -19,6 +19,7 @@ import ssl
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,6 +62,7 @@ from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
 from oncelog.names import TopicPartition
+from oncelog.pacing import Pace, unpaced
 from oncelog.security.listeners import SecurityProtocol
 from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCredentialStore, load_fake_salt_key
 from oncelog.security.tls import TlsConfigError, server_context
@@ -543,20 +545,27 @@ class Broker:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float) -> None:
-        """Return when any of `partitions` gets new data, or after `timeout_s`."""
+    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float, *, pace: Pace = unpaced,
+                              appended: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Return when any of `partitions` gets new data, or after `timeout_s`. The
+        partitions are watched at `pace`; `appended`, asked once they all are, tells
+        whether data came before (while the fetch read them, at its pace): then this
+        returns at once."""
         if timeout_s <= 0:
             return
         waiter = asyncio.get_running_loop().create_future()
-        for key in partitions:
-            self._fetch_waiters[key].add(waiter)
         try:
-            async with asyncio.timeout(timeout_s):
-                await waiter
+            for key in partitions:
+                await pace()
+                self._fetch_waiters[key].add(waiter)
+            if appended is None or not await appended():
+                async with asyncio.timeout(timeout_s):
+                    await waiter
         except TimeoutError:
             pass
         finally:
             for key in partitions:
+                await pace()
                 waiters = self._fetch_waiters.get(key)
                 if waiters is not None:
                     waiters.discard(waiter)

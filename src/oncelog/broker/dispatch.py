@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from oncelog.broker.node import Node
+from oncelog.pacing import Pace
 from oncelog.protocol.messages import ResponseBuilder
 from oncelog.security.acl import (
     CLUSTER_NAME,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from oncelog.security.scram_credentials import ScramCredentialStore
 
 Handle = Callable[["RequestContext", Any], Awaitable[Any]]
+T = TypeVar("T")
 TRANSACTION_V2_LEVEL = 2
 # How long a handler may hold the event loop before `RequestContext.pace` gives it to the
 # other clients for one turn.
@@ -100,7 +102,8 @@ class BrokerServices(Node, Protocol):
     def client_quotas(self) -> ClientQuotaStore: ...  # AlterClientQuotas: stored, then enforced by the server
     @property
     def acls(self) -> Acls | None: ...  # None: no authorizer, everything is allowed
-    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float) -> None: ...
+    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float, *, pace: Pace = ...,
+                              appended: Callable[[], Awaitable[bool]] | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -131,6 +134,16 @@ class RequestContext:
         if time.perf_counter() - self.slice_started >= PACE_SLICE_SECONDS:
             await asyncio.sleep(0)
             self.slice_started = time.perf_counter()
+
+    async def paced(self, items: Iterable[T]) -> AsyncIterator[T]:
+        """`items`, paced (`pace` before each): for the comprehensions and loops of a
+        handler over what the request lists, `[... async for item in ctx.paced(items)]`.
+        `items` must not change meanwhile (the request's own, or a copy)."""
+        for item in items:
+            if time.perf_counter() - self.slice_started >= PACE_SLICE_SECONDS:
+                await asyncio.sleep(0)
+                self.slice_started = time.perf_counter()
+            yield item
 
     @property
     def listener(self) -> str:

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from oncelog.names import TopicPartition
+from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 
 NO_SESSION_ID = 0  # Kafka's INVALID_SESSION_ID: no session
@@ -133,26 +134,29 @@ class FetchOutcome:
 
 
 class FetchContext:
-    """One Fetch's view of its session: `partitions` are the ones to read, in order;
-    `complete` (once the read is final) says what the response carries."""
+    """One Fetch's view of its session: `partitions` are the ones to read, in order (the
+    caller's mapping, or a copy of the session's; it does not change); `complete` (once
+    the read is final) says what the response carries."""
 
     error = ErrorCode.none
 
-    def __init__(self, partitions: list[tuple[TopicPartition, PartitionRequest]]) -> None:
+    def __init__(self, partitions: Mapping[TopicPartition, PartitionRequest]) -> None:
         self.partitions = partitions
 
-    def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchOutcome:
-        return FetchOutcome(ErrorCode.none, NO_SESSION_ID, [tp for tp, _ in self.partitions])
+    async def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int, *,
+                       pace: Pace = unpaced) -> FetchOutcome:
+        return FetchOutcome(ErrorCode.none, NO_SESSION_ID, list(self.partitions))
 
 
 class SessionError(FetchContext):
     """The request names a session it cannot continue: nothing is read."""
 
     def __init__(self, error: ErrorCode) -> None:
-        super().__init__([])
+        super().__init__({})
         self.error = error
 
-    def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchOutcome:
+    async def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int, *,
+                       pace: Pace = unpaced) -> FetchOutcome:
         return FetchOutcome(self.error, NO_SESSION_ID, [])
 
 
@@ -163,34 +167,38 @@ class Sessionless(FetchContext):
 class NewSession(FetchContext):
     """A full fetch that opens a session when the response is made, if there is room."""
 
-    def __init__(self, cache: FetchSessionCache, partitions: list[tuple[TopicPartition, PartitionRequest]],
+    def __init__(self, cache: FetchSessionCache, partitions: Mapping[TopicPartition, PartitionRequest],
                  principal: str, privileged: bool) -> None:
         super().__init__(partitions)
         self._cache = cache
         self._principal = principal
         self._privileged = privileged
 
-    def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchOutcome:
-        included = [tp for tp, _ in self.partitions]
-        session = self._cache.create(self._principal, self._privileged, self.partitions, answers, now_ms)
+    async def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int, *,
+                       pace: Pace = unpaced) -> FetchOutcome:
+        included = list(self.partitions)
+        session = await self._cache.create(self._principal, self._privileged, self.partitions, answers, now_ms,
+                                           pace=pace)
         return FetchOutcome(ErrorCode.none, session.id if session is not None else NO_SESSION_ID, included)
 
 
 class Incremental(FetchContext):
     """An incremental fetch: every partition of the session is read, the changed ones answered."""
 
-    def __init__(self, session: FetchSession) -> None:
-        super().__init__([(tp, cached.request) for tp, cached in session.partitions.items()])
+    def __init__(self, session: FetchSession, partitions: Mapping[TopicPartition, PartitionRequest]) -> None:
+        super().__init__(partitions)
         self._session = session
         self._expected_epoch = session.epoch
 
-    def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchOutcome:
+    async def complete(self, answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int, *,
+                       pace: Pace = unpaced) -> FetchOutcome:
         session = self._session
         if session.epoch != self._expected_epoch:
             # Another fetch of the session came in while this one waited (a duplicate): Kafka's answer.
             return FetchOutcome(ErrorCode.invalid_fetch_session_epoch, session.id, [])
         included = []
-        for tp, _ in self.partitions:
+        for tp in self.partitions:
+            await pace()
             cached = session.partitions.get(tp)
             answer = answers.get(tp)
             if cached is None or answer is None or not cached.must_answer(answer):
@@ -204,7 +212,13 @@ class Incremental(FetchContext):
 
 
 class FetchSessionCache:
-    """The broker's fetch sessions, by id. Runs on the broker's loop (no locks)."""
+    """The broker's fetch sessions, by id. Runs on the broker's loop (no locks).
+
+    `open`, `complete` and `create` pace their passes over a request's partitions (and a
+    session's: a session holds as many as its fetcher asked for) with the `pace` given
+    (oncelog.pacing). An incremental fetch takes its session's next epoch before its
+    first pace, so a duplicate that arrives meanwhile meets INVALID_FETCH_SESSION_EPOCH,
+    as it would after the fetch."""
 
     def __init__(self, max_slots: int, *, eviction_ms: int = EVICTION_MS) -> None:
         self.max_slots = max_slots
@@ -225,58 +239,73 @@ class FetchSessionCache:
     def partitions_cached(self) -> int:
         return sum(session.size for session in self._sessions.values())
 
-    def open(self, session_id: int, epoch: int, wanted: Mapping[TopicPartition, PartitionRequest],
-             forgotten: Iterable[TopicPartition], *, principal: str, privileged: bool, now_ms: int) -> FetchContext:
+    async def open(self, session_id: int, epoch: int, wanted: Mapping[TopicPartition, PartitionRequest],
+                   forgotten: Iterable[TopicPartition], *, principal: str, privileged: bool, now_ms: int,
+                   pace: Pace = unpaced) -> FetchContext:
         """The context of a Fetch with this session id and epoch (Kafka's FetchManager.newContext)
-        from `principal`. `wanted`: the request's partitions in order; `forgotten`: its
-        forgotten_topics_data. Another principal's session is not there for this one."""
+        from `principal`. `wanted`: the request's partitions in order (kept by the context:
+        it must not change); `forgotten`: its forgotten_topics_data. Another principal's
+        session is not there for this one."""
         session = self._sessions.get(session_id)
         if session is not None and session.principal != principal:
             session = None
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session is not None:
                 del self._sessions[session.id]  # a full fetch closes the session it names
-            partitions = list(wanted.items())
             if epoch == FINAL_EPOCH:
-                return Sessionless(partitions)
-            return NewSession(self, partitions, principal, privileged)
+                return Sessionless(wanted)
+            return NewSession(self, wanted, principal, privileged)
         if session is None:
             return SessionError(ErrorCode.fetch_session_id_not_found)
         if session.epoch != epoch:
             return SessionError(ErrorCode.invalid_fetch_session_epoch)
+        session.last_used_ms = now_ms
+        session.epoch = next_epoch(session.epoch)
         for tp, request in wanted.items():
+            await pace()
             cached = session.partitions.get(tp)
             if cached is None:
                 session.partitions[tp] = CachedPartition(request)
             else:
                 cached.request = request
         for tp in forgotten:
+            await pace()
             session.partitions.pop(tp, None)
         if not session.partitions:
-            del self._sessions[session.id]
-            return Sessionless(list(wanted.items()))
-        session.last_used_ms = now_ms
-        session.epoch = next_epoch(session.epoch)
+            if self._sessions.get(session.id) is session:
+                del self._sessions[session.id]
+            return Sessionless(wanted)
         self.incremental_fetches += 1
-        return Incremental(session)
+        partitions = {}
+        for tp, cached in dict(session.partitions).items():  # a copy: the session changes at a pace
+            await pace()
+            partitions[tp] = cached.request
+        return Incremental(session, partitions)
 
     def close(self, session_id: int) -> None:
         """Drop a session, whoever opened it: the broker's own decision (a throttled answer
         that opened it never reached the client), never a client's."""
         self._sessions.pop(session_id, None)
 
-    def create(self, principal: str, privileged: bool, partitions: list[tuple[TopicPartition, PartitionRequest]],
-               answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int) -> FetchSession | None:
+    async def create(self, principal: str, privileged: bool, partitions: Mapping[TopicPartition, PartitionRequest],
+                     answers: Mapping[TopicPartition, PartitionAnswer], now_ms: int, *,
+                     pace: Pace = unpaced) -> FetchSession | None:
         """A new session of `principal` for these partitions, remembering what the full
-        response said of each, if a slot is free or can be freed; else None."""
+        response said of each, if a slot is free or can be freed; else None. The session
+        is cached once it holds them all."""
         if not self._make_room(privileged, len(partitions), now_ms):
             return None
-        session = FetchSession(self._new_id(), principal, privileged, now_ms, now_ms, next_epoch(INITIAL_EPOCH))
-        for tp, request in partitions:
-            cached = session.partitions[tp] = CachedPartition(request)
+        held: dict[TopicPartition, CachedPartition] = {}
+        for tp, request in partitions.items():
+            await pace()
+            cached = held[tp] = CachedPartition(request)
             answer = answers.get(tp)
             if answer is not None:
                 cached.must_answer(answer)
+        if not self._make_room(privileged, len(partitions), now_ms):
+            return None  # others took the room while this one was being filled
+        session = FetchSession(self._new_id(), principal, privileged, now_ms, now_ms, next_epoch(INITIAL_EPOCH),
+                               held)
         self._sessions[session.id] = session
         self.created += 1
         return session

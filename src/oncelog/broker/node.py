@@ -17,8 +17,8 @@ collaborator needs, in its own verbs:
   coordinator (KIP-890), implemented by `coordinator.txn`;
 - `TransactionalOffsets`: what the transaction coordinator asks the group coordinator.
 
-This module imports only the leadership views, the config, the storage and metadata
-types under TYPE_CHECKING: none of them imports it back, so every part may depend on it
+This module imports only oncelog.pacing, and the leadership views, the config, the
+storage and metadata types under TYPE_CHECKING: none of them imports it back, so every part may depend on it
 without closing a loop.
 """
 
@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from oncelog.pacing import Pace, unpaced
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
@@ -74,13 +76,15 @@ class Leadership(Protocol):
 
 class TopicAdmin(Protocol):
     """Topic administration; every failure is a `broker.topics.TopicRequestError` with
-    Kafka's code and message. A call returns once this broker can use the change."""
+    Kafka's code and message. A call returns once this broker can use the change; `pace`
+    is awaited between the partitions of an explicit assignment (oncelog.pacing)."""
 
     async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
-                     validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo: ...
+                     validate_only: bool = False, assignment: list[list[int]] | None = None,
+                     pace: Pace = unpaced) -> TopicInfo: ...
     async def delete(self, name: str) -> None: ...
     async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
-                                assignment: list[list[int]] | None = None) -> None: ...
+                                assignment: list[list[int]] | None = None, pace: Pace = unpaced) -> None: ...
     async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None: ...
     async def ensure_internal(self, name: str) -> tuple[ErrorCode, str | None]:
         """Create `__consumer_offsets` or `__transaction_state` if missing (FindCoordinator

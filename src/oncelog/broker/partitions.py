@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from oncelog import clock
 from oncelog.broker.topics import error_code_for
 from oncelog.names import INTERNAL_TOPICS, TopicPartition
+from oncelog.pacing import Pace, unpaced
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import (
@@ -275,7 +276,7 @@ def _check_remote_verification(verifier: RemoteVerification, transactional_id: s
 
 
 async def verify_with_remote_coordinator(
-    broker: Node, transactional_id: str | None, partition_records, produce_version: int
+    broker: Node, transactional_id: str | None, partition_records, produce_version: int, *, pace: Pace = unpaced
 ) -> dict[TopicPartition, ProduceOutcome | VerificationGuard]:
     """KIP-890 in cluster mode, for a Produce request whose transactional id is
     coordinated by another broker: ask that coordinator about every partition led here
@@ -283,7 +284,8 @@ async def verify_with_remote_coordinator(
     AddPartitionsToTxn (`verify_only` below Produce v12, an add from v12), before
     anything is appended. Answers per partition: the refusal for the producer, or the
     guard to append with. Only batch headers are read; partitions left out are checked
-    by `append_records` as usual. `partition_records`: (topic, partition, records)."""
+    by `append_records` as usual. `partition_records`: (topic, partition, records), read
+    only then, with `pace` between them."""
     coordinator = broker.txn_coordinator
     # Standalone, the broker coordinates every transactional id: never remote.
     if (transactional_id is None or coordinator is None
@@ -294,6 +296,7 @@ async def verify_with_remote_coordinator(
     guards: dict[TopicPartition, VerificationGuard] = {}
     producer: tuple[int, int] | None = None
     for topic, partition, records in partition_records:
+        await pace()
         code, leader_epoch = broker.leadership.leader_epoch(topic, partition)
         if code is not ErrorCode.none or not records:
             continue
@@ -319,6 +322,7 @@ async def verify_with_remote_coordinator(
     adding = produce_version >= FIRST_IMPLICIT_ADD_PRODUCE_VERSION
     codes = await verifier.verify(transactional_id, producer_id, producer_epoch, set(guards), verify_only=not adding)
     for (topic, partition), guard in guards.items():
+        await pace()
         code = codes[(topic, partition)]
         if code is ErrorCode.none:
             answers[(topic, partition)] = guard

@@ -13,6 +13,7 @@ broker passes the server's `ClientQuotas.replace`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,8 +27,9 @@ from oncelog.broker.quotas import (
     configs_from_json,
     configs_to_json,
     failed,
-    plan_alteration,
+    plan_alteration_paced,
 )
+from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import CorruptLogError, StorageError
 from oncelog.storage.framed_file import read_json_file, write_json_file
@@ -43,8 +45,10 @@ Listener = Callable[[QuotaConfigs], None]
 class ClientQuotaStore(Protocol):
     def current(self) -> QuotaConfigs: ...
 
-    async def alter(self, alterations: Sequence[Alteration], *, validate_only: bool) -> list[AlterationResult]:
-        """Apply `alterations` (stored before this returns), each entry's result in order."""
+    async def alter(self, alterations: Sequence[Alteration], *, validate_only: bool,
+                    pace: Pace = unpaced) -> list[AlterationResult]:
+        """Apply `alterations` (stored before this returns), each entry's result in order;
+        planned at `pace`."""
 
 
 class FileClientQuotaStore:
@@ -52,6 +56,7 @@ class FileClientQuotaStore:
         self.path = directory / FILE_NAME
         self._on_change = on_change
         self._configs: QuotaConfigs = {}
+        self._altering = asyncio.Lock()  # one alteration at a time: each is planned at its pace
 
     def load(self) -> None:
         if self.path.exists():
@@ -65,8 +70,14 @@ class FileClientQuotaStore:
     def current(self) -> QuotaConfigs:
         return self._configs
 
-    async def alter(self, alterations: Sequence[Alteration], *, validate_only: bool) -> list[AlterationResult]:
-        changed, results = plan_alteration(self._configs, alterations)
+    async def alter(self, alterations: Sequence[Alteration], *, validate_only: bool,
+                    pace: Pace = unpaced) -> list[AlterationResult]:
+        async with self._altering:
+            return await self._alter(alterations, validate_only, pace)
+
+    async def _alter(self, alterations: Sequence[Alteration], validate_only: bool,
+                     pace: Pace) -> list[AlterationResult]:
+        changed, results = await plan_alteration_paced(self._configs, alterations, pace)
         if validate_only or changed == self._configs:
             return results
         try:

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oncelog.pacing import Pace, Steps, run_paced, run_steps, sorted_steps
 from oncelog.protocol.messages import ErrorCode
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
@@ -79,9 +80,26 @@ def entity_of(pairs: Iterable[tuple[str, str | None]]) -> QuotaEntity:
     return tuple(sorted(dict(pairs).items()))
 
 
+def _entity_steps(pairs: Iterable[tuple[str, str | None]]) -> Steps[QuotaEntity]:
+    """`entity_of` as steps (a request's entity may list a million pairs)."""
+    named: dict[str, str | None] = {}
+    for kind, name in pairs:
+        yield
+        named[kind] = name
+    return tuple((yield from sorted_steps(named.items())))
+
+
 def entity_text(entity: Iterable[tuple[str, str | None]]) -> str:
     """As Kafka's ClientQuotaEntity prints itself in error messages."""
-    return "ClientQuotaEntity(entries={" + ", ".join(f"{kind}={name}" for kind, name in entity) + "})"
+    return run_steps(_entity_text_steps(entity))
+
+
+def _entity_text_steps(entity: Iterable[tuple[str, str | None]]) -> Steps[str]:
+    entries = []
+    for kind, name in entity:
+        yield
+        entries.append(f"{kind}={name}")
+    return "ClientQuotaEntity(entries={" + ", ".join(entries) + "})"
 
 
 def user_of(principal: str) -> str:
@@ -123,23 +141,38 @@ def plan_alteration(current: QuotaConfigs, alterations: Sequence[Alteration],
                     ) -> tuple[dict[QuotaEntity, dict[str, float]], list[AlterationResult]]:
     """The quotas after `alterations`, and each one's result (in order). An entry with an
     error changes nothing; the others apply, as Kafka's controller applies them."""
+    return run_steps(_alteration_steps(current, alterations))
+
+
+async def plan_alteration_paced(current: QuotaConfigs, alterations: Sequence[Alteration], pace: Pace,
+                                ) -> tuple[dict[QuotaEntity, dict[str, float]], list[AlterationResult]]:
+    """`plan_alteration`, with `pace` between the entries, their pairs and operations."""
+    return await run_paced(_alteration_steps(current, alterations), pace)
+
+
+def _alteration_steps(current: QuotaConfigs, alterations: Sequence[Alteration],
+                      ) -> Steps[tuple[dict[QuotaEntity, dict[str, float]], list[AlterationResult]]]:
     changed = {entity: dict(values) for entity, values in current.items()}
+    entities: list[QuotaEntity] = []
     counts: dict[QuotaEntity, int] = {}
     for alteration in alterations:
-        named = entity_of(alteration.entity)
+        yield
+        named = yield from _entity_steps(alteration.entity)
+        entities.append(named)
         counts[named] = counts.get(named, 0) + 1
     results: list[AlterationResult] = []
-    for alteration in alterations:
-        entity = entity_of(alteration.entity)
-        result = _check_ops(alteration)
+    for alteration, entity in zip(alterations, entities, strict=True):
+        yield
+        result = yield from _check_ops(alteration)
         if result.ok and counts[entity] > 1:
-            result = _invalid(f"Ignoring duplicate entity {entity_text(alteration.entity)}")
+            result = _invalid(f"Ignoring duplicate entity {(yield from _entity_text_steps(alteration.entity))}")
         if result.ok:
             result = _check_entity(alteration.entity)
         values = dict(changed.get(entity, {}))
         if result.ok:
             valid_keys = IP_KEYS if IP in dict(alteration.entity) else CLIENT_KEYS
             for key, value in alteration.ops:
+                yield
                 if value is None:
                     values.pop(key, None)
                     continue
@@ -157,12 +190,13 @@ def plan_alteration(current: QuotaConfigs, alterations: Sequence[Alteration],
     return changed, results
 
 
-def _check_ops(alteration: Alteration) -> AlterationResult:
+def _check_ops(alteration: Alteration) -> Steps[AlterationResult]:
     seen: set[str] = set()
     for key, _value in alteration.ops:
+        yield
         if key in seen:
             return _invalid(f"Duplicate quota key {key} not updating quota for this entity "
-                            f"{entity_text(alteration.entity)}")
+                            f"{(yield from _entity_text_steps(alteration.entity))}")
         seen.add(key)
     return OK
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.internal_topics import internal_topic_spec
+from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage import errors as storage_errors
 
@@ -69,9 +70,10 @@ class StandaloneTopics:
         return ErrorCode.none, None
 
     async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
-                     validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo:
+                     validate_only: bool = False, assignment: list[list[int]] | None = None,
+                     pace: Pace = unpaced) -> TopicInfo:
         if assignment is not None:
-            self._check_assignment(assignment)
+            await self._check_assignment(assignment, pace)
             num_partitions, replication_factor = len(assignment), 1
         num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
         if replication_factor > 1:
@@ -98,8 +100,8 @@ class StandaloneTopics:
             raise TopicRequestError(error_code_for(error), str(error)) from None
 
     async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
-                                assignment: list[list[int]] | None = None) -> None:
-        self._check_assignment(assignment or [])
+                                assignment: list[list[int]] | None = None, pace: Pace = unpaced) -> None:
+        await self._check_assignment(assignment or [], pace)
         if validate_only:
             return
         try:
@@ -120,8 +122,9 @@ class StandaloneTopics:
         if not validate_only:
             log.info("topic %s configs are now %s", name, overrides or "the defaults")
 
-    def _check_assignment(self, assignment: list[list[int]]) -> None:
+    async def _check_assignment(self, assignment: list[list[int]], pace: Pace) -> None:
         for replicas in assignment:
+            await pace()
             if replicas != [self._node_id]:
                 raise TopicRequestError(
                     ErrorCode.invalid_replica_assignment,

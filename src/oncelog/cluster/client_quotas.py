@@ -29,11 +29,12 @@ from oncelog.broker.quotas import (
     configs_from_json,
     configs_to_json,
     failed,
-    plan_alteration,
+    plan_alteration_paced,
 )
 from oncelog.cluster.image import MetadataDelta, MetadataImage, decode_client_quotas, encode_client_quotas
 from oncelog.cluster.kv import KeyValue
 from oncelog.cluster.security import NotStored, SharedDocument
+from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
@@ -65,15 +66,16 @@ class ClusterClientQuotaStore:
     def current(self) -> QuotaConfigs:
         return self._configs
 
-    async def alter(self, alterations: Sequence[Alteration], *, validate_only: bool) -> list[AlterationResult]:
+    async def alter(self, alterations: Sequence[Alteration], *, validate_only: bool,
+                    pace: Pace = unpaced) -> list[AlterationResult]:
         if validate_only:  # validation does not depend on what is stored
-            return plan_alteration(self._configs, alterations)[1]
+            return (await plan_alteration_paced(self._configs, alterations, pace))[1]
         results: list[AlterationResult] = []
 
-        def plan(stored: KeyValue | None) -> bytes | None:
+        async def plan(stored: KeyValue | None) -> bytes | None:
             nonlocal results
             current = {} if stored is None else _configs_of(decode_client_quotas(stored))
-            changed, results = plan_alteration(current, alterations)
+            changed, results = await plan_alteration_paced(current, alterations, pace)
             return None if changed == current else encode_client_quotas(configs_to_json(changed))
 
         try:
@@ -81,7 +83,8 @@ class ClusterClientQuotaStore:
         except NotStored as error:
             log.warning("AlterClientQuotas not stored: %s", error)
             code = ErrorCode.request_timed_out if error.retriable else ErrorCode.unknown_server_error
-            return failed(results or plan_alteration(self._configs, alterations)[1], code, str(error))
+            return failed(results or (await plan_alteration_paced(self._configs, alterations, pace))[1], code,
+                          str(error))
         return results
 
     def _metadata_changed(self, image: MetadataImage, delta: MetadataDelta) -> None:

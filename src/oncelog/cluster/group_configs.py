@@ -62,7 +62,7 @@ class ClusterGroupConfigStore:
             check(change(self.current().of(group_id)))
             return
 
-        def plan(stored: KeyValue | None) -> bytes | None:
+        async def plan(stored: KeyValue | None) -> bytes | None:
             configs = GroupConfigs() if stored is None else _configs_of(decode_group_configs(stored))
             overrides = change(configs.of(group_id))
             check(overrides)  # ConfigChangeError: refused, nothing written

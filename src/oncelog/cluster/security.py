@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.authorization import Acls, AclsNotStored, log_authorizer, new_authorizer
+from oncelog.broker.authorization import AclPlan, Acls, AclsNotStored, log_authorizer, new_authorizer
 from oncelog.broker.config import BrokerConfig
 from oncelog.cluster.etcd import Compare, EtcdError, EtcdUnavailable, Op
 from oncelog.cluster.image import (
@@ -53,6 +53,7 @@ from oncelog.cluster.image import (
 )
 from oncelog.cluster.kv import KeyValue
 from oncelog.cluster.metadata_store import CAS_ATTEMPTS
+from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import AclBinding
 from oncelog.security.acl_store import binding_from_json, binding_to_json
@@ -64,7 +65,7 @@ from oncelog.security.scram_credentials import (
     ScramCredentialStore,
     credentials_from_json,
     credentials_to_json,
-    plan_alteration,
+    plan_alteration_paced,
 )
 
 if TYPE_CHECKING:
@@ -101,13 +102,14 @@ class SharedDocument:
                 log.info("waiting for the metadata quorum to read %s: %s", self.what, error)
                 await asyncio.sleep(QUORUM_RETRY_PAUSE_S)
 
-    async def change(self, plan: Callable[[KeyValue | None], bytes | None]) -> None:
-        """Put `plan(stored key)` under a compare on what was read (nothing when it is
-        None), retrying on conflicts with a fresh read, then wait until this broker's
+    async def change(self, plan: Callable[[KeyValue | None], Awaitable[bytes | None]]) -> None:
+        """Put `await plan(stored key)` under a compare on what was read (nothing when it
+        is None), retrying on conflicts with a fresh read, then wait until this broker's
         image has it. `plan` may run several times and must be pure but for remembering
         its last outcome, which is the one stored; it should be idempotent too (a set
         union or removal, as every plan here): a write whose answer was lost and that
         etcd applies only after the read meant to check it is then planned on once more.
+        A plan may pace itself (oncelog.pacing): the compare catches any write meanwhile.
         Raises NotStored."""
         client = self._runtime.client
         lost: set[bytes] = set()  # values of writes whose answers were lost
@@ -121,7 +123,7 @@ class SharedDocument:
                 revision = stored.mod_revision  # a lost answer's write was applied
                 break
             try:
-                value = plan(stored)
+                value = await plan(stored)
             except ValueError as error:  # MetadataFormatError too: written by a version this one cannot read
                 raise NotStored(f"{self.what} in the metadata quorum cannot be read: {error}",
                                 retriable=False) from None
@@ -185,9 +187,9 @@ class ClusterAclStore:
         if stored is not None:
             self._authorizer.replace_all(_bindings_of(decode_acls(stored)))
 
-    async def change(self, plan: Callable[[list[AclBinding]], list[AclBinding] | None]) -> None:
-        def plan_stored(stored: KeyValue | None) -> bytes | None:
-            changed = plan([] if stored is None else _bindings_of(decode_acls(stored)))
+    async def change(self, plan: AclPlan) -> None:
+        async def plan_stored(stored: KeyValue | None) -> bytes | None:
+            changed = await plan([] if stored is None else _bindings_of(decode_acls(stored)))
             return None if changed is None else encode_acls(binding_to_json(binding) for binding in changed)
 
         try:
@@ -253,15 +255,15 @@ class ClusterScramCredentialStore(ScramCredentialStore):
             self.replace(_credentials_of(decode_scram_credentials(stored)))
 
     async def store_alteration(self, deletions: Iterable[tuple[str, str]],
-                               upsertions: Iterable[tuple[str, str, int, bytes, bytes]],
-                               ) -> dict[str, AlterationResult]:
+                               upsertions: Iterable[tuple[str, str, int, bytes, bytes]], *,
+                               pace: Pace = unpaced) -> dict[str, AlterationResult]:
         deletions, upsertions = list(deletions), list(upsertions)  # planned again on each conflict
         results: dict[str, AlterationResult] = {}
 
-        def plan(stored: KeyValue | None) -> bytes | None:
+        async def plan(stored: KeyValue | None) -> bytes | None:
             nonlocal results
             current = {} if stored is None else _credentials_of(decode_scram_credentials(stored))
-            altered, results = plan_alteration(current, deletions, upsertions)
+            altered, results = await plan_alteration_paced(current, deletions, upsertions, pace)
             return None if altered == current else encode_scram_credentials(credentials_to_json(altered)["users"])
 
         try:

@@ -20,6 +20,7 @@ from oncelog.cluster.image import TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
 from oncelog.cluster.placement import InvalidReplicationFactor, check_assignment, place_replicas
 from oncelog.coordinator.internal_topics import REPLICATION_FACTOR_KEY, internal_topic_spec
+from oncelog.pacing import Pace, paced, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import InvalidConfigError, InvalidTopicError
 from oncelog.storage.manager import TopicInfo, validate_topic_name
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncelog.cluster.topics")
 CONFIG_WRITE_ATTEMPTS = 5
+ASSIGNMENT_SLICE = 1000  # partitions of an explicit assignment checked between two paces
 
 
 class ClusterTopics:
@@ -43,18 +45,20 @@ class ClusterTopics:
         self._logs = logs
 
     async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
-                     validate_only: bool = False, assignment: list[list[int]] | None = None) -> TopicInfo:
+                     validate_only: bool = False, assignment: list[list[int]] | None = None,
+                     pace: Pace = unpaced) -> TopicInfo:
         if assignment is None:
             num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
         return await _create_topic(self._runtime, self._logs, name, num_partitions, replication_factor, configs,
-                                   validate_only=validate_only, assignment=assignment)
+                                   validate_only=validate_only, assignment=assignment, pace=pace)
 
     async def delete(self, name: str) -> None:
         await _delete_topic(self._runtime, name)
 
     async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
-                                assignment: list[list[int]] | None = None) -> None:
-        await _create_partitions(self._runtime, name, new_total, validate_only=validate_only, assignment=assignment)
+                                assignment: list[list[int]] | None = None, pace: Pace = unpaced) -> None:
+        await _create_partitions(self._runtime, name, new_total, validate_only=validate_only, assignment=assignment,
+                                 pace=pace)
 
     async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None:
         await _alter_topic_configs(self._runtime, self._logs, name, change, validate_only=validate_only)
@@ -85,7 +89,7 @@ class ClusterTopics:
 
 async def _create_topic(runtime: ClusterRuntime, logs: LogManager, name: str, num_partitions: int,
                         replication_factor: int, configs: dict[str, str], *, validate_only: bool = False,
-                        assignment: list[list[int]] | None = None) -> TopicInfo:
+                        assignment: list[list[int]] | None = None, pace: Pace = unpaced) -> TopicInfo:
     image = runtime.image
     try:
         validate_topic_name(name)
@@ -105,10 +109,10 @@ async def _create_topic(runtime: ClusterRuntime, logs: LogManager, name: str, nu
         raise TopicRequestError(ErrorCode.invalid_config, str(error)) from None
     live = sorted(image.live_broker_ids())
     if assignment is not None:
-        problem = check_assignment(dict(enumerate(assignment)), live)
+        problem = await _check_assignment(assignment, live, pace=pace)
         if problem is not None:
             raise TopicRequestError(ErrorCode.invalid_replica_assignment, problem)
-        replicas = [list(r) for r in assignment]
+        replicas = [list(r) async for r in paced(assignment, pace)]
     else:
         try:
             replicas = place_replicas(live, num_partitions, replication_factor)
@@ -129,6 +133,22 @@ async def _create_topic(runtime: ClusterRuntime, logs: LogManager, name: str, nu
     return info if info is not None else TopicInfo(name, topic.topic_id, len(replicas), overrides, config)
 
 
+async def _check_assignment(assignment: list[list[int]], live: list[int], *, replication_factor: int | None = None,
+                            first_partition: int = 0, pace: Pace) -> str | None:
+    """`placement.check_assignment` of partitions `first_partition, first_partition + 1,
+    ...`, a slice at a time with `pace` between (the same answer: the checks are made in
+    partition order, each slice held to the replication factor of the first partition)."""
+    for start in range(0, len(assignment), ASSIGNMENT_SLICE):
+        await pace()
+        if start > 0 and replication_factor is None:
+            replication_factor = len(assignment[0])
+        problem = check_assignment(dict(enumerate(assignment[start:start + ASSIGNMENT_SLICE], first_partition + start)),
+                                   live, replication_factor=replication_factor, first_partition=first_partition + start)
+        if problem is not None:
+            return problem
+    return None
+
+
 async def _delete_topic(runtime: ClusterRuntime, name: str) -> None:
     topic = runtime.image.topics.get(name)
     if topic is None:
@@ -144,7 +164,7 @@ async def _delete_topic(runtime: ClusterRuntime, name: str) -> None:
 
 
 async def _create_partitions(runtime: ClusterRuntime, name: str, new_total: int, *, validate_only: bool = False,
-                             assignment: list[list[int]] | None = None) -> None:
+                             assignment: list[list[int]] | None = None, pace: Pace = unpaced) -> None:
     image = runtime.image
     topic = image.topics.get(name)
     if topic is None:
@@ -162,11 +182,11 @@ async def _create_partitions(runtime: ClusterRuntime, name: str, new_total: int,
     replication_factor = len(first.replicas)
     live = sorted(image.live_broker_ids())
     if assignment is not None:
-        problem = check_assignment(dict(enumerate(assignment, start=current)), live,
-                                   replication_factor=replication_factor, first_partition=current)
+        problem = await _check_assignment(assignment, live, replication_factor=replication_factor,
+                                          first_partition=current, pace=pace)
         if problem is not None:
             raise TopicRequestError(ErrorCode.invalid_replica_assignment, problem)
-        added = [list(r) for r in assignment]
+        added = [list(r) async for r in paced(assignment, pace)]
     else:
         try:
             added = place_replicas(live, new_total - current, replication_factor, start_partition=current)

@@ -20,6 +20,7 @@ Only salts, StoredKeys and ServerKeys are kept; never a password or SaltedPasswo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from oncelog.pacing import Pace, Steps, run_paced, run_steps, sorted_steps, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.sasl.scram import (
     MAX_ITERATIONS,
@@ -86,13 +88,20 @@ def describe_credentials(credentials: Mapping[str, Mapping[str, ScramCredential]
                          users: Sequence[str] | None) -> list[UserScramCredentialsDescription]:
     """Every user with credentials (sorted) when `users` is None or empty, else each user
     asked for once, in request order, with RESOURCE_NOT_FOUND or DUPLICATE_RESOURCE."""
+    return run_steps(_describe_steps(credentials, users))
+
+
+def _describe_steps(credentials: Mapping[str, Mapping[str, ScramCredential]],
+                    users: Sequence[str] | None) -> Steps[list[UserScramCredentialsDescription]]:
     if not users:
-        users = sorted(user for user, mechanisms in credentials.items() if mechanisms)
+        users = yield from sorted_steps(user for user, mechanisms in credentials.items() if mechanisms)
     counts: dict[str, int] = {}
     for user in users:
+        yield
         counts[user] = counts.get(user, 0) + 1
     results = []
     for user, count in counts.items():
+        yield
         mechanisms = credentials.get(user, {})
         if count > 1:
             results.append(UserScramCredentialsDescription(user=user, error_code=ErrorCode.duplicate_resource,
@@ -140,14 +149,38 @@ def plan_alteration(credentials: Mapping[str, Mapping[str, ScramCredential]],
     deletion or upsertion of it fails the user with DUPLICATE_RESOURCE, and the first is
     not applied); a user's first failure is its result; the users that pass are applied,
     whatever happens to the others. Results are in the order users first appear."""
-    deletion_list = [ScramCredentialDeletion(*deletion) for deletion in deletions]
-    upsertion_list = [ScramCredentialUpsertion(*upsertion) for upsertion in upsertions]
-    order = dict.fromkeys([deletion.user for deletion in deletion_list] +
-                          [upsertion.user for upsertion in upsertion_list])
+    return run_steps(_alteration_steps(credentials, deletions, upsertions))
+
+
+async def plan_alteration_paced(credentials: Mapping[str, Mapping[str, ScramCredential]],
+                                deletions: Iterable[tuple[str, str]],
+                                upsertions: Iterable[tuple[str, str, int, bytes, bytes]], pace: Pace,
+                                ) -> tuple[Credentials, dict[str, AlterationResult]]:
+    """`plan_alteration`, with `pace` between the deletions, upsertions and users."""
+    return await run_paced(_alteration_steps(credentials, deletions, upsertions), pace)
+
+
+def _alteration_steps(credentials: Mapping[str, Mapping[str, ScramCredential]],
+                      deletions: Iterable[tuple[str, str]],
+                      upsertions: Iterable[tuple[str, str, int, bytes, bytes]],
+                      ) -> Steps[tuple[Credentials, dict[str, AlterationResult]]]:
+    deletion_list = []
+    for deletion in deletions:
+        yield
+        deletion_list.append(ScramCredentialDeletion(*deletion))
+    upsertion_list = []
+    for upsertion in upsertions:
+        yield
+        upsertion_list.append(ScramCredentialUpsertion(*upsertion))
+    order: dict[str, None] = {}
+    for user in [deletion.user for deletion in deletion_list] + [upsertion.user for upsertion in upsertion_list]:
+        yield
+        order[user] = None
     errors: dict[str, AlterationResult] = {}
     to_delete: dict[str, ScramCredentialDeletion] = {}
     to_upsert: dict[str, ScramCredentialUpsertion] = {}
     for deletion in deletion_list:
+        yield
         if deletion.user in errors:
             continue
         if to_delete.pop(deletion.user, None) is not None:
@@ -161,6 +194,7 @@ def plan_alteration(credentials: Mapping[str, Mapping[str, ScramCredential]],
         else:
             errors[deletion.user] = error
     for upsertion in upsertion_list:
+        yield
         if upsertion.user in errors:
             continue
         if to_delete.pop(upsertion.user, None) is not None or to_upsert.pop(upsertion.user, None) is not None:
@@ -173,13 +207,18 @@ def plan_alteration(credentials: Mapping[str, Mapping[str, ScramCredential]],
             errors[upsertion.user] = error
     altered: Credentials = {user: dict(mechanisms) for user, mechanisms in credentials.items()}
     for deletion in to_delete.values():
+        yield
         del altered[deletion.user][deletion.mechanism]
         if not altered[deletion.user]:
             del altered[deletion.user]
     for upsertion in to_upsert.values():
+        yield
         altered.setdefault(upsertion.user, {})[upsertion.mechanism] = scram_credential_from_salted_password(
             upsertion.mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations)
-    results = {user: errors.get(user, (ErrorCode.none, None)) for user in order}
+    results = {}
+    for user in order:
+        yield
+        results[user] = errors.get(user, (ErrorCode.none, None))
     return altered, results
 
 
@@ -191,6 +230,7 @@ class ScramCredentialStore:
                  persist: Callable[[Credentials], None] | None = None) -> None:
         self._credentials: Credentials = {user: dict(mechanisms) for user, mechanisms in (credentials or {}).items()}
         self._persist = persist
+        self._altering = asyncio.Lock()  # one store_alteration at a time: each is planned at its pace
 
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
         """The SCRAM server's lookup."""
@@ -202,25 +242,37 @@ class ScramCredentialStore:
     def describe(self, users: Sequence[str] | None) -> list[UserScramCredentialsDescription]:
         return describe_credentials(self._credentials, users)
 
+    async def describe_paced(self, users: Sequence[str] | None, pace: Pace) -> list[UserScramCredentialsDescription]:
+        """`describe` at `pace`, of the credentials as they are now (an alteration replaces
+        them, it does not change them in place)."""
+        return await run_paced(_describe_steps(self._credentials, users), pace)
+
     def alter(self, deletions: Iterable[tuple[str, str]], upsertions: Iterable[tuple[str, str, int, bytes, bytes]],
               ) -> dict[str, AlterationResult]:
         """AlterUserScramCredentials: see `plan_alteration`. Raises what `persist` raises,
         with nothing changed."""
         altered, results = plan_alteration(self._credentials, deletions, upsertions)
+        self._apply(altered)
+        return results
+
+    def _apply(self, altered: Credentials) -> None:
         if altered != self._credentials:
             if self._persist is not None:
                 self._persist(altered)
             self._credentials = altered
-        return results
 
     async def store_alteration(self, deletions: Iterable[tuple[str, str]],
-                               upsertions: Iterable[tuple[str, str, int, bytes, bytes]],
-                               ) -> dict[str, AlterationResult]:
-        """AlterUserScramCredentials as its handler runs it: the alteration, stored where
-        these credentials are kept, before this returns. Here that is `alter` (raises what
-        `persist` raises); in cluster mode the metadata quorum, which may take a while
+                               upsertions: Iterable[tuple[str, str, int, bytes, bytes]], *,
+                               pace: Pace = unpaced) -> dict[str, AlterationResult]:
+        """AlterUserScramCredentials as its handler runs it: the alteration, planned at
+        `pace` and stored where these credentials are kept, before this returns. Here that
+        is `alter`'s (raises what `persist` raises), one alteration at a time; in cluster
+        mode the metadata quorum, which may take a while
         (oncelog.cluster.security.ClusterScramCredentialStore)."""
-        return self.alter(deletions, upsertions)
+        async with self._altering:
+            altered, results = await plan_alteration_paced(self._credentials, deletions, upsertions, pace)
+            self._apply(altered)
+            return results
 
     def replace(self, credentials: Mapping[str, Mapping[str, ScramCredential]]) -> None:
         """Take `credentials` as they are where they are kept (the cluster's metadata

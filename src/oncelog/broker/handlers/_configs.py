@@ -30,22 +30,25 @@ Each resource gets its own error code and message, as in Kafka:
   before the controller authorizes it, so an unauthorized bad change gets the
   validation error; here it gets CLUSTER_AUTHORIZATION_FAILED.
 
-The handlers say what a resource's changes make of its overrides (`Change`); this module
-gives it the keys' built-in defaults and list keys of the resource's type, and the owner
-of the overrides (the topics', the dynamic broker configs' or the group configs' store)
-applies the result.
+The handlers plan what a resource's changes make of its overrides (`Plan`, checked at the
+request's pace with the list keys of the resource's type: config_changes.PlannedChange);
+this module gives the planned change the keys' built-in defaults, and the owner of the
+overrides (the topics', the dynamic broker configs' or the group configs' store) applies
+the result.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 from oncelog.broker import dynamic_config, group_configs
 from oncelog.broker.config import SETTINGS
-from oncelog.broker.config_changes import ConfigChangeError
+from oncelog.broker.config_changes import ConfigChangeError, PlannedChange
 from oncelog.broker.dispatch import RequestContext
 from oncelog.broker.topics import TopicRequestError
+from oncelog.pacing import Steps, run_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.storage.config import TOPIC_CONFIGS, TOPIC_LIST_KEYS, LogConfig
@@ -79,30 +82,47 @@ _AUTHORIZED_ON = {
 # A resource's new overrides, from its overrides now, the keys' built-in defaults and the
 # keys that hold lists.
 Change = Callable[[Mapping[str, str], Mapping[str, str], frozenset[str]], dict[str, str]]
+# What the request asks of one resource, planned with the list keys of its type.
+Plan = Callable[[Any, frozenset[str]], Steps[PlannedChange]]
+_LIST_KEYS = {TOPIC: TOPIC_LIST_KEYS, BROKER: BROKER_LIST_KEYS}
 
 
-async def alter_all(ctx: RequestContext, request, change_of: Callable[[object], Change], response: str, *,
-                    incremental: bool) -> object:
-    """Answer an AlterConfigs or IncrementalAlterConfigs request: `change_of(resource)`
-    is what the request asks of one resource; `response` names the response entity;
-    `incremental`: IncrementalAlterConfigs (which knows broker loggers)."""
-    counts = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
+async def alter_all(ctx: RequestContext, request, plan_of: Plan, response: str, *, incremental: bool) -> object:
+    """Answer an AlterConfigs or IncrementalAlterConfigs request: `plan_of(resource,
+    list keys)` plans what the request asks of one resource; `response` names the
+    response entity; `incremental`: IncrementalAlterConfigs (which knows broker loggers)."""
+    named: set[tuple[int, str]] = set()
+    duplicated: set[tuple[int, str]] = set()  # named more than once
+    async for resource in ctx.paced(request.resources):
+        key = (resource.resource_type, resource.resource_name)
+        if key in named:
+            duplicated.add(key)
+        named.add(key)
     outcome: list[tuple[ErrorCode, str | None]] = []
     for resource in request.resources:
-        if counts[(resource.resource_type, resource.resource_name)] > 1:
+        await ctx.pace()
+        if (resource.resource_type, resource.resource_name) in duplicated:
             outcome.append((ErrorCode.invalid_request, "Duplicate resource in the request."))
         else:
             refusal = _refusal(ctx, resource.resource_type, resource.resource_name, incremental)
             if refusal is not None:
                 outcome.append(refusal)
             else:
-                outcome.append(await _alter(ctx, resource, change_of(resource), request.validate_only))
+                planned = await run_paced(plan_of(resource, _LIST_KEYS.get(resource.resource_type, frozenset())),
+                                          ctx.pace)
+                change = partial(_apply, planned)
+                outcome.append(await _alter(ctx, resource, change, request.validate_only))
     make = ctx.response.make
-    return make(response, throttle_time=NO_THROTTLE, responses=tuple(
+    return make(response, throttle_time=NO_THROTTLE, responses=tuple([
         make("AlterConfigsResourceResponse", error_code=code, error_message=message,
              resource_type=resource.resource_type, resource_name=resource.resource_name)
-        for resource, (code, message) in zip(request.resources, outcome, strict=True)
-    ))
+        async for resource, (code, message) in ctx.paced(zip(request.resources, outcome, strict=True))
+    ]))
+
+
+def _apply(planned: PlannedChange, current: Mapping[str, str], defaults: Mapping[str, str],
+           _list_keys: frozenset[str]) -> dict[str, str]:
+    return planned.apply(current, defaults)
 
 
 def _refusal(ctx: RequestContext, kind: int, name: str, incremental: bool) -> tuple[ErrorCode, str | None] | None:

@@ -35,13 +35,15 @@ def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return count is not None and 0 <= partition < count
 
 
-def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_required: bool = False):
+async def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_required: bool = False):
     """The partitions of an OffsetCommit/TxnOffsetCommit split into the offsets to hand to
-    the coordinator and the per-partition errors answered without it."""
+    the coordinator and the per-partition errors answered without it. Only partitions that
+    exist reach the coordinator, each once (a partition named twice: its last offset), so
+    its work is bounded by the cluster's partitions, whatever the request lists."""
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], CommitOffset] = {}
-    for topic in request.topics:
-        for partition in topic.partitions:
+    async for topic in ctx.paced(request.topics):
+        async for partition in ctx.paced(topic.partitions):
             key = (topic.name, partition.partition_index)
             if coordinator is None:
                 errors[key] = ErrorCode.coordinator_not_available

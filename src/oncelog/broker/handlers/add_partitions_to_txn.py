@@ -37,6 +37,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
@@ -56,93 +57,127 @@ async def handle(ctx: RequestContext, request) -> object:
         if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
             return make("AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE,
                         error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
-        answers = await asyncio.gather(*(_answer_transaction(ctx, transaction) for transaction in request.transactions))
+        answers = [await _answer_transaction(ctx, transaction) async for transaction in ctx.paced(request.transactions)]
+        await _once_replicated(ctx, answers)
         return make("AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                    results_by_transaction=tuple(
+                    results_by_transaction=tuple([
                         make("AddPartitionsToTxnResult", transactional_id=transaction.transactional_id,
-                             topic_results=_topic_results(make, transaction.topics, errors))
-                        for transaction, errors in zip(request.transactions, answers, strict=True)
-                    ))
-    requested = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+                             topic_results=await _topic_results(ctx, transaction.topics, answer.errors))
+                        async for transaction, answer in ctx.paced(zip(request.transactions, answers, strict=True))
+                    ]))
+    requested = [(t.name, p) async for t in ctx.paced(request.v3_and_below_topics)
+                 async for p in ctx.paced(t.partitions)]
     errors: dict[TopicPartition, ErrorCode] | None
     if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
-        errors = dict.fromkeys(requested, ErrorCode.transactional_id_authorization_failed)
+        errors = {tp: ErrorCode.transactional_id_authorization_failed async for tp in ctx.paced(requested)}
     else:
-        errors = _refused_partitions(ctx, requested, _unwritable_topics(ctx, request.v3_and_below_topics))
+        errors = await _refused_partitions(ctx, requested,
+                                           await _unwritable_topics(ctx, request.v3_and_below_topics))
     if errors is None:
         error = ctx.broker.txn_coordinator.add_partitions(
             request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch,
-            set(requested),
+            {tp async for tp in ctx.paced(requested)},  # every one exists: as many as the cluster has
             now_ms(),
         )
         error = await once_replicated(ctx, request.v3_and_below_transactional_id, error)
         error = fenced_for_version(error, ctx.version, 2)
-        errors = dict.fromkeys(requested, error)
+        errors = {tp: error async for tp in ctx.paced(requested)}
     return make("AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE,
-                results_by_topic_v3_and_below=_topic_results(make, request.v3_and_below_topics, errors))
+                results_by_topic_v3_and_below=await _topic_results(ctx, request.v3_and_below_topics, errors))
 
 
-async def _answer_transaction(ctx: RequestContext, transaction) -> dict[TopicPartition, ErrorCode]:
-    """One transaction of a v4+ request: verified partition by partition, or added."""
-    requested = [(t.name, p) for t in transaction.topics for p in t.partitions]
-    if not transaction.transactional_id:
-        return dict.fromkeys(requested, ErrorCode.invalid_request)
-    errors = _refused_partitions(ctx, requested, frozenset())
+@dataclass(slots=True)
+class _Answer:
+    """One transaction of a v4+ request: its partitions' errors, and whether its add
+    waits for the id's `__transaction_state` write to be replicated."""
+
+    transactional_id: str
+    errors: dict[TopicPartition, ErrorCode]
+    added: bool = False
+
+
+async def _answer_transaction(ctx: RequestContext, transaction) -> _Answer:
+    """One transaction of a v4+ request: verified partition by partition, or added (its
+    answer then waits for `_once_replicated`)."""
+    transactional_id = transaction.transactional_id
+    requested = [(t.name, p) async for t in ctx.paced(transaction.topics) async for p in ctx.paced(t.partitions)]
+    if not transactional_id:
+        return _Answer(transactional_id, {tp: ErrorCode.invalid_request async for tp in ctx.paced(requested)})
+    errors = await _refused_partitions(ctx, requested, frozenset())
     if errors is not None:
-        return errors
+        return _Answer(transactional_id, errors)
     coordinator = ctx.broker.txn_coordinator
     if transaction.verify_only:
         errors = {}
-        for tp in requested:
-            error = coordinator.verify_partition(transaction.transactional_id, transaction.producer_id,
+        async for tp in ctx.paced(requested):
+            error = coordinator.verify_partition(transactional_id, transaction.producer_id,
                                                  transaction.producer_epoch, tp)
             if error is ErrorCode.invalid_txn_state:
                 error = ErrorCode.transaction_abortable  # Kafka's coordinator's own answer
             errors[tp] = error
-        return errors
-    error = coordinator.add_partitions(transaction.transactional_id, transaction.producer_id,
-                                       transaction.producer_epoch, set(requested), now_ms(),
+        return _Answer(transactional_id, errors)
+    error = coordinator.add_partitions(transactional_id, transaction.producer_id, transaction.producer_epoch,
+                                       {tp async for tp in ctx.paced(requested)}, now_ms(),
                                        transaction_version=IMPLICIT_ADD_TRANSACTION_VERSION)
-    error = await once_replicated(ctx, transaction.transactional_id, error)
-    return dict.fromkeys(requested, error)
+    return _Answer(transactional_id, {tp: error async for tp in ctx.paced(requested)},
+                   added=error is ErrorCode.none)
 
 
-def _unwritable_topics(ctx: RequestContext, topics) -> frozenset[str]:
+async def _once_replicated(ctx: RequestContext, answers: list[_Answer]) -> None:
+    """The added transactions' answers, once their writes are on the ISR (NOT_COORDINATOR
+    or COORDINATOR_NOT_AVAILABLE when they are not): one wait per `__transaction_state`
+    partition, all at once, after every transaction of the request was added."""
+    coordinator = ctx.broker.txn_coordinator
+    by_partition: dict[int, list[_Answer]] = {}
+    async for answer in ctx.paced(answers):
+        if answer.added:
+            by_partition.setdefault(coordinator.partition_of(answer.transactional_id), []).append(answer)
+    replicated = await asyncio.gather(*(coordinator.replicated(added[0].transactional_id)
+                                        for added in by_partition.values()))
+    for added, error in zip(by_partition.values(), replicated, strict=True):
+        if error is ErrorCode.none:
+            continue
+        async for answer in ctx.paced(added):
+            answer.errors = {tp: error async for tp in ctx.paced(answer.errors)}
+
+
+async def _unwritable_topics(ctx: RequestContext, topics) -> frozenset[str]:
     """The topics a client's request may not add: internal ones, and those the principal
     may not WRITE to (one authorization per topic)."""
-    names = {topic.name for topic in topics}
-    return frozenset(name for name in names
-                     if name in INTERNAL_TOPICS or not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name))
+    names = {topic.name async for topic in ctx.paced(topics)}
+    return frozenset([name async for name in ctx.paced(names)
+                      if name in INTERNAL_TOPICS or not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)])
 
 
-def _refused_partitions(ctx: RequestContext, requested: list[TopicPartition],
-                        unauthorized: frozenset[str]) -> dict[TopicPartition, ErrorCode] | None:
+async def _refused_partitions(ctx: RequestContext, requested: list[TopicPartition],
+                              unauthorized: frozenset[str]) -> dict[TopicPartition, ErrorCode] | None:
     """Kafka refuses the whole transaction when a partition may not be written
     (TOPIC_AUTHORIZATION_FAILED) or does not exist (UNKNOWN_TOPIC_OR_PARTITION): the
     others get OPERATION_NOT_ATTEMPTED. None when every partition may be added."""
     refused = {}
-    for tp in requested:
+    async for tp in ctx.paced(requested):
         if tp[0] in unauthorized:
             refused[tp] = ErrorCode.topic_authorization_failed
         elif not ctx.broker.leadership.has_partition(*tp):
             refused[tp] = ErrorCode.unknown_topic_or_partition
     if not refused:
         return None
-    return {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in requested}
+    return {tp: refused.get(tp, ErrorCode.operation_not_attempted) async for tp in ctx.paced(requested)}
 
 
-def _topic_results(make, topics, errors: dict[TopicPartition, ErrorCode]) -> tuple:
-    return tuple(
+async def _topic_results(ctx: RequestContext, topics, errors: dict[TopicPartition, ErrorCode]) -> tuple:
+    make = ctx.response.make
+    return tuple([
         make(
             "AddPartitionsToTxnTopicResult",
             name=topic.name,
-            results_by_partition=tuple(
+            results_by_partition=tuple([
                 make("AddPartitionsToTxnPartitionResult", partition_index=p,
                      partition_error_code=errors[(topic.name, p)])
-                for p in topic.partitions
-            ),
+                async for p in ctx.paced(topic.partitions)
+            ]),
         )
-        for topic in topics
-    )
+        async for topic in ctx.paced(topics)
+    ])

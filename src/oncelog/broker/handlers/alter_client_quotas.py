@@ -41,18 +41,21 @@ async def handle(ctx: RequestContext, request):
         results = [AlterationResult(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
                    ] * len(request.entries)
     else:
-        alterations = [Alteration(tuple((data.entity_type, data.entity_name) for data in entry.entity),
-                                  tuple((op.key, None if op.remove else float(op.value)) for op in entry.ops))
-                       for entry in request.entries]
-        results = await ctx.broker.client_quotas.alter(alterations, validate_only=request.validate_only)
+        alterations = [Alteration(tuple([(data.entity_type, data.entity_name)
+                                         async for data in ctx.paced(entry.entity)]),
+                                  tuple([(op.key, None if op.remove else float(op.value))
+                                         async for op in ctx.paced(entry.ops)]))
+                       async for entry in ctx.paced(request.entries)]
+        results = await ctx.broker.client_quotas.alter(alterations, validate_only=request.validate_only,
+                                                       pace=ctx.pace)
         if not request.validate_only:
-            for alteration, result in zip(alterations, results, strict=True):
-                if result.ok:
+            async for alteration, result in ctx.paced(zip(alterations, results, strict=True)):
+                if result.ok:  # an entity of at most three types, each operation once
                     log.info("%s altered the client quotas of %s: %s", ctx.principal, entity_text(alteration.entity),
                              ", ".join(f"{key}={'(removed)' if value is None else value}"
                                        for key, value in alteration.ops))
-    return make("AlterClientQuotasResponse", throttle_time=NO_THROTTLE, entries=tuple(
+    return make("AlterClientQuotasResponse", throttle_time=NO_THROTTLE, entries=tuple([
         make("EntryData", error_code=result.error_code, error_message=result.error_message,
-             entity=tuple(make("EntityData", entity_type=data.entity_type, entity_name=data.entity_name)
-                          for data in entry.entity))
-        for entry, result in zip(request.entries, results, strict=True)))
+             entity=tuple([make("EntityData", entity_type=data.entity_type, entity_name=data.entity_name)
+                           async for data in ctx.paced(entry.entity)]))
+        async for entry, result in ctx.paced(zip(request.entries, results, strict=True))]))

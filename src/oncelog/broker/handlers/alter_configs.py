@@ -6,16 +6,16 @@ with `validate_only`; the resources as in `_configs`.
 
 from __future__ import annotations
 
-from oncelog.broker.config_changes import replaced
+from oncelog.broker.config_changes import PlannedChange, plan_replaced
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._configs import Change, alter_all
+from oncelog.broker.handlers._configs import alter_all
+from oncelog.pacing import Steps
 
 
 @api(33, "AlterConfigs", range(0, 3))
 async def handle(ctx: RequestContext, request) -> object:
-    return await alter_all(ctx, request, _change, "AlterConfigsResponse", incremental=False)
+    return await alter_all(ctx, request, _plan, "AlterConfigsResponse", incremental=False)
 
 
-def _change(resource) -> Change:
-    changes = [(config.name, config.value) for config in resource.configs]
-    return lambda _current, _defaults, _list_keys: replaced(changes)
+def _plan(resource, _list_keys: frozenset[str]) -> Steps[PlannedChange]:
+    return plan_replaced((config.name, config.value) for config in resource.configs)

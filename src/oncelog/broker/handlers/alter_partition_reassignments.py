@@ -30,9 +30,11 @@ async def handle(ctx: RequestContext, request) -> object:
     refused = (ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
     responses = []
     for topic in request.topics:
+        await ctx.pace()
         info = topics.get(topic.name)
         partitions = []
         for wanted in topic.partitions:
+            await ctx.pace()
             code, message = _alter(topic.name, info, wanted, node) if allowed else refused
             partitions.append(make("ReassignablePartitionResponse", partition_index=wanted.partition_index,
                                    error_code=code, error_message=message))

@@ -23,19 +23,22 @@ from oncelog.security.acl import AclOperation
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     if not ctx.authorize_cluster(AclOperation.ALTER):
-        return make("AlterReplicaLogDirsResponse", throttle_time=NO_THROTTLE, results=tuple(
-            make("AlterReplicaLogDirTopicResult", topic_name=topic.name, partitions=tuple(
+        return make("AlterReplicaLogDirsResponse", throttle_time=NO_THROTTLE, results=tuple([
+            make("AlterReplicaLogDirTopicResult", topic_name=topic.name, partitions=tuple([
                 make("AlterReplicaLogDirPartitionResult", partition_index=index,
                      error_code=ErrorCode.cluster_authorization_failed)
-                for index in topic.partitions))
-            for destination in request.dirs for topic in destination.topics))
+                async for index in ctx.paced(topic.partitions)]))
+            async for destination in ctx.paced(request.dirs) async for topic in ctx.paced(destination.topics)]))
     logs = ctx.broker.logs
     configured = {directory.absolute(): directory for directory in logs.log_dirs}
     results: dict[str, list] = {}
     for destination in request.dirs:
+        await ctx.pace()
         target = configured.get(Path(destination.path).absolute())  # noqa: ASYNC240 (no disk access, only getcwd)
         for topic in destination.topics:
+            await ctx.pace()
             for index in topic.partitions:
+                await ctx.pace()
                 current = logs.log_dir_of(topic.name, index)
                 if target is None:
                     code = ErrorCode.log_dir_not_found
@@ -50,6 +53,6 @@ async def handle(ctx: RequestContext, request) -> object:
     return make(
         "AlterReplicaLogDirsResponse",
         throttle_time=NO_THROTTLE,
-        results=tuple(make("AlterReplicaLogDirTopicResult", topic_name=name, partitions=tuple(partitions))
-                      for name, partitions in results.items()),
+        results=tuple([make("AlterReplicaLogDirTopicResult", topic_name=name, partitions=tuple(partitions))
+                       async for name, partitions in ctx.paced(results.items())]),
     )

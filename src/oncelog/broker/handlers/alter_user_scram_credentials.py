@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.pacing import sorted_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 from oncelog.security.sasl.scram import scram_mechanism_name
@@ -28,24 +29,25 @@ log = logging.getLogger("oncelog.security")
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     if not ctx.authorize_cluster(AclOperation.ALTER):
-        named = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
-        return make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=tuple(
+        named = {d.name async for d in ctx.paced(request.deletions)}
+        named |= {u.name async for u in ctx.paced(request.upsertions)}
+        return make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=tuple([
             make("AlterUserScramCredentialsResult", user=user, error_code=ErrorCode.cluster_authorization_failed,
                  error_message="Cluster authorization failed.")
-            for user in named))
-    deletions = [(d.name, scram_mechanism_name(d.mechanism)) for d in request.deletions]
+            async for user in ctx.paced(await sorted_paced(named, ctx.pace))]))
+    deletions = [(d.name, scram_mechanism_name(d.mechanism)) async for d in ctx.paced(request.deletions)]
     upsertions = [(u.name, scram_mechanism_name(u.mechanism), u.iterations, bytes(u.salt), bytes(u.salted_password))
-                  for u in request.upsertions]
+                  async for u in ctx.paced(request.upsertions)]
     try:
-        results = await ctx.broker.scram_credentials.store_alteration(deletions, upsertions)
+        results = await ctx.broker.scram_credentials.store_alteration(deletions, upsertions, pace=ctx.pace)
     except StorageError as error:
         log.error("AlterUserScramCredentials not stored: %s", error)
         users = dict.fromkeys([name for name, *_ in deletions] + [name for name, *_ in upsertions])
         results = dict.fromkeys(users, (ErrorCode.kafka_storage_error, "the credentials could not be stored"))
     else:
-        changed = [user for user, (code, _message) in results.items() if code == ErrorCode.none]
+        changed = [user async for user, (code, _message) in ctx.paced(results.items()) if code == ErrorCode.none]
         if changed:
             log.info("%s altered the SCRAM credentials of %s", ctx.principal, ", ".join(changed))
-    return make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=tuple(
+    return make("AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=tuple([
         make("AlterUserScramCredentialsResult", user=user, error_code=ErrorCode(code), error_message=message)
-        for user, (code, message) in results.items()))
+        async for user, (code, message) in ctx.paced(results.items())]))

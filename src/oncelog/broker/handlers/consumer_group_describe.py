@@ -30,6 +30,7 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     groups = []
     for group_id in request.group_ids:
+        await ctx.pace()
         message: str | None = None
         summary: ConsumerGroupSummary | None = None
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):

@@ -35,6 +35,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import client_host, duration_ms, group_coordinator
 from oncelog.coordinator.group.api import HeartbeatRequest, HeartbeatResult
 from oncelog.coordinator.group.assignment import to_wire
+from oncelog.pacing import sorted_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -47,7 +48,8 @@ async def handle(ctx: RequestContext, request) -> object:
         return _response(ctx, HeartbeatResult(ErrorCode.group_authorization_failed))
     names = request.subscribed_topic_names
     if names:
-        refused = sorted({name for name in names if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)})
+        refused = await sorted_paced({name async for name in ctx.paced(names)
+                                      if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)}, ctx.pace)
         if refused:
             return _response(ctx, HeartbeatResult(ErrorCode.topic_authorization_failed,
                                                   f"The following topics are not authorized: {', '.join(refused)}"))
@@ -65,8 +67,8 @@ async def handle(ctx: RequestContext, request) -> object:
         subscribed_topic_names=None if names is None else tuple(names),
         subscribed_topic_regex=request.subscribed_topic_regex if ctx.version >= FIRST_REGEX_VERSION else None,
         server_assignor=request.server_assignor,
-        owned_partitions=None if owned is None else tuple(
-            (tp.topic_id, tuple(tp.partitions)) for tp in owned if tp.topic_id is not None),
+        owned_partitions=None if owned is None else tuple([
+            (tp.topic_id, tuple(tp.partitions)) async for tp in ctx.paced(owned) if tp.topic_id is not None]),
         client_id=ctx.client_id or "",
         client_host=client_host(ctx),
         api_version=ctx.version,

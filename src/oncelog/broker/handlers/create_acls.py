@@ -19,13 +19,14 @@ from oncelog.security.acl import AclOperation
 async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     acls = ctx.broker.acls
-    results: list[tuple[ErrorCode, str | None]]
     if acls is None:
-        results = [(ErrorCode.security_disabled, NO_AUTHORIZER)] * len(request.creations)
-    elif not ctx.authorize_cluster(AclOperation.ALTER):
-        results = [(ErrorCode.cluster_authorization_failed, None)] * len(request.creations)
-    else:
-        created = await acls.create([binding_of(creation) for creation in request.creations])
-        results = [(ErrorCode(result.error_code), result.message) for result in created]
-    return make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(
-        make("AclCreationResult", error_code=code, error_message=message) for code, message in results))
+        result = make("AclCreationResult", error_code=ErrorCode.security_disabled, error_message=NO_AUTHORIZER)
+        return make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=(result,) * len(request.creations))
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        result = make("AclCreationResult", error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+        return make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=(result,) * len(request.creations))
+    created = await acls.create([binding_of(creation) async for creation in ctx.paced(request.creations)],
+                                ctx.pace)
+    return make("CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple([
+        make("AclCreationResult", error_code=ErrorCode(result.error_code), error_message=result.message)
+        async for result in ctx.paced(created)]))

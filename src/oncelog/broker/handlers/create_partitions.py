@@ -29,6 +29,7 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     results = []
     for topic in request.topics:
+        await ctx.pace()
         code, message = await _create(ctx, topic, request.validate_only)
         results.append(make("CreatePartitionsTopicResult", name=topic.name, error_code=code, error_message=message))
     return make("CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
@@ -53,10 +54,10 @@ async def _create(ctx: RequestContext, topic, validate_only: bool) -> tuple[Erro
         return ErrorCode.invalid_partitions, f"Topic already has {info.num_partitions} partitions."
     if topic.count - info.num_partitions > MAX_PARTITIONS_PER_REQUEST:
         return ErrorCode.policy_violation, "Excessively large number of partitions per request."
-    assignment = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+    assignment = [list(a.broker_ids) async for a in ctx.paced(topic.assignments)] if topic.assignments else None
     try:
         await ctx.broker.topics.create_partitions(topic.name, topic.count, validate_only=validate_only,
-                                                  assignment=assignment)
+                                                  assignment=assignment, pace=ctx.pace)
     except TopicRequestError as error:
         return error.code, str(error)
     return ErrorCode.none, None

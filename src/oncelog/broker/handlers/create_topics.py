@@ -23,12 +23,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.storage.config import TOPIC_CONFIGS
 
 CONFIG_SOURCE_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5
@@ -37,13 +36,19 @@ CONFIG_SOURCE_DEFAULT = 5
 @api(19, "CreateTopics", range(2, 8))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
-    counts = Counter(t.name for t in request.topics)
+    named: set[str] = set()
+    duplicated: set[str] = set()  # named more than once
+    async for topic in ctx.paced(request.topics):
+        if topic.name in named:
+            duplicated.add(topic.name)
+        named.add(topic.name)
     may_create_any = ctx.authorize_cluster(AclOperation.CREATE)
     has_configs = ctx.response.has("CreatableTopicConfigs")  # v5+
     results = []
     for topic in request.topics:
+        await ctx.pace()
         try:
-            if counts[topic.name] > 1:
+            if topic.name in duplicated:
                 raise TopicRequestError(
                     ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}"
                 )
@@ -52,11 +57,11 @@ async def handle(ctx: RequestContext, request) -> object:
             replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
             assignment = None
             if topic.assignments:
-                replication_factor, num_partitions, assignment = _from_assignments(ctx, topic)
-            configs = {c.name: c.value for c in topic.configs}
+                replication_factor, num_partitions, assignment = await _from_assignments(ctx, topic)
+            configs = await _configs_asked(ctx, topic)
             info = await ctx.broker.topics.create(
                 topic.name, num_partitions, replication_factor, configs,
-                validate_only=request.validate_only, assignment=assignment,
+                validate_only=request.validate_only, assignment=assignment, pace=ctx.pace,
             )
             if replication_factor == -1:
                 replication_factor = ctx.broker.config["default.replication.factor"]
@@ -91,21 +96,43 @@ async def handle(ctx: RequestContext, request) -> object:
     return make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int, list[list[int]] | None]:
+async def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int, list[list[int]] | None]:
     if topic.num_partitions != -1 or topic.replication_factor != -1:
         raise TopicRequestError(
             ErrorCode.invalid_request,
             "Both numPartitions or replicationFactor and replicasAssignments were set. "
             "Both cannot be used at the same time.",
         )
-    indexes = sorted(a.partition_index for a in topic.assignments)
-    if indexes != list(range(len(indexes))):
-        raise TopicRequestError(
-            ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps."
-        )
-    assignments = sorted(topic.assignments, key=lambda a: a.partition_index)
+    # The partition indexes must be 0..n-1, each once: each assignment is put in its place.
+    count = len(topic.assignments)
+    by_index: list = [None] * count
+    async for assignment in ctx.paced(topic.assignments):
+        index = assignment.partition_index
+        if not 0 <= index < count or by_index[index] is not None:
+            raise TopicRequestError(
+                ErrorCode.invalid_replica_assignment, "Partitions must be numbered 0..n-1 without gaps."
+            )
+        by_index[index] = assignment
     # Checked against the brokers that may hold replicas by the topic admin.
-    return len(assignments[0].broker_ids), len(indexes), [list(a.broker_ids) for a in assignments]
+    return len(by_index[0].broker_ids), count, [list(a.broker_ids) async for a in ctx.paced(by_index)]
+
+
+async def _configs_asked(ctx: RequestContext, topic) -> dict[str, str]:
+    """The topic's configs as the topic admin reads them (a key named twice has its last
+    value), without those that cannot change its answer: keys with a null value, which
+    it skips, and every key after the first unknown one, where it stops (INVALID_CONFIG
+    naming that key). A million configs then cost the admin no more than forty."""
+    named: dict[str, str | None] = {}
+    async for config in ctx.paced(topic.configs):
+        named[config.name] = config.value
+    configs: dict[str, str] = {}
+    async for key, value in ctx.paced(named.items()):
+        if value is None:
+            continue
+        configs[key] = value
+        if key not in TOPIC_CONFIGS:
+            break
+    return configs
 
 
 def _configs(make, info) -> tuple:

@@ -18,19 +18,20 @@ async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     acls = ctx.broker.acls
 
-    def result(code: ErrorCode, message: str | None, matched=()):
-        return make("DeleteAclsFilterResult", error_code=code, error_message=message, matching_acls=tuple(
+    async def result(code: ErrorCode, message: str | None, matched=()):
+        return make("DeleteAclsFilterResult", error_code=code, error_message=message, matching_acls=tuple([
             make("DeleteAclsMatchingAcl", error_code=ErrorCode.none, error_message=None,
                  resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
                  pattern_type=b.pattern.pattern_type, principal=b.entry.principal, host=b.entry.host,
                  operation=b.entry.operation, permission_type=b.entry.permission_type)
-            for b in matched))
+            async for b in ctx.paced(matched)]))
 
     if acls is None:
-        results = [result(ErrorCode.security_disabled, NO_AUTHORIZER)] * len(request.filters)
+        results = [await result(ErrorCode.security_disabled, NO_AUTHORIZER)] * len(request.filters)
     elif not ctx.authorize_cluster(AclOperation.ALTER):
-        results = [result(ErrorCode.cluster_authorization_failed, None)] * len(request.filters)
+        results = [await result(ErrorCode.cluster_authorization_failed, None)] * len(request.filters)
     else:
-        deleted = await acls.delete([filter_of(each) for each in request.filters])
-        results = [result(ErrorCode(outcome.error_code), outcome.message, matched) for outcome, matched in deleted]
+        deleted = await acls.delete([filter_of(each) async for each in ctx.paced(request.filters)], ctx.pace)
+        results = [await result(ErrorCode(outcome.error_code), outcome.message, matched)
+                   async for outcome, matched in ctx.paced(deleted)]
     return make("DeleteAclsResponse", throttle_time=NO_THROTTLE, filter_results=tuple(results))

@@ -24,22 +24,33 @@ from oncelog.security.acl import AclOperation, ResourceType
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
-    names = list(dict.fromkeys(request.groups_names))
-    allowed = [group_id for group_id in names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id)]
-    results = dict.fromkeys(names, ErrorCode.group_authorization_failed)
-    if coordinator is None:
-        results.update(dict.fromkeys(allowed, ErrorCode.coordinator_not_available))
-    elif allowed:
-        deletions = coordinator.delete_groups(allowed)
-        deleted = [group_id for group_id, error in deletions.items() if error == ErrorCode.none]
-        replicated = await asyncio.gather(*(coordinator.replicated(group_id) for group_id in deleted))
-        deletions.update(zip(deleted, replicated, strict=True))
-        results.update(deletions)
+    names = {group_id: None async for group_id in ctx.paced(request.groups_names)}  # each once
+    results: dict[str, ErrorCode] = {}
+    deleted = []
+    async for group_id in ctx.paced(names):
+        if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
+            results[group_id] = ErrorCode.group_authorization_failed
+        elif coordinator is None:
+            results[group_id] = ErrorCode.coordinator_not_available
+        else:
+            # Each group is deleted on its own, as Kafka's coordinator deletes them.
+            results.update(coordinator.delete_groups((group_id,)))
+            if results[group_id] == ErrorCode.none:
+                deleted.append(group_id)
+    # Answered once every deleted group's tombstones are on the ISR: one wait per
+    # `__consumer_offsets` partition, all at once.
+    by_partition: dict[int, list[str]] = {}
+    async for group_id in ctx.paced(deleted):
+        by_partition.setdefault(coordinator.partition_for_group(group_id), []).append(group_id)
+    replicated = await asyncio.gather(*(coordinator.replicated(groups[0]) for groups in by_partition.values()))
+    for groups, error in zip(by_partition.values(), replicated, strict=True):
+        async for group_id in ctx.paced(groups):
+            results[group_id] = error
     return make(
         "DeleteGroupsResponse",
         throttle_time=NO_THROTTLE,
-        results=tuple(
+        results=tuple([
             make("DeletableGroupResult", group_id=group_id, error_code=results[group_id])
-            for group_id in request.groups_names
-        ),
+            async for group_id in ctx.paced(request.groups_names)
+        ]),
     )

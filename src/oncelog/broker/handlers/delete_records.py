@@ -37,9 +37,11 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = []
     for topic in request.topics:
+        await ctx.pace()
         allowed = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic.name)
         partitions = []
         for wanted in topic.partitions:
+            await ctx.pace()
             if allowed:
                 code, low_watermark = _delete(ctx, topic.name, wanted.partition_index, wanted.offset)
             else:

@@ -23,6 +23,8 @@
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Iterable
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import TopicRequestError
@@ -36,13 +38,15 @@ log = logging.getLogger("oncelog.topics")
 @api(20, "DeleteTopics", range(1, 7))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
+    wanted: Iterable[tuple[str | None, uuid.UUID | None]]
     if ctx.version >= 6:
-        wanted = [(t.name, t.topic_id if t.topic_id is not None and t.topic_id.int else None) for t in request.topics]
+        wanted = ((t.name, t.topic_id if t.topic_id is not None and t.topic_id.int else None) for t in request.topics)
     else:
-        wanted = [(name, None) for name in request.topic_names]
+        wanted = ((name, None) for name in request.topic_names)
     may_delete_any = ctx.authorize_cluster(AclOperation.DELETE)
     results = []
     for name, topic_id in wanted:
+        await ctx.pace()
         answered_name, code, message = await _delete(ctx, name, topic_id, may_delete_any)
         results.append(make("DeletableTopicResult", name=answered_name, topic_id=topic_id, error_code=code,
                             error_message=message))

@@ -18,25 +18,25 @@ async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     acls = ctx.broker.acls
 
-    def answer(code: ErrorCode, message: str | None, bindings: list[AclBinding]):
+    async def answer(code: ErrorCode, message: str | None, bindings: list[AclBinding]):
         by_pattern: dict[ResourcePattern, list[AclBinding]] = {}
-        for binding in bindings:
+        async for binding in ctx.paced(bindings):
             by_pattern.setdefault(binding.pattern, []).append(binding)
         return make("DescribeAclsResponse", throttle_time=NO_THROTTLE, error_code=code, error_message=message,
-                    resources=tuple(
+                    resources=tuple([
                         make("DescribeAclsResource", resource_type=pattern.resource_type, resource_name=pattern.name,
-                             pattern_type=pattern.pattern_type, acls=tuple(
+                             pattern_type=pattern.pattern_type, acls=tuple([
                                  make("AclDescription", principal=b.entry.principal, host=b.entry.host,
                                       operation=b.entry.operation, permission_type=b.entry.permission_type)
-                                 for b in grouped))
-                        for pattern, grouped in by_pattern.items()))
+                                 async for b in ctx.paced(grouped)]))
+                        async for pattern, grouped in ctx.paced(by_pattern.items())]))
 
     if acls is None:
-        return answer(ErrorCode.security_disabled, NO_AUTHORIZER, [])
+        return await answer(ErrorCode.security_disabled, NO_AUTHORIZER, [])
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
-        return answer(ErrorCode.cluster_authorization_failed, None, [])
+        return await answer(ErrorCode.cluster_authorization_failed, None, [])
     binding_filter = filter_of(request)
     problem = validate_filter(binding_filter)
     if problem is not None:
-        return answer(ErrorCode.invalid_request, problem, [])
-    return answer(ErrorCode.none, None, acls.describe(binding_filter))
+        return await answer(ErrorCode.invalid_request, problem, [])
+    return await answer(ErrorCode.none, None, acls.describe(binding_filter))

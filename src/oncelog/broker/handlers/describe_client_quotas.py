@@ -31,16 +31,18 @@ async def handle(ctx: RequestContext, request):
         return make("DescribeClientQuotasResponse", throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.cluster_authorization_failed, error_message="Cluster authorization failed.",
                     entries=None)
-    components = [(component.entity_type, component.match_type, component.match) for component in request.components]
+    # Read lazily: a filter holds at most one component per entity type, and is refused at
+    # the first that breaks that.
+    components = ((component.entity_type, component.match_type, component.match) for component in request.components)
     try:
         matched = describe(ctx.broker.client_quotas.current(), components, request.strict)
     except QuotaFilterError as error:
         return make("DescribeClientQuotasResponse", throttle_time=NO_THROTTLE, error_code=error.error_code,
                     error_message=str(error), entries=None)
     return make("DescribeClientQuotasResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                error_message=None, entries=tuple(
+                error_message=None, entries=tuple([
                     make("EntryData",
                          entity=tuple(make("EntityData", entity_type=kind, entity_name=name)
                                       for kind, name in sorted(entity, key=lambda pair: _TYPE_ORDER[pair[0]])),
                          values=tuple(make("ValueData", key=key, value=value) for key, value in sorted(values.items())))
-                    for entity, values in matched))
+                    async for entity, values in ctx.paced(matched)]))

@@ -110,7 +110,8 @@ def _config_type(key: str, value: str | None) -> int:
 
 @api(32, "DescribeConfigs", range(1, 5))
 async def handle(ctx: RequestContext, request) -> object:
-    results = [_describe(ctx, resource, request.include_synonyms) for resource in request.resources]
+    results = [await _describe(ctx, resource, request.include_synonyms)
+               async for resource in ctx.paced(request.resources)]
     return ctx.response.make("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
 
@@ -126,7 +127,7 @@ def _refusal(ctx: RequestContext, resource) -> tuple[ErrorCode, str] | None:
     return code, message
 
 
-def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
+async def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
     make = ctx.response.make
     broker = ctx.broker
     refusal = _refusal(ctx, resource)
@@ -176,7 +177,7 @@ def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
 
     keys = resource.configuration_keys
     if keys:  # null or empty: every key, as in Kafka
-        wanted = set(keys)
+        wanted = {key async for key in ctx.paced(keys)}
         entries = [e for e in entries if e[0] in wanted]
     configs = tuple(
         make(

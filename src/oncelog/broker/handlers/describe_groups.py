@@ -34,6 +34,7 @@ async def handle(ctx: RequestContext, request) -> object:
 
     groups = []
     for group_id in request.groups:
+        await ctx.pace()
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             error, summary = ErrorCode.group_authorization_failed, None
         elif coordinator is None:

@@ -33,7 +33,8 @@ async def handle(ctx: RequestContext, request) -> object:
     if request.topics is None:
         wanted = None
     else:
-        wanted = {(topic.topic, index) for topic in request.topics for index in topic.partitions}
+        wanted = {(topic.topic, index) async for topic in ctx.paced(request.topics)
+                  async for index in ctx.paced(topic.partitions)}
     by_dir: dict[Path, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for log_ in logs.partitions():
         if wanted is not None and (log_.topic, log_.partition) not in wanted:

@@ -25,16 +25,18 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     topics = []
     for topic in request.topics:
+        await ctx.pace()
         refusal = _refusal(ctx, topic.name)
         if refusal is not None:
             code, message = refusal
-            topics.append(make("TopicResponse", name=topic.name, partitions=tuple(
+            topics.append(make("TopicResponse", name=topic.name, partitions=tuple([
                 make("PartitionResponse", partition_index=index, error_code=code, error_message=message,
                      active_producers=())
-                for index in topic.partition_indexes)))
+                async for index in ctx.paced(topic.partition_indexes)])))
             continue
         partitions = []
         for index in topic.partition_indexes:
+            await ctx.pace()
             code, _epoch = ctx.broker.leadership.leader_epoch(topic.name, index)
             log_ = ctx.broker.logs.partition(topic.name, index)
             if code is not ErrorCode.none or log_ is None:

@@ -24,6 +24,7 @@ import uuid
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.names import INTERNAL_TOPICS
+from oncelog.pacing import sorted_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 
@@ -39,18 +40,20 @@ async def handle(ctx: RequestContext, request) -> object:
     cursor_topic = cursor.topic_name if cursor is not None else ""
     list_all = not request.topics
     if list_all:
-        names = sorted(name for name in known if name >= cursor_topic)
+        names = await sorted_paced((name for name in known if name >= cursor_topic), ctx.pace)
     else:
-        names = sorted({topic.name for topic in request.topics if topic.name >= cursor_topic})
-        if cursor is not None and cursor.topic_name not in names:
-            return _refuse(make, request)
+        asked = {topic.name async for topic in ctx.paced(request.topics) if topic.name >= cursor_topic}
+        names = await sorted_paced(asked, ctx.pace)
+        if cursor is not None and cursor.topic_name not in asked:
+            return await _refuse(ctx, request)
     if cursor is not None and cursor.partition_index < 0:
-        return _refuse(make, request)
+        return await _refuse(ctx, request)
 
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
     leadership = ctx.broker.leadership
     topics, refused, next_cursor = [], [], None
     for name in names:
+        await ctx.pace()
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
             if not list_all:
                 refused.append(_topic(make, ErrorCode.topic_authorization_failed, name, ZERO_UUID, False, ()))
@@ -66,9 +69,10 @@ async def handle(ctx: RequestContext, request) -> object:
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         last = min(info.num_partitions, first + remaining)
-        partitions = tuple(
-            _partition(make, index, leadership.describe_partition(name, index)) for index in range(first, last)
-        )
+        partitions = tuple([
+            _partition(make, index, leadership.describe_partition(name, index))
+            async for index in ctx.paced(range(first, last))
+        ])
         remaining -= len(partitions)
         if last < info.num_partitions:
             next_cursor = make("Cursor", topic_name=name, partition_index=last)
@@ -93,8 +97,10 @@ def _topic(make, code: ErrorCode, name: str, topic_id, internal: bool, partition
                 is_internal=internal, partitions=partitions, topic_authorized_operations=operations)
 
 
-def _refuse(make, request) -> object:
-    topics = tuple(
-        _topic(make, ErrorCode.invalid_request, topic.name, ZERO_UUID, False, ()) for topic in request.topics
-    )
+async def _refuse(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    topics = tuple([
+        _topic(make, ErrorCode.invalid_request, topic.name, ZERO_UUID, False, ())
+        async for topic in ctx.paced(request.topics)
+    ])
     return make("DescribeTopicPartitionsResponse", throttle_time=NO_THROTTLE, topics=topics, next_cursor=None)

@@ -16,6 +16,7 @@ import datetime
 from collections import defaultdict
 
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.pacing import sorted_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -33,6 +34,7 @@ async def handle(ctx: RequestContext, request) -> object:
         return allowed
 
     for transactional_id in request.transactional_ids:
+        await ctx.pace()
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             states.append(_error_state(make, transactional_id, ErrorCode.transactional_id_authorization_failed))
             continue
@@ -43,7 +45,8 @@ async def handle(ctx: RequestContext, request) -> object:
             states.append(_error_state(make, transactional_id, code))
             continue
         by_topic = defaultdict(list)
-        for topic, partition in sorted(metadata.partitions):
+        for topic, partition in await sorted_paced(metadata.partitions, ctx.pace):
+            await ctx.pace()
             if may_describe(topic):
                 by_topic[topic].append(partition)
         states.append(make(

@@ -21,17 +21,16 @@ async def handle(ctx: RequestContext, request):
     make = ctx.response.make
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         refused, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        result = make("DescribeUserScramCredentialsResult", user="", error_code=refused, error_message=message,
+                      credential_infos=())
         return make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=refused,
-                    error_message=message, results=tuple(
-                        make("DescribeUserScramCredentialsResult", user="", error_code=refused, error_message=message,
-                             credential_infos=())
-                        for _user in request.users or ()))
-    users = None if request.users is None else [user.name for user in request.users]
-    described = ctx.broker.scram_credentials.describe(users)
+                    error_message=message, results=(result,) * len(request.users or ()))
+    users = None if request.users is None else [user.name async for user in ctx.paced(request.users)]
+    described = await ctx.broker.scram_credentials.describe_paced(users, ctx.pace)
     return make("DescribeUserScramCredentialsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                error_message=None, results=tuple(
+                error_message=None, results=tuple([
                     make("DescribeUserScramCredentialsResult", user=each.user, error_code=ErrorCode(each.error_code),
                          error_message=each.error_message, credential_infos=tuple(
                              make("CredentialInfo", mechanism=SCRAM_MECHANISM_TYPES[mechanism], iterations=iterations)
                              for mechanism, iterations in each.credentials))
-                    for each in described))
+                    async for each in ctx.paced(described)]))

@@ -27,22 +27,25 @@ async def handle(ctx: RequestContext, request) -> object:
     if not ctx.authorize_cluster(AclOperation.ALTER):
         refused = ErrorCode.cluster_authorization_failed
         return make("ElectLeadersResponse", throttle_time=NO_THROTTLE, error_code=refused,
-                    replica_election_results=tuple(
-                        make("ReplicaElectionResult", topic=wanted.topic, partition_result=tuple(
+                    replica_election_results=tuple([
+                        make("ReplicaElectionResult", topic=wanted.topic, partition_result=tuple([
                             make("PartitionResult", partition_id=index, error_code=refused,
                                  error_message=CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
-                            for index in wanted.partitions))
-                        for wanted in request.topic_partitions or ()))
+                            async for index in ctx.paced(wanted.partitions)]))
+                        async for wanted in ctx.paced(request.topic_partitions or ())]))
     topics = ctx.broker.logs.topics()
     results = []
     if request.topic_partitions is None:
         for name in sorted(topics):
+            await ctx.pace()
             results.append(make("ReplicaElectionResult", topic=name, partition_result=()))
     else:
         for wanted in request.topic_partitions:
+            await ctx.pace()
             info = topics.get(wanted.topic)
             partitions = []
             for index in wanted.partitions:
+                await ctx.pace()
                 if info is None:
                     code, message = ErrorCode.unknown_topic_or_partition, f"No such topic as {wanted.topic}"
                 elif not 0 <= index < info.num_partitions:

@@ -45,7 +45,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from oncelog import clock
@@ -75,37 +77,35 @@ async def handle(ctx: RequestContext, request) -> object:
     deadline = loop.time() + max_wait_s
     replica_id = _replica_id(request)
     from_replica = ctx.broker.leadership.is_replica_fetch(replica_id)
-    context = ctx.broker.fetch_sessions.open(
+    context = await ctx.broker.fetch_sessions.open(
         getattr(request, "session_id", NO_SESSION_ID), getattr(request, "session_epoch", FINAL_EPOCH),
-        _wanted(request), _forgotten(request), principal=ctx.principal, privileged=from_replica,
-        now_ms=clock.now_ms())
+        await _wanted(ctx, request), await _forgotten(ctx, request), principal=ctx.principal,
+        privileged=from_replica, now_ms=clock.now_ms(), pace=ctx.pace)
     if context.error is not ErrorCode.none:
-        return _response(ctx, context.error, NO_SESSION_ID, ())
+        return await _response(ctx, context.error, NO_SESSION_ID, ())
     wanted = context.partitions
-    topics = {topic for (topic, _), _ in wanted}
-    refused = _refused_by_acls(ctx, replica_id, topics) if ctx.broker.acls is not None else frozenset()
-    watched = [tp for tp, _ in wanted if tp[0] not in refused]
+    refused = await _refused_by_acls(ctx, replica_id, wanted) if ctx.broker.acls is not None else frozenset()
     max_bytes = min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
     min_bytes = min(request.min_bytes, max_bytes)
     read_committed = request.isolation_level == READ_COMMITTED and not from_replica
+    watched: list[TopicPartition] | None = None
     while True:
-        reads, total_bytes, failed = _read_all(ctx, replica_id, from_replica, read_committed, wanted, max_bytes,
-                                               refused)
+        reads, answers, total_bytes, failed = await _read_all(ctx, replica_id, from_replica, read_committed, wanted,
+                                                              max_bytes, refused)
         remaining = deadline - loop.time()
-        if failed or total_bytes >= min_bytes or remaining <= 0 or not watched:
+        if failed or total_bytes >= min_bytes or remaining <= 0:
             break
-        await ctx.broker.wait_for_append(watched, remaining)
-    outcome = context.complete({tp: read.answer for tp, read in reads.items()}, clock.now_ms())
-    make = ctx.response.make
-    response = _response(ctx, outcome.error, outcome.session_id,
-                         [(tp, _partition_data(ctx, make, tp[1], reads[tp], read_committed))
-                          for tp in outcome.partitions])
-    if not from_replica:
-        _count(ctx, response)
-    return response
+        if watched is None:
+            watched = [tp async for tp in ctx.paced(wanted) if tp[0] not in refused]
+        if not watched:
+            break
+        await ctx.broker.wait_for_append(watched, remaining, pace=ctx.pace,
+                                         appended=partial(_appended_since, ctx, reads, from_replica, read_committed))
+    outcome = await context.complete(answers, clock.now_ms(), pace=ctx.pace)
+    return await _answer(ctx, outcome, reads, read_committed, from_replica)
 
 
-def _wanted(request) -> dict[TopicPartition, PartitionRequest]:
+async def _wanted(ctx: RequestContext, request) -> dict[TopicPartition, PartitionRequest]:
     """The request's partitions, in its order."""
     return {
         (topic.topic, wanted.partition): PartitionRequest(
@@ -115,53 +115,63 @@ def _wanted(request) -> dict[TopicPartition, PartitionRequest]:
             last_fetched_epoch=getattr(wanted, "last_fetched_epoch", -1),
             log_start_offset=getattr(wanted, "log_start_offset", -1),
         )
-        for topic in request.topics
-        for wanted in topic.partitions
+        async for topic in ctx.paced(request.topics)
+        async for wanted in ctx.paced(topic.partitions)
     }
 
 
-def _forgotten(request) -> list[TopicPartition]:
-    return [(topic.topic, partition) for topic in getattr(request, "forgotten_topics_data", ())
-            for partition in topic.partitions]
+async def _forgotten(ctx: RequestContext, request) -> list[TopicPartition]:
+    return [(topic.topic, partition) async for topic in ctx.paced(getattr(request, "forgotten_topics_data", ()))
+            async for partition in ctx.paced(topic.partitions)]
 
 
-def _response(ctx: RequestContext, code: ErrorCode, session_id: int, partitions) -> object:
-    """The FetchResponse of `partitions` ((topic, partition), PartitionData), in order; a
-    topic's consecutive partitions share one entry, as in Kafka's FetchResponse.of."""
+async def _answer(ctx: RequestContext, outcome, reads: dict[TopicPartition, _PartitionRead], read_committed: bool,
+                  from_replica: bool) -> object:
+    """The FetchResponse of the session's outcome; a consumer's traffic counted per topic
+    for /metrics (oncelog.broker.topic_stats) as it is made."""
     make = ctx.response.make
+    stats = ctx.broker.topic_stats
+    # A topic's consecutive partitions share one entry, as in Kafka's FetchResponse.of.
     topics: list[tuple[str, list]] = []
-    for (topic, _), data in partitions:
+    counts = None
+    for tp in outcome.partitions:
+        await ctx.pace()
+        topic, partition = tp
         if not topics or topics[-1][0] != topic:
             topics.append((topic, []))
-        topics[-1][1].append(data)
+            counts = None if from_replica else stats.of(topic)
+        read = reads[tp]
+        topics[-1][1].append(_partition_data(ctx, make, partition, read, read_committed))
+        if counts is not None:
+            if read.answer.error_code == ErrorCode.none:
+                counts.bytes_out += len(read.records)
+            else:
+                counts.failed_fetch += 1
+    return await _response(ctx, outcome.error, outcome.session_id, topics)
+
+
+async def _response(ctx: RequestContext, code: ErrorCode, session_id: int, topics) -> object:
+    """The FetchResponse of `topics` ((topic, its PartitionData), in order)."""
+    make = ctx.response.make
     return make(
         "FetchResponse",
         throttle_time=NO_THROTTLE,
         error_code=code,
         session_id=session_id,
-        responses=tuple(make("FetchableTopicResponse", topic=topic, partitions=tuple(datas))
-                        for topic, datas in topics),
+        responses=tuple([make("FetchableTopicResponse", topic=topic, partitions=tuple(datas))
+                         async for topic, datas in ctx.paced(topics)]),
     )
 
 
-def _refused_by_acls(ctx: RequestContext, replica_id: int, names: set[str]) -> frozenset[str]:
+async def _refused_by_acls(ctx: RequestContext, replica_id: int,
+                           wanted: Mapping[TopicPartition, PartitionRequest]) -> frozenset[str]:
     """The topics the request may not read: all of them for a replica without
     CLUSTER_ACTION, else those the consumer may not READ."""
+    names = {topic async for topic, _ in ctx.paced(wanted)}
     if replica_id >= 0:  # Kafka's isFromFollower
         return frozenset() if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION) else frozenset(names)
-    return frozenset(name for name in names if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name))
-
-
-def _count(ctx: RequestContext, response) -> None:
-    """A consumer's traffic, per topic, for /metrics (oncelog.broker.topic_stats)."""
-    stats = ctx.broker.topic_stats
-    for topic in response.responses:
-        counts = stats.of(topic.topic)
-        for partition in topic.partitions:
-            if partition.error_code == ErrorCode.none:
-                counts.bytes_out += len(partition.records or b"")
-            else:
-                counts.failed_fetch += 1
+    return frozenset([name async for name in ctx.paced(names)
+                      if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)])
 
 
 @dataclass(slots=True)
@@ -181,70 +191,95 @@ def _failed(code: ErrorCode) -> _PartitionRead:
     return _PartitionRead(PartitionAnswer(code, -1, -1, -1, 0))
 
 
-def _read_all(ctx: RequestContext, replica_id: int, from_replica: bool, read_committed: bool,
-              wanted: list[tuple[TopicPartition, PartitionRequest]], max_bytes: int,
-              refused: frozenset[str]) -> tuple[dict[TopicPartition, _PartitionRead], int, bool]:
-    """Read every wanted partition: the reads, the record bytes, whether one failed."""
-    logs = ctx.broker.logs
-    leadership = ctx.broker.leadership
-    zstd_unsupported = ctx.version < ZSTD_MIN_FETCH_VERSION
+async def _read_all(ctx: RequestContext, replica_id: int, from_replica: bool, read_committed: bool,
+                    wanted: Mapping[TopicPartition, PartitionRequest], max_bytes: int, refused: frozenset[str]
+                    ) -> tuple[dict[TopicPartition, _PartitionRead], dict[TopicPartition, PartitionAnswer], int, bool]:
+    """Read every wanted partition: the reads, their answers (for the session), the record
+    bytes, whether one failed."""
     budget = max_bytes
     total = 0
     failed = False
     reads: dict[TopicPartition, _PartitionRead] = {}
-    for tp, position in wanted:
-        topic, partition = tp
-        if topic in refused:
-            reads[tp] = _failed(ErrorCode.topic_authorization_failed)
-            continue
-        code, _epoch = leadership.leader_epoch(topic, partition, position.current_leader_epoch)
-        log_ = logs.partition(topic, partition)
-        if code is not ErrorCode.none or log_ is None:
-            failed = True
-            reads[tp] = _failed(code if code is not ErrorCode.none else ErrorCode.unknown_topic_or_partition)
-            continue
-        if from_replica:
-            diverging = _diverging_epoch(log_, position)
-            if diverging is not None:
-                failed = True  # answer at once: the follower truncates before fetching on
-                reads[tp] = _PartitionRead(
-                    PartitionAnswer(ErrorCode.none, log_.high_watermark, log_.last_stable_offset,
-                                    log_.log_start_offset, 0, diverging=True), diverging=diverging)
-                continue
-            code = leadership.follower_fetched(topic, partition, replica_id, position.fetch_offset)
-            if code is not ErrorCode.none:
-                failed = True
-                reads[tp] = _failed(code)
-                continue
-            stable = log_.log_end_offset
-        else:
-            stable = log_.last_stable_offset if read_committed else log_.high_watermark
-        records: bytes | memoryview = b""
-        code = ErrorCode.none
-        try:
-            if budget > 0:
-                result = log_.read(
-                    position.fetch_offset,
-                    min(position.partition_max_bytes, budget),
-                    upper_bound=stable,
-                    min_one_batch=total == 0,
-                )
-                records = result.records
-            elif not log_.log_start_offset <= position.fetch_offset <= log_.log_end_offset:
-                raise OffsetOutOfRangeError(f"{topic}-{partition}", position.fetch_offset,
-                                            log_.log_start_offset, log_.log_end_offset)
-        except OffsetOutOfRangeError:
-            code = ErrorCode.offset_out_of_range
-            failed = True
-        total += len(records)
-        budget -= len(records)
-        if zstd_unsupported and log_.config.compression_type == "zstd":
-            reads[tp] = _failed(ErrorCode.unsupported_compression_type)
-            continue
-        reads[tp] = _PartitionRead(
-            PartitionAnswer(code, log_.high_watermark, log_.last_stable_offset, log_.log_start_offset, len(records)),
-            records, log_, position.fetch_offset, stable)
-    return reads, total, failed
+    answers: dict[TopicPartition, PartitionAnswer] = {}
+    for tp, position in wanted.items():
+        await ctx.pace()
+        read, read_bytes, read_failed = _read(ctx, replica_id, from_replica, read_committed, tp, position, budget,
+                                              total == 0, refused)
+        reads[tp] = read
+        answers[tp] = read.answer
+        total += read_bytes
+        budget -= read_bytes
+        failed = failed or read_failed
+    return reads, answers, total, failed
+
+
+def _read(ctx: RequestContext, replica_id: int, from_replica: bool, read_committed: bool, tp: TopicPartition,
+          position: PartitionRequest, budget: int, first: bool, refused: frozenset[str]
+          ) -> tuple[_PartitionRead, int, bool]:
+    """One partition's read, the bytes it took of the budget, and whether it failed (which
+    answers the fetch at once). `first`: no partition before it returned records."""
+    topic, partition = tp
+    if topic in refused:
+        return _failed(ErrorCode.topic_authorization_failed), 0, False
+    leadership = ctx.broker.leadership
+    code, _epoch = leadership.leader_epoch(topic, partition, position.current_leader_epoch)
+    log_ = ctx.broker.logs.partition(topic, partition)
+    if code is not ErrorCode.none or log_ is None:
+        return _failed(code if code is not ErrorCode.none else ErrorCode.unknown_topic_or_partition), 0, True
+    if from_replica:
+        diverging = _diverging_epoch(log_, position)
+        if diverging is not None:
+            # answer at once: the follower truncates before fetching on
+            return _PartitionRead(PartitionAnswer(ErrorCode.none, log_.high_watermark, log_.last_stable_offset,
+                                                  log_.log_start_offset, 0, diverging=True),
+                                  diverging=diverging), 0, True
+        code = leadership.follower_fetched(topic, partition, replica_id, position.fetch_offset)
+        if code is not ErrorCode.none:
+            return _failed(code), 0, True
+    stable = _upper_bound(log_, from_replica, read_committed)
+    records: bytes | memoryview = b""
+    code = ErrorCode.none
+    failed = False
+    try:
+        if budget > 0:
+            result = log_.read(
+                position.fetch_offset,
+                min(position.partition_max_bytes, budget),
+                upper_bound=stable,
+                min_one_batch=first,
+            )
+            records = result.records
+        elif not log_.log_start_offset <= position.fetch_offset <= log_.log_end_offset:
+            raise OffsetOutOfRangeError(f"{topic}-{partition}", position.fetch_offset,
+                                        log_.log_start_offset, log_.log_end_offset)
+    except OffsetOutOfRangeError:
+        code = ErrorCode.offset_out_of_range
+        failed = True
+    if ctx.version < ZSTD_MIN_FETCH_VERSION and log_.config.compression_type == "zstd":
+        return _failed(ErrorCode.unsupported_compression_type), len(records), failed
+    return _PartitionRead(
+        PartitionAnswer(code, log_.high_watermark, log_.last_stable_offset, log_.log_start_offset, len(records)),
+        records, log_, position.fetch_offset, stable), len(records), failed
+
+
+async def _appended_since(ctx: RequestContext, reads: dict[TopicPartition, _PartitionRead], from_replica: bool,
+                          read_committed: bool) -> bool:
+    """Whether a partition read got new data to fetch since (its upper bound moved): the
+    read paced itself, so an append may have come after a partition was read, before
+    the fetch watched it."""
+    for read in list(reads.values()):
+        await ctx.pace()
+        if read.log is not None and _upper_bound(read.log, from_replica, read_committed) > read.upper_bound:
+            return True
+    return False
+
+
+def _upper_bound(log_: PartitionLog, from_replica: bool, read_committed: bool) -> int:
+    """Where a fetch's read of the partition ends: a follower's the log end offset, a
+    consumer's the high watermark (read_committed: the last stable offset)."""
+    if from_replica:
+        return log_.log_end_offset
+    return log_.last_stable_offset if read_committed else log_.high_watermark
 
 
 def _partition_data(ctx: RequestContext, make, partition: int, read: _PartitionRead, read_committed: bool) -> object:

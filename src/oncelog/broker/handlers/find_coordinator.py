@@ -47,6 +47,7 @@ async def handle(ctx: RequestContext, request) -> object:
     if ctx.version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
+            await ctx.pace()
             code, message, node = _refusal(ctx, key_type, key) or await _locate(ctx.broker, ctx.listener,
                                                                                  key_type, key)
             coordinators.append(make("Coordinator", key=key, node_id=node.node_id, host=node.host, port=node.port,

@@ -5,16 +5,17 @@ single keys of a resource's overrides (oncelog.broker.config_changes), with
 
 from __future__ import annotations
 
-from oncelog.broker.config_changes import changed
+from oncelog.broker.config_changes import PlannedChange, plan_changed
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._configs import Change, alter_all
+from oncelog.broker.handlers._configs import alter_all
+from oncelog.pacing import Steps
 
 
 @api(44, "IncrementalAlterConfigs", range(0, 2))
 async def handle(ctx: RequestContext, request) -> object:
-    return await alter_all(ctx, request, _change, "IncrementalAlterConfigsResponse", incremental=True)
+    return await alter_all(ctx, request, _plan, "IncrementalAlterConfigsResponse", incremental=True)
 
 
-def _change(resource) -> Change:
-    changes = [(config.name, config.config_operation, config.value) for config in resource.configs]
-    return lambda current, defaults, list_keys: changed(current, defaults, changes, list_keys)
+def _plan(resource, list_keys: frozenset[str]) -> Steps[PlannedChange]:
+    return plan_changed(((config.name, config.config_operation, config.value) for config in resource.configs),
+                        list_keys)

@@ -50,7 +50,7 @@ async def handle(ctx: RequestContext, request) -> object:
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout_ms,
         protocol_type=request.protocol_type,
-        protocols=tuple((protocol.name, protocol.metadata) for protocol in request.protocols),
+        protocols=tuple([(protocol.name, protocol.metadata) async for protocol in ctx.paced(request.protocols)]),
         require_known_member_id=ctx.version >= 4,
         supports_skip_assignment=ctx.version >= 9,
         reason=getattr(request, "reason", None),

@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
     if ctx.version >= 3:
-        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        leaving = [(m.member_id, m.group_instance_id) async for m in ctx.paced(request.members)]
     else:
         leaving = [(request.member_id, None)]
     member_errors: list[ErrorCode]
@@ -39,9 +39,9 @@ async def handle(ctx: RequestContext, request) -> object:
         if error == ErrorCode.none and member_errors:
             error = member_errors[0]
         return make("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=error)
-    members = tuple(
+    members = tuple([
         make("MemberResponse", member_id=member_id, group_instance_id=instance_id, error_code=member_error)
         # No member errors without a coordinator: then no members in the response either.
-        for (member_id, instance_id), member_error in zip(leaving, member_errors, strict=False)
-    )
+        async for (member_id, instance_id), member_error in ctx.paced(zip(leaving, member_errors, strict=False))
+    ])
     return make("LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=error, members=members)

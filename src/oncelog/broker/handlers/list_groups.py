@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.coordinator.group.coordinator import filter_value
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -27,12 +28,15 @@ async def handle(ctx: RequestContext, request) -> object:
     if coordinator is None:
         return make("ListGroupsResponse", throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.coordinator_not_available, groups=())
-    listed = coordinator.list_groups(getattr(request, "states_filter", ()), getattr(request, "types_filter", ()))
+    states = {filter_value(state) async for state in ctx.paced(getattr(request, "states_filter", ()))}
+    types = {filter_value(kind) async for kind in ctx.paced(getattr(request, "types_filter", ()))}
+    listed = coordinator.list_groups_matching(states, types)
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
-        listed = [g for g in listed if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
-    groups = tuple(
+        listed = [g async for g in ctx.paced(listed)
+                  if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
+    groups = tuple([
         make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type=g.group_type)
-        for g in listed
-    )
+        async for g in ctx.paced(listed)
+    ])
     return make("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)

@@ -31,8 +31,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.topics import error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
@@ -62,22 +60,33 @@ async def handle(ctx: RequestContext, request) -> object:
         isolation = None  # a replica or a debugging tool: bounded by the log end offset
     else:
         isolation = getattr(request, "isolation_level", 0)
-    asked = Counter((topic.name, wanted.partition_index) for topic in request.topics for wanted in topic.partitions)
+    asked: set[tuple[str, int]] = set()
+    duplicated: set[tuple[str, int]] = set()  # asked for more than once
+    for topic in request.topics:
+        await ctx.pace()
+        for wanted in topic.partitions:
+            await ctx.pace()
+            key = (topic.name, wanted.partition_index)
+            if key in asked:
+                duplicated.add(key)
+            asked.add(key)
     topics = []
     for topic in request.topics:
+        await ctx.pace()
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
-            topics.append(make("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(
+            topics.append(make("ListOffsetsTopicResponse", name=topic.name, partitions=tuple([
                 make("ListOffsetsPartitionResponse", partition_index=wanted.partition_index,
                      error_code=ErrorCode.topic_authorization_failed, timestamp=-1, offset=-1, leader_epoch=-1)
-                for wanted in topic.partitions)))
+                async for wanted in ctx.paced(topic.partitions)])))
             continue
         partitions = []
         answered: set[int] = set()
         for wanted in topic.partitions:
+            await ctx.pace()
             if wanted.partition_index in answered:
                 continue  # a duplicate gets one answer, as Kafka keys its answers by partition
             answered.add(wanted.partition_index)
-            if asked[(topic.name, wanted.partition_index)] > 1:
+            if (topic.name, wanted.partition_index) in duplicated:
                 code, timestamp, offset, epoch = ErrorCode.invalid_request, -1, -1, -1
             else:
                 code, timestamp, offset, epoch = _lookup(ctx, topic.name, wanted, isolation)

@@ -21,10 +21,10 @@ async def handle(ctx: RequestContext, request) -> object:
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         return make("ListPartitionReassignmentsResponse", throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="Cluster authorization failed.", topics=tuple(
-                        make("OngoingTopicReassignment", name=topic.name, partitions=tuple(
+                    error_message="Cluster authorization failed.", topics=tuple([
+                        make("OngoingTopicReassignment", name=topic.name, partitions=tuple([
                             make("OngoingPartitionReassignment", partition_index=index)
-                            for index in topic.partition_indexes))
-                        for topic in request.topics or ()))
+                            async for index in ctx.paced(topic.partition_indexes)]))
+                        async for topic in ctx.paced(request.topics or ())]))
     return make("ListPartitionReassignmentsResponse", throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.none, error_message=None, topics=())

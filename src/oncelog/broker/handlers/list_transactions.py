@@ -25,6 +25,7 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     states, unknown = set(), []
     for name in request.state_filters:
+        await ctx.pace()
         state = TransactionState.from_name(name)
         if state is None:
             unknown.append(name)
@@ -34,8 +35,8 @@ async def handle(ctx: RequestContext, request) -> object:
         found = []  # only unknown states asked for: nothing can match
     else:
         duration = request.duration_filter if ctx.version >= 1 else -1
-        found = ctx.broker.txn_coordinator.list(states or None, set(request.producer_id_filters) or None,
-                                                duration, now_ms())
+        producer_ids = {producer_id async for producer_id in ctx.paced(request.producer_id_filters)}
+        found = ctx.broker.txn_coordinator.list(states or None, producer_ids or None, duration, now_ms())
     pattern = getattr(request, "transactional_id_pattern", None)
     if pattern:
         try:
@@ -44,18 +45,18 @@ async def handle(ctx: RequestContext, request) -> object:
             return make("ListTransactionsResponse", throttle_time=NO_THROTTLE,
                         error_code=ErrorCode.invalid_regular_expression,
                         unknown_state_filters=(), transaction_states=())
-        found = [m for m in found if compiled.fullmatch(m.transactional_id)]
+        found = [m async for m in ctx.paced(found) if compiled.fullmatch(m.transactional_id)]
     if ctx.broker.acls is not None:
-        found = [m for m in found
+        found = [m async for m in ctx.paced(found)
                  if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)]
     return make(
         "ListTransactionsResponse",
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         unknown_state_filters=tuple(unknown),
-        transaction_states=tuple(
+        transaction_states=tuple([
             make("TransactionState", transactional_id=m.transactional_id, producer_id=m.producer_id,
                  transaction_state=m.state.display_name)
-            for m in found
-        ),
+            async for m in ctx.paced(found)
+        ]),
     )

@@ -52,14 +52,16 @@ async def handle(ctx: RequestContext, request) -> object:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         offsets: dict = {}
         errors = {(t.name, p.partition_index): ErrorCode.group_authorization_failed
-                  for t in request.topics for p in t.partitions}
+                  async for t in ctx.paced(request.topics) async for p in ctx.paced(t.partitions)}
     else:
-        offsets, errors = split_offsets(ctx, request, coordinator)
-        unreadable = {t.name for t in request.topics
+        offsets, errors = await split_offsets(ctx, request, coordinator)
+        unreadable = {t.name async for t in ctx.paced(request.topics)
                       if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)}
-        for key in [key for key in (*offsets, *errors) if key[0] in unreadable]:
-            offsets.pop(key, None)
-            errors[key] = ErrorCode.topic_authorization_failed
+        if unreadable:
+            async for key in ctx.paced([*offsets, *errors]):
+                if key[0] in unreadable:
+                    offsets.pop(key, None)
+                    errors[key] = ErrorCode.topic_authorization_failed
     if offsets:
         results = coordinator.commit_offsets(
             request.group_id,
@@ -75,16 +77,16 @@ async def handle(ctx: RequestContext, request) -> object:
             results = {tp: ErrorCode.illegal_generation if error == ErrorCode.group_id_not_found else error
                        for tp, error in results.items()}
         errors.update(results)
-    topics = tuple(
+    topics = tuple([
         make(
             "OffsetCommitResponseTopic",
             name=topic.name,
-            partitions=tuple(
+            partitions=tuple([
                 make("OffsetCommitResponsePartition", partition_index=p.partition_index,
                      error_code=errors[(topic.name, p.partition_index)])
-                for p in topic.partitions
-            ),
+                async for p in ctx.paced(topic.partitions)
+            ]),
         )
-        for topic in request.topics
-    )
+        async for topic in ctx.paced(request.topics)
+    ])
     return make("OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)

@@ -34,31 +34,31 @@ async def handle(ctx: RequestContext, request) -> object:
         return make("OffsetDeleteResponse", error_code=ErrorCode.coordinator_not_available,
                     throttle_time=NO_THROTTLE, topics=())
     errors: dict[tuple[str, int], ErrorCode] = {}
-    wanted = []
-    for topic in request.topics:
+    wanted: dict[tuple[str, int], None] = {}  # each once: the coordinator's work is bounded by the partitions
+    async for topic in ctx.paced(request.topics):
         readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
-        for partition in topic.partitions:
+        async for partition in ctx.paced(topic.partitions):
             key = (topic.name, partition.partition_index)
             if not readable:
                 errors[key] = ErrorCode.topic_authorization_failed
             elif partition_exists(ctx, *key):
-                wanted.append(key)
+                wanted[key] = None
             else:
                 errors[key] = ErrorCode.unknown_topic_or_partition
-    error, results = coordinator.delete_offsets(request.group_id, wanted)
+    error, results = coordinator.delete_offsets(request.group_id, list(wanted))
     if error != ErrorCode.none:
         return make("OffsetDeleteResponse", error_code=error, throttle_time=NO_THROTTLE, topics=())
     errors.update(await once_replicated(coordinator, request.group_id, results))
-    topics = tuple(
+    topics = tuple([
         make(
             "OffsetDeleteResponseTopic",
             name=topic.name,
-            partitions=tuple(
+            partitions=tuple([
                 make("OffsetDeleteResponsePartition", partition_index=p.partition_index,
                      error_code=errors[(topic.name, p.partition_index)])
-                for p in topic.partitions
-            ),
+                async for p in ctx.paced(topic.partitions)
+            ]),
         )
-        for topic in request.topics
-    )
+        async for topic in ctx.paced(request.topics)
+    ])
     return make("OffsetDeleteResponse", error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=topics)

@@ -25,6 +25,8 @@ from typing import Any
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.coordinator.group.api import NO_OFFSET
+from oncelog.pacing import sorted_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -34,22 +36,22 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     require_stable = getattr(request, "require_stable", False)
     if ctx.version >= 8:
-        groups = tuple(
-            _fetch_group(ctx, group.group_id, group.topics, require_stable, "OffsetFetchResponseGroup",
-                         "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
-                         getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
-            for group in request.groups
-        )
+        groups = tuple([
+            await _fetch_group(ctx, group.group_id, group.topics, require_stable, "OffsetFetchResponseGroup",
+                               "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions",
+                               getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
+            async for group in ctx.paced(request.groups)
+        ])
         return make("OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=groups)
-    single = _fetch_group(ctx, request.group_id, request.topics, require_stable, None,
-                          "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
+    single = await _fetch_group(ctx, request.group_id, request.topics, require_stable, None,
+                                "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
     error, topics = single
     return make("OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_stable: bool,
-                 group_class: str | None, topic_class: str, partition_class: str, member_id: str | None = None,
-                 member_epoch: int = -1):
+async def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_stable: bool,
+                       group_class: str | None, topic_class: str, partition_class: str, member_id: str | None = None,
+                       member_epoch: int = -1):
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
 
@@ -62,24 +64,31 @@ def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_s
         wanted = None
     else:
         wanted = []
-        for topic in requested_topics:
-            asked = [(topic.name, index) for index in topic.partition_indexes]
-            (wanted if describable(topic.name) else refused).extend(asked)
+        async for topic in ctx.paced(requested_topics):
+            asked = wanted if describable(topic.name) else refused
+            async for index in ctx.paced(topic.partition_indexes):
+                asked.append((topic.name, index))
     offsets: dict[tuple[str, int], Any]
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         error, offsets = ErrorCode.group_authorization_failed, {}
     elif coordinator is None:
         error, offsets = ErrorCode.coordinator_not_available, {}
     else:
-        error, offsets = coordinator.fetch_offsets(group_id, wanted, require_stable, member_id, member_epoch)
-    # In the order asked for; every committed partition, sorted, when all were asked for.
-    if wanted is None:
-        order = sorted(tp for tp in offsets if describable(tp[0]))
+        asked_set = None if wanted is None else {tp async for tp in ctx.paced(wanted)}
+        error, offsets = coordinator.fetch_offsets(group_id, asked_set, require_stable, member_id, member_epoch)
+    # In the order asked for (a partition without an offset has none: -1); every committed
+    # partition, sorted, when all were asked for.
+    order: list[tuple[str, int]]
+    if error != ErrorCode.none:
+        order = []
+    elif wanted is None:
+        order = await sorted_paced([tp async for tp in ctx.paced(list(offsets)) if describable(tp[0])], ctx.pace)
     else:
-        order = [tp for tp in wanted if tp in offsets]
+        order = wanted
     by_topic: dict[str, list] = {}
     for topic, partition in order:
-        fetched = offsets[(topic, partition)]
+        await ctx.pace()
+        fetched = offsets.get((topic, partition), NO_OFFSET)
         by_topic.setdefault(topic, []).append(make(
             partition_class,
             partition_index=partition,
@@ -90,6 +99,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_s
         ))
     if error == ErrorCode.none:
         for topic, partition in refused:
+            await ctx.pace()
             by_topic.setdefault(topic, []).append(make(
                 partition_class, partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
                 metadata="", error_code=ErrorCode.topic_authorization_failed,
@@ -97,11 +107,13 @@ def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, require_s
     elif wanted is not None and ctx.version < 2:
         # v1 has no group-level error: every partition carries it.
         for topic, partition in (*wanted, *refused):
+            await ctx.pace()
             by_topic.setdefault(topic, []).append(make(
                 partition_class, partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
                 metadata="", error_code=error,
             ))
-    topics = tuple(make(topic_class, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items())
+    topics = tuple([make(topic_class, name=topic, partitions=tuple(parts))
+                    async for topic, parts in ctx.paced(by_topic.items())])
     if group_class is None:
         return error, topics
     return make(group_class, group_id=group_id, topics=topics, error_code=error)

@@ -38,9 +38,11 @@ async def handle(ctx: RequestContext, request) -> object:
     topics = []
     cluster_action = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     for topic in request.topics:
+        await ctx.pace()
         allowed = cluster_action or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic)
         partitions = []
         for wanted in topic.partitions:
+            await ctx.pace()
             if allowed:
                 code, epoch, end_offset = _end_offset(ctx, topic.topic, wanted)
             else:

@@ -75,22 +75,24 @@ _TOPIC_REFUSED = ProduceOutcome(ErrorCode.topic_authorization_failed)
 async def handle(ctx: RequestContext, request) -> object | None:
     make = ctx.response.make
     acks = request.acks
-    refused = _refused_by_acls(ctx, request) if ctx.broker.acls is not None else {}
+    refused = await _refused_by_acls(ctx, request) if ctx.broker.acls is not None else {}
     verified = {}
     if acks in (-1, 0, 1) and request.transactional_id is not None:
         verified = await verify_with_remote_coordinator(
             ctx.broker, request.transactional_id,
-            [(topic.name, data.index, data.records) for topic in request.topic_data
-             if topic.name not in refused for data in topic.partition_data],
-            ctx.version,
+            ((topic.name, data.index, data.records) for topic in request.topic_data
+             if topic.name not in refused for data in topic.partition_data),
+            ctx.version, pace=ctx.pace,
         )
     now = now_ms()
-    outcomes: list[tuple[str, list[tuple[int, ProduceOutcome]]]] = []
+    outcomes: list[tuple[str, list[_Answer]]] = []
     failed = False
     for topic in request.topic_data:
+        await ctx.pace()
         partitions = []
         refusal = refused.get(topic.name)
         for data in topic.partition_data:
+            await ctx.pace()
             verification = verified.get((topic.name, data.index))
             if refusal is not None:
                 outcome = refusal
@@ -106,52 +108,64 @@ async def handle(ctx: RequestContext, request) -> object | None:
                     verification_guard=verification,
                 )
             failed = failed or outcome.error_code != ErrorCode.none
-            partitions.append((data.index, outcome))
+            partitions.append((data.index, outcome, len(data.records or b"")))
         outcomes.append((topic.name, partitions))
     if acks == -1:
         outcomes = await _wait_for_replication(ctx, outcomes, request.timeout.total_seconds())
-    _count(ctx, request, outcomes)
+    # Counted for /metrics as the response is made: one more pass over the partitions only.
+    stats = ctx.broker.topic_stats
+    topics = []
+    for name, partitions in outcomes:
+        await ctx.pace()
+        counts = stats.of(name)
+        responses = []
+        for index, outcome, record_bytes in partitions:
+            await ctx.pace()
+            _count(counts, outcome, record_bytes)
+            if acks != 0:
+                responses.append(make(
+                    "PartitionProduceResponse",
+                    index=index,
+                    error_code=outcome.error_code,
+                    base_offset=outcome.base_offset,
+                    log_append_time=_datetime(outcome.log_append_time_ms),
+                    log_start_offset=outcome.log_start_offset,
+                    record_errors=(),
+                    error_message=outcome.error_message,
+                ))
+        topics.append(make("TopicProduceResponse", name=name, partition_responses=tuple(responses)))
     if acks == 0:
         if failed:  # the only way to tell an acks=0 producer something went wrong
             raise CloseConnection("acks=0 produce request failed for at least one partition")
         return None
-    topics = tuple(
-        make("TopicProduceResponse", name=name, partition_responses=tuple(
-            make(
-                "PartitionProduceResponse",
-                index=index,
-                error_code=outcome.error_code,
-                base_offset=outcome.base_offset,
-                log_append_time=_datetime(outcome.log_append_time_ms),
-                log_start_offset=outcome.log_start_offset,
-                record_errors=(),
-                error_message=outcome.error_message,
-            )
-            for index, outcome in partitions
-        ))
-        for name, partitions in outcomes
-    )
-    return make("ProduceResponse", responses=topics, throttle_time=NO_THROTTLE)
+    return make("ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)
 
 
-def _refused_by_acls(ctx: RequestContext, request) -> dict[str, ProduceOutcome]:
+# One partition's outcome: (index, outcome, the bytes of its records).
+_Answer = tuple[int, ProduceOutcome, int]
+
+
+async def _refused_by_acls(ctx: RequestContext, request) -> dict[str, ProduceOutcome]:
     """The topics of the request the principal may not write to, with their answer:
     all of them when the request has transactional batches and its transactional id
     may not be written (Kafka refuses the whole request then)."""
-    names = {topic.name for topic in request.topic_data}
-    if _has_transactional_records(request) and (
+    names = {topic.name async for topic in ctx.paced(request.topic_data)}
+    if await _has_transactional_records(ctx, request) and (
             request.transactional_id is None
             or not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
         return dict.fromkeys(names, _TRANSACTIONAL_ID_REFUSED)
-    return {name: _TOPIC_REFUSED for name in names if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)}
+    return {name: _TOPIC_REFUSED async for name in ctx.paced(names)
+            if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)}
 
 
-def _has_transactional_records(request) -> bool:
+async def _has_transactional_records(ctx: RequestContext, request) -> bool:
     """Whether a partition's batch is transactional, from its header's attributes, as
     Kafka's RequestUtils.hasTransactionalRecords (one batch per partition is all
     `append_records` accepts; a malformed one is refused there)."""
     for topic in request.topic_data:
+        await ctx.pace()
         for data in topic.partition_data:
+            await ctx.pace()
             records = data.records
             if (records is not None and len(records) > _ATTRIBUTES_LOW_BYTE and records[MAGIC_POSITION] == MAGIC
                     and records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_BIT):
@@ -159,52 +173,61 @@ def _has_transactional_records(request) -> bool:
     return False
 
 
-def _count(ctx: RequestContext, request, outcomes) -> None:
-    """Per-topic traffic for /metrics (oncelog.broker.topic_stats)."""
-    sizes = {(topic.name, data.index): len(data.records or b"") for topic in request.topic_data
-             for data in topic.partition_data}
-    stats = ctx.broker.topic_stats
-    for name, partitions in outcomes:
-        counts = stats.of(name)
-        for index, outcome in partitions:
-            if outcome.error_code == ErrorCode.none:
-                counts.bytes_in += sizes.get((name, index), 0)
-                if outcome.base_offset >= 0 and outcome.end_offset > outcome.base_offset:
-                    counts.messages_in += outcome.end_offset - outcome.base_offset
-            else:
-                counts.failed_produce += 1
+def _count(counts, outcome: ProduceOutcome, record_bytes: int) -> None:
+    """A partition's traffic, for /metrics (oncelog.broker.topic_stats)."""
+    if outcome.error_code == ErrorCode.none:
+        counts.bytes_in += record_bytes
+        if outcome.base_offset >= 0 and outcome.end_offset > outcome.base_offset:
+            counts.messages_in += outcome.end_offset - outcome.base_offset
+    else:
+        counts.failed_produce += 1
 
 
-async def _wait_for_replication(ctx: RequestContext, outcomes, timeout_s: float):
+async def _wait_for_replication(ctx: RequestContext, outcomes: list[tuple[str, list[_Answer]]], timeout_s: float
+                                ) -> list[tuple[str, list[_Answer]]]:
     """acks=all: answer each appended partition once its high watermark passes the
     batch, which a duplicate waits for too (its original may not be replicated yet).
     Kafka's DelayedProduce errors: the ISR shrank below min.insync.replicas
-    (NOT_ENOUGH_REPLICAS_AFTER_APPEND), leadership lost, or the request's timeout."""
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND), leadership lost, or the request's timeout. A
+    partition's batches are waited for one after the other, until one deadline for
+    all (its later batches end later: the answers of concurrent waits)."""
     leadership = ctx.broker.leadership
     codes: dict[tuple[str, int], ErrorCode] = {}
-    waiting: list[tuple[str, int, int]] = []
+    waiting: dict[tuple[str, int], list[int]] = {}  # end offsets, in the request's order
     for name, partitions in outcomes:
-        for index, outcome in partitions:
+        await ctx.pace()
+        for index, outcome, _bytes in partitions:
+            await ctx.pace()
             if outcome.error_code == ErrorCode.none:
                 reached = leadership.replication_reached(name, index, outcome.end_offset)
                 if reached is None:
-                    waiting.append((name, index, outcome.end_offset))
+                    waiting.setdefault((name, index), []).append(outcome.end_offset)
                 elif reached is not ErrorCode.none:
                     codes[(name, index)] = reached
     if waiting:  # only then a task per partition (always already replicated on a standalone broker)
-        answers = await asyncio.gather(*(leadership.wait_for_replication(name, index, end_offset, timeout_s)
-                                         for name, index, end_offset in waiting))
-        codes.update(((name, index), code) for (name, index, _end), code in zip(waiting, answers, strict=True)
-                     if code is not ErrorCode.none)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+
+        async def wait(tp: tuple[str, int], end_offsets: list[int]) -> None:
+            for end_offset in end_offsets:
+                await ctx.pace()
+                remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+                code = await leadership.wait_for_replication(*tp, end_offset, remaining)
+                if code is not ErrorCode.none:
+                    codes[tp] = code
+
+        await asyncio.gather(*(wait(tp, end_offsets) for tp, end_offsets in waiting.items()))
     if not codes:
         return outcomes
-    return [
-        (name, [
-            (index, outcome if (name, index) not in codes else ProduceOutcome(codes[(name, index)]))
-            for index, outcome in partitions
-        ])
-        for name, partitions in outcomes
-    ]
+    answered = []
+    for name, partitions in outcomes:
+        await ctx.pace()
+        answers = []
+        for index, outcome, record_bytes in partitions:
+            await ctx.pace()
+            code = codes.get((name, index))
+            answers.append((index, outcome if code is None else ProduceOutcome(code), record_bytes))
+        answered.append((name, answers))
+    return answered
 
 
 def _datetime(epoch_ms: int) -> datetime.datetime | None:

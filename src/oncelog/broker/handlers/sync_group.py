@@ -29,7 +29,7 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     if coordinator is None:
         return _response(ctx, ErrorCode.coordinator_not_available, b"", None, None)
-    assignments = {entry.member_id: entry.assignment for entry in request.assignments}
+    assignments = {entry.member_id: entry.assignment async for entry in ctx.paced(request.assignments)}
     result = await coordinator.sync_group(
         request.group_id,
         request.generation_id,

@@ -67,14 +67,18 @@ async def handle(ctx: RequestContext, request) -> object:
     denied = _authorization_error(ctx, request)
     if denied is not None:
         offsets = {}
-        errors = {(t.name, p.partition_index): denied for t in request.topics for p in t.partitions}
+        errors = {(t.name, p.partition_index): denied
+                  async for t in ctx.paced(request.topics) async for p in ctx.paced(t.partitions)}
     else:
-        offsets, errors = split_offsets(ctx, request, coordinator, group_id_required=True)
-        unreadable = {name for name in {t.name for t in request.topics}
+        offsets, errors = await split_offsets(ctx, request, coordinator, group_id_required=True)
+        named = {t.name async for t in ctx.paced(request.topics)}
+        unreadable = {name async for name in ctx.paced(named)
                       if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)}
-        for key in [key for key in (*offsets, *errors) if key[0] in unreadable]:
-            offsets.pop(key, None)
-            errors[key] = ErrorCode.topic_authorization_failed
+        if unreadable:
+            async for key in ctx.paced([*offsets, *errors]):
+                if key[0] in unreadable:
+                    offsets.pop(key, None)
+                    errors[key] = ErrorCode.topic_authorization_failed
     if offsets:
         refusal = coordinator.owner_error(request.group_id)
         if refusal is ErrorCode.none:
@@ -92,18 +96,18 @@ async def handle(ctx: RequestContext, request) -> object:
                 offsets,
             )
             errors.update(await once_replicated(coordinator, request.group_id, results))
-    topics = tuple(
+    topics = tuple([
         make(
             "TxnOffsetCommitResponseTopic",
             name=topic.name,
-            partitions=tuple(
+            partitions=tuple([
                 make("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
                      error_code=errors[(topic.name, p.partition_index)])
-                for p in topic.partitions
-            ),
+                async for p in ctx.paced(topic.partitions)
+            ]),
         )
-        for topic in request.topics
-    )
+        async for topic in ctx.paced(request.topics)
+    ])
     return make("TxnOffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)
 
 

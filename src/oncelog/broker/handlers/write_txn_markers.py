@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Coroutine, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.coordinator.txn.markers import TxnMarker, write_marker_locally
+from oncelog.coordinator.txn.markers import TxnMarker, append_marker_here
+from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import AclOperation
 
@@ -40,29 +40,51 @@ async def handle(ctx: RequestContext, request) -> object:
     if not (ctx.authorize_cluster(AclOperation.ALTER) or ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)):
         codes = itertools.repeat(ErrorCode.cluster_authorization_failed)
     else:
-        codes = iter(await asyncio.gather(*_writes(ctx, request)))
+        codes = iter(await _write_all(ctx, request))
     results = []
-    for marker in request.markers:
+    async for marker in ctx.paced(request.markers):
         topics = []
-        for topic in marker.topics:
-            partitions = tuple(
+        async for topic in ctx.paced(marker.topics):
+            partitions = tuple([
                 make("WritableTxnMarkerPartitionResult", partition_index=index, error_code=next(codes))
-                for index in topic.partition_indexes
-            )
+                async for index in ctx.paced(topic.partition_indexes)
+            ])
             topics.append(make("WritableTxnMarkerTopicResult", name=topic.name, partitions=partitions))
         results.append(make("WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(topics)))
     return make("WriteTxnMarkersResponse", markers=tuple(results))
 
 
-def _writes(ctx: RequestContext, request) -> list[Coroutine[Any, Any, ErrorCode]]:
-    """One marker write per partition, in the request's order."""
+async def _write_all(ctx: RequestContext, request) -> list[ErrorCode]:
+    """One marker write per partition, in the request's order: each appended, then every
+    append not yet on the ISR waited for, all partitions at once, until one deadline (the
+    answers of concurrent waits; a partition's later markers end later, so waiting for
+    them one after the other tells the same)."""
+    leadership = ctx.broker.leadership
     timeout_s = ctx.broker.config["request.timeout.ms"] / 1000
-    writes = []
-    for marker in request.markers:
+    codes: list[ErrorCode] = []
+    waiting: dict[TopicPartition, list[tuple[int, int]]] = {}  # (index in codes, end offset), in append order
+    async for marker in ctx.paced(request.markers):
         txn_marker = TxnMarker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                                commit=marker.transaction_result,
                                transaction_version=getattr(marker, "transaction_version", 0))
-        for topic in marker.topics:
-            for index in topic.partition_indexes:
-                writes.append(write_marker_locally(ctx.broker, topic.name, index, txn_marker, timeout_s))
-    return writes
+        async for topic in ctx.paced(marker.topics):
+            async for index in ctx.paced(topic.partition_indexes):
+                code, end_offset = append_marker_here(ctx.broker, topic.name, index, txn_marker)
+                if code is ErrorCode.none:
+                    reached = leadership.replication_reached(topic.name, index, end_offset)
+                    if reached is None:
+                        waiting.setdefault((topic.name, index), []).append((len(codes), end_offset))
+                    else:
+                        code = reached
+                codes.append(code)
+    if waiting:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+
+        async def wait(tp: TopicPartition, appended: list[tuple[int, int]]) -> None:
+            for position, end_offset in appended:
+                await ctx.pace()
+                remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+                codes[position] = await leadership.wait_for_replication(*tp, end_offset, remaining)
+
+        await asyncio.gather(*(wait(tp, appended) for tp, appended in waiting.items()))
+    return codes

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -69,6 +70,11 @@ from oncelog.coordinator.group.state import DEAD, STABLE, Group, TopicPartition
 
 if TYPE_CHECKING:
     from oncelog.broker.node import Node
+
+
+def filter_value(value: str) -> str:
+    """A ListGroups state or type filter as it is compared: case-insensitively."""
+    return value.strip().lower()
 
 
 class GroupCoordinator:
@@ -228,7 +234,7 @@ class GroupCoordinator:
     def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None:
         self._offsets.complete_transaction(offsets_partition, producer_id, committed)
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+    def fetch_offsets(self, group_id: str, partitions: AbstractSet[TopicPartition] | None, require_stable: bool,
                       member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[ErrorCode, dict[TopicPartition, FetchedOffset]]:
         return self._offsets.fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
@@ -294,8 +300,13 @@ class GroupCoordinator:
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
         """The groups this broker coordinates (only those of the partitions it leads), of
         both protocols; `states` and `types` ("classic", "consumer") filter, case-insensitively."""
-        wanted_states = {state.strip().lower() for state in states}
-        wanted_types = {kind.strip().lower() for kind in types}
+        return self.list_groups_matching({filter_value(state) for state in states},
+                                         {filter_value(kind) for kind in types})
+
+    def list_groups_matching(self, wanted_states: AbstractSet[str], wanted_types: AbstractSet[str]
+                             ) -> list[ListedGroup]:
+        """`list_groups` with filters already made `filter_value`s (ListGroups makes them
+        at its own pace: a filter may name a million states); empty: any."""
         listed = []
         for group in self._groups.values():
             if group.is_(DEAD):

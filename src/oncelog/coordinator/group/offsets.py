@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from kio.schema.errors import ErrorCode
 
@@ -247,24 +248,37 @@ class Offsets:
 
     # ---- OffsetFetch ---------------------------------------------------------------------
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+    def fetch_offsets(self, group_id: str, partitions: AbstractSet[TopicPartition] | None, require_stable: bool,
                       member_id: str | None = None, member_epoch: int = -1
                       ) -> tuple[ErrorCode, dict[TopicPartition, FetchedOffset]]:
         """Committed offsets of `partitions` (None: every partition with an offset).
         With `require_stable`, a partition with pending transactional offsets answers
         UNSTABLE_OFFSET_COMMIT, so the consumer retries once the transaction ends. A
-        member of a consumer group (OffsetFetch v9) must be one at its epoch."""
+        member of a consumer group (OffsetFetch v9) must be one at its epoch.
+
+        Of the `partitions` asked for, only those with a committed (or, with
+        `require_stable`, a pending) offset are in the answer: the others have none
+        (NO_OFFSET). The answer is one moment's, and costs the group's offsets, not the
+        request's partitions (they are met with set operations)."""
         owner = self._owner_error(group_id)
         if owner != ErrorCode.none:
             return owner, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(DEAD):
-            return ErrorCode.none, dict.fromkeys(partitions or (), NO_OFFSET)
+            return ErrorCode.none, {}
         if group.consumer is not None:
             error, _ = group.consumer.validate_offset_fetch(member_id, member_epoch)
             if error != ErrorCode.none:
                 return error, {}
-        wanted = list(group.offsets) if partitions is None else partitions
+        wanted: Iterable[TopicPartition]
+        if partitions is None:
+            wanted = list(group.offsets)
+        else:
+            held = group.offsets.keys() & partitions
+            if require_stable:
+                for pending in group.pending_txn_offsets.values():
+                    held |= pending.keys() & partitions
+            wanted = held
         result = {}
         for tp in wanted:
             if require_stable and group.has_pending_offsets(tp):

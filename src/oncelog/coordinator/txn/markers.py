@@ -12,9 +12,9 @@ each written by that partition's leader (Kafka's TransactionMarkerChannelManager
   stops, leaving the transaction to the coordinator that fenced it. So does losing the
   `__transaction_state` partition (`still_current` turns false).
 
-`write_marker_locally` is also what the WriteTxnMarkers handler does for each
-partition: append the marker, complete the group's pending transactional offsets when
-the partition is one of `__consumer_offsets`, and wait for the ISR.
+`append_marker_here` is also what the WriteTxnMarkers handler does for each partition:
+append the marker and complete the group's pending transactional offsets when the
+partition is one of `__consumer_offsets`; the handler then waits for the ISR.
 """
 
 from __future__ import annotations
@@ -79,15 +79,6 @@ def append_marker_here(broker: Node, topic: str, partition: int, marker: TxnMark
         if groups is not None:
             groups.complete_transaction(partition, marker.producer_id, marker.commit)
     return ErrorCode.none, result.last_offset + 1
-
-
-async def write_marker_locally(broker: Node, topic: str, partition: int, marker: TxnMarker,
-                               timeout_s: float) -> ErrorCode:
-    """Append `marker` to a partition this broker leads and wait until it is on the ISR."""
-    code, end_offset = append_marker_here(broker, topic, partition, marker)
-    if code is not ErrorCode.none:
-        return code
-    return await broker.leadership.wait_for_replication(topic, partition, end_offset, timeout_s)
 
 
 class MarkerChannel:
