@@ -67,7 +67,10 @@ class OncelogTarget:
 
     def __enter__(self) -> str:
         data_dir = Path(tempfile.mkdtemp(prefix="oncelog-", dir=self.work_dir)) / "data"
-        self.broker = BrokerProcess(data_dir, {**BENCH_BROKER_CONFIG, **self.config})
+        port = free_port()  # a config value may name it as {port} (e.g. listeners with a second one)
+        config = {key: value.replace("{port}", str(port))
+                  for key, value in {**BENCH_BROKER_CONFIG, **self.config}.items()}
+        self.broker = BrokerProcess(data_dir, config, port=port)
         saved = os.environ.get("PYTHONPATH")
         if self.source_dir is not None:  # BrokerProcess passes its environment on
             os.environ["PYTHONPATH"] = str(self.source_dir)

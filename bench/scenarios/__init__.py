@@ -13,11 +13,12 @@ for the shape) and list it below. Numbering follows the issue:
  8i 8 into an Iceberg table vs into a topic
  8t stateful pipelines (windowed count, table join) at the demo's rate
  8s the Spark source alone     8w the Spark sink alone
+ 9 others' round trips while one principal sends 1,000,000-item requests (issue 38)
 """
 
 from __future__ import annotations
 
-from bench.scenarios import consume, consume_many, pipeline, produce, replicated, startup, transactions
+from bench.scenarios import consume, consume_many, heavy, pipeline, produce, replicated, startup, transactions
 from bench.scenarios.base import Scenario
 
 SCENARIOS: list[Scenario] = [
@@ -41,6 +42,7 @@ SCENARIOS: list[Scenario] = [
     pipeline.STATEFUL,
     pipeline.SOURCE_ALONE,
     pipeline.SINK_ALONE,
+    heavy.HEAVY_REQUESTS,
 ]
 
 BY_ID = {scenario.id: scenario for scenario in SCENARIOS}
