@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from contextlib import nullcontext
 from typing import NoReturn
 
 from oncelog import __version__
 from oncelog.admin.output import end_on_closed_output
 from oncelog.errors import CommandError
 from oncelog.kio_import import import_kio_without_hypothesis
+from oncelog.stop_signals import stop_on_signals
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -93,9 +95,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    import_kio_without_hypothesis()
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    # The pipeline runner ends cleanly on SIGTERM and SIGINT from its first moment, its
+    # imports included (oncelog.stop_signals).
+    with stop_on_signals() if argv[:2] == ["pipeline", "run"] else nullcontext():
+        import_kio_without_hypothesis()
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
     try:
         return args.run(args) or 0
     except CommandError as error:

@@ -360,35 +360,6 @@ def start_command(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def test_ctrl_c_stops_a_running_pipeline_as_sigterm_does_with_its_summary_and_no_traceback(
-    shared_broker, topics, tmp_path
-):
-    import os
-    import signal
-
-    from confluent_kafka import Producer
-
-    source, sink = topics
-    producer = Producer({"bootstrap.servers": shared_broker.bootstrap_servers})
-    for number in range(100):
-        producer.produce(source, f"order-{number}".encode())
-    assert producer.flush(30) == 0
-    command = start_command("--source", source, "--sink", sink, "--sql", "SELECT value FROM source",
-                            "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2]",
-                            "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "processing-time=200ms")
-    try:
-        assert command.stdout.readline().startswith("batch 0: 100 records")
-        os.killpg(command.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
-        out, err = command.communicate(timeout=90)
-    finally:
-        if command.poll() is None:
-            os.killpg(command.pid, signal.SIGKILL)
-    assert command.returncode == 0, err
-    assert out.strip().splitlines()[-1].startswith("pipeline stopped: ")
-    assert [line for line in err.splitlines() if line != JVM_NOTICE] == []
-    assert committed_records(shared_broker.bootstrap_servers, sink) == 100
-
-
 def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks_traces_go_to_its_log(
     shared_broker, topics, tmp_path
 ):

@@ -41,9 +41,7 @@ with spark-submit's `--py-files`).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from oncelog.spark.pipeline_progress import BatchProgress, RunResult
 from oncelog.spark.pipeline_run import run_pipeline
@@ -58,6 +56,7 @@ from oncelog.spark.pipeline_spec import (
     add_arguments,
     spec_from_args,
 )
+from oncelog.stop_signals import stop_on_signals
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -75,6 +74,7 @@ __all__ = [
     "run_from_args",
     "run_pipeline",
     "spec_from_args",
+    "summary_line",
 ]
 
 
@@ -83,25 +83,24 @@ __all__ = [
 
 def run_from_args(args: argparse.Namespace) -> int:
     """`oncelog pipeline run` and `main()`: run until the trigger ends it or SIGTERM/SIGINT
-    stops it (the current micro-batch is abandoned; its output never becomes visible and
-    the next run redoes it). Raises PipelineError."""
-    spec = spec_from_args(args)
-    stop = threading.Event()
-
-    def on_signal(signum, _frame) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    stops it, at any moment from the checks on (the current micro-batch is abandoned; its
+    output never becomes visible and the next run redoes it). A stop is exit status 0 with
+    its summary line. Raises PipelineError."""
+    with stop_on_signals() as stop:
+        spec = spec_from_args(args)
         result = run_pipeline(spec, stop=stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if spec.progress == "text":
-        how = "stopped" if result.stopped_by_signal else "finished"
-        print(f"pipeline {how}: {result.batch_count} micro-batches, {result.records:,} records "
-              f"from {spec.source_topic} to {spec.sink_name}", flush=True)
+        print(summary_line(spec, result), flush=True)
     return 0
+
+
+def summary_line(spec: PipelineSpec, result: RunResult) -> str:
+    """The run's last line: how it ended (its trigger, or a stop) and what it did."""
+    if result.stopped_by_signal and result.batch_count == 0:
+        return f"pipeline stopped before the first micro-batch ({spec.source_topic} to {spec.sink_name})"
+    how = "stopped after" if result.stopped_by_signal else "finished:"
+    batches = f"{result.batch_count} micro-batch{'' if result.batch_count == 1 else 'es'}"
+    return f"pipeline {how} {batches}, {result.records:,} records from {spec.source_topic} to {spec.sink_name}"
 
 
 class _Parser(argparse.ArgumentParser):

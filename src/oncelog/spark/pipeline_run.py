@@ -7,13 +7,14 @@ JSON lines, `ProgressWatch`), handed on to /metrics and the report topic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from oncelog.spark.pipeline_checks import (
     TransformReference,
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 PROGRESS_POLL_S = 0.2
+
+T = TypeVar("T")
 
 
 class ProgressWatch:
@@ -132,33 +135,59 @@ def run_pipeline(
         telemetry.close()
 
 
+class _Stopped(Exception):
+    """A stop was requested (SIGTERM, SIGINT) before the query ran its first micro-batch."""
+
+
+def _unless_stopped(stop: threading.Event, step: Callable[[], T]) -> T:
+    """One start-up step. Once a stop is requested, whatever the step raised is the stop's
+    doing (a JVM that a signal to the whole process group reached before it could ignore
+    it, a py4j call cut short) and the run ends as stopped: the step's error would only
+    tell the user about their own signal."""
+    try:
+        value = step()
+    except KeyboardInterrupt:  # PySpark's SIGINT handler, installed while the context starts
+        stop.set()
+        raise _Stopped() from None
+    except Exception:
+        if stop.is_set():
+            raise _Stopped() from None
+        raise
+    if stop.is_set():
+        raise _Stopped()
+    return value
+
+
 def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], None],
          stop: threading.Event | None, transforms: list[TransformReference], telemetry: PipelineTelemetry) -> RunResult:
-    log_file = None
-    if spark is None:
-        log_file = spark_log_path(spec)
-        spark = start_session(spec, log_file)
-    if stop is not None and threading.current_thread() is threading.main_thread():
-        # PySpark's SparkContext answers SIGINT with its own handler (cancel every job,
-        # raise KeyboardInterrupt in whatever py4j call is running): Ctrl-C stops the
-        # pipeline as SIGTERM does instead.
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
+    on_signals = stop is not None
+    stop = stop if stop is not None else threading.Event()
+    result = RunResult()
+    log_file = None if spark is not None else spark_log_path(spec)
     see_log = f" (Spark's log: {log_file})" if log_file is not None else ""
     try:
-        output = build_output(spark, spec, transforms)
-    except PipelineError as error:
-        raise PipelineError(f"{error}{see_log}") from None
-    warning = nondeterministic_warning(output, spec)
-    if warning is not None:
-        print(f"oncelog pipeline: warning: {warning}", file=sys.stderr, flush=True)
-    from pyspark.errors import PySparkException, StreamingQueryException
+        _unless_stopped(stop, lambda: None)  # stopped during the checks: Spark never starts
+        if spark is None:
+            spark = _unless_stopped(stop, lambda: start_session(spec, log_file))
+        if on_signals:
+            _stop_on_signals(stop)
+        try:
+            output = _unless_stopped(stop, lambda: build_output(spark, spec, transforms))
+        except PipelineError as error:
+            raise PipelineError(f"{error}{see_log}") from None
+        warning = nondeterministic_warning(output, spec)
+        if warning is not None:
+            print(f"oncelog pipeline: warning: {warning}", file=sys.stderr, flush=True)
+        from pyspark.errors import PySparkException
 
-    try:
-        query = start_query(output, spec)
-    except PySparkException as error:
-        raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}{see_log}") from None
-    result = RunResult()
+        try:
+            query = _unless_stopped(stop, lambda: start_query(output, spec))
+        except PySparkException as error:
+            raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}{see_log}") from None
+    except _Stopped:
+        result.stopped_by_signal = True
+        _emit_finished(spec, emit, result)
+        return result
     telemetry.query_started(query, result)
     watch = ProgressWatch(spec, emit, result, on_batch=lambda batch: telemetry.batch_finished(batch, result))
     if spec.progress == "json":
@@ -169,11 +198,36 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
                          "warehouse": None if warehouse is None else str(warehouse),
                          "spark_log": None if log_file is None else str(log_file),
                          "metrics": telemetry.metrics_url}))
+    failure = _watch(query, stop, watch, telemetry, result)
+    if failure is not None:
+        failure_line = describe_failure(spec, query, failure, spark)
+        telemetry.query_ended(result, error=failure_line)
+        raise PipelineError(failure_line + see_log)
+    telemetry.query_ended(result)
+    _emit_finished(spec, emit, result)
+    return result
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """PySpark's SparkContext answers SIGINT with its own handler (cancel every job, raise
+    KeyboardInterrupt in whatever py4j call is running): Ctrl-C stops the pipeline as
+    SIGTERM does instead. Only the main thread may set handlers."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+
+
+def _watch(query: StreamingQuery, stop: threading.Event, watch: ProgressWatch, telemetry: PipelineTelemetry,
+           result: RunResult) -> str | None:
+    """Watch the query until its trigger ends it, it fails (returns Spark's error) or `stop`
+    is set (stops it: the running micro-batch is abandoned, and the next run redoes it)."""
+    from pyspark.errors import StreamingQueryException
+
     try:
         while query.isActive:
-            if stop is not None and stop.is_set():
-                query.stop()
+            if stop.is_set():
                 result.stopped_by_signal = True
+                query.stop()
                 break
             try:
                 # PySpark takes float seconds (it waits int(timeout * 1000) ms); its annotation says int.
@@ -184,18 +238,28 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
             telemetry.tick(result)
         watch.poll(query)
         failure = query.exception()
+        return None if failure is None else str(failure)
+    except Exception:
+        if not stop.is_set():
+            raise
+        # The JVM went away under the stop (a signal to the whole control group reached it):
+        # the query is gone with it, its micro-batch abandoned as query.stop() would.
+        result.stopped_by_signal = True
+        return None
     finally:
+        _stop_quietly(query)
+
+
+def _stop_quietly(query: StreamingQuery) -> None:
+    with contextlib.suppress(Exception):  # ending anyway: what ended the watch is what matters
         if query.isActive:
             query.stop()
-    if failure is not None:
-        failure_line = describe_failure(spec, query, str(failure), spark)
-        telemetry.query_ended(result, error=failure_line)
-        raise PipelineError(failure_line + see_log)
-    telemetry.query_ended(result)
+
+
+def _emit_finished(spec: PipelineSpec, emit: Callable[[str], None], result: RunResult) -> None:
     if spec.progress == "json":
         emit(json.dumps({"event": "finished", "batches": result.batch_count, "records": result.records,
                          "stopped": result.stopped_by_signal}))
-    return result
 
 
 def _print_line(line: str) -> None:

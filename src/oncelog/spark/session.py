@@ -160,9 +160,27 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    leave_signals_to_python(spark)
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
     return spark
+
+
+def leave_signals_to_python(spark: SparkSession) -> None:
+    """Make the session's JVM ignore SIGTERM and SIGHUP, as PySpark already makes it ignore
+    SIGINT. The JVM is this process's child and lives as long as it does (it exits when its
+    stdin, a pipe from this process, closes); but a signal to the whole process group (what
+    systemd, `timeout` and most supervisors send, or a closed terminal) would also reach it,
+    and a JVM that runs its shutdown hooks while Python still calls into it turns a stop
+    into py4j tracebacks. Python decides how to stop, then stops the JVM with it.
+
+    Until this runs (the JVM's first seconds) such a signal still ends the JVM; the
+    pipeline runner reports that as a stop before the first micro-batch."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        return
+    for name in ("TERM", "HUP"):
+        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), jvm.sun.misc.SignalHandler.SIG_IGN)
 
 
 def register(spark: SparkSession) -> None:

@@ -1,0 +1,180 @@
+"""Stopping `oncelog pipeline run` the way services are stopped: SIGTERM or SIGINT to the
+whole process group (systemd's default, `timeout`, a terminal's Ctrl-C), at start-up,
+inside a micro-batch and between micro-batches. Each stop is exit status 0, one summary
+line and nothing else on stderr, the console's report says "stopped" once the query ran,
+and the runs that follow, on the same checkpoint, write every record exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ONCELOG = Path(sys.executable).with_name("oncelog")
+
+# The JVM's own start-up notice (Spark 4 adds the vector incubator module).
+JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+# Each row takes 40 ms in a Python UDF on an executor and marks that a micro-batch runs.
+SLOW_TRANSFORM = """
+    import time
+    from pathlib import Path
+
+    from pyspark.sql import functions as F
+
+    RUNNING = Path({running!r})
+
+    @F.udf("binary")
+    def slowly(value):
+        RUNNING.touch()
+        time.sleep(0.04)
+        return value
+
+    def transform(source):
+        return source.select(slowly("value").alias("value"))
+"""
+
+
+@pytest.fixture
+def pipeline(shared_broker, tmp_path):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    names = {role: f"{role}-{uuid.uuid4().hex[:8]}" for role in ("in", "out", "reports")}
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(names["in"], 2, 1), NewTopic(names["out"], 2, 1)]).values():
+        future.result(30)
+    return Pipeline(shared_broker.bootstrap_servers, names["in"], names["out"], names["reports"], tmp_path)
+
+
+class Pipeline:
+    def __init__(self, bootstrap: str, source: str, sink: str, reports: str, directory: Path) -> None:
+        self.bootstrap, self.source, self.sink, self.reports = bootstrap, source, sink, reports
+        self.running = directory / "running"
+        transform = directory / "slow_transform.py"
+        transform.write_text(textwrap.dedent(SLOW_TRANSFORM.format(running=str(self.running))))
+        self.arguments = [
+            "--source", self.source, "--sink", self.sink, "--transform", f"{transform}:transform",
+            "--checkpoint", str(directory / "checkpoint"), "--master", "local[2]",
+            "--bootstrap-server", bootstrap, "--trigger", "processing-time=500ms", "--report-topic", reports,
+        ]
+        self.produced = 0
+
+    def produce(self, count: int) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        for number in range(self.produced, self.produced + count):
+            producer.produce(self.source, f"order-{number}".encode(), partition=number % 2)
+        assert producer.flush(30) == 0
+        self.produced += count
+
+    def start(self) -> subprocess.Popen:
+        self.running.unlink(missing_ok=True)
+        return subprocess.Popen([str(ONCELOG), "pipeline", "run", *self.arguments], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def committed(self) -> list[bytes]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"c-{uuid.uuid4().hex[:6]}",
+                             "isolation.level": "read_committed", "enable.partition.eof": True})
+        consumer.assign([TopicPartition(self.sink, p, OFFSET_BEGINNING) for p in range(2)])
+        values, at_end = [], set()
+        deadline = time.monotonic() + 30
+        while len(at_end) < 2 and time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.2):
+                if message.error() is None:
+                    values.append(message.value())
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+        consumer.close()
+        assert len(at_end) == 2
+        return values
+
+    def last_report_state(self) -> str:
+        """The state in the latest report on the report topic (one partition, one query)."""
+        from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}"})
+        _low, high = consumer.get_watermark_offsets(TopicPartition(self.reports, 0), timeout=10)
+        assert high > 0, "the pipeline never reported"
+        consumer.assign([TopicPartition(self.reports, 0, high - 1 if high > 0 else OFFSET_END)])
+        message = consumer.poll(10)
+        consumer.close()
+        assert message is not None and message.error() is None
+        return json.loads(message.value())["state"]
+
+
+def stop_when(command: subprocess.Popen, ready, signum: int, timeout_s: float = 120) -> tuple[str, str]:
+    """Send `signum` to the command's whole process group once `ready()` holds."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            assert command.poll() is None, command.communicate()
+            assert time.monotonic() < deadline, "the moment to stop never came"
+            time.sleep(0.02)
+        os.killpg(command.pid, signum)
+        out, err = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.wait()
+    assert command.returncode == 0, (out, err)
+    assert [line for line in err.splitlines() if line != JVM_NOTICE] == [], err
+    return out, err
+
+
+def jvm_started(command: subprocess.Popen):
+    """True once the runner has a child process (Spark's launcher, then its JVM)."""
+    def ready() -> bool:
+        children = Path(f"/proc/{command.pid}/task/{command.pid}/children")
+        return children.exists() and children.read_text().strip() != ""
+    return ready
+
+
+def after(seconds: float):
+    started = time.monotonic()
+    return lambda: time.monotonic() - started >= seconds
+
+
+def test_sigterm_and_sigint_to_the_process_group_stop_the_pipeline_at_any_moment_and_the_next_run_goes_on_exactly_once(
+    pipeline,
+):
+    pipeline.produce(100)
+
+    # At start-up: SIGINT while the runner still imports, SIGTERM while Spark's JVM starts.
+    out, _ = stop_when(pipeline.start(), after(0.3), signal.SIGINT)
+    assert out.splitlines() == [f"pipeline stopped before the first micro-batch ({pipeline.source} to {pipeline.sink})"]
+    command = pipeline.start()
+    out, _ = stop_when(command, jvm_started(command), signal.SIGTERM)
+    assert out.splitlines()[-1].startswith("pipeline stopped before the first micro-batch")
+
+    # Inside a micro-batch: its transactions never commit; the next run does it again.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        out, _ = stop_when(pipeline.start(), pipeline.running.exists, signum)
+        assert out.splitlines()[-1].startswith("pipeline stopped before the first micro-batch"), out
+        assert pipeline.last_report_state() == "stopped"
+
+    # Between micro-batches: the run's summary counts what it did.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        command = pipeline.start()
+        assert command.stdout is not None
+        first = command.stdout.readline()
+        assert first.startswith("batch "), first
+        out, _ = stop_when(command, lambda: True, signum)
+        assert out.splitlines()[-1].startswith("pipeline stopped after 1 micro-batch, 100 records from "), out
+        assert pipeline.last_report_state() == "stopped"
+        if signum == signal.SIGTERM:
+            pipeline.produce(100)
+
+    values = pipeline.committed()
+    assert len(values) == 200
+    assert sorted(values) == sorted(f"order-{number}".encode() for number in range(200))
