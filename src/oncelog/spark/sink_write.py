@@ -22,6 +22,7 @@ from oncelog.client.cluster import shared_cluster
 from oncelog.client.errors import ClientError, ConnectionLost, Fenced, NoAnswer
 from oncelog.client.groups import committed_offset
 from oncelog.client.producer import TransactionalProducer
+from oncelog.names import sink_task_id
 from oncelog.spark import trace
 from oncelog.spark.pause import pause_point
 from oncelog.spark.sink_commit import batch_transactional_prefix
@@ -40,7 +41,8 @@ def new_producer(options: SinkOptions, transactional_id: str) -> TransactionalPr
 
 
 def partition_transactional_id(options: SinkOptions, query_id: str, partition_id: int) -> str:
-    return f"{options.transactional_id_prefix}-{query_id}-{partition_id}"
+    """Also the task's marker group (oncelog.names.sink_marker_query recognises it)."""
+    return sink_task_id(options.transactional_id_prefix, query_id, partition_id)
 
 
 def _timed_rows(batches: Iterable, waiting: trace.Stopwatch) -> Iterator:
