@@ -2,8 +2,9 @@
 
 `console_view` copies the state it describes into plain values (oncelog.web.model): the
 transactions this broker coordinates that are not finished, every local partition's
-offsets and producers, the groups it coordinates with their lag, and in cluster mode the
-brokers and ISR of the metadata image. `ConsoleSource` is what the HTTP threads call: it
+offsets and producers, the groups it coordinates with their lag (the Spark sink's marker
+groups named by the query they belong to), and in cluster mode the brokers and ISR of the
+metadata image. `ConsoleSource` is what the HTTP threads call: it
 asks the loop for that view and the LSO-lag history, and reads the pipelines' reports
 (on the calling thread; they come from a topic, not from broker state).
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from oncelog.clock import now_ms
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.names import sink_marker_query
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.security.passwords import password_matches
@@ -173,6 +175,7 @@ def _groups(coordinator: GroupCoordinator, logs: dict[tuple[str, int], Partition
             group.group_id, group.state.value, group.protocol_type or "", group.protocol_name or "",
             group.generation_id, len(group.members), tuple(offsets),
             sum(len(pending) for pending in group.pending_txn_offsets.values()),
+            pipeline_query=sink_marker_query(group.group_id, listed.protocol_type),
         ))
     return tuple(sorted(views, key=lambda view: view.group_id))
 

@@ -18,9 +18,10 @@ the transactions this broker coordinates (by state; completed by result, marker 
 timeouts, fencing), requests per API, each topic's traffic (Kafka's BrokerTopicMetrics),
 replication in cluster mode (Kafka's ReplicaManager gauges, follower lag, the controller,
 this broker's session), the groups coordinated here (by state, rebalances, each group's
-committed offsets and lag to the high watermark and to the LSO), the log cleaner (rounds,
-bytes, records removed, Kafka's max-dirty-percent and uncleanable partitions) and the
-process (prometheus_client's collectors). Families without a Kafka counterpart
+committed offsets and lag to the high watermark and to the LSO; not the Spark sink's
+marker groups, oncelog.names), the log cleaner (rounds, bytes, records removed, Kafka's
+max-dirty-percent and uncleanable partitions) and the process (prometheus_client's
+collectors). Families without a Kafka counterpart
 are named `oncelog_*`.
 
 `http.metrics.resource.names=false` leaves out every family with a sample labelled by a
@@ -44,6 +45,7 @@ from oncelog.broker.topic_stats import TopicSnapshot
 from oncelog.cluster.replica_manager import ReplicationSnapshot
 from oncelog.coordinator.group.api import GroupsSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
+from oncelog.names import sink_marker_query
 from oncelog.protocol.error_counts import error_name
 from oncelog.stats import BUCKETS_S, HistogramSnapshot
 from oncelog.storage.cleaner import CleanerTotals
@@ -394,6 +396,10 @@ def _group_families(groups: GroupsSnapshot, partitions: list[PartitionSnapshot])
         "left to read; the rest of the lag waits for open transactions.", labels=labels)
     logs = {(p.topic, p.partition): p for p in partitions}
     for (group, topic, partition), committed in sorted(groups.committed.items()):
+        # The Spark sink's marker groups count micro-batches, not records read: a lag of
+        # theirs means nothing, and no rule on these families should have to know them.
+        if sink_marker_query(group, groups.protocol_types.get(group, "")) is not None:
+            continue
         key = [group, topic, str(partition)]
         offsets.add_metric(key, committed)
         local = logs.get((topic, partition))

@@ -67,6 +67,9 @@ class GroupView:
     members: int
     offsets: tuple[GroupOffsetView, ...]
     pending_transactional_offsets: int  # offsets of open transactions (KIP-447), not yet visible
+    # A marker group of the Spark sink (oncelog.names): the id of the query whose pipeline
+    # it belongs to. None: a consumer group.
+    pipeline_query: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ own configs (GroupTimings). Nothing here has behaviour beyond reading and checki
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -207,6 +207,7 @@ class GroupsSnapshot:
     by_state: dict[tuple[str, str], int]  # (state, protocol type) -> groups
     rebalances: int
     committed: dict[tuple[str, str, int], int]  # (group, topic, partition) -> committed offset
+    protocol_types: dict[str, str] = field(default_factory=dict)  # group -> protocol type, "" offsets-only
     loads_count: int = 0  # partitions loaded, and how long that took (KIP-484)
     loads_total_s: float = 0.0
     loads_cumulative: tuple[int, ...] = ()

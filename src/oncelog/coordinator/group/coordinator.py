@@ -255,17 +255,21 @@ class GroupCoordinator:
         self._loader.on_leadership(partition, leader, leader_epoch)
 
     def snapshot(self) -> GroupsSnapshot:
-        """Groups by state and protocol type, rebalances begun, and every committed offset."""
+        """Groups by state and protocol type, rebalances begun, every committed offset and each
+        group's protocol type."""
         by_state: dict[tuple[str, str], int] = {}
         committed: dict[tuple[str, str, int], int] = {}
+        protocol_types: dict[str, str] = {}
         for group in self._groups.values():
-            key = (group.state_name, group.protocol_type or ("consumer" if group.consumer is not None else ""))
+            protocol_type = group.protocol_type or ("consumer" if group.consumer is not None else "")
+            protocol_types[group.group_id] = protocol_type
+            key = (group.state_name, protocol_type)
             by_state[key] = by_state.get(key, 0) + 1
             for (topic, partition), offset in group.offsets.items():
                 committed[(group.group_id, topic, partition)] = offset.value.offset
         loads = self._loader.load_times
         return GroupsSnapshot(by_state, self._membership.rebalances + self._consumer.rebalances, committed,
-                              loads.count, loads.total_s, loads.cumulative())
+                              protocol_types, loads.count, loads.total_s, loads.cumulative())
 
     # ---- DescribeGroups / ListGroups -----------------------------------------------------
 
