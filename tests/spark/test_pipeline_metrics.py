@@ -5,6 +5,7 @@ modes, against what was produced; and the sink's per-batch summary file the runn
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -16,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
-from oncelog.spark.pipeline_metrics import PHASES
+from oncelog.spark.pipeline_metrics import PHASES, PipelineMetrics
 from oncelog.spark.sink_commit import DECISIONS_KEPT
 from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary, summary_path, write_summary
 from tests.spark.test_pipeline_run import create_topics
@@ -127,26 +128,45 @@ def test_pipeline_serves_its_micro_batches_on_metrics_and_reports_each_to_the_re
     assert sorted(read_committed(bootstrap, sink)) == sorted(committed)
 
     # One report at start, one per micro-batch, one at stop: the query's key, the contract's fields.
+    # A query that waits 10 s (a first micro-batch slow on a loaded machine) also sends a
+    # heartbeat: a running report with no batch more than the one before.
     reports = read_reports(bootstrap, report_topic)
     assert {key for key, _ in reports} == {query_id.encode()}
-    states = [report["state"] for _, report in reports]
-    assert states == ["running"] * (1 + result.batch_count) + ["stopped"]
-    first, last = reports[0][1], reports[-1][1]
+    progress = [report for index, (_, report) in enumerate(reports)
+                if index == 0 or report["state"] != "running" or report["batches"] > reports[index - 1][1]["batches"]]
+    assert [report["state"] for report in progress] == ["running"] * (1 + result.batch_count) + ["stopped"]
+    first, last = progress[0], progress[-1]
     assert (first["batch"], first["batches"], first["records"], first["records_written"]) == (None, 0, 0, None)
     assert last["batch"] == result.batches[-1].batch_id
     assert (last["batches"], last["records"]) == (result.batch_count, RECORDS)
-    assert sum(report["records_written"] for _, report in reports[1:-1]) == RECORDS
+    assert sum(report["records_written"] for report in progress[1:-1]) == RECORDS
     assert {key: last[key] for key in ("version", "id", "source_topic", "sink_topics", "sink_mode", "name")} == {
         "version": 1, "id": query_id, "source_topic": source, "sink_topics": [sink], "sink_mode": mode, "name": None,
     }
     assert last["run_id"] and last["started_ms"] <= last["timestamp_ms"]
+    # Every report links the console's card to the /metrics scraped above.
+    assert {report["metrics_url"] for _, report in reports} == {json.loads(events[0])["metrics"]}
     assert last["batch_ms"] == result.batches[-1].duration_ms and "addBatch" in last["phases_ms"]
     assert isinstance(last["commit_ms"], float) and isinstance(last["processed_rows_per_second"], float)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource(ConfigResource.Type.TOPIC, report_topic)
     configs = admin.describe_configs([resource])[resource].result(10)
     assert configs["cleanup.policy"].value == "compact"
+    assert configs["message.timestamp.type"].value == "LogAppendTime"  # the console ages reports by the broker's clock
     assert len(admin.list_topics(report_topic, timeout=10).topics[report_topic].partitions) == 1
+
+
+def test_metrics_listening_on_every_address_report_a_url_with_this_hosts_name():
+    """0.0.0.0 is where the runner listens, never where a browser can connect: the URL it
+    prints and reports (the console's link) names the host."""
+    metrics = PipelineMetrics("0.0.0.0", 0)
+    url = metrics.start()
+    try:
+        assert url.startswith(f"http://{socket.gethostname()}:") and url.endswith("/metrics")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert b"process_cpu_seconds_total" in response.read()
+    finally:
+        metrics.stop()
 
 
 def test_sink_summary_reads_as_none_when_missing_garbled_or_of_another_batch(tmp_path):

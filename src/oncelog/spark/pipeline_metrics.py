@@ -14,6 +14,7 @@ the totals under a lock.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -108,8 +109,7 @@ class PipelineMetrics:
             raise PipelineError(
                 f"--metrics-port {self._port}: cannot listen on {self._host}:{self._port}: {error.strerror or error}"
             ) from None
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        self.url = f"http://{host}:{self._server.server_port}/metrics"
+        self.url = f"http://{_url_host(self._host)}:{self._server.server_port}/metrics"
         return self.url
 
     def stop(self) -> None:
@@ -126,6 +126,14 @@ class PipelineMetrics:
     def observe(self, run: RunIdentity, batch: BatchProgress) -> None:
         with self.lock:
             self.queries[run.label].add(batch)
+
+
+def _url_host(listening_on: str) -> str:
+    """Where another machine (the console's page) reaches the endpoint: this host's name
+    when it listens on every address (0.0.0.0 or ::, which no browser can connect to)."""
+    if listening_on in ("0.0.0.0", "::"):
+        return socket.gethostname()
+    return f"[{listening_on}]" if ":" in listening_on else listening_on
 
 
 class _PipelineCollector(Collector):

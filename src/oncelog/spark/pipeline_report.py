@@ -1,7 +1,9 @@
 """The runner's reports to the broker's console: one JSON record per finished micro-batch,
 one when the query starts and one when it stops, produced to `--report-topic` (default
 `_oncelog_pipelines`, compacted, one partition, created if missing), keyed by the query
-id, so the topic holds each pipeline's latest state. A query waiting for data reports
+id, so the topic holds each pipeline's latest state. The topic is made with
+`message.timestamp.type=LogAppendTime`: the console measures a report's age against the
+broker's clock, not this runner's (oncelog.web.pipelines). A query waiting for data reports
 every 10 s all the same (oncelog.spark.pipeline_metrics.HEARTBEAT_S).
 
 Reporting never fails or slows the pipeline: records are produced asynchronously with
@@ -159,7 +161,8 @@ class PipelineReporter:
 
 
 def ensure_report_topic(settings: dict[str, str | int | float | bool], topic: str) -> None:
-    """Create `topic` (compacted, 1 partition) unless it exists; a warning on failure."""
+    """Create `topic` (compacted, 1 partition, stamped by the broker) unless it exists; a
+    warning on failure."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
     from confluent_kafka import KafkaError, KafkaException
@@ -168,7 +171,8 @@ def ensure_report_topic(settings: dict[str, str | int | float | bool], topic: st
     try:
         admin = AdminClient(settings)
         future = admin.create_topics(
-            [NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})],
+            [NewTopic(topic, num_partitions=1,
+                      config={"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"})],
             request_timeout=TOPIC_CREATE_TIMEOUT_S,
         )[topic]
         future.result(TOPIC_CREATE_TIMEOUT_S)

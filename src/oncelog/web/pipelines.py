@@ -8,15 +8,29 @@ pipeline: the latest record per query is the pipeline's state.
 
 Runs on the HTTP server's threads, never on the broker's event loop; one consumer, kept
 between requests, reads what is new on each.
+
+A report's age is measured here, against one clock: the runner creates the topic with
+`message.timestamp.type=LogAppendTime`, so each record carries the time its leader broker
+appended it, and `age_ms` is this broker's clock, read after the topic was, minus that.
+The report's own `timestamp_ms` is the runner's clock, which may run ahead of the
+broker's (a page showed "last report -65 ms ago"). On a report topic of CreateTime (made
+by an older runner) the record's time is the runner's again; there, and for the skew
+between two brokers' clocks, an age below 0 is shown as 0.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from oncelog.clock import now_ms
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 log = logging.getLogger("oncelog.web")
 
@@ -30,11 +44,13 @@ class PipelineReports:
         self.topic = topic
         self._lock = threading.Lock()
         self._consumer: Any = None  # confluent_kafka.Consumer, once the topic exists
-        self._latest: dict[str, dict[str, Any]] = {}
+        # query id -> (its latest report, when it was reported: the record's timestamp)
+        self._latest: dict[str, tuple[dict[str, Any], int]] = {}
 
     def read(self) -> tuple[list[dict[str, Any]], str | None]:
-        """The latest report of each pipeline, newest first, and an error to show (None when
-        the topic was read, or does not exist yet: no pipeline has reported)."""
+        """The latest report of each pipeline, newest first, each with its `age_ms` (see
+        the module docstring), and an error to show (None when the topic was read, or does
+        not exist yet: no pipeline has reported)."""
         if self._bootstrap is None:
             return [], (f"pipelines report to {self.topic}, which the console reads over a PLAINTEXT listener; "
                         "this broker has none")
@@ -43,8 +59,8 @@ class PipelineReports:
                 self._catch_up()
             except Exception as error:
                 log.debug("reading %s failed", self.topic, exc_info=True)
-                return self._sorted(), f"cannot read {self.topic}: {error}"
-            return self._sorted(), None
+                return self._aged(), f"cannot read {self.topic}: {error}"
+            return self._aged(), None
 
     def close(self) -> None:
         with self._lock:
@@ -52,8 +68,10 @@ class PipelineReports:
                 self._consumer.close()
                 self._consumer = None
 
-    def _sorted(self) -> list[dict[str, Any]]:
-        return sorted(self._latest.values(), key=lambda report: -int(report.get("timestamp_ms") or 0))
+    def _aged(self) -> list[dict[str, Any]]:
+        now = now_ms()  # after the read: a report appended during it is not in the future
+        newest_first = sorted(self._latest.values(), key=lambda latest: -latest[1])
+        return [{**report, "age_ms": max(now - reported_ms, 0)} for report, reported_ms in newest_first]
 
     def _catch_up(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -83,9 +101,12 @@ class PipelineReports:
                     continue
                 raise RuntimeError(error.str())
             at_end.discard(message.partition())
-            self._take(message.key(), message.value())
+            self._take(message)
 
-    def _take(self, key: bytes | None, value: bytes | None) -> None:
+    def _take(self, message: Message) -> None:
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+        key, value = message.key(), message.value()
         if key is None:
             return
         query_id = key.decode("utf-8", "replace")
@@ -96,5 +117,16 @@ class PipelineReports:
             report = json.loads(value)
         except ValueError:
             return  # not a report: ignored, as a consumer skips what it cannot parse
-        if isinstance(report, dict):
-            self._latest[query_id] = report
+        if not isinstance(report, dict):
+            return
+        timestamp_type, timestamp_ms = message.timestamp()
+        if timestamp_type == TIMESTAMP_NOT_AVAILABLE:
+            timestamp_ms = _int(report.get("timestamp_ms"))
+        self._latest[query_id] = (report, timestamp_ms)
+
+
+def _int(value: object) -> int:
+    """A report's number as an int; 0 for anything else (the topic is anyone's to write)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return int(value)
