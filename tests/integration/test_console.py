@@ -1,12 +1,15 @@
 """The web console on `http.listener`, opened in a real browser (Debian's Chromium,
 headless, driven by Playwright) against a real broker with real clients: what it shows
-of open and hanging transactions, LSO lag, producers, consumer groups and the pipelines'
-reports, that it follows the broker live, and that it is read-only. The brokers-and-ISR
-view of a cluster is in tests/cluster/test_cluster_metadata.py."""
+of open and hanging transactions, LSO lag, producers, consumer groups, the Spark sink's
+marker groups and the pipelines' reports, how it is drawn (no sign-in form without an
+authorizer, numbers under headers aligned as they are), that it follows the broker live,
+and that it is read-only. The brokers-and-ISR view of a cluster is in
+tests/cluster/test_cluster_metadata.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -14,14 +17,24 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog import EmbeddedBroker
+from oncelog.client.cluster import Cluster
+from oncelog.client.config import ClientConfig
+from oncelog.client.producer import ProducerSettings, TransactionalProducer
+from oncelog.names import sink_task_id
+from oncelog.spark.pipeline_metrics import PipelineMetrics
+from oncelog.spark.pipeline_report import ensure_report_topic
 from oncelog.web.history import LagHistory
 from oncelog.web.pipelines import REPORT_TOPIC
 from tests.support.browser import chromium
 
 # Chosen by a client, so it must reach the page as text, never as markup.
 HANGING_ID = '<img src=x onerror="document.body.dataset.injected=1">hanging'
+QUERY_ID = "3f1c2a9e-5b7d-4e21-9c0a-6d8e2f4b1a73"  # Spark's query ids are UUIDs
+MARKER_PREFIX = "oncelog-pipeline-enriched"  # what `oncelog pipeline run --sink enriched` gives the sink
+PIPELINE_CLOCK_AHEAD_MS = 300_000  # the runner's host clock runs 5 minutes ahead of the broker's
 
 
 @pytest.fixture(scope="module")
@@ -29,21 +42,40 @@ def scene(tmp_path_factory):
     """A broker with: 3 plain records and an open transaction of 2 on orders-0, a
     transaction on orders-1 past its 1 s timeout (the coordinator's abort timer is held
     off, so it hangs), group `readers` committed at 1 on orders-0, and two pipelines'
-    reports (one into a topic, one into an Iceberg table)."""
+    reports (one into a topic, whose runner's clock runs ahead and which serves its metrics,
+    one into an Iceberg table). The first pipeline's sink wrote 50 records to `enriched`
+    and keeps its marker groups for tasks 0 and 1 at micro-batch 3, as the sink's
+    partition mode does (TxnOffsetCommit under the task's transactional id)."""
     config = {"http.listener": "127.0.0.1:0",
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000"}
+    metrics = PipelineMetrics("127.0.0.1", 0)  # the runner's --metrics-port 0
+    metrics_url = metrics.start()
     with EmbeddedBroker(tmp_path_factory.mktemp("console"), config) as running:
         bootstrap = running.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(10)
+        for created in admin.create_topics([NewTopic("orders", 2, 1), NewTopic("enriched", 1, 1)]).values():
+            created.result(10)
+        ensure_report_topic({"bootstrap.servers": bootstrap}, REPORT_TOPIC)  # as the runner makes it
         plain = Producer({"bootstrap.servers": bootstrap})
         for _ in range(3):
             plain.produce("orders", b"plain", partition=0)
-        plain.produce(REPORT_TOPIC, key=b"query-1", value=json.dumps(pipeline_report()).encode())
+        for _ in range(50):
+            plain.produce("enriched", b"enriched", partition=0)
+        ahead = {**pipeline_report(), "metrics_url": metrics_url,
+                 "timestamp_ms": pipeline_report()["timestamp_ms"] + PIPELINE_CLOCK_AHEAD_MS}
+        plain.produce(REPORT_TOPIC, key=QUERY_ID.encode(), value=json.dumps(ahead).encode())
         lake = {**pipeline_report(), "id": "query-2", "name": "orders-to-lake", "sink_topics": [],
-                "sink_table": "shop.orders", "sink_mode": "iceberg"}
+                "sink_table": "shop.orders", "sink_mode": "iceberg", "metrics_url": "javascript:alert(1)"}
         plain.produce(REPORT_TOPIC, key=b"query-2", value=json.dumps(lake).encode())
         plain.flush(10)
+        cluster = Cluster(ClientConfig.from_settings(bootstrap))
+        for task in (0, 1):
+            marker = sink_task_id(MARKER_PREFIX, QUERY_ID, task)
+            producer = TransactionalProducer(cluster, marker, ProducerSettings(), timeout_s=10)
+            producer.init()
+            producer.begin()
+            producer.send_offsets(marker, {("enriched", 0): 3})
+            producer.commit()
         open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "console-open"})
         open_txn.init_transactions(10)
         open_txn.begin_transaction()
@@ -61,18 +93,32 @@ def scene(tmp_path_factory):
         consumer.close()
         time.sleep(1.2)  # the hanging transaction outlives its timeout
         host, port = running.broker.http.address
-        with chromium() as browser:
-            yield {"url": f"http://{host}:{port}", "browser": browser, "open_txn": open_txn}
+        try:
+            with chromium() as browser:
+                yield {"url": f"http://{host}:{port}", "browser": browser, "open_txn": open_txn,
+                       "metrics_url": metrics_url}
+        finally:
+            cluster.close()
+            metrics.stop()
 
 
 def pipeline_report() -> dict:
     """A report as `oncelog pipeline run` produces it (oncelog.spark.pipeline_report)."""
     now = int(time.time() * 1000)
-    return {"version": 1, "id": "query-1", "run_id": "run-1", "name": "enrich-orders", "state": "running",
+    return {"version": 1, "id": QUERY_ID, "run_id": "run-1", "name": "enrich-orders", "state": "running",
             "source_topic": "orders", "sink_topics": ["enriched"], "sink_mode": "batch", "batch": 41,
             "batches": 42, "records": 42000, "input_rows_per_second": 1000.0, "processed_rows_per_second": 2100.5,
             "batch_ms": 480, "phases_ms": {"addBatch": 400}, "commit_ms": 35.2, "records_written": 42000,
             "started_ms": now - 60_000, "timestamp_ms": now}
+
+
+@pytest.fixture(scope="module")
+def drawn(scene):
+    """One page, loaded once, for the tests that only look at what it draws."""
+    page, errors = open_console(scene)
+    yield page
+    assert errors == []
+    page.close()
 
 
 def open_console(scene):
@@ -117,7 +163,7 @@ def test_the_console_shows_open_and_hanging_transactions_lso_lag_producers_group
         assert group[3:6] == ["orders-0", "1", "4"] and group[6].startswith("2")
         assert "waits for transactions" in group[6]
         # The pipeline's report.
-        card = row_text(page, '[data-pipeline="query-1"]')
+        card = row_text(page, f'[data-pipeline="{QUERY_ID}"]')
         assert "enrich-orders" in card and "running" in card and "2,101 records/s" in card and "batch" in card
         assert "42,000" in card and "35 ms" in card
         lake_card = row_text(page, '[data-pipeline="query-2"]')
@@ -170,6 +216,76 @@ def test_the_console_is_read_only_and_serves_only_its_own_files(scene):
         assert response.headers["Content-Type"].startswith("text/javascript")
     with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
         assert b"kafka_network_request_requests_total" in response.read()
+
+
+def test_without_an_authorizer_the_page_draws_no_sign_in_form_and_no_sign_out_button(drawn):
+    # What is drawn (Playwright's :visible: a box on the page), not the attributes.
+    assert drawn.locator("header button:visible, header input:visible").count() == 0
+    assert drawn.locator("#sign-in").is_hidden() and drawn.locator("#signed-in").is_hidden()
+    assert drawn.evaluate("getComputedStyle(document.getElementById('sign-in')).display") == "none"
+
+
+def test_numeric_columns_are_right_aligned_under_right_aligned_headers(drawn):
+    columns = drawn.evaluate("""(ids) => ids.flatMap((id) => {
+        const table = document.getElementById(id);
+        const headers = [...table.querySelectorAll("thead th")];
+        const row = table.querySelector("tbody tr:not(.empty)");
+        return [...row.cells].map((cell, i) => ({
+            table: id, header: headers[i].textContent, numeric: cell.classList.contains("num"),
+            header_align: getComputedStyle(headers[i]).textAlign, cell_align: getComputedStyle(cell).textAlign}));
+    })""", ["transactions", "partitions", "groups"])
+    misaligned = [column for column in columns if column["header_align"] != column["cell_align"]]
+    assert misaligned == []
+    numeric = {(column["table"], column["header"]) for column in columns if column["numeric"]}
+    assert {("partitions", "high watermark"), ("groups", "lag (HW)"), ("transactions", "age")} <= numeric
+    assert all(column["cell_align"] == "right" for column in columns if column["numeric"])
+
+
+def test_a_pipeline_whose_clock_runs_ahead_of_the_broker_is_reported_seconds_ago_not_in_the_future(drawn):
+    # Its own timestamp is 5 minutes past the broker's clock; the broker appended it seconds ago.
+    ages = drawn.evaluate("Object.fromEntries(latest.pipelines.map((p) => [p.id, p.age_ms]))")  # /api/console's
+    assert 0 <= ages[QUERY_ID] < 60_000
+    card = drawn.locator(f'[data-pipeline="{QUERY_ID}"]')
+    last_report = card.locator("dt:text-is('last report') + dd").inner_text()
+    assert re.fullmatch(r"\d+(\.\d)? (ms|s) ago", last_report), last_report
+    assert "no report for" not in card.inner_text()  # not stale either
+
+
+def test_a_pipeline_card_links_to_the_metrics_its_runner_serves(drawn, scene):
+    link = drawn.locator(f'[data-pipeline="{QUERY_ID}"] a.pipeline-metrics')
+    assert link.get_attribute("href") == scene["metrics_url"]
+    with urllib.request.urlopen(link.get_attribute("href"), timeout=10) as response:
+        assert b"process_cpu_seconds_total" in response.read()  # the runner's own /metrics
+    # A report's URL is anyone's to write: only http(s) becomes a link.
+    lake = drawn.locator('[data-pipeline="query-2"]')
+    assert lake.locator("a").count() == 0
+    assert lake.locator("dt:text-is('metrics') + dd").inner_text() == "\u2013"
+
+
+def test_the_sink_marker_groups_are_shown_under_their_pipeline_and_left_out_of_group_lag_on_metrics(drawn, scene):
+    markers = [sink_task_id(MARKER_PREFIX, QUERY_ID, task) for task in (0, 1)]
+    card = drawn.locator(f'[data-pipeline="{QUERY_ID}"]')
+    assert card.locator("dt:text-is('sink marker groups') + dd").inner_text() == "2 (tasks 0, 1)"
+    # Not consumers: out of the groups table and its count, unless internal things are asked for.
+    assert [row.split("\t")[0] for row in drawn.locator("#groups tr[data-group]").all_inner_texts()] == ["readers"]
+    assert drawn.locator('[data-card="consumer groups"] .value').inner_text() == "1"
+    drawn.check("#show-internal")
+    try:
+        row = drawn.locator(f'#groups tr[data-group="{markers[0]}"] td').all_inner_texts()
+        assert "sink marker of enrich-orders" in row[0]
+        assert row[3:7] == ["enriched-0", "3", "\u2013", "\u2013"]  # its offset is a micro-batch: no lag
+        assert drawn.locator(f'#groups tr[data-group="{markers[1]}"]').count() == 1
+    finally:
+        drawn.uncheck("#show-internal")
+    with urllib.request.urlopen(scene["url"] + "/metrics", timeout=10) as response:
+        families = {family.name: family.samples for family in text_string_to_metric_families(response.read().decode())}
+    for name in ("kafka_consumergroup_current_offset", "kafka_consumergroup_lag", "oncelog_consumergroup_lag_stable"):
+        groups = {sample.labels["consumergroup"] for sample in families[name]}
+        assert "readers" in groups and not groups & set(markers), name
+    # Still groups of this coordinator: counted as offsets-only ones.
+    offsets_only = [sample.value for sample in families["oncelog_groups"]
+                    if sample.labels == {"state": "Empty", "protocol_type": ""}]
+    assert offsets_only == [3.0]  # readers and the two markers
 
 
 def test_lag_history_keeps_every_series_aligned_with_the_sample_times():

@@ -1,9 +1,10 @@
 """The console on a broker with an authorizer: the page shows only its sign-in form until
 someone signs in with a SASL user's password, then draws what that principal may
-DESCRIBE; an operator holding Cluster ALTER aborts an open transaction from the page (its
-producer is fenced); anyone else sees no button, and the abort endpoint refuses requests
-without credentials, without the right, or without the console's own header (a page of
-another site cannot send it)."""
+DESCRIBE, with exactly one of "Sign in" and "Sign out" drawn before and after; an
+operator holding Cluster ALTER aborts an open transaction from the page (its producer is
+fenced); anyone else sees no button, and the abort endpoint refuses requests without
+credentials, without the right, or without the console's own header (a page of another
+site cannot send it)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ def post_abort(url: str, user: str | None, *, console_header: bool = True) -> tu
         return error.code, json.load(error)
 
 
+def drawn_buttons(page) -> list[str]:
+    """The header's buttons drawn on the page (Playwright's :visible: a box on the page)."""
+    return page.locator("header button:visible").all_inner_texts()
+
+
 def sign_in(page, user: str, password: str) -> None:
     page.fill("#sign-in-user", user)
     page.fill("#sign-in-password", password)
@@ -73,12 +79,14 @@ def test_the_page_shows_only_its_sign_in_form_until_then_what_the_principal_may_
         page.wait_for_selector("#sign-in", state="visible", timeout=15_000)
         # Computed visibility, not the attribute: a stylesheet's display must not show a hidden element.
         assert page.locator("#signed-in").is_hidden()
+        assert drawn_buttons(page) == ["Sign in"]
         assert page.locator("#transactions tr[data-txn], #partitions tr[data-partition]").count() == 0
         assert page.evaluate("document.body.dataset.signIn") == "required"  # the API answered 401
         assert "Sign in to see this broker." in page.inner_text("#transactions")
         sign_in(page, "alice", "alice-secret")
         page.wait_for_selector('#transactions tr[data-txn="stuck-payments"]', timeout=10_000)
         assert page.locator("#sign-in").is_hidden() and page.locator("#signed-in").is_visible()
+        assert drawn_buttons(page) == ["Sign out"] and page.locator("#sign-in input:visible").count() == 0
         assert page.locator("#transactions tr[data-txn]").count() == 1  # not ledger-writer's
         page.check("#show-internal")
         assert page.locator("#partitions tr[data-partition]").all_inner_texts()[0].startswith("payments-0")
@@ -87,10 +95,12 @@ def test_the_page_shows_only_its_sign_in_form_until_then_what_the_principal_may_
         assert totals == "\u2013 / \u2013"  # dashes: the coordinator's totals need Cluster DESCRIBE
         page.click("#sign-out")
         page.wait_for_selector("#sign-in", state="visible")
+        assert drawn_buttons(page) == ["Sign in"]
         assert page.locator("#transactions tr[data-txn]").count() == 0
         sign_in(page, "admin", "admin-secret")  # a super user sees everything
         page.wait_for_selector('#transactions tr[data-txn="ledger-writer"]', timeout=10_000)
         assert page.locator('#partitions tr[data-partition="ledger-0"]').count() == 1
+        assert drawn_buttons(page) == ["Sign out"]
     finally:
         page.close()
 

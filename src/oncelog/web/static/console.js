@@ -28,10 +28,30 @@ function apiHeaders(extra) {
   return headers;
 }
 
-// Internal topics (__consumer_offsets, __transaction_state, _oncelog_pipelines) are hidden
-// unless asked for: they are many, and rarely what an operator looks for first.
+// Internal topics (__consumer_offsets, __transaction_state, _oncelog_pipelines) and the
+// Spark sink's marker groups (shown under their pipeline) are hidden unless asked for: they
+// are many, and rarely what an operator looks for first.
+function showInternal() {
+  return document.getElementById("show-internal").checked;
+}
+
 function shown(topic) {
-  return document.getElementById("show-internal").checked || !topic.startsWith("_");
+  return showInternal() || !topic.startsWith("_");
+}
+
+function shownGroup(group) {
+  return showInternal() || group.pipeline_query === null;
+}
+
+// A pipeline's metrics URL comes from a topic anyone with WRITE on it may write: only an
+// http(s) URL becomes a link.
+function httpUrl(text) {
+  try {
+    const url = new URL(text);
+    return url.protocol === "http:" || url.protocol === "https:" ? url.href : null;
+  } catch (_error) {
+    return null;
+  }
 }
 
 function el(tag, attributes, ...children) {
@@ -116,7 +136,7 @@ function renderSummary(data) {
     ["partitions with late transactions", count(late), late > 0],
     ["committed / aborted", `${count(data.completed.commit)} / ${count(data.completed.abort)}`, false],
     ["fenced / timed out", `${count(data.completed.fenced)} / ${count(data.completed.timed_out)}`, false],
-    ["consumer groups", count(data.groups.length), false],
+    ["consumer groups", count(data.groups.filter((g) => g.pipeline_query === null).length), false],
   ];
   if (data.mode === "cluster") {
     cards.push(["under min ISR", count(data.under_min_isr), data.under_min_isr > 0]);
@@ -193,18 +213,23 @@ function renderLsoChart(data) {
   }
 }
 
+// A marker group's offset is the next micro-batch of its sink task: it has no lag.
 function renderGroups(data) {
   const rows = [];
-  for (const g of data.groups) {
+  const pipelines = new Map(data.pipelines.map((p) => [p.id, p.name || p.id]));
+  for (const g of data.groups.filter(shownGroup)) {
     const offsets = g.offsets.length ? g.offsets : [null];
+    const marker = g.pipeline_query !== null;
     offsets.forEach((o, i) => {
       const first = i === 0;
-      const stuck = o && o.lag_stable !== null && o.lag !== null && o.lag > o.lag_stable;
-      rows.push(el("tr", { "data-group": g.group_id },
-        cell(first ? g.group_id : ""), cell(first ? g.state : ""), cell(first ? count(g.members) : "", true),
+      const stuck = !marker && o && o.lag_stable !== null && o.lag !== null && o.lag > o.lag_stable;
+      const name = first ? el("td", {}, g.group_id, " ", marker
+        ? flag(`sink marker of ${pipelines.get(g.pipeline_query) || g.pipeline_query}`, "info") : null) : cell("");
+      rows.push(el("tr", { "data-group": g.group_id, class: marker ? "marker" : null },
+        name, cell(first ? g.state : ""), cell(first ? count(g.members) : "", true),
         cell(o ? `${o.topic}-${o.partition}` : "–"), cell(o ? count(o.committed) : "–", true),
-        cell(o ? count(o.lag) : "–", true),
-        el("td", { class: "num" }, o ? count(o.lag_stable) : "–", " ",
+        cell(o && !marker ? count(o.lag) : "–", true),
+        el("td", { class: "num" }, o && !marker ? count(o.lag_stable) : "–", " ",
           stuck ? flag("waits for transactions", "warn") : null)));
     });
   }
@@ -224,11 +249,18 @@ function renderBrokers(data) {
   fillTable("brokers", rows, "No brokers registered.", 6);
 }
 
+// The task partitions of a pipeline's marker groups (names.py: <prefix>-<query id>-<task>).
+function markerTasks(data, p) {
+  return data.groups.filter((g) => g.pipeline_query === p.id)
+    .map((g) => Number(g.group_id.slice(g.group_id.lastIndexOf("-") + 1))).sort((a, b) => a - b);
+}
+
 function renderPipelines(data) {
   const container = document.getElementById("pipelines");
   const cards = data.pipelines.map((p) => {
-    const stale = p.state === "running" && data.now_ms - p.timestamp_ms > STALE_PIPELINE_MS;
-    const state = stale ? flag("no report for " + duration(data.now_ms - p.timestamp_ms), "warn")
+    // age_ms: measured by the broker against its own clock (oncelog.web.pipelines), never negative.
+    const stale = p.state === "running" && p.age_ms > STALE_PIPELINE_MS;
+    const state = stale ? flag("no report for " + duration(p.age_ms), "warn")
       : flag(p.state, p.state === "failed" ? "bad" : p.state === "running" ? "ok" : "info");
     const rate = p.processed_rows_per_second === null || p.processed_rows_per_second === undefined
       ? "–" : `${count(Math.round(p.processed_rows_per_second))} records/s`;
@@ -236,8 +268,13 @@ function renderPipelines(data) {
       ["source → sink", `${p.source_topic} → ${(p.sink_topics || []).concat(p.sink_table ? [`iceberg:${p.sink_table}`] : []).join(", ")}`],
       ["sink mode", p.sink_mode], ["micro-batches", count(p.batches)], ["last batch", p.batch === null ? "–" : p.batch],
       ["records", count(p.records)], ["rate", rate], ["batch duration", duration(p.batch_ms)],
-      ["commit latency", duration(p.commit_ms)], ["last report", duration(data.now_ms - p.timestamp_ms) + " ago"],
+      ["commit latency", duration(p.commit_ms)], ["last report", duration(p.age_ms) + " ago"],
     ];
+    const tasks = markerTasks(data, p);
+    if (tasks.length) fields.push(["sink marker groups", `${tasks.length} (tasks ${tasks.join(", ")})`]);
+    const metrics = httpUrl(p.metrics_url);
+    fields.push(["metrics", metrics === null ? "–"
+      : el("a", { href: metrics, class: "pipeline-metrics", target: "_blank", rel: "noopener noreferrer" }, metrics)]);
     return el("div", { class: "card pipeline", "data-pipeline": p.id },
       el("h3", {}, p.name || p.id, " ", state),
       el("dl", {}, ...fields.flatMap(([label, value]) => [el("dt", {}, label), el("dd", {}, value)])));
