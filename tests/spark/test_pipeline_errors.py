@@ -102,9 +102,11 @@ def test_missing_sink_topic_is_named(capsys, shared_broker, topics, tmp_path):
         (["--transform", "no_such_module_anywhere:transform"],
          "cannot import 'no_such_module_anywhere': No module named 'no_such_module_anywhere'"),
         (["--transform", "/nonexistent/enrich.py:transform"], "no file '/nonexistent/enrich.py'"),
+        (["-X", "no.such.key=1"],
+         'oncelog: error: invalid client configuration: No such configuration property: "no.such.key"'),
     ],
     ids=["conf-without-value", "unknown-trigger", "zero-max-offsets", "transform-without-function",
-         "transform-module-missing", "transform-file-missing"],
+         "transform-module-missing", "transform-file-missing", "x-property-librdkafka-does-not-know"],
 )
 def test_bad_option_is_one_line(capsys, shared_broker, topics, tmp_path, arguments, message):
     source, sink = topics
@@ -240,11 +242,13 @@ def test_connection_options_come_from_the_environment_and_x_properties_as_for_ev
     monkeypatch.setenv("ONCELOG_BOOTSTRAP", nobody)
     _, err = run_cli(capsys, *base, "-X", f"bootstrap.servers={shared_broker.bootstrap_servers}")
     assert f"does not exist on {shared_broker.bootstrap_servers}" in err
-    # Every other -X property goes to both connectors, and is checked before anything else.
+    # Every other -X property goes to both connectors, and is checked first, by librdkafka,
+    # with the words every command uses (not as a --source-option or --sink-option).
     _, err = run_cli(capsys, *base, "-X", "security.protocol=SASL_SSL")
     lines = err.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("oncelog: error: --source-option: option kafka.security.protocol=SASL_SSL: ")
+    assert lines[0].startswith("oncelog: error: invalid client configuration: "), lines
+    assert "SASL mechanism GSSAPI" in lines[0]
 
 
 # -- through Spark -----------------------------------------------------------------------------
@@ -264,8 +268,9 @@ def test_transform_that_raises_while_building_the_query_is_one_line(spark, share
     """)
     with pytest.raises(PipelineError) as raised:
         run_pipeline(spec_for(shared_broker, topics, tmp_path, transforms=(reference,)), spark)
+    file_name = Path(reference.split(":")[0]).name
     assert str(raised.value) == (
-        f"--transform {reference} raised while building the query: KeyError: 'customers table'"
+        f"--transform {reference} raised while building the query (at {file_name}:3): KeyError: 'customers table'"
     )
 
 
@@ -351,10 +356,6 @@ def test_transform_raising_on_a_record_names_batch_offsets_and_partition_and_wri
 
 # -- the command, as a user runs it ------------------------------------------------------------
 
-# The JVM's own start-up notice (Spark 4 adds the vector incubator module): not ours to silence.
-JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
-
-
 def start_command(*args: str) -> subprocess.Popen:
     return subprocess.Popen([str(ONCELOG), "pipeline", "run", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -376,7 +377,7 @@ def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks
                             "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
     _out, err = command.communicate(timeout=120)
     assert command.returncode == 1
-    lines = [line for line in err.splitlines() if line != JVM_NOTICE]
+    lines = err.splitlines()  # nothing but the one line: the JVM's output went to Spark's log
     assert len(lines) == 1, err
     assert lines[0].startswith(f"oncelog: error: micro-batch 0 (reading {source}-0 [0, 20)) failed")
     assert "ValueError: cannot enrich b'poison' (Spark's log: " in lines[0]
@@ -384,3 +385,32 @@ def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks
     assert log.parent == tmp_path / "checkpoint" / "logs"
     assert "ValueError: cannot enrich b'poison'" in log.read_text()  # the traces Spark printed before
     assert committed_records(shared_broker.bootstrap_servers, sink) == 0
+
+
+MISSING_COLUMN = """
+    def transform(source):
+        return source.select("no_such_column")
+"""
+
+
+def test_a_transform_naming_a_missing_column_is_one_line_without_the_plan_and_pysparks_logs_go_to_sparks_log(
+    shared_broker, topics, tmp_path
+):
+    source, sink = topics
+    reference = write_transform(tmp_path, MISSING_COLUMN)
+    command = start_command("--source", source, "--sink", sink, "--transform", reference,
+                            "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[1]",
+                            "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
+    _out, err = command.communicate(timeout=120)
+    assert command.returncode == 1
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    file_name = reference.split(":")[0].rsplit("/", 1)[1]
+    assert lines[0].startswith(f"oncelog: error: --transform {reference} raised while building the query "
+                               f"(at {file_name}:3): AnalysisException: A column, variable, or function parameter "
+                               "with name `no_such_column` cannot be resolved."), lines[0]
+    assert "StreamingRelation" not in lines[0] and "Project" not in lines[0]  # the plan is for the log
+    log = Path(lines[0].rsplit("(Spark's log: ", 1)[1].rstrip(")"))
+    logged = log.read_text()
+    assert '"logger": "DataFrameQueryContextLogger"' in logged  # PySpark's JSON line
+    assert "WARNING: Using incubator modules" in logged  # the JVM's own output

@@ -239,7 +239,7 @@ def test_an_iceberg_sink_is_reported_by_its_table_and_its_snapshots_count_as_com
         result.add(batch)
         metrics.observe(run, batch)
 
-    prefix = "4 records in 50 ms, 80 records/s; orders orders-0 [0, 4); "
+    prefix = "4 records read in 50 ms, 80 records/s; orders orders-0 [0, 4); "
     assert [batch.as_text(spec.source_topic, spec.sink_table) for batch in result.batches] == [
         f"batch 5: {prefix}shop.orders had this micro-batch already (committed before a restart): nothing appended",
         f"batch 6: {prefix}3 rows appended to shop.orders in one snapshot",
@@ -256,3 +256,19 @@ def test_an_iceberg_sink_is_reported_by_its_table_and_its_snapshots_count_as_com
                  if name == "oncelog_pipeline_sink_decisions_total"}
     assert decisions == {"committed": 2, "resumed": 1}
     assert scraped[("oncelog_pipeline_sink_records_written_total", frozenset({("query", "query-1")}))] == 7
+
+
+def test_a_progress_line_counts_a_record_read_by_several_outputs_once_and_says_what_the_sink_wrote():
+    from oncelog.spark.pipeline_progress import BatchProgress
+
+    # A transform with three outputs reads each record three times: Spark counts 3 x 4.
+    progress = {"batchId": 2, "numInputRows": 12, "inputRowsPerSecond": 30.0, "processedRowsPerSecond": 240.0,
+                "durationMs": {"addBatch": 30, "triggerExecution": 50},
+                "sources": [{"startOffset": {"orders": {"0": 0}}, "endOffset": {"orders": {"0": 4}}}]}
+    batch = BatchProgress.from_progress(progress, SinkBatchSummary(
+        batch_id=2, mode="partition", records_written=9, commit_ms=1.5), scans=3)
+
+    assert (batch.records, batch.input_rows_per_second, batch.processed_rows_per_second) == (4, 10.0, 80.0)
+    assert batch.as_text("orders") == (
+        "batch 2: 4 records read, 9 written in 50 ms, 80 records/s; orders orders-0 [0, 4)")
+    assert BatchProgress.from_progress(progress).as_text("orders").startswith("batch 2: 12 records read in 50 ms")

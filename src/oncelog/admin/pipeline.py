@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from oncelog.admin.clients import DEFAULT_BOOTSTRAP, add_connection_arguments, user_properties
+from oncelog.admin.clients import DEFAULT_BOOTSTRAP, add_connection_arguments, make_client, user_properties
 from oncelog.errors import CommandError
 
 
@@ -52,6 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     args.bootstrap_servers = (args.bootstrap_server or properties.pop("bootstrap.servers", None)
                               or os.environ.get("ONCELOG_BOOTSTRAP") or DEFAULT_BOOTSTRAP)
     properties.pop("bootstrap.servers", None)
+    _check_client_properties(properties)
     shared = [f"kafka.{key}={value}" for key, value in properties.items()]
     args.source_option = shared + args.source_option
     if not is_iceberg_sink(args.sink):
@@ -60,3 +61,14 @@ def _run(args: argparse.Namespace) -> int:
         return run_from_args(args)
     except PipelineError as error:
         raise CommandError(str(error)) from None
+
+
+def _check_client_properties(properties: dict[str, str]) -> None:
+    """-X and --command-config are checked by librdkafka as every command checks them, so
+    that a typo there is reported as theirs, not as a --source-option or --sink-option."""
+    if not properties:
+        return
+    from confluent_kafka import Producer
+
+    # No broker to connect to, no log: only the names and values are checked.
+    make_client(Producer, {**properties, "bootstrap.servers": "", "log_level": 0})

@@ -37,7 +37,7 @@ from pathlib import Path
 from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_through_kills, transaction_size, up_front
 from oncelog.demo.faults import FAIL_AT_ROW, FAIL_BATCH, FAULT_DIR
 from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
-from oncelog.demo.report import console_url, percentile, printer
+from oncelog.demo.report import console_url, machine_load, percentile, printer
 from oncelog.demo.topics import BROKER_CONFIG, PARTITIONS, create_topics, read_topic
 
 INPUT_TOPIC = "orders"
@@ -275,7 +275,8 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, faul
     steady = [b for driver in record.drivers for b in driver.batches[1:] if b["records"] > 0]
     processed = sum(b["records"] for b in steady)
     busy_ms = sum(b["duration_ms"] for b in steady)
-    commit_ms = sorted(b["add_batch_ms"] for b in steady)
+    add_batch_ms = sorted(b["add_batch_ms"] for b in steady)
+    sink_commit_ms = sorted(round(b["commit_ms"]) for b in steady if b.get("commit_ms") is not None)
 
     def line(label: str, value: str) -> None:
         say(f"{label:<24}{value}")
@@ -312,8 +313,12 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, faul
     if busy_ms:
         line("throughput", f"{processed * 1000 / busy_ms:,.0f} records/s ({processed:,} records in "
              f"{len(steady)} micro-batches, {busy_ms / 1000:.1f} s)")
-        line("commit latency", f"p50 {percentile(commit_ms, 50):,} ms, p99 {percentile(commit_ms, 99):,} ms "
-             "per micro-batch (read, enrich, write, exactly-once commit: Spark's addBatch)")
+        line("micro-batch", f"p50 {percentile(add_batch_ms, 50):,} ms, p99 {percentile(add_batch_ms, 99):,} ms "
+             "(Spark's addBatch: read, enrich, write and the exactly-once commit)")
+    if sink_commit_ms:
+        line("sink commit", f"p50 {percentile(sink_commit_ms, 50):,} ms, p99 {percentile(sink_commit_ms, 99):,} ms "
+             "(the commit alone: the console's and /metrics' commit latency)")
+    line("machine", machine_load())
     warm_up = ", ".join(f"{batch['duration_ms'] / 1000:.1f}" for batch in first_batches)
     line("start-up", f"{len(record.drivers)} driver starts; first micro-batch after each start "
          f"{warm_up} s (Python workers, JVM warm-up); {record.wall_s:.0f} s wall in all")
@@ -323,7 +328,10 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, faul
     if settings.iceberg:
         from oncelog.demo.lake import read_command
 
-        gone = "" if settings.warehouse else " (removed with the demo's temporary directory; --warehouse DIR keeps it)"
-        line("the table", f"{OUTPUT_TABLE}, SQLite catalog {warehouse}/catalog.db{gone}")
-        line("read it with", read_command(warehouse))
+        if settings.warehouse:
+            line("the table", f"{OUTPUT_TABLE}, SQLite catalog {warehouse}/catalog.db")
+            line("read it with", read_command(warehouse))
+        else:
+            line("the table", f"{OUTPUT_TABLE}, removed with the demo's temporary directory: add --warehouse DIR "
+                 "to keep it (the demo then prints a command that reads it)")
     line("result", "OK" if verdict.ok else "FAILED")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_through_kills, transaction_size, up_front
 from oncelog.demo.events import EventSeeder, Expected, SeededEvents, event_id, expected_outputs
-from oncelog.demo.report import console_url, percentile, printer
+from oncelog.demo.report import console_url, machine_load, percentile, printer
 from oncelog.demo.topics import (
     BROKER_CONFIG,
     COUNTS_TOPIC,
@@ -262,6 +262,7 @@ def report(say, seeded: SeededEvents, record: RunRecord, checks: list[OutputChec
         durations = sorted(b["duration_ms"] for b in steady)
         line("micro-batches", f"p50 {percentile(durations, 50):,} ms, p99 {percentile(durations, 99):,} ms "
              f"({len(steady)} with records after each driver's first; each writes all four outputs)")
+    line("machine", machine_load())
     warm_up = ", ".join(f"{batch['duration_ms'] / 1000:.1f}" for batch in first_batches)
     line("start-up", f"{len(record.drivers)} driver starts; first micro-batch after each start {warm_up} s; "
          f"{record.wall_s:.0f} s wall in all")

@@ -173,9 +173,32 @@ def _plan_has_no_shuffle(query: StreamingQuery | None) -> bool:
 
 
 def one_line(error: BaseException) -> str:
+    """Any exception as one line. One of Spark's (an AnalysisException: a column that does
+    not exist) keeps its message's first line: the plan Spark prints after it is for the log."""
     from confluent_kafka import KafkaError, KafkaException
+    from pyspark.errors import PySparkException
 
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
         return error.args[0].str()
+    if isinstance(error, PySparkException):
+        return f"{type(error).__name__}: {spark_error_line(str(error)).rstrip(';')}"
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def raised_at(error: BaseException) -> str | None:
+    """`file.py:LINE`, the last frame of the error's traceback in the user's code (neither
+    PySpark's, py4j's nor oncelog's), or None."""
+    import traceback
+
+    import py4j
+    import pyspark
+
+    modules = (pyspark, py4j)
+    libraries = (*(str(Path(module.__file__).parent) for module in modules if module.__file__ is not None),
+                 str(Path(__file__).parent.parent))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith(libraries)]
+    if not frames:
+        return None
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"

@@ -34,20 +34,24 @@ class BatchProgress:
     sink: SinkBatchSummary | None = None  # what the sink's commit reported (oncelog.spark.sink_metrics)
 
     @classmethod
-    def from_progress(cls, progress: dict, sink: SinkBatchSummary | None = None) -> BatchProgress:
+    def from_progress(cls, progress: dict, sink: SinkBatchSummary | None = None, *,
+                      scans: int = 1) -> BatchProgress:
+        """`scans`: how many times the plan reads its source (a transform with several
+        outputs reads it once per output, and Spark's numInputRows and rates count every
+        read): records are counted once."""
         durations = progress.get("durationMs") or {}
         sources = progress.get("sources") or [{}]
         return cls(
             batch_id=int(progress["batchId"]),
-            records=int(progress.get("numInputRows") or 0),
+            records=int(progress.get("numInputRows") or 0) // scans,
             duration_ms=int(durations.get("triggerExecution", 0)),
             add_batch_ms=int(durations.get("addBatch", 0)),
             start_offsets=_offsets(sources[0].get("startOffset")),
             end_offsets=_offsets(sources[0].get("endOffset")),
             timestamp=str(progress.get("timestamp", "")),
             phases_ms={str(k): int(v) for k, v in durations.items()},
-            input_rows_per_second=_rate(progress.get("inputRowsPerSecond")),
-            processed_rows_per_second=_rate(progress.get("processedRowsPerSecond")),
+            input_rows_per_second=_rate(progress.get("inputRowsPerSecond"), scans),
+            processed_rows_per_second=_rate(progress.get("processedRowsPerSecond"), scans),
             sink=sink,
         )
 
@@ -65,11 +69,13 @@ class BatchProgress:
         }
 
     def as_text(self, source_topic: str, sink_table: str | None = None) -> str:
-        """`batch 4: 1,000 records in 512 ms, 1,953 records/s; orders orders-0 [0, 500), ...`,
-        and for an Iceberg sink what its commit did with the micro-batch."""
+        """`batch 4: 1,000 records read, 1,000 written in 512 ms, 1,953 records/s; orders
+        orders-0 [0, 500), ...` (`written` when the sink left its summary), and for an
+        Iceberg sink what its commit did with the micro-batch."""
         rate = f", {self.records * 1000 / self.duration_ms:,.0f} records/s" if self.duration_ms else ""
+        written = "" if self.sink is None or sink_table is not None else f", {self.sink.records_written:,} written"
         line = (
-            f"batch {self.batch_id}: {self.records:,} records in {self.duration_ms} ms{rate}; "
+            f"batch {self.batch_id}: {self.records:,} records read{written} in {self.duration_ms} ms{rate}; "
             f"{source_topic} {describe_ranges(self.start_offsets, self.end_offsets)}"
         )
         if sink_table is None or self.sink is None:
@@ -81,10 +87,10 @@ class BatchProgress:
         return f"{line}; {self.sink.records_written:,} rows appended to {sink_table} in one snapshot"
 
 
-def _rate(raw: Any) -> float | None:
+def _rate(raw: Any, scans: int) -> float | None:
     """Spark leaves out a rate it cannot compute (NaN, infinity)."""
     try:
-        rate = float(raw)
+        rate = float(raw) / scans
     except (TypeError, ValueError):
         return None
     return rate if math.isfinite(rate) else None

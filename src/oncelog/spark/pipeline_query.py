@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.spark.iceberg_options import FORMAT_NAME as ICEBERG_FORMAT_NAME
 from oncelog.spark.pipeline_checks import TransformReference
-from oncelog.spark.pipeline_failure import one_line, spark_error_line
+from oncelog.spark.pipeline_failure import one_line, raised_at, spark_error_line
 from oncelog.spark.pipeline_spec import SOURCE_VIEW, PipelineError, PipelineSpec, sink_options, source_options
 
 if TYPE_CHECKING:
@@ -52,8 +52,10 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
             try:
                 result = function(result)
             except Exception as error:  # noqa: BLE001 (the user's code, on the driver, building the plan)
+                where = raised_at(error)
                 raise PipelineError(
-                    f"--transform {transform.name} raised while building the query: {one_line(error)}"
+                    f"--transform {transform.name} raised while building the query"
+                    f"{f' (at {where})' if where else ''}: {one_line(error)}"
                 ) from None
             if isinstance(result, dict) and transform is transforms[-1]:
                 return several_outputs(result, spec, transform.name)
@@ -63,6 +65,22 @@ def build_output(spark: SparkSession, spec: PipelineSpec, transforms: Sequence[T
                     + (" (only the last transform may return {topic: DataFrame})" if isinstance(result, dict) else "")
                 )
     return sink_columns(result, spec)
+
+
+def source_scans(output: DataFrame) -> int:
+    """How many times the plan reads its stream: a transform with several outputs (or a
+    self-join) reads the source once for each, and Spark's numInputRows counts every read.
+    1 when the plan reads other streams as well (a transform's own readStream): then which
+    rows Spark counted twice cannot be told apart."""
+    try:
+        leaves = output._jdf.queryExecution().analyzed().collectLeaves()
+        streams = [leaves.apply(i) for i in range(leaves.size())
+                   if leaves.apply(i).nodeName().startswith("StreamingRelation")]
+    except Exception:  # noqa: BLE001 (a plan py4j cannot walk: count as Spark does)
+        return 1
+    if not streams or not all(stream.equals(streams[0]) for stream in streams[1:]):
+        return 1
+    return len(streams)
 
 
 def nondeterministic_warning(output: DataFrame, spec: PipelineSpec) -> str | None:

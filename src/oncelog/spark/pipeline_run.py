@@ -26,7 +26,7 @@ from oncelog.spark.pipeline_checks import (
 from oncelog.spark.pipeline_failure import describe_failure, spark_error_line
 from oncelog.spark.pipeline_metrics import PipelineTelemetry
 from oncelog.spark.pipeline_progress import BatchProgress, RunResult
-from oncelog.spark.pipeline_query import build_output, nondeterministic_warning, start_query
+from oncelog.spark.pipeline_query import build_output, nondeterministic_warning, source_scans, start_query
 from oncelog.spark.pipeline_session import spark_log_path, start_session
 from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options
 from oncelog.spark.sink_metrics import read_summary
@@ -47,8 +47,9 @@ class ProgressWatch:
     callbacks into Python: nothing to go wrong in a py4j callback thread."""
 
     def __init__(self, spec: PipelineSpec, emit: Callable[[str], None], result: RunResult,
-                 on_batch: Callable[[BatchProgress], None] | None = None) -> None:
+                 on_batch: Callable[[BatchProgress], None] | None = None, *, scans: int = 1) -> None:
         self.spec = spec
+        self.scans = scans  # reads of the source per micro-batch (pipeline_query.source_scans)
         self.emit = emit
         self.result = result
         self.on_batch = on_batch
@@ -76,7 +77,7 @@ class ProgressWatch:
             if key in self.seen or "addBatch" not in (progress.get("durationMs") or {}):
                 continue
             batch_id = int(progress["batchId"])
-            batch = BatchProgress.from_progress(progress, read_summary(self.checkpoint, batch_id))
+            batch = BatchProgress.from_progress(progress, read_summary(self.checkpoint, batch_id), scans=self.scans)
             self.result.add(batch)
             if self.on_batch is not None:
                 self.on_batch(batch)
@@ -189,7 +190,8 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
         _emit_finished(spec, emit, result)
         return result
     telemetry.query_started(query, result)
-    watch = ProgressWatch(spec, emit, result, on_batch=lambda batch: telemetry.batch_finished(batch, result))
+    watch = ProgressWatch(spec, emit, result, on_batch=lambda batch: telemetry.batch_finished(batch, result),
+                          scans=source_scans(output))
     if spec.progress == "json":
         warehouse = spec.embedded_warehouse
         emit(json.dumps({"event": "started", "id": str(query.id), "run_id": str(query.runId),

@@ -49,6 +49,7 @@ def start_session(spec: PipelineSpec, log_file: Path | None = None) -> SparkSess
     from oncelog.spark.session import JavaNotFound, build_session
 
     try:
-        return build_session(app_name, master=spec.master or DEFAULT_MASTER, conf=conf, log_file=log_file)
+        return build_session(app_name, master=spec.master or DEFAULT_MASTER, conf=conf, log_file=log_file,
+                             verbose=spec.verbose)
     except JavaNotFound as error:
         raise PipelineError(f"Spark needs Java 17+: {error}") from None

@@ -80,6 +80,7 @@ class PipelineSpec:
     source_options: tuple[tuple[str, str], ...] = ()  # extra options of the source (kafka.*, ...)
     sink_options: tuple[tuple[str, str], ...] = ()  # extra options of the sink (kafka.* producer settings)
     progress: str = "text"  # "text" | "json" | "none"
+    verbose: bool = False  # Spark's log, the JVM's output and PySpark's logs on the terminal too
     app_name: str | None = None
     metrics_port: int | None = None  # /metrics in Prometheus text format; 0: a free port; None: off
     metrics_host: str = DEFAULT_METRICS_HOST
@@ -226,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     `args.bootstrap_servers`."""
     parser.add_argument("--source", required=True, metavar="TOPIC[,TOPIC...]",
                         help="topics to read (read_committed), e.g. a stream's and the table's it joins "
-                        "(oncelog.spark.table_join)")
+                        "(join_table, from oncelog.spark)")
     parser.add_argument("--sink", required=True, metavar="TOPIC[,TOPIC...]|iceberg:NAMESPACE.TABLE",
                         help="where to write, exactly once: topics, or an Apache Iceberg table as "
                         "iceberg:NAMESPACE.TABLE (one snapshot per micro-batch; see --iceberg-catalog). "
@@ -286,6 +287,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
                         f"/data/ck/{DEFAULT_WAREHOUSE_NAME})")
     parser.add_argument("--progress", choices=("text", "json", "none"), default="text",
                         help="one line per micro-batch on stdout; default: %(default)s")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show live on stderr what goes to <checkpoint>/logs/ otherwise: Spark's log, "
+                        "the JVM's output (its warnings, Python workers' prints) and PySpark's own logs")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve the micro-batches' metrics (Prometheus text format) at "
                         "http://HOST:PORT/metrics; 0 picks a free port (the runner says which); default: off")
@@ -326,6 +330,7 @@ def spec_from_args(args: argparse.Namespace) -> PipelineSpec:
         source_options=_key_values(args.source_option, "--source-option"),
         sink_options=_key_values(args.sink_option, "--sink-option"),
         progress=args.progress,
+        verbose=args.verbose,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         report=args.report,

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sys
 import tempfile
@@ -109,20 +110,67 @@ def _link_spark_home(installed: Path, home: Path) -> None:
         staging.rmdir()
 
 
-def _log_configuration(log_file: Path) -> Path:
-    """A log4j2 configuration that sends the JVM's log to `log_file` (written beside it)."""
+def _log_configuration(log_file: Path, *, also_stderr: bool) -> Path:
+    """A log4j2 configuration that sends the JVM's log to `log_file` (written beside it),
+    and with `also_stderr` to the terminal as well."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     configuration = log_file.with_suffix(".log4j2.properties")
-    configuration.write_text(
-        "rootLogger.level = warn\n"
-        "rootLogger.appenderRef.file.ref = file\n"
-        "appender.file.type = File\n"
-        "appender.file.name = file\n"
-        f"appender.file.fileName = {log_file}\n"
-        "appender.file.layout.type = PatternLayout\n"
-        "appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
-    )
+    layout = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
+    lines = [
+        "rootLogger.level = warn",
+        "rootLogger.appenderRef.file.ref = file",
+        "appender.file.type = File",
+        "appender.file.name = file",
+        f"appender.file.fileName = {log_file}",
+        "appender.file.layout.type = PatternLayout",
+        f"appender.file.layout.pattern = {layout}",
+    ]
+    if also_stderr:
+        lines += [
+            "rootLogger.appenderRef.console.ref = console",
+            "appender.console.type = Console",
+            "appender.console.name = console",
+            "appender.console.target = SYSTEM_ERR",
+            "appender.console.layout.type = PatternLayout",
+            f"appender.console.layout.pattern = {layout}",
+        ]
+    configuration.write_text("\n".join(lines) + "\n")
     return configuration
+
+
+# PySpark's own loggers (JSON lines on stderr by default): an AnalysisException logs its
+# whole message, the plan included, through one of these before it is raised.
+PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def _pyspark_logs_to(log_file: Path) -> None:
+    """PySpark's loggers write their JSON lines to `log_file` instead of stderr."""
+    from pyspark.logger import PySparkLogger
+
+    for name in PYSPARK_LOGGERS:
+        logger = PySparkLogger.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.addHandler(logging.FileHandler(log_file, encoding="utf-8"))  # PySparkLogger makes it JSON
+        logger.propagate = False
+
+
+def _start_context_writing_to(log_file: Path, master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Start the SparkContext's JVM with its stdout and stderr appended to `log_file`: the
+    JVM's start-up warnings and what executors' Python workers print (the JVM copies their
+    output to its stderr) go to the log, not to the terminal. Only when no JVM runs yet: a
+    stopped context keeps its JVM, which PySpark reuses (SparkContext._gateway)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf().setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        conf.set(key, value)
+    with open(log_file, "ab") as output:  # appended to, as log4j's appender does
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
+    SparkContext(conf=conf, gateway=gateway)
 
 
 def use_java() -> str:
@@ -138,10 +186,13 @@ def build_session(
     conf: Mapping[str, str] | None = None,
     log_level: str = "WARN",
     log_file: Path | None = None,
+    verbose: bool = False,
 ):
     """A SparkSession (the active one if it exists) with `format("oncelog")` and
     `format("oncelog-iceberg")` registered.
-    With `log_file`, the driver's JVM logs there (log4j2) instead of on stderr."""
+    With `log_file`, what Spark and PySpark would print goes there instead of stderr: the
+    driver's JVM log (log4j2), the JVM's own output (when this starts the JVM) and PySpark's
+    JSON logs. With `verbose` too, the JVM's log goes to both, and the rest stays on stderr."""
     from pyspark.sql import SparkSession
 
     use_java()
@@ -155,8 +206,12 @@ def build_session(
     settings = {**DEFAULT_CONF, **local, **dict(conf or {})}
     if log_file is not None:
         java_options = settings.get("spark.driver.extraJavaOptions", "")
+        configuration = _log_configuration(log_file, also_stderr=verbose)
         settings["spark.driver.extraJavaOptions"] = (
-            f"{java_options} -Dlog4j2.configurationFile={_log_configuration(log_file).as_uri()}".strip())
+            f"{java_options} -Dlog4j2.configurationFile={configuration.as_uri()}".strip())
+        if not verbose:
+            _start_context_writing_to(log_file, master, app_name, settings)
+            _pyspark_logs_to(log_file)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
