@@ -17,6 +17,7 @@
 #   make sink-faults the Kafka sink's real speculative execution on a standalone cluster, both modes,
 #                      both modes through task retries, driver kills and a broker restart (2 min),
 #                      and through twelve driver kills at the sink's pause points and at random,
+#                      `pipeline run` stopped by SIGINT inside and SIGTERM between micro-batches,
 #                      `oncelog demo --stateful --mode partition` (a re-run gives each task the same rows)
 #                      and `oncelog demo` with a driver kill
 #   make compat  kafka-python's own integration tests against a fresh broker (scripts/kafka-python-suite.sh)
@@ -130,7 +131,8 @@ iceberg-faults: setup
 	  tests/integration/test_demo.py -k "iceberg" $(PYTEST_ARGS)
 
 sink-faults: setup
-	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_sink_speculation.py tests/spark/test_sink_faults.py $(PYTEST_ARGS)
+	$(VENV_PYTHON) -m pytest -m slow tests/spark/test_sink_speculation.py tests/spark/test_sink_faults.py \
+	  tests/spark/test_pipeline_signals.py $(PYTEST_ARGS)
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_demo.py -k "stateful or enriches" $(PYTEST_ARGS)
 
 # Never part of `test`: it downloads kafka-python's sdist (once, into .venv) for its tests.

@@ -1,8 +1,10 @@
 """Stopping `oncelog pipeline run` the way services are stopped: SIGTERM or SIGINT to the
 whole process group (systemd's default, `timeout`, a terminal's Ctrl-C), at start-up,
-inside a micro-batch and between micro-batches. Each stop is exit status 0, one summary
-line and nothing else on stderr, the console's report says "stopped" once the query ran,
-and the runs that follow, on the same checkpoint, write every record exactly once."""
+inside a micro-batch and between micro-batches: each signal at start-up in the default
+run, one of each inside and between, and the other way round in `make sink-faults`. Each
+stop is exit status 0, one summary line and nothing else on stderr, the console's report
+says "stopped" once the query ran, and the runs that follow, on the same checkpoint, write
+every record exactly once."""
 
 from __future__ import annotations
 
@@ -130,6 +132,33 @@ def after(seconds: float):
     return lambda: time.monotonic() - started >= seconds
 
 
+def stop_inside_a_micro_batch(pipeline: Pipeline, signum: int) -> None:
+    """The micro-batch is abandoned; the next run does it again."""
+    out, err = stop_when(pipeline.start(), pipeline.running.exists, signum)
+    assert out.splitlines()[-1].startswith("pipeline stopped before the first micro-batch"), out
+    assert err == ""
+    assert pipeline.last_report_state() == "stopped"
+
+
+def stop_between_micro_batches(pipeline: Pipeline, signum: int, *options: str) -> str:
+    """After the run's first micro-batch (the 100 records not yet written): its summary
+    counts it. Returns stderr."""
+    command = pipeline.start(*options)
+    assert command.stdout is not None
+    first = command.stdout.readline()
+    assert first.startswith("batch "), first
+    out, err = stop_when(command, lambda: True, signum)
+    assert out.splitlines()[-1].startswith("pipeline stopped after 1 micro-batch, 100 records from "), out
+    assert pipeline.last_report_state() == "stopped"
+    return err
+
+
+def assert_written_once(pipeline: Pipeline) -> None:
+    values = pipeline.committed()
+    assert len(values) == pipeline.produced
+    assert sorted(values) == sorted(f"order-{number}".encode() for number in range(pipeline.produced))
+
+
 def test_sigterm_and_sigint_to_the_process_group_stop_the_pipeline_at_any_moment_and_the_next_run_goes_on_exactly_once(
     pipeline,
 ):
@@ -144,29 +173,23 @@ def test_sigterm_and_sigint_to_the_process_group_stop_the_pipeline_at_any_moment
     assert (out.splitlines()[-1:], err) == (
         [f"pipeline stopped before the first micro-batch ({pipeline.source} to {pipeline.sink})"], "")
 
-    # Inside a micro-batch: it is abandoned, and the next run does it again.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        out, err = stop_when(pipeline.start(), pipeline.running.exists, signum)
-        assert out.splitlines()[-1].startswith("pipeline stopped before the first micro-batch"), out
-        assert err == ""
-        assert pipeline.last_report_state() == "stopped"
+    stop_inside_a_micro_batch(pipeline, signal.SIGTERM)
 
-    # Between micro-batches: the run's summary counts what it did. The last run is --verbose:
-    # what goes to Spark's log otherwise (the JVM's own output, log4j's lines) is on stderr too.
-    for signum, options in ((signal.SIGTERM, ()), (signal.SIGINT, ("--verbose",))):
-        command = pipeline.start(*options)
-        assert command.stdout is not None
-        first = command.stdout.readline()
-        assert first.startswith("batch "), first
-        out, err = stop_when(command, lambda: True, signum)
-        assert out.splitlines()[-1].startswith("pipeline stopped after 1 micro-batch, 100 records from "), out
-        assert pipeline.last_report_state() == "stopped"
-        if options:
-            assert "WARNING: Using incubator modules" in err and " WARN " in err, err
-        else:
-            assert err == ""
-            pipeline.produce(100)
+    # --verbose: what goes to Spark's log otherwise (the JVM's own output, log4j's lines)
+    # is on stderr too.
+    err = stop_between_micro_batches(pipeline, signal.SIGINT, "--verbose")
+    assert "WARNING: Using incubator modules" in err and " WARN " in err, err
 
-    values = pipeline.committed()
-    assert len(values) == 200
-    assert sorted(values) == sorted(f"order-{number}".encode() for number in range(200))
+    assert_written_once(pipeline)
+
+
+@pytest.mark.slow
+def test_the_other_signal_inside_and_between_micro_batches_stops_the_pipeline_as_well(pipeline):
+    """The default run's test sends SIGTERM inside a micro-batch and SIGINT between two:
+    here the other way round (`make sink-faults`)."""
+    pipeline.produce(100)
+    stop_inside_a_micro_batch(pipeline, signal.SIGINT)
+    assert stop_between_micro_batches(pipeline, signal.SIGTERM) == ""
+    pipeline.produce(100)
+    assert stop_between_micro_batches(pipeline, signal.SIGTERM) == ""
+    assert_written_once(pipeline)
