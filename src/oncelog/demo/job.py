@@ -37,7 +37,7 @@ from pathlib import Path
 from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_through_kills, transaction_size, up_front
 from oncelog.demo.faults import FAIL_AT_ROW, FAIL_BATCH, FAULT_DIR
 from oncelog.demo.orders import OrderSeeder, Seeded, expected_enrichment
-from oncelog.demo.report import console_url, machine_load, percentile, printer
+from oncelog.demo.report import batch_timings, console_url, machine_load, printer
 from oncelog.demo.topics import BROKER_CONFIG, PARTITIONS, create_topics, read_topic
 
 INPUT_TOPIC = "orders"
@@ -275,8 +275,6 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, faul
     steady = [b for driver in record.drivers for b in driver.batches[1:] if b["records"] > 0]
     processed = sum(b["records"] for b in steady)
     busy_ms = sum(b["duration_ms"] for b in steady)
-    add_batch_ms = sorted(b["add_batch_ms"] for b in steady)
-    sink_commit_ms = sorted(round(b["commit_ms"]) for b in steady if b.get("commit_ms") is not None)
 
     def line(label: str, value: str) -> None:
         say(f"{label:<24}{value}")
@@ -313,11 +311,8 @@ def _report(say, settings: DemoSettings, seeded: Seeded, record: RunRecord, faul
     if busy_ms:
         line("throughput", f"{processed * 1000 / busy_ms:,.0f} records/s ({processed:,} records in "
              f"{len(steady)} micro-batches, {busy_ms / 1000:.1f} s)")
-        line("micro-batch", f"p50 {percentile(add_batch_ms, 50):,} ms, p99 {percentile(add_batch_ms, 99):,} ms "
-             "(Spark's addBatch: read, enrich, write and the exactly-once commit)")
-    if sink_commit_ms:
-        line("sink commit", f"p50 {percentile(sink_commit_ms, 50):,} ms, p99 {percentile(sink_commit_ms, 99):,} ms "
-             "(the commit alone: the console's and /metrics' commit latency)")
+        for label, value in batch_timings(steady):
+            line(label, value)
     line("machine", machine_load())
     warm_up = ", ".join(f"{batch['duration_ms'] / 1000:.1f}" for batch in first_batches)
     line("start-up", f"{len(record.drivers)} driver starts; first micro-batch after each start "

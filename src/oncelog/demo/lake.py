@@ -6,6 +6,7 @@ rows of the current snapshot, the sink's snapshots, and data files no snapshot l
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -27,9 +28,10 @@ def catalog_properties(warehouse: Path) -> dict[str, str]:
 def read_command(warehouse: Path) -> str:
     """A shell line that prints the table with pyiceberg, run by this Python (the venv's,
     which has pyiceberg)."""
-    arguments = ", ".join(f"{key}={value!r}" for key, value in catalog_properties(warehouse).items())
-    return (f"{shlex.quote(sys.executable)} -c \"from pyiceberg.catalog import load_catalog; "
-            f"print(load_catalog('default', {arguments}).load_table('{TABLE}').scan().to_pandas())\"")
+    arguments = ", ".join(f"{key}={json.dumps(value)}" for key, value in catalog_properties(warehouse).items())
+    code = (f"from pyiceberg.catalog import load_catalog; "
+            f'print(load_catalog("default", {arguments}).load_table("{TABLE}").scan().to_pandas())')
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
 
 
 def open_table(warehouse: Path) -> Table:

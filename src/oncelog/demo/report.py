@@ -31,3 +31,19 @@ def machine_load() -> str:
     """`2 cores, load 1.9 (1 min) / 2.4 (5 min)`: what the timings were measured under."""
     one, five, _ = os.getloadavg()
     return f"{os.cpu_count()} cores, load {one:.1f} (1 min) / {five:.1f} (5 min) at the end of the run"
+
+
+def batch_timings(batches: list[dict]) -> list[tuple[str, str]]:
+    """The report's lines on how long micro-batches took, from the runner's JSON progress:
+    Spark's addBatch (read, transform, write and commit) and the sink's commit alone, two
+    quantities 100x apart that must not share a name."""
+    add_batch = sorted(batch["add_batch_ms"] for batch in batches)
+    commit = sorted(round(batch["commit_ms"]) for batch in batches if batch.get("commit_ms") is not None)
+    timing = (f"p50 {percentile(add_batch, 50):,} ms, p99 {percentile(add_batch, 99):,} ms "
+              "(Spark's addBatch: read, transform, write and the exactly-once commit)")
+    lines = [("micro-batch", timing)]
+    if commit:
+        alone = (f"p50 {percentile(commit, 50):,} ms, p99 {percentile(commit, 99):,} ms "
+                 "(the commit alone: the console's and /metrics' commit latency)")
+        lines.append(("sink commit", alone))
+    return lines

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from oncelog.demo.driver import MASTER, DemoError, FaultPlan, RunRecord, run_through_kills, transaction_size, up_front
 from oncelog.demo.events import EventSeeder, Expected, SeededEvents, event_id, expected_outputs
-from oncelog.demo.report import console_url, machine_load, percentile, printer
+from oncelog.demo.report import batch_timings, console_url, machine_load, printer
 from oncelog.demo.topics import (
     BROKER_CONFIG,
     COUNTS_TOPIC,
@@ -259,9 +259,9 @@ def report(say, seeded: SeededEvents, record: RunRecord, checks: list[OutputChec
          f"{record.describe_kills()})")
     line("driver restarts", f"{record.restarts} (from the checkpoint, state included)")
     if steady:
-        durations = sorted(b["duration_ms"] for b in steady)
-        line("micro-batches", f"p50 {percentile(durations, 50):,} ms, p99 {percentile(durations, 99):,} ms "
-             f"({len(steady)} with records after each driver's first; each writes all four outputs)")
+        line("micro-batches", f"{len(steady)} with records after each driver's first; each writes all four outputs")
+        for label, value in batch_timings(steady):
+            line(label, value)
     line("machine", machine_load())
     warm_up = ", ".join(f"{batch['duration_ms'] / 1000:.1f}" for batch in first_batches)
     line("start-up", f"{len(record.drivers)} driver starts; first micro-batch after each start {warm_up} s; "

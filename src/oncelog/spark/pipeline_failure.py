@@ -9,6 +9,7 @@ progress lines) and of any exception as one line (`one_line`).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -191,12 +192,12 @@ def raised_at(error: BaseException) -> str | None:
     PySpark's, py4j's nor oncelog's), or None."""
     import traceback
 
-    import py4j
+    import py4j  # type: ignore[import-untyped]
     import pyspark
 
     modules = (pyspark, py4j)
-    libraries = (*(str(Path(module.__file__).parent) for module in modules if module.__file__ is not None),
-                 str(Path(__file__).parent.parent))
+    libraries = (*(f"{Path(module.__file__).parent}{os.sep}" for module in modules if module.__file__ is not None),
+                 f"{Path(__file__).parent.parent}{os.sep}")
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if not frame.filename.startswith(libraries)]
     if not frames:

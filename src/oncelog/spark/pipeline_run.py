@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from oncelog.spark.pipeline_query import build_output, nondeterministic_warning,
 from oncelog.spark.pipeline_session import spark_log_path, start_session
 from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options
 from oncelog.spark.sink_metrics import read_summary
+from oncelog.stop_signals import handle_again
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,15 +111,18 @@ def run_pipeline(
 ) -> RunResult:
     """Check, build, start and watch the pipeline until its trigger ends it, `stop` is
     set, or it fails (PipelineError, one line). `spark`: a session to use (tests); by
-    default one is started per `start_session`."""
+    default one is started per `start_session`. With `stop` set by a signal (the runner
+    enters oncelog.stop_signals), PySpark's SIGINT handler is replaced by the entered one."""
     emit = emit or _print_line
-    transforms = [TransformReference.locate(reference) for reference in spec.transforms]
-    check_options(spec)
-    check_cluster(spec)
-    if spec.sink_mode == "batch":
-        check_two_phase_commit(spec)
-    if spec.sink_table is not None:
-        check_iceberg_catalog(spec)
+    try:
+        transforms = _checked(spec)
+    except PipelineError:
+        if stop is None or not stop.is_set():
+            raise
+        # A check that a stop cut short (a broker check waiting out its timeout): stopped.
+        result = RunResult(stopped_by_signal=True)
+        _emit_finished(spec, emit, result)
+        return result
     telemetry = PipelineTelemetry(spec)
     try:
         telemetry.start()  # before Spark starts: a taken --metrics-port fails in a second
@@ -134,6 +137,18 @@ def run_pipeline(
         return _run(spec, spark, emit, stop, transforms, telemetry)
     finally:
         telemetry.close()
+
+
+def _checked(spec: PipelineSpec) -> list[TransformReference]:
+    """The checks that take a second and run before Spark starts (pipeline_checks)."""
+    transforms = [TransformReference.locate(reference) for reference in spec.transforms]
+    check_options(spec)
+    check_cluster(spec)
+    if spec.sink_mode == "batch":
+        check_two_phase_commit(spec)
+    if spec.sink_table is not None:
+        check_iceberg_catalog(spec)
+    return transforms
 
 
 class _Stopped(Exception):
@@ -161,17 +176,15 @@ def _unless_stopped(stop: threading.Event, step: Callable[[], T]) -> T:
 
 def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], None],
          stop: threading.Event | None, transforms: list[TransformReference], telemetry: PipelineTelemetry) -> RunResult:
-    on_signals = stop is not None
     stop = stop if stop is not None else threading.Event()
     result = RunResult()
     log_file = None if spark is not None else spark_log_path(spec)
     see_log = f" (Spark's log: {log_file})" if log_file is not None else ""
     try:
-        _unless_stopped(stop, lambda: None)  # stopped during the checks: Spark never starts
+        if stop.is_set():  # stopped during the checks: Spark never starts
+            raise _Stopped()
         if spark is None:
-            spark = _unless_stopped(stop, lambda: start_session(spec, log_file))
-        if on_signals:
-            _stop_on_signals(stop)
+            spark = _unless_stopped(stop, lambda: _start_session(spec, log_file, see_log))
         try:
             output = _unless_stopped(stop, lambda: build_output(spark, spec, transforms))
         except PipelineError as error:
@@ -210,13 +223,34 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
     return result
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
-    """PySpark's SparkContext answers SIGINT with its own handler (cancel every job, raise
-    KeyboardInterrupt in whatever py4j call is running): Ctrl-C stops the pipeline as
-    SIGTERM does instead. Only the main thread may set handlers."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
+def _start_session(spec: PipelineSpec, log_file: Path | None, see_log: str) -> SparkSession:
+    """The session, with the signals taken back from PySpark's SparkContext, which answers
+    SIGINT with its own handler (cancel every job, raise KeyboardInterrupt in whatever py4j
+    call is running): Ctrl-C stops the pipeline as SIGTERM does instead. A JVM that does
+    not start (a bad --conf) is one line with the cause from Spark's log."""
+    from pyspark.errors import PySparkException
+
+    try:
+        spark = start_session(spec, log_file)
+    except PySparkException as error:
+        raise PipelineError(f"Spark did not start: {_jvm_failure(log_file) or spark_error_line(str(error))}"
+                            f"{see_log}") from None
+    finally:
+        handle_again()
+    return spark
+
+
+def _jvm_failure(log_file: Path | None) -> str | None:
+    """The JVM's last words in Spark's log, when it wrote any (`Error: Too small maximum
+    heap`): what a JVM that exited before py4j could reach it said."""
+    if log_file is None:
+        return None
+    try:
+        lines = [line.strip() for line in log_file.read_text(errors="replace").splitlines()]
+    except OSError:
+        return None
+    said = [line for line in lines if line and not line.startswith("WARNING: Using incubator modules")]
+    return said[-1] if said else None
 
 
 def _watch(query: StreamingQuery, stop: threading.Event, watch: ProgressWatch, telemetry: PipelineTelemetry,

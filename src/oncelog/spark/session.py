@@ -151,6 +151,7 @@ def _pyspark_logs_to(log_file: Path) -> None:
         logger = PySparkLogger.getLogger(name)
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
+            handler.close()
         logger.addHandler(logging.FileHandler(log_file, encoding="utf-8"))  # PySparkLogger makes it JSON
         logger.propagate = False
 
@@ -231,6 +232,11 @@ def leave_signals_to_python(spark: SparkSession) -> None:
 
     Until this runs (the JVM's first seconds) such a signal still ends the JVM; the
     pipeline runner reports that as a stop before the first micro-batch."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None or getattr(gateway, "proc", None) is None:
+        return  # a JVM this process did not start (spark-submit's, our parent): not ours to change
     jvm = spark.sparkContext._jvm
     if jvm is None:
         return
