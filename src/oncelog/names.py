@@ -6,6 +6,7 @@ sink's marker groups, which the console and /metrics tell apart from consumers."
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 TopicPartition = tuple[str, int]
 
@@ -31,11 +32,14 @@ def sink_task_id(prefix: str, query_id: str, partition_id: int) -> str:
     return f"{prefix}-{query_id}-{partition_id}"
 
 
-def sink_marker_query(group_id: str, protocol_type: str) -> str | None:
-    """The query id whose sink keeps `group_id` as a marker group, or None: a group of
-    another name, or one a consumer joins (a protocol type: `consumer`), whatever its name,
-    is a consumer group. `protocol_type` is "" for an offsets-only group, as Kafka lists it."""
-    if protocol_type:
+def sink_marker_query(group_id: str, protocol_type: str, committed: Collection[TopicPartition]) -> str | None:
+    """The query id whose sink keeps `group_id` as a marker group, or None. A marker group
+    has the name above, no consumer ever joined it (`protocol_type` is "" for an
+    offsets-only group, as Kafka lists it) and it holds one committed offset, on partition 0
+    of one topic (`committed`: its committed partitions). Any other group is a consumer
+    group, also an offsets-only one of a similar name that commits offsets of several
+    partitions (a consumer assigning itself partitions)."""
+    if protocol_type or len(committed) != 1 or next(iter(committed))[1] != 0:
         return None
     match = _SINK_MARKER_GROUP.fullmatch(group_id)
     return match["query"] if match is not None else None

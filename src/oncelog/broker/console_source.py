@@ -175,7 +175,7 @@ def _groups(coordinator: GroupCoordinator, logs: dict[tuple[str, int], Partition
             group.group_id, group.state.value, group.protocol_type or "", group.protocol_name or "",
             group.generation_id, len(group.members), tuple(offsets),
             sum(len(pending) for pending in group.pending_txn_offsets.values()),
-            pipeline_query=sink_marker_query(group.group_id, listed.protocol_type),
+            pipeline_query=sink_marker_query(group.group_id, listed.protocol_type, group.offsets.keys()),
         ))
     return tuple(sorted(views, key=lambda view: view.group_id))
 

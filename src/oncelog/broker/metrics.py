@@ -395,10 +395,13 @@ def _group_families(groups: GroupsSnapshot, partitions: list[PartitionSnapshot])
         "Last stable offset minus the group's committed offset: what a read_committed consumer of the group has "
         "left to read; the rest of the lag waits for open transactions.", labels=labels)
     logs = {(p.topic, p.partition): p for p in partitions}
+    committed_partitions: dict[str, set[tuple[str, int]]] = {}
+    for group, topic, partition in groups.committed:
+        committed_partitions.setdefault(group, set()).add((topic, partition))
     for (group, topic, partition), committed in sorted(groups.committed.items()):
         # The Spark sink's marker groups count micro-batches, not records read: a lag of
         # theirs means nothing, and no rule on these families should have to know them.
-        if sink_marker_query(group, groups.protocol_types.get(group, "")) is not None:
+        if sink_marker_query(group, groups.protocol_types.get(group, ""), committed_partitions[group]) is not None:
             continue
         key = [group, topic, str(partition)]
         offsets.add_metric(key, committed)
