@@ -198,3 +198,34 @@ def test_an_idempotent_producer_carries_on_when_every_broker_session_is_revoked_
     values = sorted(value for partition in range(3)
                     for value in read_partition(cluster, "sessions", partition, len(range(partition, sent, 3))))
     assert values == list(range(sent))
+
+
+def test_acks_all_writes_go_on_once_a_stalled_follower_is_fenced_not_after_the_replica_lag_time(tmp_path):
+    """Issue 45: the leader stays healthy and a follower of its partition stalls. Once the
+    controller fences that follower (its session times out: 3 s here) and takes it out of
+    the ISR, acks=all writes must go on over the ISR that is left. The leader went on
+    waiting for it for as long as it had been caught up within replica.lag.time.max.ms
+    (Kafka's default, 30 s here), as if it could still join the ISR."""
+    with ClusterProcess(tmp_path, 3, {"min.insync.replicas": "2", "replica.lag.time.max.ms": "30000"}) as cluster:
+        create(cluster, "held", 1)
+        state = cluster.partition("held", 0)
+        follower = next(node for node in state.replica_nodes if node != state.leader_id)
+        leader = cluster.nodes[state.leader_id].bootstrap_servers
+        producer = Producer({"bootstrap.servers": leader, "acks": "all", "linger.ms": 0,
+                             "message.timeout.ms": 60_000})
+        producer.produce("held", b"before", partition=0)
+        assert producer.flush(30) == 0
+        cluster.pause(follower)
+        try:
+            stalled = time.monotonic()
+            delivered: list[float] = []
+            producer.produce("held", b"during", partition=0,
+                             on_delivery=lambda error, _message: delivered.append(time.monotonic())
+                             if error is None else None)
+            assert producer.flush(60) == 0 and delivered, "the write during the stall was not acknowledged"
+            waited = delivered[0] - stalled
+            # Fenced after the 3 s session, then the ISR change: well under the 30 s lag time.
+            assert waited < 15, f"acks=all waited {waited:.1f} s for a fenced follower"
+            assert follower not in cluster.partition("held", 0).isr_nodes
+        finally:
+            cluster.resume(follower)

@@ -115,9 +115,20 @@ def test_new_leader_high_watermark_candidate_is_unknown_until_followers_fetch():
 def test_high_watermark_waits_for_a_caught_up_follower_outside_the_isr_when_given_the_time():
     state = leader(isr=(1,))
     state.update_follower_fetch(2, 150, 150, T0 + 1)  # caught up at T0 + 1
-    assert state.high_watermark_candidate(leader_leo=160, now_ms=T0 + 2) == 150
+    assert state.high_watermark_candidate(leader_leo=160, now_ms=T0 + 2, isr_eligible={2}) == 150
     assert state.high_watermark_candidate(leader_leo=160) == 160
-    assert state.high_watermark_candidate(leader_leo=160, now_ms=T0 + 1 + LAG_MS + 1) == 160
+    assert state.high_watermark_candidate(leader_leo=160, now_ms=T0 + 1 + LAG_MS + 1, isr_eligible={2}) == 160
+
+
+def test_a_fenced_follower_caught_up_a_moment_ago_does_not_hold_the_high_watermark():
+    """Issue 45: a follower cut off from the cluster was fenced and left the ISR at +8.6 s,
+    but had been caught up within replica.lag.time.max.ms: partitions it followed took no
+    acks=all write until the heal. Kafka waits only for followers that may join the ISR."""
+    state = leader(isr=(1, 3))  # the controller took 2 out of the ISR when it fenced it
+    state.update_follower_fetch(2, 150, 150, T0 + 1)  # its last fetch, caught up
+    state.update_follower_fetch(3, 160, 160, T0 + 2)
+    assert state.high_watermark_candidate(leader_leo=160, now_ms=T0 + 3, isr_eligible={1, 3}) == 160
+    assert state.high_watermark_candidate(leader_leo=160, now_ms=T0 + 3, isr_eligible={1, 2, 3}) == 150
 
 
 def test_pending_isr_change_counts_the_maximal_isr():

@@ -211,7 +211,9 @@ class ReplicaManager:
     def _maybe_advance_high_watermark(self, replica: LocalReplica) -> None:
         leader, waiters = replica.leader, replica.waiters
         assert leader is not None and waiters is not None  # on the leader only
-        candidate = leader.high_watermark_candidate(replica.log.log_end_offset, now_ms=now_ms())
+        # Kafka's isReplicaIsrEligible: a fenced broker (not registered) may not join.
+        candidate = leader.high_watermark_candidate(replica.log.log_end_offset, now_ms=now_ms(),
+                                                    isr_eligible=self.image.brokers)
         if candidate > replica.log.high_watermark:
             replica.log.update_high_watermark(candidate)
             waiters.advance(replica.log.high_watermark)

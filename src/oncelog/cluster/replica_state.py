@@ -13,6 +13,8 @@ Kafka's rules (Partition.scala and Replica.scala):
   for more than `replica.lag.time.max.ms`.
 - A follower joins the ISR when its LEO reaches the high watermark and the start offset of
   the current leader epoch (so that it holds every committed offset of this epoch).
+- The high watermark is the smallest LEO over the ISR, and over followers outside it that
+  are caught up and eligible to join it (registered, unfenced: isReplicaIsrEligible).
 - One ISR change at a time. While one is in flight, the high watermark is computed over
   the *maximal* ISR, the committed ISR plus the members being added (KIP-497): adding
   members only makes the high watermark more cautious, so that is always safe.
@@ -20,7 +22,7 @@ Kafka's rules (Partition.scala and Replica.scala):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass
 
 UNKNOWN_OFFSET = -1
@@ -157,14 +159,19 @@ class LeaderReplicaState:
         follower.log_end_offset = fetch_offset
         return moved
 
-    def high_watermark_candidate(self, leader_leo: int, *, now_ms: int | None = None) -> int:
+    def high_watermark_candidate(self, leader_leo: int, *, now_ms: int | None = None,
+                                 isr_eligible: Container[int] = ()) -> int:
         """The smallest log end offset over the maximal ISR, the leader's own included.
 
-        With `now_ms`, also over followers outside the ISR that are caught up (Kafka's
-        maybeIncrementLeaderHW waits for them, so that a follower catching up under a steady
-        stream of appends can reach the high watermark and join). The result can be below
-        the current high watermark (a new leader does not know its followers' offsets
-        yet): the caller keeps the larger one."""
+        With `now_ms`, also over followers outside the ISR that are caught up and may join
+        it (`isr_eligible`: registered and unfenced brokers), as Kafka's
+        maybeIncrementLeaderHW waits for them (shouldWaitForReplicaToJoinIsr), so that a
+        follower catching up under a steady stream of appends can reach the high watermark
+        and join. A fenced follower, one cut off from the cluster, was caught up a moment
+        ago as much as any: it must not hold acks=all writes, markers and commits for the
+        rest of replica.lag.time.max.ms. The result can be below the current high watermark
+        (a new leader does not know its followers' offsets yet): the caller keeps the
+        larger one."""
         maximal = self.maximal_isr
         candidate = leader_leo
         for follower in self.followers.values():
@@ -172,6 +179,7 @@ class LeaderReplicaState:
                 continue
             if follower.replica_id in maximal or (
                 now_ms is not None
+                and follower.replica_id in isr_eligible
                 and follower.is_caught_up(leader_leo, now_ms, self.replica_lag_time_max_ms)
             ):
                 candidate = follower.log_end_offset
