@@ -99,6 +99,9 @@ def test_every_kind_of_fault_on_a_three_broker_cluster_leaves_no_anomaly_and_ide
         # The stall report: the longest wait of acknowledged writes and commits, per kind of fault.
         assert re.search(rf"^stalls: {kind} faults=\d+ longest_writes_led=[\d.]+s longest_writes_elsewhere=[\d.]+s "
                          rf"longest_commits=[\d.]+s$", output, re.MULTILINE), report
+        # ... and each partition's longest wait, with the fault it was in, not pooled.
+        assert re.search(rf"^stalls: {kind} per partition chaos-0=[\d.]+s\(fault \d+\) chaos-1=", output,
+                         re.MULTILINE), report
     assert any("leader of" in what or "coordinator of" in what for what, _ in faults), report
     assert field(output, "txns_committed") > 0 and field(output, "txns_aborted") > 0, report
     assert field(output, "proxy_faults") > 0 and field(output, "duplicates_answered") > 0, report

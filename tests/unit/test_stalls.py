@@ -37,7 +37,9 @@ def test_stalls_split_the_partitions_the_victim_led_from_the_others():
     stalls = fault_stalls(history, FaultWindow(100.0, 110.0, frozenset({("chaos", 0)})), topic="chaos",
                           partitions=[0, 1], writers=["idem"], transactional_ids=["chaos-tx-1"])
     assert (stalls.writes_led, stalls.writes_elsewhere, stalls.commits) == (6.0, 1.5, 7.0)
-    assert "6.0s on partitions it led, 1.5s elsewhere; of commits 7.0s" in stalls.describe()
+    assert stalls.writes == {0: 6.0, 1: 1.5} and stalls.worst_partition == (0, 6.0)
+    assert "6.0s on partitions it led, 1.5s elsewhere (worst chaos-0, 6.0s); of commits 7.0s" in (
+        stalls.describe("chaos"))
 
 
 def test_a_victim_that_led_nothing_has_no_led_figure():
@@ -46,4 +48,4 @@ def test_a_victim_that_led_nothing_has_no_led_figure():
     stalls = fault_stalls(history, FaultWindow(0.0, 2.0, frozenset()), topic="chaos", partitions=[0],
                           writers=["idem"], transactional_ids=[])
     assert (stalls.writes_led, stalls.writes_elsewhere, stalls.commits) == (None, 1.0, None)
-    assert stalls.describe().startswith("longest stall of acknowledged writes - on partitions it led")
+    assert stalls.describe("chaos").startswith("longest stall of acknowledged writes - on partitions it led")

@@ -162,15 +162,27 @@ class ChaosResult:
         return sum(self.proxy_stats.get(kind, 0) for kind in FAULT_KINDS)
 
     def stall_lines(self) -> list[str]:
-        """One line per fault, then the worst stalls of each kind."""
-        lines = [f"fault {fault.number}: {fault.description}, {fault.ended - fault.began:.1f}s: {stalls.describe()}"
-                 for fault, stalls in zip(self.faults, self.stalls, strict=False) if fault.ended is not None]
+        """One line per fault, then per kind of fault the worst stalls, and the longest wait
+        of each partition with the fault it was in: not pooled, so a partition that waited
+        for a whole fault shows under its own name."""
+        faulted = [(fault, stalls) for fault, stalls in zip(self.faults, self.stalls, strict=False)]
+        lines = [f"fault {fault.number}: {fault.description}, {fault.ended - fault.began:.1f}s: "
+                 f"{stalls.describe(TOPIC)}" for fault, stalls in faulted if fault.ended is not None]
         for kind in dict.fromkeys(fault.kind for fault in self.faults):
-            of_kind = [stalls for fault, stalls in zip(self.faults, self.stalls, strict=False) if fault.kind == kind]
-            worst = {name: max((getattr(s, name) for s in of_kind if getattr(s, name) is not None), default=0.0)
+            of_kind = [(fault, stalls) for fault, stalls in faulted if fault.kind == kind]
+            worst = {name: max((getattr(s, name) for _, s in of_kind if getattr(s, name) is not None), default=0.0)
                      for name in ("writes_led", "writes_elsewhere", "commits")}
             lines.append(f"stalls: {kind} faults={len(of_kind)} "
                          + " ".join(f"longest_{name}={value:.1f}s" for name, value in worst.items()))
+            per_partition: dict[int, tuple[float, int]] = {}  # partition -> (longest gap, fault number)
+            for fault, stalls in of_kind:
+                for partition, gap in stalls.writes.items():
+                    if gap > per_partition.get(partition, (-1.0, 0))[0]:
+                        per_partition[partition] = (gap, fault.number)
+            if per_partition:
+                lines.append(f"stalls: {kind} per partition "
+                             + " ".join(f"{TOPIC}-{partition}={gap:.1f}s(fault {number})"
+                                        for partition, (gap, number) in sorted(per_partition.items())))
         return lines
 
     @property
