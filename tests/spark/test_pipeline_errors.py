@@ -356,9 +356,15 @@ def test_transform_raising_on_a_record_names_batch_offsets_and_partition_and_wri
 
 # -- the command, as a user runs it ------------------------------------------------------------
 
-def start_command(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([str(ONCELOG), "pipeline", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+def failing_command(*args: str) -> tuple[str, Path]:
+    """`oncelog pipeline run ARGS`, which must fail: its one line on stderr (nothing else:
+    what the JVM, Spark and PySpark print goes to Spark's log) and the log that line names."""
+    completed = subprocess.run([str(ONCELOG), "pipeline", "run", *args], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=120, check=False)
+    assert completed.returncode == 1, completed
+    lines = completed.stderr.splitlines()
+    assert len(lines) == 1, completed.stderr
+    return lines[0], Path(lines[0].rsplit("(Spark's log: ", 1)[1].rstrip(")"))
 
 
 def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks_traces_go_to_its_log(
@@ -372,16 +378,11 @@ def test_a_record_failing_in_the_transform_is_one_line_on_the_command_and_sparks
         producer.produce(source, b"poison" if number == 7 else f"order-{number}".encode(), partition=0)
     assert producer.flush(30) == 0
     reference = write_transform(tmp_path, POISONED_ENRICH)
-    command = start_command("--source", source, "--sink", sink, "--transform", reference,
-                            "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2,2]",
-                            "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
-    _out, err = command.communicate(timeout=120)
-    assert command.returncode == 1
-    lines = err.splitlines()  # nothing but the one line: the JVM's output went to Spark's log
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"oncelog: error: micro-batch 0 (reading {source}-0 [0, 20)) failed")
-    assert "ValueError: cannot enrich b'poison' (Spark's log: " in lines[0]
-    log = Path(lines[0].rsplit("(Spark's log: ", 1)[1].rstrip(")"))
+    line, log = failing_command("--source", source, "--sink", sink, "--transform", reference,
+                                "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2,2]",
+                                "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
+    assert line.startswith(f"oncelog: error: micro-batch 0 (reading {source}-0 [0, 20)) failed")
+    assert "ValueError: cannot enrich b'poison' (Spark's log: " in line
     assert log.parent == tmp_path / "checkpoint" / "logs"
     assert "ValueError: cannot enrich b'poison'" in log.read_text()  # the traces Spark printed before
     assert committed_records(shared_broker.bootstrap_servers, sink) == 0
@@ -398,19 +399,14 @@ def test_a_transform_naming_a_missing_column_is_one_line_without_the_plan_and_py
 ):
     source, sink = topics
     reference = write_transform(tmp_path, MISSING_COLUMN)
-    command = start_command("--source", source, "--sink", sink, "--transform", reference,
-                            "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[1]",
-                            "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
-    _out, err = command.communicate(timeout=120)
-    assert command.returncode == 1
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    file_name = reference.split(":")[0].rsplit("/", 1)[1]
-    assert lines[0].startswith(f"oncelog: error: --transform {reference} raised while building the query "
-                               f"(at {file_name}:3): AnalysisException: A column, variable, or function parameter "
-                               "with name `no_such_column` cannot be resolved."), lines[0]
-    assert "StreamingRelation" not in lines[0] and "Project" not in lines[0]  # the plan is for the log
-    log = Path(lines[0].rsplit("(Spark's log: ", 1)[1].rstrip(")"))
+    line, log = failing_command("--source", source, "--sink", sink, "--transform", reference,
+                                "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[1]",
+                                "--bootstrap-server", shared_broker.bootstrap_servers, "--trigger", "available-now")
+    file_name = Path(reference.split(":")[0]).name
+    assert line.startswith(f"oncelog: error: --transform {reference} raised while building the query "
+                           f"(at {file_name}:3): AnalysisException: A column, variable, or function parameter "
+                           "with name `no_such_column` cannot be resolved."), line
+    assert "StreamingRelation" not in line and "Project" not in line  # the plan is for the log
     logged = log.read_text()
     assert '"logger": "DataFrameQueryContextLogger"' in logged  # PySpark's JSON line
     assert "WARNING: Using incubator modules" in logged  # the JVM's own output

@@ -74,8 +74,8 @@ def source_scans(output: DataFrame) -> int:
     rows Spark counted twice cannot be told apart."""
     try:
         leaves = output._jdf.queryExecution().analyzed().collectLeaves()
-        streams = [leaves.apply(i) for i in range(leaves.size())
-                   if leaves.apply(i).nodeName().startswith("StreamingRelation")]
+        nodes = [leaves.apply(i) for i in range(leaves.size())]  # one py4j call per leaf
+        streams = [node for node in nodes if node.nodeName().startswith("StreamingRelation")]
     except Exception:  # noqa: BLE001 (a plan py4j cannot walk: count as Spark does)
         return 1
     if not streams or not all(stream.equals(streams[0]) for stream in streams[1:]):

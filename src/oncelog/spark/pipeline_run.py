@@ -119,10 +119,7 @@ def run_pipeline(
     except PipelineError:
         if stop is None or not stop.is_set():
             raise
-        # A check that a stop cut short (a broker check waiting out its timeout): stopped.
-        result = RunResult(stopped_by_signal=True)
-        _emit_finished(spec, emit, result)
-        return result
+        return _stopped_before_the_query(spec, emit)  # a check a stop cut short (waiting out its timeout)
     telemetry = PipelineTelemetry(spec)
     try:
         telemetry.start()  # before Spark starts: a taken --metrics-port fails in a second
@@ -177,7 +174,6 @@ def _unless_stopped(stop: threading.Event, step: Callable[[], T]) -> T:
 def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], None],
          stop: threading.Event | None, transforms: list[TransformReference], telemetry: PipelineTelemetry) -> RunResult:
     stop = stop if stop is not None else threading.Event()
-    result = RunResult()
     log_file = None if spark is not None else spark_log_path(spec)
     see_log = f" (Spark's log: {log_file})" if log_file is not None else ""
     try:
@@ -199,9 +195,8 @@ def _run(spec: PipelineSpec, spark: SparkSession | None, emit: Callable[[str], N
         except PySparkException as error:
             raise PipelineError(f"the pipeline did not start: {spark_error_line(str(error))}{see_log}") from None
     except _Stopped:
-        result.stopped_by_signal = True
-        _emit_finished(spec, emit, result)
-        return result
+        return _stopped_before_the_query(spec, emit)
+    result = RunResult()
     telemetry.query_started(query, result)
     watch = ProgressWatch(spec, emit, result, on_batch=lambda batch: telemetry.batch_finished(batch, result),
                           scans=source_scans(output))
@@ -290,6 +285,13 @@ def _stop_quietly(query: StreamingQuery) -> None:
     with contextlib.suppress(Exception):  # ending anyway: what ended the watch is what matters
         if query.isActive:
             query.stop()
+
+
+def _stopped_before_the_query(spec: PipelineSpec, emit: Callable[[str], None]) -> RunResult:
+    """A run that a stop ended before its query started: nothing done, nothing reported."""
+    result = RunResult(stopped_by_signal=True)
+    _emit_finished(spec, emit, result)
+    return result
 
 
 def _emit_finished(spec: PipelineSpec, emit: Callable[[str], None], result: RunResult) -> None:
