@@ -288,8 +288,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, connection: bool = True) -
     parser.add_argument("--progress", choices=("text", "json", "none"), default="text",
                         help="one line per micro-batch on stdout; default: %(default)s")
     parser.add_argument("--verbose", action="store_true",
-                        help="also show live on stderr what goes to <checkpoint>/logs/ otherwise: Spark's log, "
-                        "the JVM's output (its warnings, Python workers' prints) and PySpark's own logs")
+                        help="show live on stderr what otherwise goes only to <checkpoint>/logs/: the JVM's "
+                        "output (its warnings, Python workers' prints), PySpark's own logs and Spark's log "
+                        "(which the log file keeps too)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve the micro-batches' metrics (Prometheus text format) at "
                         "http://HOST:PORT/metrics; 0 picks a free port (the runner says which); default: off")
