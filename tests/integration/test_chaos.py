@@ -166,3 +166,19 @@ def test_a_full_disk_fault_fills_a_disk_whose_last_chunk_fits_all_but_a_page(tmp
         disks.free(1)
         page = os.statvfs(disk).f_frsize
         assert shutil.disk_usage(disk).free == 8 * 2**20 - -(-used // page) * page
+
+
+def test_a_run_kept_in_a_data_dir_keeps_what_its_tmpfs_disks_held(tmp_path):
+    """A 10-minute cluster run with `--data-dir` found duplicates, and the logs to explain
+    them were gone: each node's log.dirs was a tmpfs, unmounted at the end. Unmounting
+    with `keep` puts what the disk held (the filler aside) back on the directory."""
+    with node_disks(tmp_path, [1], "8m") as disks:
+        disk = disks.dirs[1]
+        (disk / "chaos-0").mkdir()
+        (disk / "chaos-0" / "00000000000000000000.log").write_bytes(b"batch")
+        disks.fill(1)
+        disks.unmount(keep=True)
+        assert not os.path.ismount(disk)
+        assert (disk / "chaos-0" / "00000000000000000000.log").read_bytes() == b"batch"
+        assert sorted(p.name for p in disk.iterdir()) == ["chaos-0"]
+        assert [p.name for p in tmp_path.iterdir()] == ["node-1"]

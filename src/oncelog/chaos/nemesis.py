@@ -36,8 +36,10 @@ from __future__ import annotations
 import errno
 import os
 import random
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ from oncelog.local.cluster import ClusterProcess
 from oncelog.local.netns import NetworkLab
 
 FAULT_KINDS = ("kill", "pause", "partition", "disk", "sessions")
+FILLER = "chaos-filler"  # the file that fills a node's disk
 DISK_SIZE = "512m"  # each node's tmpfs: room for its etcd member's preallocated WAL and the run's logs
 
 
@@ -109,11 +112,22 @@ class NodeDisks:
         self._filler(node).unlink(missing_ok=True)
 
     def _filler(self, node: int) -> Path:
-        return self.dirs[node] / "chaos-filler"
+        return self.dirs[node] / FILLER
 
-    def unmount(self) -> None:
+    def unmount(self, keep: bool = False) -> None:
+        """Unmounts every tmpfs; with `keep`, what each held (the filler aside) is copied
+        first and put back in the directory it was mounted on, so that `--data-dir`
+        keeps the logs of a run that hit full disks."""
         for directory in self._mounted:
+            saved = None
+            if keep:
+                saved = Path(tempfile.mkdtemp(prefix=f"{directory.name}-", dir=directory.parent))
+                (directory / FILLER).unlink(missing_ok=True)
+                shutil.copytree(directory, saved, dirs_exist_ok=True, symlinks=True)
             subprocess.run(["umount", "-l", str(directory)], capture_output=True, check=False)
+            if saved is not None:
+                shutil.copytree(saved, directory, dirs_exist_ok=True, symlinks=True)
+                shutil.rmtree(saved, ignore_errors=True)
         self._mounted.clear()
 
 

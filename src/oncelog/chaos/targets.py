@@ -283,7 +283,7 @@ class ChaosCluster:
 
     def _release(self) -> None:
         if self.disks is not None:
-            self.disks.unmount()
+            self.disks.unmount(keep=self.settings.data_dir is not None)
         if self.network is not None:
             self.network.destroy()
 
