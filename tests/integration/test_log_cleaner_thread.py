@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -17,7 +18,7 @@ from oncelog import EmbeddedBroker
 from oncelog.local.process import wait_until
 from oncelog.protocol.record_batch import Record, build_batch, parse_batches
 from oncelog.storage import cleaner_work
-from oncelog.storage.cleaner import CleaningInProgress
+from oncelog.storage.cleaner import CleaningInProgress, SwapCommit
 from tests.support.latency_probe import LatencyProbe, assert_p99_below
 
 FAST_CLEANER = {
@@ -27,7 +28,26 @@ FAST_CLEANER = {
 LATENCY_P99_LIMIT_S = 0.2
 
 
-def test_broker_answers_with_bounded_latency_while_a_large_partition_is_cleaned(tmp_path):
+SLOW_FSYNC_S = 0.25  # a disk that takes this much longer for every fsync
+
+
+def slow_fsyncs(monkeypatch) -> None:
+    """Every fsync of this process (the embedded broker's) takes SLOW_FSYNC_S longer, as
+    on a throttled or busy disk: the fsync itself still happens, after a sleep that, like
+    a real fsync, lets other threads run."""
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):
+        time.sleep(SLOW_FSYNC_S)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+
+
+@pytest.mark.parametrize("disk", ["fast", "slow"])
+def test_broker_answers_with_bounded_latency_while_a_large_partition_is_cleaned(tmp_path, monkeypatch, disk):
+    """With a slow disk, this also proves that no fsync of the round (the swap's, the
+    transaction index's, the cleaner checkpoint's) runs on the event loop."""
     with EmbeddedBroker(tmp_path / "data", FAST_CLEANER) as broker:
         broker.call(lambda: broker.broker.logs.create_topic("big", 1, {"cleanup.policy": "compact"}))
         log = broker.call(lambda: broker.broker.logs.partition("big", 0))
@@ -45,42 +65,77 @@ def test_broker_answers_with_bounded_latency_while_a_large_partition_is_cleaned(
             written += len(batch)
             number += 1
         end = broker.call(lambda: log.log_end_offset)
+        if disk == "slow":
+            slow_fsyncs(monkeypatch)
 
         probe = LatencyProbe(broker.bootstrap_servers)
         started = time.monotonic()
         broker.call(log.roll)  # the whole 32 MB becomes the dirty section
         wait_until(lambda: broker.call(lambda: broker.broker.cleaner.first_dirty_offset(log)) == end,
                    timeout=120, interval=0.05, message="the cleaning round finished")
+        # The round's last step writes the cleaner checkpoint: wait for it too.
+        wait_until(lambda: broker.call(lambda: not broker.broker.cleaner.is_cleaning("big", 0)),
+                   timeout=30, interval=0.05, message="the cleaning round ended")
         finished = time.monotonic()
         probe.stop()
 
         assert broker.call(lambda: log.size_in_bytes) < written / 10  # the round did clean
-        assert_p99_below(probe, started, finished, LATENCY_P99_LIMIT_S, "cleaning")
+        assert_p99_below(probe, started, finished, LATENCY_P99_LIMIT_S, f"cleaning on a {disk} disk")
+
+
+def test_broker_answers_with_bounded_latency_while_checkpoints_are_written_to_a_slow_disk(tmp_path, monkeypatch):
+    """Six fsyncs per log dir every log.flush.offset.checkpoint.interval.ms (two per
+    checkpoint file) run on the flusher thread, not on the event loop."""
+    config = {"log.flush.offset.checkpoint.interval.ms": "300"}
+    with EmbeddedBroker(tmp_path / "data", config) as broker:
+        broker.call(lambda: broker.broker.logs.create_topic("some", 3, {}))
+        checkpoint = tmp_path / "data" / "recovery-point-offset-checkpoint"
+        wait_until(checkpoint.exists, timeout=10, interval=0.05, message="a first checkpoint")
+        slow_fsyncs(monkeypatch)
+        probe = LatencyProbe(broker.bootstrap_servers)
+        started = time.monotonic()
+        written = checkpoint.stat().st_mtime_ns
+        wait_until(lambda: checkpoint.stat().st_mtime_ns != written, timeout=10, interval=0.05,
+                   message="a checkpoint written on the slow disk")
+        time.sleep(2.0)  # more of them
+        finished = time.monotonic()
+        probe.stop()
+        assert_p99_below(probe, started, finished, LATENCY_P99_LIMIT_S, "writing checkpoints to a slow disk")
 
 
 class CleanerThreadGate:
-    """Holds the cleaner thread inside its first write of a cleaned segment until
-    released (the round is then mid-way: its `.cleaned` file exists, nothing swapped)."""
+    """Holds the cleaner thread inside its first write of a cleaned segment ("writing":
+    its `.cleaned` file exists, nothing swapped) or inside the fsyncs that make its first
+    swap durable ("committing the swap": the `.swap` file exists, the old segments are
+    still there), until released."""
 
-    def __init__(self, monkeypatch) -> None:
+    def __init__(self, monkeypatch, moment: str = "writing") -> None:
         self.entered = threading.Event()
         self.released = threading.Event()
         self.aborted = threading.Event()
-        real_write = cleaner_work._write_all
         real_abort = CleaningInProgress.abort
 
-        def gated_write(fd, data, path):
-            if not self.entered.is_set():
-                self.entered.set()
-                self.released.wait(60)
-            real_write(fd, data, path)
+        def gated(real):
+            def held(*args):
+                if not self.entered.is_set():
+                    self.entered.set()
+                    self.released.wait(60)
+                return real(*args)
+            return held
 
         def observed_abort(in_progress, reason):
             real_abort(in_progress, reason)
             self.aborted.set()
 
-        monkeypatch.setattr(cleaner_work, "_write_all", gated_write)
+        if moment == "writing":
+            monkeypatch.setattr(cleaner_work, "_write_all", gated(cleaner_work._write_all))
+        else:
+            assert moment == "committing the swap", moment
+            monkeypatch.setattr(SwapCommit, "sync", gated(SwapCommit.sync))
         monkeypatch.setattr(CleaningInProgress, "abort", observed_abort)
+
+
+MOMENTS = ["writing", "committing the swap"]
 
 
 def produce_keyed(bootstrap: str, topic: str, count: int, keys: int = 10) -> None:
@@ -130,8 +185,9 @@ def call_within(broker: EmbeddedBroker, seconds: float, function):
     return result[0]
 
 
-def test_deleting_the_topic_during_a_cleaning_round_discards_its_output(tmp_path, monkeypatch):
-    gate = CleanerThreadGate(monkeypatch)
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_deleting_the_topic_during_a_cleaning_round_discards_its_output(tmp_path, monkeypatch, moment):
+    gate = CleanerThreadGate(monkeypatch, moment)
     data = tmp_path / "data"
     try:
         with EmbeddedBroker(data, FAST_CLEANER) as broker:
@@ -161,8 +217,9 @@ def test_deleting_the_topic_during_a_cleaning_round_discards_its_output(tmp_path
         gate.released.set()
 
 
-def test_retention_deleting_segments_during_a_cleaning_round_discards_its_output(tmp_path, monkeypatch):
-    gate = CleanerThreadGate(monkeypatch)
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_retention_deleting_segments_during_a_cleaning_round_discards_its_output(tmp_path, monkeypatch, moment):
+    gate = CleanerThreadGate(monkeypatch, moment)
     data = tmp_path / "data"
     try:
         with EmbeddedBroker(data, FAST_CLEANER) as broker:
@@ -173,6 +230,7 @@ def test_retention_deleting_segments_during_a_cleaning_round_discards_its_output
             })])["table"].result(10)
             produce_keyed(bootstrap, "table", 300)
             assert gate.entered.wait(30), "no cleaning round started"
+            assert leftovers(data), "the round has a cleaned or swap file"
             log = call_within(broker, 10, lambda: broker.broker.logs.partition("table", 0))
 
             # Retention, as its timer would run it two hours later: every segment is too old.
@@ -200,8 +258,10 @@ def test_retention_deleting_segments_during_a_cleaning_round_discards_its_output
         gate.released.set()
 
 
-def test_stopping_the_broker_during_a_cleaning_round_is_clean_and_the_restart_consistent(tmp_path, monkeypatch):
-    gate = CleanerThreadGate(monkeypatch)
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_stopping_the_broker_during_a_cleaning_round_is_clean_and_the_restart_consistent(tmp_path, monkeypatch,
+                                                                                        moment):
+    gate = CleanerThreadGate(monkeypatch, moment)
     data = tmp_path / "data"
     broker = EmbeddedBroker(data, FAST_CLEANER).start()
     try:

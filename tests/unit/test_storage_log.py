@@ -514,6 +514,30 @@ def test_a_rolled_segment_is_flushed_at_the_next_flush_check(tmp_path):
         log.close()
 
 
+def test_the_producer_snapshot_of_a_roll_is_fsynced_by_the_next_flush_not_by_the_roll(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    log = rolled_log(tmp_path)  # the roll happens on the event loop in a broker
+    try:
+        snapshot = str(log.directory / "00000000000000000002.snapshot")  # the roll at 2
+        assert os.path.exists(snapshot)
+        assert snapshot not in synced
+        flush = log.take_flush()
+        flush.sync()  # on the flusher thread
+        flush.finish(NOW_MS)
+        assert synced.count(snapshot) == 1
+        log.flush(NOW_MS)
+        assert synced.count(snapshot) == 1  # once is enough
+    finally:
+        log.close()
+
+
 def test_a_flush_synced_while_appends_go_on_covers_what_was_there_when_taken(tmp_path):
     log = rolled_log(tmp_path)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker.authorization import ACLS_FILE, Acls
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.config import LONG_MAX, BrokerConfig, ConfigError
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.dynamic_config import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
 from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
@@ -70,7 +70,7 @@ from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
 from oncelog.storage.errors import InvalidConfigError
 from oncelog.storage.log import LogFlush
-from oncelog.storage.manager import LogManager
+from oncelog.storage.manager import CheckpointWrite, LogManager
 from oncelog.storage.producer_state import ProducerStateConfig
 from oncelog.web.history import SAMPLE_INTERVAL_MS, LagHistory
 from oncelog.web.http import ConsoleApp
@@ -228,10 +228,9 @@ class Broker:
         self._timers = [
             asyncio.create_task(self._flush_logs()),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
-            asyncio.create_task(self._every(
-                self.config["replica.high.watermark.checkpoint.interval.ms"] if self.cluster else 60_000,
-                self._checkpoint,
-            )),
+            asyncio.create_task(self._checkpoint_logs(min(
+                self.config["log.flush.offset.checkpoint.interval.ms"],
+                self.config["replica.high.watermark.checkpoint.interval.ms"] if self.cluster else LONG_MAX))),
             asyncio.create_task(self._clean_logs()),
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
@@ -451,8 +450,30 @@ class Broker:
     def _retention(self) -> None:
         self.logs.apply_retention(now_ms())
 
-    def _checkpoint(self) -> None:
-        self.logs.checkpoint()
+    async def _checkpoint_logs(self, interval_ms: int) -> None:
+        """Every interval, the recovery-point, log-start and high-watermark checkpoints,
+        written on the flusher thread: each file costs two fsyncs, which a slow disk can
+        make seconds. One write at a time; the next waits for the interval after it."""
+        interval = max(interval_ms, 10) / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                writes = self.logs.take_checkpoints()
+                writing = loop.run_in_executor(self._flusher_thread, _run_all, writes)
+                try:
+                    await asyncio.shield(writing)
+                except asyncio.CancelledError:
+                    await asyncio.wait([writing])  # a thread cannot be interrupted
+                    raise
+                for write in writes:
+                    if write.error is not None:
+                        log.error("cannot write the checkpoints of %s: %s", write.directory, write.error)
+                        self.logs.checkpoint_failed(write)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("writing the checkpoints failed")
 
     async def _clean_logs(self) -> None:
         """Kafka's cleaner thread loop: clean the filthiest compacted partition, round
@@ -574,6 +595,12 @@ class Broker:
 
 
 FLUSH_BATCH = 64  # logs the flusher thread syncs at a time
+
+
+def _run_all(writes: list[CheckpointWrite]) -> None:
+    """The flusher thread's checkpoint work: each write keeps its own failure."""
+    for write in writes:
+        write.run()
 
 
 def _sync_all(flushes: list[LogFlush]) -> None:

@@ -147,6 +147,9 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("log.flush.interval.ms", _int, "-1",
                 "fsync after this long (-1: use log.flush.scheduler.interval.ms policy off)."),
         Setting("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush timer looks at partitions."),
+        Setting("log.flush.offset.checkpoint.interval.ms", _int, "60000",
+                "How often the recovery-point and log-start checkpoints are written (cluster mode: "
+                "at least every replica.high.watermark.checkpoint.interval.ms)."),
         Setting("log.index.interval.bytes", _int, "4096", "Bytes of log between offset index entries."),
         Setting("log.cleanup.policy", _str, "delete", "Default cleanup.policy of topics."),
         Setting("log.cleaner.enable", _bool, "true",

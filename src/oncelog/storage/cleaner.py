@@ -12,21 +12,24 @@ swapping each cleaned segment into the log (`swap_segments`). A round has three 
    of its latest record in the dirty range), then rewrite every segment from the log
    start up to the end of the map, in groups that fit one segment, keeping what Kafka's
    RecordFilter keeps; offsets never change.
-3. Swap (here, on the loop): each group's cleaned segment replaces its segments,
-   crash-safely, as Kafka does: `<base>.log.cleaned` (and its `.index.cleaned`,
-   `.timeindex.cleaned`) is written and fsynced, renamed to `<base>.log.swap` (from here
-   on recovery completes the swap), the aborted-transaction entries of dropped markers
-   are removed, the old segments' files are deleted, the indexes and then the swap file
-   get the segment names. On open, `complete_interrupted_swaps` finishes a swap a crash
-   interrupted and `.cleaned` leftovers are discarded (the files' names and their
-   recovery are swap.py's).
+3. Swap (here): each group's cleaned segment replaces its segments, crash-safely, as
+   Kafka does: `<base>.log.cleaned` (and its `.index.cleaned`, `.timeindex.cleaned`) is
+   written and fsynced, the aborted-transaction entries of dropped markers are removed
+   and the log file is renamed to `<base>.log.swap` (`begin_swap`); once the cleaner
+   thread has fsynced the transaction index and the directory, recovery completes the
+   swap from there, and the loop deletes the old segments' files and gives the indexes
+   and then the swap file their segment names (`finish_swap`). On open,
+   `complete_interrupted_swaps` finishes a swap a crash interrupted and `.cleaned`
+   leftovers are discarded (the files' names and their recovery are swap.py's).
 
 Who runs what (Kafka's cleaner thread and LogCleanerManager): a round is a sequence of
 steps (`LogCleaner._round`). On the event loop: choosing the partition, taking an
 immutable `CleaningPlan` (segments, bounds, aborted transactions, producers, horizons),
-and, after each group, checking that the plan still holds and swapping. On the cleaner
-thread (`CleaningWork`): everything that reads or writes record data: the offset map,
-the filter, writing and fsyncing the cleaned files and building their indexes. The
+and, after each group, checking that the plan still holds and the renames and unlinks
+of the swap. On the cleaner thread (`CleaningWork`): everything that reads or writes
+record data: the offset map, the filter, writing and fsyncing the cleaned files and
+building their indexes; and every fsync of the swap and of the cleaner checkpoint, which
+a slow disk can make seconds long. The
 thread reads the closed segments through its own read-only handles (only the cleaner
 rewrites them, and only by a swap on the loop) and never touches a PartitionLog.
 While a round runs the log holds its `CleaningInProgress`: deleting the partition,
@@ -59,7 +62,7 @@ from oncelog.storage import cleaner_plan
 from oncelog.storage.cleaner_plan import CleanableRange, CleaningAbortedError, CleaningInProgress
 from oncelog.storage.cleaner_work import CleanedSegment, CleanerStats, CleaningWork
 from oncelog.storage.errors import CorruptLogError, LogError
-from oncelog.storage.framed_file import fsync_directory, read_partition_offsets, write_json_file
+from oncelog.storage.framed_file import fsync_directory, fsync_file, read_partition_offsets, write_json_file
 from oncelog.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -87,7 +90,8 @@ __all__ = [
     "CleaningAbortedError",
     "CleaningInProgress",
     "LogCleaner",
-    "swap_segments",
+    "begin_swap",
+    "finish_swap",
 ]
 
 logger = logging.getLogger("oncelog.storage.cleaner")
@@ -243,12 +247,25 @@ class LogCleaner:
                         # partition's directory may be in the middle of its rmtree.
                         unlink_cleaned_files(log.directory, group[0].base_offset)
                         raise
-                    old = in_progress.live_segments([segment.base_offset for segment in group])
-                    if old is None:
+                    bases = [segment.base_offset for segment in group]
+                    if in_progress.live_segments(bases) is None:
                         cleaned.discard()
                         self._aborted(in_progress)
                         return None
-                    swap_segments(log, old, cleaned)
+                    commit = begin_swap(log, cleaned, in_progress)
+                    try:
+                        yield commit.sync  # the commit point, durable off the loop
+                    except Exception:
+                        in_progress.take_back_swap()
+                        cleaned.discard()
+                        raise
+                    log.txn_index.synced(commit.txn_index_changes)
+                    old = in_progress.live_segments(bases)
+                    if old is None:  # aborted meanwhile: the abort took the swap back
+                        cleaned.discard()
+                        self._aborted(in_progress)
+                        return None
+                    finish_swap(log, old, cleaned, in_progress)
             except Exception:
                 if in_progress.abort_reason is None:
                     raise
@@ -256,7 +273,13 @@ class LogCleaner:
                 return None
             stats.end_offset = work.end_offset
             self._checkpoints[key] = work.end_offset
-            self._write_checkpoint(log)
+            checkpoint = self._checkpoint_of(log)
+            if checkpoint is not None:
+                try:
+                    yield checkpoint
+                except Exception:
+                    if in_progress.abort_reason is None:
+                        raise  # its directory was deleted meanwhile otherwise
         finally:
             del self._in_progress[key]
             log.cleaning = None
@@ -288,17 +311,19 @@ class LogCleaner:
         logger.info("%s: cleaning round aborted, its output discarded: %s",
                     in_progress.plan.name, in_progress.abort_reason or "the log changed")
 
-    def _write_checkpoint(self, log: PartitionLog) -> None:
+    def _checkpoint_of(self, log: PartitionLog) -> ThreadStep | None:
+        """The write of the cleaner checkpoint of `log`'s directory as it is now: a step
+        for the cleaner thread (a temporary file, a rename and two fsyncs)."""
         directory = self._logs.log_dir_of(log.topic, log.partition)
         if directory is None:
-            return
+            return None
         offsets = []
         for other in self._logs.partitions():
             key = (other.topic, other.partition)
             if key in self._checkpoints and self._logs.log_dir_of(*key) == directory:
                 offsets.append([other.topic, other.partition, self._checkpoints[key]])
-        write_json_file(directory / CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
-                        {"offsets": sorted(offsets)})
+        return partial(write_json_file, directory / CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
+                       {"offsets": sorted(offsets)})
 
 
 @dataclass(slots=True)
@@ -384,32 +409,60 @@ def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 # -- swapping a cleaned segment in ------------------------------------------------------
 
 
-def swap_segments(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegment) -> LogSegment:
-    """Replace the segments `old` by the fsynced cleaned segment, crash-safely (on the
-    loop: renames, unlinks and directory fsyncs only).
+@dataclass(frozen=True, slots=True)
+class SwapCommit:
+    """What makes a begun swap durable: an fsync of the transaction index (its entries of
+    dropped abort markers are gone) and of the directory (the `.swap` name), in that
+    order, on the cleaner thread."""
 
-    Order: rename the log file to `.swap` (the commit point: recovery completes the swap
-    from here), drop the index entries of dropped abort markers (durably), delete the old
-    files, give the indexes and then the swap file their segment names, swap in memory.
-    Old segments stay readable through their open file handles until the in-memory swap.
-    """
+    directory: Path
+    txn_index: Path
+    txn_index_changes: int
+
+    def sync(self) -> None:
+        fsync_file(self.txn_index)
+        fsync_directory(self.directory)
+
+
+def begin_swap(log: PartitionLog, cleaned: CleanedSegment, in_progress: CleaningInProgress) -> SwapCommit:
+    """Begin replacing the segments of `cleaned` by it (on the loop, renames only): drop
+    the index entries of its dropped abort markers (the transactions have no data left in
+    the old segments either, so this holds whether the swap completes or not), and rename
+    its log file to `.swap`, which decides the swap once durable (recovery completes it).
+    Until `finish_swap`, aborting the round takes the swap back (`take_back_swap`)."""
+    new = cleaned.segment
+    swap_path = log.directory / (segment_file_name(new.base_offset, LOG_SUFFIX) + SWAP_SUFFIX)
+    try:
+        if cleaned.dropped_abort_markers:
+            log.txn_index.remove(set(cleaned.dropped_abort_markers))
+        rename(new.log_path, swap_path)
+    except BaseException:
+        new.close_without_flush()
+        raise
+    in_progress.swap_path = swap_path
+    return SwapCommit(log.directory, log.txn_index.path, log.txn_index.unsynced_changes or 0)
+
+
+def finish_swap(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegment,
+                in_progress: CleaningInProgress) -> LogSegment:
+    """Complete a swap whose `.swap` name is durable (on the loop, in one go: renames and
+    unlinks only): delete the old files, give the indexes and then the swap file their
+    segment names, swap in memory. The renames are durable at the log's next flush (its
+    directory changed); a crash before leaves the `.swap` file, which opening completes.
+    Old segments stay readable through their open file handles until the in-memory swap."""
     directory = log.directory
     new = cleaned.segment
     base = old[0].base_offset
-    swap_path = directory / (segment_file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
+    swap_path = in_progress.swap_path
+    assert swap_path is not None  # begin_swap named it
+    in_progress.swap_path = None
     try:
-        rename(new.log_path, swap_path)
-        fsync_directory(directory)
-        if cleaned.dropped_abort_markers:
-            log.forget_aborted_txns(cleaned.dropped_abort_markers)
-            fsync_directory(directory)
         for segment in old:
             unlink_segment_files(directory, segment.base_offset)
         # The old files at `base` are gone: the new indexes cannot be taken for theirs.
         rename(new.index_path, directory / segment_file_name(base, INDEX_SUFFIX))
         rename(new.time_index_path, directory / segment_file_name(base, TIME_INDEX_SUFFIX))
         rename(swap_path, directory / segment_file_name(base, LOG_SUFFIX))
-        fsync_directory(directory)
     except BaseException:
         new.close_without_flush()
         raise

@@ -106,16 +106,29 @@ class CleaningInProgress:
         self.plan = plan
         self.segments = segments  # the live segments of the plan, to check before each swap
         self.abort_reason: str | None = None
+        self.swap_path: Path | None = None  # a begun swap's `.swap` file (cleaner.begin_swap)
         self._lock = threading.Lock()
 
     def abort(self, reason: str) -> None:
         """Stop the round (loop side): the thread stops at its next check, the loop
-        discards its output instead of swapping it in."""
+        discards its output instead of swapping it in, and a begun swap is taken back
+        before the caller goes on to delete or truncate the segments it would replace."""
         with self._lock:
             if self.abort_reason is not None:
                 return
             self.abort_reason = reason
+        self.take_back_swap()
         logger.info("%s: aborting the cleaning round: %s", self.plan.name, reason)
+
+    def take_back_swap(self) -> None:
+        """Remove a begun swap's `.swap` file (loop side), so that opening the log never
+        completes it: the old segments stand."""
+        swap_path, self.swap_path = self.swap_path, None
+        if swap_path is not None:
+            try:
+                swap_path.unlink(missing_ok=True)
+            except OSError as exc:
+                logger.error("%s: cannot remove %s: %s", self.plan.name, swap_path.name, exc.strerror)
 
     def raise_if_aborted(self) -> None:
         if self.abort_reason is not None:

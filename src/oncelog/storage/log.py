@@ -49,7 +49,7 @@ import struct
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Protocol
@@ -166,6 +166,7 @@ class LogFlush:
     up_to: int  # the log end offset when taken: the recovery point once finished
     truncations: int
     started: float
+    snapshots: list[tuple[int, Path]] = field(default_factory=list)  # (descriptor, path): producer snapshots
     error: StorageError | None = None
 
     def sync(self) -> None:
@@ -175,6 +176,8 @@ class LogFlush:
                 segment.sync()
             if self.txn_index is not None:
                 fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
+            for fd, path in self.snapshots:
+                fsync_descriptor(fd, path)
             if self.directory is not None:
                 fsync_descriptor(self.directory[0], self.log.directory)
         except StorageError as error:
@@ -185,6 +188,9 @@ class LogFlush:
     def close_descriptors(self) -> None:
         for segment in self.segments:
             segment.close_descriptors()
+        for fd, _path in self.snapshots:
+            close_quietly(fd)
+        self.snapshots = []
         for name in ("txn_index", "directory"):
             opened = getattr(self, name)
             if opened is not None and opened[0] >= 0:
@@ -199,6 +205,7 @@ class LogFlush:
     def discard(self) -> None:
         """Give up the flush, synced or not (on the loop): what it wrote is removed, and
         what it covered waits for the next flush."""
+        self.log.keep_unsynced_snapshots(path for _fd, path in self.snapshots)
         self.close_descriptors()
         for segment in self.segments:
             segment.discard()
@@ -254,6 +261,7 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
+        self._unsynced_snapshots: list[Path] = []  # producer snapshots a roll wrote, for the next flush
         # Entries created, renamed or removed in the directory, and how many of them an fsync covered.
         self._directory_changes = self._directory_synced_changes = 0
         self._truncations = 0  # a flush taken before a truncation does not move the recovery point
@@ -733,9 +741,14 @@ class PartitionLog:
                         self.name, len(self.producer_state.producers), start, replayed)
 
     @_reports_storage_errors
-    def take_producer_snapshot(self) -> None:
-        """Snapshot the producer state at the log end offset; keep the newest few."""
-        producer_snapshot.write_snapshot(self.directory, self.log_end_offset, self.producer_state.producers)
+    def take_producer_snapshot(self, *, sync: bool = True) -> None:
+        """Snapshot the producer state at the log end offset; keep the newest few. Without
+        `sync`, the snapshot is fsynced by the next flush (as Kafka's roll leaves it to the
+        asynchronous flush of the rolled segment)."""
+        path = producer_snapshot.write_snapshot(self.directory, self.log_end_offset,
+                                                self.producer_state.producers, sync=sync)
+        if not sync:
+            self._unsynced_snapshots.append(path)
         offsets = producer_snapshot.snapshot_offsets(self.directory)
         if len(offsets) > SNAPSHOTS_RETAINED:
             producer_snapshot.delete_snapshots(self.directory, below=offsets[-SNAPSHOTS_RETAINED])
@@ -762,7 +775,7 @@ class PartitionLog:
         if active.size == 0:
             return active
         active.on_become_inactive()
-        self.take_producer_snapshot()
+        self.take_producer_snapshot(sync=False)
         segment = LogSegment.create(self.directory, self.log_end_offset)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
@@ -799,6 +812,10 @@ class PartitionLog:
             changes = self.txn_index.unsynced_changes
             if changes is not None:
                 flush.txn_index = (open_for_fsync(self.txn_index.path, os.O_WRONLY | os.O_CREAT), changes)
+            for path in self._unsynced_snapshots:
+                if path.exists():  # else pruned meanwhile
+                    flush.snapshots.append((open_for_fsync(path, os.O_RDONLY), path))
+            self._unsynced_snapshots = []
             if self._directory_changes != self._directory_synced_changes:
                 flush.directory = (open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY),
                                    self._directory_changes)
@@ -836,6 +853,10 @@ class PartitionLog:
         self._last_flush_ms = clock.now_ms() if now_ms is None else now_ms
         if self.flush_stats is not None:
             self.flush_stats.observe(time.perf_counter() - flush.started)
+
+    def keep_unsynced_snapshots(self, paths: Iterable[Path]) -> None:
+        """Producer snapshots a discarded flush did not fsync: for the next one."""
+        self._unsynced_snapshots[:0] = [path for path in paths if path not in self._unsynced_snapshots]
 
     def flush_discarded(self, flush: LogFlush) -> None:
         """What `flush` took waits for the next one."""

@@ -39,6 +39,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from oncelog import clock
 from oncelog.stats import Histogram
@@ -127,6 +128,29 @@ class _TopicRecord:
             "partitions": self.num_partitions,
             "configs": dict(self.config_overrides),
         }
+
+
+@dataclass(slots=True)
+class CheckpointWrite:
+    """One log dir's checkpoint files, taken on the loop and written by `run` on any
+    thread (each file: temporary file, fsync, rename, directory fsync)."""
+
+    directory: Path
+    recovery_points: list[list[Any]]
+    log_starts: list[list[Any]]
+    high_watermarks: list[tuple[str, int, int]] | None  # None: no replication checkpoint here
+    error: StorageError | None = None
+
+    def run(self) -> None:
+        try:
+            write_json_file(self.directory / RECOVERY_POINT_CHECKPOINT_FILE, _CHECKPOINT_MAGIC,
+                            _CHECKPOINT_VERSION, {"offsets": self.recovery_points})
+            write_json_file(self.directory / LOG_START_CHECKPOINT_FILE, _CHECKPOINT_MAGIC,
+                            _CHECKPOINT_VERSION, {"offsets": self.log_starts})
+            if self.high_watermarks is not None:
+                write_checkpoint(self.directory / REPLICATION_OFFSET_CHECKPOINT_FILE, self.high_watermarks)
+        except StorageError as error:
+            self.error = error
 
 
 class LogManager:
@@ -646,15 +670,24 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Write the recovery-point and log-start checkpoints of every log dir, and the
-        high watermarks of its replicated logs."""
-        for directory in self.online_dirs:
-            try:
-                self._checkpoint_dir(directory)
-            except StorageError as error:
-                self._report(directory, error)
-                raise
+        high watermarks of its replicated logs, in the calling thread."""
+        for write in self.take_checkpoints():
+            write.run()
+            if write.error is not None:
+                self.checkpoint_failed(write)
+                raise write.error
 
-    def _checkpoint_dir(self, directory: Path) -> None:
+    def take_checkpoints(self) -> list[CheckpointWrite]:
+        """The checkpoints of every online log dir as they are now (taken on the loop), to
+        `run` on any thread: their fsyncs must not stall requests."""
+        return [self._checkpoint_of(directory) for directory in self.online_dirs]
+
+    def checkpoint_failed(self, write: CheckpointWrite) -> None:
+        """Back on the loop: a write that failed takes its log dir offline."""
+        if write.error is not None:
+            self._report(write.directory, write.error)
+
+    def _checkpoint_of(self, directory: Path) -> CheckpointWrite:
         recovery_points = []
         log_starts = []
         high_watermarks = []
@@ -665,13 +698,9 @@ class LogManager:
             log_starts.append([topic, partition, log.log_start_offset])
             if log.replicated:
                 high_watermarks.append((topic, partition, log.high_watermark))
-        write_json_file(directory / RECOVERY_POINT_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
-                        {"offsets": recovery_points})
-        write_json_file(directory / LOG_START_CHECKPOINT_FILE, _CHECKPOINT_MAGIC, _CHECKPOINT_VERSION,
-                        {"offsets": log_starts})
         replication_checkpoint = directory / REPLICATION_OFFSET_CHECKPOINT_FILE
-        if high_watermarks or self.replicated or replication_checkpoint.exists():
-            write_checkpoint(replication_checkpoint, high_watermarks)
+        replicated = bool(high_watermarks) or self.replicated or replication_checkpoint.exists()
+        return CheckpointWrite(directory, recovery_points, log_starts, high_watermarks if replicated else None)
 
     def close(self) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown markers."""

@@ -51,7 +51,10 @@ def snapshot_offsets(directory: Path) -> list[int]:
     return sorted(offsets)
 
 
-def write_snapshot(directory: Path, offset: int, producers: dict[int, ProducerStateEntry]) -> Path:
+def write_snapshot(directory: Path, offset: int, producers: dict[int, ProducerStateEntry], *,
+                   sync: bool = True) -> Path:
+    """Write the snapshot at `offset` (a temporary file renamed into place). Without `sync`
+    the file is not fsynced: its caller fsyncs it later (a torn one is ignored on load)."""
     payload = json.dumps(
         {
             "offset": offset,
@@ -75,8 +78,9 @@ def write_snapshot(directory: Path, offset: int, producers: dict[int, ProducerSt
     temporary = path.with_suffix(".snapshot.tmp")
     with open(temporary, "wb") as file:
         file.write(_HEADER.pack(MAGIC, VERSION, crc32c(payload)) + payload)
-        file.flush()
-        os.fsync(file.fileno())
+        if sync:
+            file.flush()
+            os.fsync(file.fileno())
     os.replace(temporary, path)
     return path
 
