@@ -51,6 +51,7 @@ COMMAND_MODULES = {
     "groups": "oncelog.admin.groups",
     "producers": "oncelog.admin.producers",
     "transactions": "oncelog.admin.transactions",
+    "leader-election": "oncelog.admin.leader_election",
     "pipeline": "oncelog.admin.pipeline",
     "demo": "oncelog.admin.demo",
     "chaos": "oncelog.admin.chaos",

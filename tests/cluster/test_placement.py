@@ -12,7 +12,9 @@ from oncelog.cluster.placement import (
     check_assignment,
     elect_leader,
     elect_on_return,
+    elect_preferred,
     election_order,
+    imbalanced_partitions,
     place_replicas,
 )
 
@@ -253,3 +255,31 @@ def test_leader_with_a_stale_view_does_not_write_a_fenced_broker_back_into_the_i
 ])
 def test_isr_change_is_not_written_by_a_former_leader_or_when_it_changes_nothing(stored):
     assert alter_isr(stored, partition(isr=(1, 2)), 1, (1, 2, 3)) is None
+
+
+# -- preferred leaders ---------------------------------------------------------------------
+
+
+def test_a_preferred_election_moves_leadership_to_the_first_replica_when_live_and_in_the_isr():
+    moved = elect_preferred(partition(leader=2), live={1, 2, 3})
+    assert moved is not None
+    assert (moved.leader, moved.isr, moved.leader_epoch, moved.partition_epoch) == (1, (1, 2, 3), 6, 10)
+
+
+def test_a_preferred_election_is_not_made_when_the_first_replica_leads_is_dead_or_out_of_the_isr():
+    assert elect_preferred(partition(leader=1), live={1, 2, 3}) is None
+    assert elect_preferred(partition(leader=2), live={2, 3}) is None
+    assert elect_preferred(partition(leader=2, isr=(2, 3)), live={1, 2, 3}) is None
+
+
+def test_leaderships_go_home_only_for_brokers_above_the_imbalance_percentage():
+    # Broker 1 is the preferred replica of 10 partitions and leads 9 of them: 10% off.
+    mine = [partition(replicas=(1, 2, 3), leader=2 if number == 0 else 1) for number in range(10)]
+    assert imbalanced_partitions(mine, {1, 2, 3}, 10) == []
+    assert imbalanced_partitions(mine, {1, 2, 3}, 9) == [mine[0]]
+    # A broker that leads none of its own (back after a failover) is 100% off.
+    away = [partition(replicas=(3, 1, 2), leader=1)]
+    assert imbalanced_partitions(mine + away, {1, 2, 3}, 10) == away
+    # Not while it is dead or has not caught up into the ISR.
+    assert imbalanced_partitions(away, {1, 2}, 10) == []
+    assert imbalanced_partitions([partition(replicas=(3, 1, 2), isr=(1, 2), leader=1)], {1, 2, 3}, 10) == []

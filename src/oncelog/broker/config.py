@@ -287,6 +287,14 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("broker.session.timeout.ms", _int, "9000",
                 "A broker whose registration lease is not renewed for this long is fenced: its leaderships move."),
         Setting("broker.heartbeat.interval.ms", _int, "2000", "How often a broker renews its registration lease."),
+        Setting("auto.leader.rebalance.enable", _bool, "true",
+                "The active controller moves leaderships back to preferred replicas (the first of each "
+                "partition's replicas) when they are live and in the ISR."),
+        Setting("leader.imbalance.check.interval.seconds", _int, "300",
+                "How often the active controller checks whether leaderships are off their preferred replicas."),
+        Setting("leader.imbalance.per.broker.percentage", _int, "10",
+                "A broker's share of preferred leaderships it does not hold above which the controller moves "
+                "them back."),
         Setting("replica.lag.time.max.ms", _int, "30000",
                 "A follower that has not caught up with the leader for this long leaves the ISR."),
         Setting("replica.fetch.wait.max.ms", _int, "500", "How long a follower's fetch waits at the leader for data."),
@@ -344,7 +352,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.max.bytes.per.second",
         "unclean.leader.election.enable",
-        "auto.leader.rebalance.enable",
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
     }

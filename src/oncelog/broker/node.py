@@ -24,7 +24,7 @@ without closing a loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,6 +33,7 @@ from oncelog.pacing import Pace, unpaced
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView
+    from oncelog.broker.topics import ElectionOutcomes
     from oncelog.cluster.image import MetadataDelta, MetadataImage
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
@@ -89,6 +90,10 @@ class TopicAdmin(Protocol):
     async def ensure_internal(self, name: str) -> tuple[ErrorCode, str | None]:
         """Create `__consumer_offsets` or `__transaction_state` if missing (FindCoordinator
         does, as Kafka's): NONE once it exists, else COORDINATOR_NOT_AVAILABLE and why."""
+        ...
+    async def elect_leaders(self, election_type: int, wanted: Sequence[tuple[str, Sequence[int]]] | None,
+                            pace: Pace = unpaced) -> ElectionOutcomes:
+        """ElectLeaders: each partition's outcome, per topic (`broker.topics.elect_each`)."""
         ...
 
 

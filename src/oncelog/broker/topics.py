@@ -1,13 +1,14 @@
 """Topic administration shared by Metadata (auto-create), CreateTopics, DeleteTopics,
-CreatePartitions and the config APIs: request-level checks, the mapping of storage
-errors to Kafka codes, and the standalone broker's `node.TopicAdmin` (the cluster's is
+CreatePartitions, ElectLeaders and the config APIs: request-level checks, the mapping of
+storage errors to Kafka codes, the walk over an election's partitions, and the
+standalone broker's `node.TopicAdmin` (the cluster's is
 `oncelog.cluster.topics.ClusterTopics`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.internal_topics import internal_topic_spec
@@ -26,12 +27,50 @@ log = logging.getLogger("oncelog.topics")
 # Kafka's controller refuses to create more partitions than this in one request.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election_type
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+PartitionOutcome = tuple[int, ErrorCode, "str | None"]  # (partition, error code, message)
+ElectionOutcomes = list[tuple[str, list[PartitionOutcome]]]  # per topic, in the order asked
+
 class TopicRequestError(Exception):
     """A per-topic failure answered with a Kafka error code and message."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+async def elect_each(partition_counts: Mapping[str, int], wanted: Sequence[tuple[str, Sequence[int]]] | None,
+                     elect: Callable[[str, int], Awaitable[tuple[ErrorCode, str | None]]],
+                     pace: Pace = unpaced) -> ElectionOutcomes:
+    """ElectLeaders' walk, as Kafka's controller makes it: each named partition gets
+    `elect`'s outcome, or UNKNOWN_TOPIC_OR_PARTITION; with `wanted` None every partition of
+    every topic is tried and only those that needed an election are listed (each topic
+    is, with no partitions when none did)."""
+    if wanted is None:
+        wanted = [(name, range(count)) for name, count in sorted(partition_counts.items())]
+        every = True
+    else:
+        every = False
+    outcomes: ElectionOutcomes = []
+    for topic, partitions in wanted:
+        await pace()
+        count = partition_counts.get(topic)
+        results: list[PartitionOutcome] = []
+        for index in partitions:
+            await pace()
+            message: str | None
+            if count is None:
+                code, message = ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}"
+            elif not 0 <= index < count:
+                code, message = ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{index}"
+            else:
+                code, message = await elect(topic, index)
+            if not (every and code is ErrorCode.election_not_needed):
+                results.append((index, code, message))
+        outcomes.append((topic, results))
+    return outcomes
 
 
 def error_code_for(error: Exception) -> ErrorCode:
@@ -121,6 +160,16 @@ class StandaloneTopics:
             raise TopicRequestError(error_code_for(error), str(error)) from None
         if not validate_only:
             log.info("topic %s configs are now %s", name, overrides or "the defaults")
+
+    async def elect_leaders(self, election_type: int, wanted: Sequence[tuple[str, Sequence[int]]] | None,
+                            pace: Pace = unpaced) -> ElectionOutcomes:
+        """Every partition has one replica, this broker, which leads it: no election is
+        ever needed."""
+        async def not_needed(_topic: str, _partition: int) -> tuple[ErrorCode, str | None]:
+            return ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
+
+        counts = {name: info.num_partitions for name, info in self._logs().topics().items()}
+        return await elect_each(counts, wanted, not_needed, pace)
 
     async def _check_assignment(self, assignment: list[list[int]], pace: Pace) -> None:
         for replicas in assignment:

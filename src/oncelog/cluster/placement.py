@@ -9,6 +9,10 @@
   when brokers go away or come back (PartitionChangeBuilder, ONLINE election, no ELR and no
   unclean election): the leader comes only from the ISR, and the ISR never becomes empty.
 - `election_order`: which partitions to change, ISRs before leaderships.
+- `elect_preferred` / `imbalanced_partitions`: a PREFERRED election (ElectLeaders, and the
+  controller's automatic leader rebalance): leadership goes back to the first replica when
+  it is live and in the ISR, for the brokers whose share of preferred leaderships held
+  elsewhere is above `leader.imbalance.per.broker.percentage`.
 - `alter_isr`: the ISR change a partition's leader writes (AlterPartition's checks).
 
 Deviation: no racks (oncelog brokers have no `broker.rack`).
@@ -192,3 +196,37 @@ def elect_on_return(partition: PartitionRecord, live: Collection[int]) -> Partit
     if partition.leader != NO_LEADER:
         return None
     return elect_leader(partition, live)
+
+
+def preferred_replica(partition: PartitionRecord) -> int:
+    return partition.replicas[0] if partition.replicas else NO_LEADER
+
+
+def elect_preferred(partition: PartitionRecord, live: Collection[int]) -> PartitionRecord | None:
+    """The partition led by its preferred replica, or None when that is not possible or
+    not needed: the preferred replica must be live and in the ISR, and not lead already.
+    The ISR does not change; the leader epoch and the partition epoch go up."""
+    preferred = preferred_replica(partition)
+    if preferred == partition.leader or preferred not in live or preferred not in partition.isr:
+        return None
+    return replace(partition, leader=preferred, leader_epoch=partition.leader_epoch + 1,
+                   partition_epoch=partition.partition_epoch + 1)
+
+
+def imbalanced_partitions(partitions: Collection[PartitionRecord], live: Collection[int],
+                          max_imbalance_percentage: int) -> list[PartitionRecord]:
+    """The partitions the automatic leader rebalance moves (Kafka's
+    checkAndTriggerAutoLeaderRebalance): for each broker, the share of the partitions it
+    is the preferred replica of that another replica leads; where that share is above
+    `max_imbalance_percentage`, every one of them a preferred election can move now."""
+    preferred_of: dict[int, list[PartitionRecord]] = {}
+    for record in partitions:
+        preferred_of.setdefault(preferred_replica(record), []).append(record)
+    moves: list[PartitionRecord] = []
+    for broker, records in sorted(preferred_of.items()):
+        if broker == NO_LEADER:
+            continue
+        elsewhere = [record for record in records if record.leader != broker]
+        if len(elsewhere) * 100 > max_imbalance_percentage * len(records):
+            moves.extend(record for record in elsewhere if elect_preferred(record, live) is not None)
+    return moves

@@ -34,10 +34,11 @@ it follows, and (on one controller at a time) the reactions to brokers coming an
 - **Quorum member.** A member that exits (e.g. on a full disk) is started again after a
   pause that grows with each exit.
 - **Controller.** Controller-role nodes campaign for the `controller` key under their
-  lease. The active one elects leaders from the ISR when brokers are fenced and
-  gives a leaderless partition back to its last ISR member when that returns. Its
-  writes compare the controller key's create revision, so a deposed controller's
-  writes fail.
+  lease. The active one elects leaders from the ISR when brokers are fenced, gives a
+  leaderless partition back to its last ISR member when that returns, and every
+  `leader.imbalance.check.interval.seconds` moves leaderships back to preferred
+  replicas that are live and in the ISR (`auto.leader.rebalance.enable`). Its writes
+  compare the controller key's create revision, so a deposed controller's writes fail.
 """
 
 from __future__ import annotations
@@ -62,7 +63,13 @@ from oncelog.cluster.etcd_member import EtcdMember
 from oncelog.cluster.fetcher import ReplicaFetchers
 from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage
 from oncelog.cluster.metadata_store import MetadataConflict, MetadataStore
-from oncelog.cluster.placement import elect_leader, elect_on_return, election_order
+from oncelog.cluster.placement import (
+    elect_leader,
+    elect_on_return,
+    elect_preferred,
+    election_order,
+    imbalanced_partitions,
+)
 from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.settings import ClusterSettings
 from oncelog.security.inter_broker import PeerSecurity
@@ -107,6 +114,7 @@ class ClusterRuntime:
         self.broker_epoch = -1
         self.lease = 0
         self.controller_revision: int | None = None  # set while this node is the active controller
+        self._balance_due: tuple[int | None, float] = (None, 0.0)  # (controller revision, loop time)
         self._listeners: list = []  # called with (image, delta) after the replica manager
         self._revision_waiters: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
@@ -502,6 +510,7 @@ class ClusterRuntime:
                         log.info("node %d is the active controller (revision %d)", self.node_id, won)
                 if self.controller_revision is not None:
                     await self._reconcile()
+                    await self._balance_leaders_when_due()
             except asyncio.CancelledError:
                 raise
             except (EtcdError, MetadataConflict, OSError) as error:
@@ -532,6 +541,35 @@ class ClusterRuntime:
                 self.leader_elections += stored.leader != record.leader
                 log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", stored.topic, stored.partition, record.leader,
                          stored.leader, stored.leader_epoch, list(stored.isr))
+
+    async def _balance_leaders_when_due(self) -> None:
+        """Kafka's automatic leader rebalance: every leader.imbalance.check.interval.seconds
+        of being the active controller, leaderships go back to their preferred replicas
+        on the brokers whose imbalance is above leader.imbalance.per.broker.percentage
+        (`imbalanced_partitions`), each a PREFERRED election of its own."""
+        settings = self.settings
+        if not settings.auto_leader_rebalance:
+            return
+        now = asyncio.get_running_loop().time()
+        revision, due = self._balance_due
+        if revision != self.controller_revision:  # newly the controller: a whole interval first
+            self._balance_due = (self.controller_revision, now + settings.leader_imbalance_check_interval_ms / 1000)
+            return
+        if now < due:
+            return
+        self._balance_due = (revision, now + settings.leader_imbalance_check_interval_ms / 1000)
+        live = set(self.image.live_broker_ids())
+        for record in imbalanced_partitions(list(self.image.partitions.values()), live,
+                                            settings.leader_imbalance_percentage):
+
+            def change(current, live=live):
+                return elect_preferred(current, live)
+
+            stored = await self.store.change_partition(record, change, controller_revision=self.controller_revision)
+            if stored is not None:
+                self.leader_elections += 1
+                log.info("%s-%d: leader %d -> %d (epoch %d), the preferred replica again", stored.topic,
+                         stored.partition, record.leader, stored.leader, stored.leader_epoch)
 
     # ---- helpers ------------------------------------------------------------------------
 

@@ -39,6 +39,10 @@ class ClusterSettings:
     heartbeat_interval_ms: int
     election_timeout_ms: int
     request_timeout_ms: int
+    # The active controller's automatic leader rebalance (Kafka's keys of the same names).
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_percentage: int = 10
 
     @property
     def is_controller(self) -> bool:
@@ -95,6 +99,12 @@ def cluster_settings(config: BrokerConfig) -> ClusterSettings | None:
         raise ConfigError(f"broker.session.timeout.ms: must be at least 1000, got {session}")
     if not 0 < heartbeat < session:
         raise ConfigError("broker.heartbeat.interval.ms: must be positive and below broker.session.timeout.ms")
+    check_interval_s = config["leader.imbalance.check.interval.seconds"]
+    if check_interval_s < 1:
+        raise ConfigError(f"leader.imbalance.check.interval.seconds: must be at least 1, got {check_interval_s}")
+    imbalance = config["leader.imbalance.per.broker.percentage"]
+    if not 0 <= imbalance <= 100:
+        raise ConfigError(f"leader.imbalance.per.broker.percentage: must be 0 to 100, got {imbalance}")
     return ClusterSettings(
         node_id=node_id,
         roles=roles,
@@ -105,6 +115,9 @@ def cluster_settings(config: BrokerConfig) -> ClusterSettings | None:
         heartbeat_interval_ms=heartbeat,
         election_timeout_ms=config["controller.quorum.election.timeout.ms"],
         request_timeout_ms=config["controller.quorum.request.timeout.ms"],
+        auto_leader_rebalance=config["auto.leader.rebalance.enable"],
+        leader_imbalance_check_interval_ms=check_interval_s * 1000,
+        leader_imbalance_percentage=imbalance,
     )
 
 

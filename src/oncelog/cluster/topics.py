@@ -1,6 +1,7 @@
 """Topic administration in cluster mode: CreateTopics, Metadata's auto-creation,
-DeleteTopics, CreatePartitions and the config APIs write the metadata store, and every
-broker creates, deletes or reconfigures its local logs when the change reaches its image.
+DeleteTopics, CreatePartitions, ElectLeaders and the config APIs write the metadata store,
+and every broker creates, deletes or reconfigures its local logs (or leads and follows)
+when the change reaches its image.
 
 The checks are the standalone ones (names, partition counts, topic configs), plus
 Kafka's placement: replicas spread over the registered brokers, and a replication
@@ -12,13 +13,27 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from oncelog.broker.topics import TopicRequestError, checked_counts
+from oncelog.broker.topics import (
+    ELECTION_NOT_NEEDED_MESSAGE,
+    PREFERRED_ELECTION,
+    ElectionOutcomes,
+    TopicRequestError,
+    checked_counts,
+    elect_each,
+)
 from oncelog.cluster.etcd import EtcdUnavailable
-from oncelog.cluster.image import TopicRecord
+from oncelog.cluster.image import NO_LEADER, TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
-from oncelog.cluster.placement import InvalidReplicationFactor, check_assignment, place_replicas
+from oncelog.cluster.placement import (
+    InvalidReplicationFactor,
+    check_assignment,
+    elect_preferred,
+    place_replicas,
+    preferred_replica,
+)
 from oncelog.coordinator.internal_topics import REPLICATION_FACTOR_KEY, internal_topic_spec
 from oncelog.pacing import Pace, paced, unpaced
 from oncelog.protocol.messages import ErrorCode
@@ -62,6 +77,24 @@ class ClusterTopics:
 
     async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None:
         await _alter_topic_configs(self._runtime, self._logs, name, change, validate_only=validate_only)
+
+    async def elect_leaders(self, election_type: int, wanted: Sequence[tuple[str, Sequence[int]]] | None,
+                            pace: Pace = unpaced) -> ElectionOutcomes:
+        counts = {name: len(self._runtime.image.partitions_of(name)) for name in self._runtime.image.topics}
+
+        async def elect(topic: str, partition: int) -> tuple[ErrorCode, str | None]:
+            if election_type == PREFERRED_ELECTION:
+                return await _elect_preferred(self._runtime, topic, partition)
+            # No unclean elections: a partition with a leader needs none, one without
+            # has no replica that may lead (only its last ISR member, which the
+            # controller elects as soon as it returns).
+            record = self._runtime.image.partitions.get((topic, partition))
+            if record is not None and record.leader != NO_LEADER:
+                return ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
+            return ErrorCode.eligible_leaders_not_available, (
+                f"No replica of {topic}-{partition} in its ISR is live; oncelog makes no unclean elections.")
+
+        return await elect_each(counts, wanted, elect, pace)
 
     async def ensure_internal(self, name: str) -> tuple[ErrorCode, str | None]:
         """Create the internal topic through the metadata quorum if the image lacks it.
@@ -241,3 +274,30 @@ async def _alter_topic_configs(runtime: ClusterRuntime, logs: LogManager, name: 
     raise TopicRequestError(
         ErrorCode.request_timed_out,
         f"the topic {name} kept changing during {CONFIG_WRITE_ATTEMPTS} attempts to alter its configs")
+
+
+async def _elect_preferred(runtime: ClusterRuntime, topic: str, partition: int) -> tuple[ErrorCode, str | None]:
+    """A PREFERRED election of one partition, written to the metadata store (a compare-and-
+    set on the partition, as the controller's own elections and the leaders' ISR changes):
+    answered once this broker's image has it."""
+    record = runtime.image.partitions.get((topic, partition))
+    if record is None:
+        return ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
+    preferred = preferred_replica(record)
+    if record.leader == preferred:
+        return ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
+    live = runtime.image.live_broker_ids()
+    unavailable = (ErrorCode.preferred_leader_not_available,
+                   (f"Failed to elect leader for partition {topic}-{partition}: the preferred replica {preferred} "
+                    f"is not live and in the ISR {list(record.isr)}."))
+    if elect_preferred(record, live) is None:
+        return unavailable
+    try:
+        stored = await runtime.store.change_partition(record, lambda current: elect_preferred(current, live))
+    except (EtcdUnavailable, MetadataConflict) as error:
+        return ErrorCode.request_timed_out, f"The metadata quorum did not take the election: {error}"
+    if stored is None:
+        return unavailable
+    log.info("%s-%d: preferred leader %d elected (epoch %d)", topic, partition, stored.leader, stored.leader_epoch)
+    await runtime.wait_for_revision(stored.mod_revision)
+    return ErrorCode.none, None

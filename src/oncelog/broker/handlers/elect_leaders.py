@@ -1,23 +1,29 @@
 """ElectLeaders (key 43), v0-v2.
 
-- Every partition has one replica, this broker, which leads it: a preferred (0) or
-  unclean (1) election is never needed. As Kafka's controller answers: each named
-  partition gets ELECTION_NOT_NEEDED, a missing topic or partition
-  UNKNOWN_TOPIC_OR_PARTITION; with `topic_partitions` null (every partition) each topic
-  is listed with no partition results, since partitions that already have their
-  leader are left out.
+- PREFERRED (0): each named partition's leadership goes to its preferred replica (the
+  first of its replicas) when that one is live and in the ISR: NONE once this broker's
+  metadata has the election, ELECTION_NOT_NEEDED when it leads already,
+  PREFERRED_LEADER_NOT_AVAILABLE when it cannot lead. UNCLEAN (1): a partition with a
+  leader needs no election; oncelog makes no unclean elections, so one without gets
+  ELIGIBLE_LEADERS_NOT_AVAILABLE. A missing topic or partition is
+  UNKNOWN_TOPIC_OR_PARTITION. With `topic_partitions` null every partition is tried and,
+  as Kafka's controller answers, each topic is listed with only the partitions that
+  needed an election (`broker.topics.elect_each`).
+- A standalone broker's partitions have one replica, which leads: ELECTION_NOT_NEEDED.
 - v0 has no election type (preferred only) and no top-level error code.
 - Needs Cluster ALTER (Kafka's controller): else the top-level error is
   CLUSTER_AUTHORIZATION_FAILED and so is every partition asked for (none when all were).
+- Deviation: the request's timeout is not waited on; an election is written to the
+  metadata quorum before the answer, or fails with REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.topics import PREFERRED_ELECTION
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 
-ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 CLUSTER_AUTHORIZATION_FAILED_MESSAGE = "Cluster authorization failed."
 
 
@@ -33,26 +39,13 @@ async def handle(ctx: RequestContext, request) -> object:
                                  error_message=CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
                             async for index in ctx.paced(wanted.partitions)]))
                         async for wanted in ctx.paced(request.topic_partitions or ())]))
-    topics = ctx.broker.logs.topics()
-    results = []
-    if request.topic_partitions is None:
-        for name in sorted(topics):
-            await ctx.pace()
-            results.append(make("ReplicaElectionResult", topic=name, partition_result=()))
-    else:
-        for wanted in request.topic_partitions:
-            await ctx.pace()
-            info = topics.get(wanted.topic)
-            partitions = []
-            for index in wanted.partitions:
-                await ctx.pace()
-                if info is None:
-                    code, message = ErrorCode.unknown_topic_or_partition, f"No such topic as {wanted.topic}"
-                elif not 0 <= index < info.num_partitions:
-                    code, message = ErrorCode.unknown_topic_or_partition, f"No such partition as {wanted.topic}-{index}"
-                else:
-                    code, message = ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
-                partitions.append(make("PartitionResult", partition_id=index, error_code=code, error_message=message))
-            results.append(make("ReplicaElectionResult", topic=wanted.topic, partition_result=tuple(partitions)))
+    election_type = getattr(request, "election_type", PREFERRED_ELECTION)
+    wanted = None if request.topic_partitions is None else [
+        (topic.topic, topic.partitions) for topic in request.topic_partitions]
+    outcomes = await ctx.broker.topics.elect_leaders(election_type, wanted, ctx.pace)
     return make("ElectLeadersResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                replica_election_results=tuple(results))
+                replica_election_results=tuple(
+                    make("ReplicaElectionResult", topic=topic, partition_result=tuple(
+                        make("PartitionResult", partition_id=index, error_code=code, error_message=message)
+                        for index, code, message in results))
+                    for topic, results in outcomes))
