@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.broker.config import read_properties
 from oncelog.local.process import child_pids
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
@@ -81,12 +82,12 @@ def data_dir(tmp_path):
     free_etcd_wals(tmp_path / "cluster")
 
 
-def produce_acknowledged(bootstrap: str, topic: str, count: int) -> set[bytes]:
+def produce_acknowledged(bootstrap: str, topic: str, count: int, **security: str) -> set[bytes]:
     """Records written with acks=all by an idempotent producer; the ones acknowledged."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **security})
     admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5})
+                         "linger.ms": 5, **security})
     acknowledged: set[bytes] = set()
 
     def delivered(error, message) -> None:
@@ -101,9 +102,9 @@ def produce_acknowledged(bootstrap: str, topic: str, count: int) -> set[bytes]:
     return acknowledged
 
 
-def read_everything(bootstrap: str, topic: str, expected: int, timeout_s: float = 60) -> set[bytes]:
+def read_everything(bootstrap: str, topic: str, expected: int, timeout_s: float = 60, **security: str) -> set[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+                         "isolation.level": "read_committed", **security})
     consumer.assign([TopicPartition(topic, partition, 0) for partition in range(3)])
     values: set[bytes] = set()
     deadline = time.monotonic() + timeout_s
@@ -163,6 +164,57 @@ def test_cluster_restarted_after_kill_9_of_every_process_has_every_acknowledged_
     second = start_cluster(data_dir)
     try:
         assert read_everything(second.bootstrap, "orders", len(acknowledged), timeout_s=30) == acknowledged
+        stop(second)
+    finally:
+        kill_everything(second)
+
+
+SECURED = ("--listeners", "CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{port}",
+           "--override", "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
+           "--override", "inter.broker.listener.name=INTERNAL",
+           "--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+           "--override", "allow.everyone.if.no.acl.found=false")
+
+
+def test_a_secured_cluster_is_one_command_and_its_restart_keeps_its_listeners(data_dir):
+    """SASL_SSL for clients and between the brokers, with an authorizer: the generated CA,
+    certificate and PLAIN users are enough for replication (min ISR 3), transaction
+    markers and the tools' --command-config; a wrong password is refused; a restart from
+    the data dir has the same listeners and credentials."""
+    first = start_cluster(data_dir, "--brokers", "3", "--override", "min.insync.replicas=3", *SECURED)
+    try:
+        client_file = data_dir / "client.properties"
+        assert f"--command-config {client_file}" in "".join(first.stdout)
+        assert client_file.stat().st_mode & 0o077 == 0  # it holds the admin's password
+        security = read_properties(client_file)
+        assert (security["security.protocol"], security["sasl.username"]) == ("SASL_SSL", "admin")
+        acknowledged = produce_acknowledged(first.bootstrap, "orders", 500, **security)
+        producer = Producer({"bootstrap.servers": first.bootstrap, "transactional.id": "secured", **security})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for partition in range(3):
+            producer.produce("orders", f"committed-{partition}".encode(), partition=partition)
+        producer.commit_transaction(30)
+        acknowledged |= {f"committed-{partition}".encode() for partition in range(3)}
+        listed = subprocess.run([str(ONCELOG), "topics", "list", "--bootstrap-server", first.bootstrap,
+                                 "--command-config", str(client_file)], capture_output=True, text=True,
+                                timeout=60, check=False)
+        assert listed.returncode == 0 and "orders\n" in listed.stdout, listed
+        wrong = subprocess.run([str(ONCELOG), "topics", "list", "--bootstrap-server", first.bootstrap,
+                                "--command-config", str(client_file), "-X", "sasl.password=guess"],
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert wrong.returncode == 1 and "Authentication failed" in wrong.stderr, wrong
+        stop(first)
+    finally:
+        kill_everything(first)
+    refused = subprocess.run([str(ONCELOG), "cluster", "start", "--data-dir", str(data_dir), "--listeners",
+                              "PLAINTEXT://127.0.0.1:{port}"], capture_output=True, text=True, timeout=30,
+                             check=False)
+    assert refused.returncode == 1 and "leave out --listeners" in refused.stderr, refused
+    second = start_cluster(data_dir)
+    try:
+        assert second.bootstrap == first.bootstrap
+        assert read_everything(second.bootstrap, "orders", len(acknowledged), **security) == acknowledged
         stop(second)
     finally:
         kill_everything(second)

@@ -12,6 +12,17 @@ same --data-dir (after SIGTERM, or after every process was killed), the command 
 them back: the same node ids and ports, so the etcd members, which remember their peers'
 addresses, form their quorum again and every node recovers its own logs.
 
+Listeners: one PLAINTEXT listener per node unless `--listeners` gives Kafka's
+`listeners` value, for every node or (`N=...`) for node N, with `{node}` standing for
+the node id and each `{port}` for a free port; `--override` sets
+`listener.security.protocol.map` and `inter.broker.listener.name` (default: the first
+listener). SSL and SASL_SSL listeners get a generated CA and broker certificate under
+`<data-dir>/tls/` unless `ssl.keystore.location` is given; SASL listeners get PLAIN with
+generated `broker` and `admin` super users unless `sasl.enabled.mechanisms` is given
+(oncelog.local.cluster_security). A client's settings for the client listener (the first
+that is not the inter-broker one) go to `<data-dir>/client.properties`, for the tools'
+`--command-config`. A restart keeps all of it.
+
 A node that dies while the cluster runs is reported on stderr at once (node id, pid,
 exit status, its log); the others keep running.
 """
@@ -24,9 +35,13 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.broker.config import ConfigError, parse_overrides
 from oncelog.errors import CommandError
+
+if TYPE_CHECKING:
+    from oncelog.security.listeners import ListenerSpec
 
 # How often the command looks for nodes that died.
 WATCH_INTERVAL_S = 0.5
@@ -49,6 +64,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="where the nodes keep their data and settings (node-1, node-1.properties, ...); "
                        "an existing cluster's dir restarts that cluster; default: a new temporary dir")
     start.add_argument(
+        "--listeners", action="append", default=[], metavar="[N=]LISTENERS",
+        help="Kafka's listeners value for every node, or with N= for node N (repeatable); {node} is the "
+        "node id, each {port} a free port; e.g. 'CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{port}' "
+        "with --override listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SSL "
+        "--override inter.broker.listener.name=INTERNAL (default: PLAINTEXT://127.0.0.1:{port})",
+    )
+    start.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE",
         help="set one Kafka broker key on every node, e.g. --override min.insync.replicas=2 (repeatable)",
     )
@@ -62,6 +84,14 @@ def run_start(args: argparse.Namespace) -> int:
         node_configs,
         read_node_configs,
         write_node_configs,
+    )
+    from oncelog.local.cluster_security import (
+        CLIENT_PROPERTIES,
+        client_listener,
+        client_properties,
+        listeners_of,
+        secure_settings,
+        write_private,
     )
     from oncelog.local.process import BrokerStartError
 
@@ -77,6 +107,9 @@ def run_start(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as error:
         raise CommandError(f"cannot read the cluster's settings in {data_dir}: {error}") from None
     if saved:
+        if args.listeners:
+            raise CommandError(f"{data_dir} holds a cluster whose listeners are kept in its node-N.properties: "
+                               "leave out --listeners to restart it (or edit those files)")
         if args.brokers is not None and args.brokers != len(saved):
             raise CommandError(
                 f"{data_dir} holds a cluster of {len(saved)} node(s), not {args.brokers}: leave out --brokers "
@@ -97,9 +130,25 @@ def run_start(args: argparse.Namespace) -> int:
         small = {"offsets.topic.replication.factor": str(min(brokers, 3)),
                  "transaction.state.log.replication.factor": str(min(brokers, 3)),
                  "transaction.state.log.min.isr": str(min(brokers, 2))}
-        configs = node_configs(data_dir, brokers, overrides={**small, **overrides})
+        templates = _listener_templates(args.listeners, brokers)
+        try:
+            configs = node_configs(data_dir, brokers, overrides={**small, **overrides}, listeners=templates)
+            for config in configs.values():
+                listeners_of(config)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        try:
+            hosts = {spec.bind.host for config in configs.values() for spec in listeners_of(config)} - {""}
+            secured = secure_settings(data_dir, configs[1], hosts)
+        except OSError as error:
+            raise CommandError(f"cannot write the cluster's certificates in {data_dir}: {error}") from None
+        configs = {node_id: {**config, **secured, **overrides} for node_id, config in configs.items()}
     try:
         write_node_configs(data_dir, configs)
+        client = client_properties(next(iter(configs.values())))
+        client_file = data_dir / CLIENT_PROPERTIES
+        if client["security.protocol"] != "PLAINTEXT":
+            write_private(client_file, "".join(f"{key}={value}\n" for key, value in client.items()).encode())
     except OSError as error:
         raise CommandError(f"cannot write the cluster's settings in {data_dir}: {error}") from None
     cluster = ClusterProcess(data_dir, node_settings=configs)
@@ -116,9 +165,12 @@ def run_start(args: argparse.Namespace) -> int:
         raise CommandError(f"the cluster did not start: {first_line}") from None
     print(f"oncelog cluster of {brokers} broker(s) in {data_dir}"
           + (" (restarted from its node-N.properties)" if saved else ""), flush=True)
-    print(f"bootstrap servers: {cluster.bootstrap_servers}", flush=True)
+    addresses = {node_id: _address(client_listener(config)) for node_id, config in configs.items()}
+    print(f"bootstrap servers: {','.join(addresses.values())}", flush=True)
+    if client["security.protocol"] != "PLAINTEXT":
+        print(f"client settings ({client['security.protocol']}): --command-config {client_file}", flush=True)
     for node_id, node in cluster.nodes.items():
-        print(f"node {node_id}: {node.bootstrap_servers} pid {node.pid}, log {node.log_path}", flush=True)
+        print(f"node {node_id}: {configs[node_id]['listeners']} pid {node.pid}, log {node.log_path}", flush=True)
     reported: set[int] = set()
     while not stop.wait(WATCH_INTERVAL_S):
         for node_id, node in cluster.nodes.items():
@@ -140,6 +192,33 @@ def run_start(args: argparse.Namespace) -> int:
         raise CommandError(f"{error}; every node was killed (its data recovers at the next start); "
                            f"its log: {logs}") from None
     return 0
+
+
+def _listener_templates(given: list[str], brokers: int) -> dict[int, str]:
+    """The listener template of each node from `--listeners` ([N=]LISTENERS): one
+    without N= for every node, those with N= for theirs."""
+    every: str | None = None
+    own: dict[int, str] = {}
+    for item in given:
+        node, separator, value = item.partition("=")
+        if separator and node.strip().isdigit():
+            node_id = int(node)
+            if not 1 <= node_id <= brokers:
+                raise CommandError(f"--listeners {item!r}: there is no node {node_id} (nodes 1 to {brokers})")
+            if node_id in own:
+                raise CommandError(f"--listeners: node {node_id} is given twice")
+            own[node_id] = value
+        elif every is not None:
+            raise CommandError("--listeners: give one value for every node, or N=... per node")
+        else:
+            every = item
+    templates = dict.fromkeys(range(1, brokers + 1), every) if every is not None else {}
+    return {**templates, **own}
+
+
+def _address(spec: ListenerSpec) -> str:
+    address = spec.advertised or spec.bind
+    return f"{address.host or '127.0.0.1'}:{address.port}"
 
 
 def _exit_status(code: int) -> str:

@@ -17,8 +17,10 @@ only find each other again on the same ports.
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
+import re
 import signal
 import subprocess
 import time
@@ -27,10 +29,13 @@ from pathlib import Path
 from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
+from oncelog.local.cluster_security import expand_listeners, listeners_of, write_private
 from oncelog.local.etcd import GatewayError
 from oncelog.local.etcd import post as etcd_post
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import BrokerProcess, child_pids, free_port
+
+_BROKER_KEY = re.compile(r"^/oncelog/[^/]+/brokers/(\d+)$")  # cluster.image.Keys.broker
 
 
 class NodesDidNotStop(Exception):
@@ -54,10 +59,13 @@ FAST_FAILOVER = {
 
 def node_configs(base_dir: Path, brokers: int, host: str = "127.0.0.1",
                  overrides: Mapping[str, str] | None = None,
-                 hosts: Mapping[int, str] | None = None) -> dict[int, dict[str, str]]:
+                 hosts: Mapping[int, str] | None = None,
+                 listeners: Mapping[int, str] | None = None) -> dict[int, dict[str, str]]:
     """The settings of `brokers` combined nodes with free ports on `host`, ids 1..n; with
     `hosts` (an address of its own per node, e.g. in a `NetworkLab`), Kafka's and etcd's
-    usual ports on each node's address."""
+    usual ports on each node's address. `listeners` gives nodes listener templates of
+    their own (`cluster_security.expand_listeners`: `{node}`, `{port}`); the others get
+    one PLAINTEXT listener."""
     ids = range(1, brokers + 1)
     if hosts is None:
         hosts = dict.fromkeys(ids, host)
@@ -74,7 +82,8 @@ def node_configs(base_dir: Path, brokers: int, host: str = "127.0.0.1",
             "process.roles": "broker,controller",
             "controller.quorum.voters": voters,
             "controller.quorum.peers": peers,
-            "listeners": f"PLAINTEXT://{hosts[i]}:{kafka[i]}",
+            "listeners": (expand_listeners(listeners[i], i, functools.partial(free_port, hosts[i]))
+                          if listeners and i in listeners else f"PLAINTEXT://{hosts[i]}:{kafka[i]}"),
             "log.dirs": str(base_dir / f"node-{i}"),
             **dict(overrides or {}),
         }
@@ -121,9 +130,7 @@ def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]])
         path = base_dir / NODE_CONFIG_FILE.format(node_id=node_id)
         text = NODE_CONFIG_HEADER.format(node_id=node_id, base_dir=base_dir, path=path)
         text += "".join(f"{key}={value}\n" for key, value in config.items())
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
+        write_private(path, text.encode("utf-8"))  # it may hold SASL passwords
 
 
 class ClusterProcess:
@@ -144,10 +151,10 @@ class ClusterProcess:
             self.configs = node_configs(self.base_dir, brokers, overrides=overrides, hosts=hosts)
         self.nodes = {}
         for node_id, settings in self.configs.items():
-            host, port = settings["listeners"].split("://", 1)[1].rsplit(":", 1)
+            first = listeners_of(settings)[0].bind  # what `bootstrap_servers` and `metadata` use
             wrap = functools.partial(network.command, node_id) if network is not None else None
-            self.nodes[node_id] = BrokerProcess(Path(settings["log.dirs"]), settings, port=int(port), host=host,
-                                                wrap=wrap)
+            self.nodes[node_id] = BrokerProcess(Path(settings["log.dirs"]), settings, port=first.port,
+                                                host=first.host or "127.0.0.1", wrap=wrap)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -173,7 +180,7 @@ class ClusterProcess:
 
             def registered() -> bool:
                 self._raise_if_one_exited(timeout)
-                return len(self.metadata([]).brokers) == len(self.nodes)
+                return self.registered_brokers() == set(self.nodes)
 
             self.wait_for(registered, timeout, "every broker to be registered")
         except BaseException:
@@ -242,6 +249,22 @@ class ClusterProcess:
                         raise RuntimeError(f"revoking lease {lease['ID']} at {voter}: {error}") from None
             return revoked
         raise RuntimeError(f"no quorum member answered to revoke the sessions ({'; '.join(failures)})")
+
+    def registered_brokers(self) -> set[int]:
+        """The node ids registered in the metadata quorum (asked of its members, so
+        whatever security the listeners have); empty while no member answers."""
+        voters = next(iter(self.configs.values()))["controller.quorum.voters"]
+        for voter in voters.split(","):
+            member = f"http://{voter.split('@', 1)[1]}"
+            prefix = base64.b64encode(b"/oncelog/").decode()
+            end = base64.b64encode(b"/oncelog0").decode()
+            try:
+                found = etcd_post(member, "/v3/kv/range", {"key": prefix, "range_end": end, "keys_only": True}, 5.0)
+            except (OSError, GatewayError):
+                continue
+            keys = (base64.b64decode(kv["key"]).decode() for kv in found.get("kvs", []))
+            return {int(match.group(1)) for key in keys if (match := _BROKER_KEY.match(key))}
+        return set()
 
     def kill_all(self) -> None:
         for node in self.nodes.values():
