@@ -31,6 +31,7 @@ from oncelog.local.process import free_port, wait_until
 from oncelog.protocol import framing
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient, encode_request
+from tests.support.certs import CertificateAuthority
 
 TOPIC = "proxied"
 PARTITIONS = 3
@@ -412,3 +413,25 @@ def test_stopping_while_a_connection_still_waits_for_its_broker_logs_no_error(ca
         for sock in (*clients, *queue_fillers, upstream):
             sock.close()
     assert not [record.getMessage() for record in caplog.records if record.name == "asyncio"]
+
+
+def test_an_opaque_proxy_passes_tls_through_untouched_whatever_its_policy(tmp_path):
+    """A secured cluster's chaos run: the proxy cannot read TLS frames, so it passes the
+    bytes on and never asks its policy, even one that drops every response."""
+    ca = CertificateAuthority.create(tmp_path / "certs")
+    server = ca.issue("broker", "CN=localhost", server=True)
+    proxy_port = free_port()
+    config = {"listeners": "SSL://127.0.0.1:0", "advertised.listeners": f"SSL://127.0.0.1:{proxy_port}",
+              "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.combined)}
+    with EmbeddedBroker(tmp_path / "broker", config) as broker:
+        policy = FaultPolicy(drop_response=1.0, seed=3)
+        with FaultProxy(("127.0.0.1", broker.port), policy, port=proxy_port, opaque=True) as proxy:
+            tls = {"bootstrap.servers": proxy.address, "security.protocol": "SSL",
+                   "ssl.ca.location": str(ca.certificate)}
+            producer = Producer({**tls, "enable.idempotence": True})
+            for number in range(50):
+                producer.produce(TOPIC, str(number).encode())
+            assert producer.flush(TIMEOUT) == 0
+            assert log_end_offset(broker) == 50
+            assert proxy.stats["connections"] >= 1
+            assert not set(proxy.stats) - {"connections"}  # no fault decided, none counted

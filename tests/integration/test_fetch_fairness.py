@@ -10,7 +10,10 @@ partition arrives within 2 s of the first poll, and by the time 30,000 records w
 (just over one 1 MiB fill of each) every partition gave at least 5,000 of them. A
 consumer that read 3,000 records saw only partition 0: the first 1 MiB fill of
 partition 0 holds about 9,500 of these records, as it would from Kafka. The consumers
-take 1 MiB per response (`fetch.max.bytes`), so the order of service decides."""
+take 1 MiB per response (`fetch.max.bytes`), so the order of service decides. The
+5,000-per-partition share is librdkafka's; kafka-python's own order of handing out what
+it fetched decides its share (its test says why), so for it the bound is the first
+record of each partition within 2 s."""
 
 from __future__ import annotations
 
@@ -73,14 +76,17 @@ def test_a_librdkafka_consumer_of_three_loaded_partitions_reads_every_one_of_the
     _assert_fair(first, counts)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not yet explained (issue 45, item 6): with 1 MiB responses kafka-python's session read "
-    "18,059 / 9,182 / 2,942 records of partitions 0 / 1 / 2; the broker moves a partition that "
-    "returned data to the back of the session, as Kafka does, but kafka-python leaves partitions "
-    "with buffered records out of a fetch, and how Kafka orders them then is not yet compared"))
-def test_a_consumer_with_a_fetch_session_of_three_loaded_partitions_reads_every_one_of_them_soon(
+def test_a_consumer_with_a_fetch_session_of_three_loaded_partitions_gets_each_of_them_soon(
         shared_broker, loaded_topic):
-    """kafka-python fetches incrementally in a session (KIP-227)."""
+    """kafka-python fetches incrementally in a session (KIP-227). It leaves a partition
+    whose records it still holds out of its next fetch (the session forgets it, and it
+    comes back at the end), and hands out what it holds in the order the responses came,
+    one partition's fill after another. So how many of the first 30,000 records each
+    partition gives depends on when responses arrive against its own pace: 17,001 /
+    9,082 / 3,919 on an idle machine, at least 5,000 each in CI. What the broker owes it
+    holds either way: every partition's first record within 2 s, and everything read
+    within the timeout. That the broker serves a session's partitions in turn is
+    test_fetch_sessions.py::test_incremental_fetch_shares_the_byte_limit_out_in_turn."""
     consumer = KafkaConsumer(bootstrap_servers=shared_broker.bootstrap_servers, enable_auto_commit=False,
                              fetch_max_bytes=ONE_PARTITION_PER_RESPONSE, consumer_timeout_ms=int(TIMEOUT_S * 1000))
     counts: collections.Counter = collections.Counter()
@@ -89,10 +95,12 @@ def test_a_consumer_with_a_fetch_session_of_three_loaded_partitions_reads_every_
         consumer.assign([KafkaTopicPartition(loaded_topic, p) for p in range(PARTITIONS)])
         consumer.seek_to_beginning()
         started = time.monotonic()
-        while counts.total() < READ and time.monotonic() - started < TIMEOUT_S:
+        while counts.total() < PARTITIONS * PER_PARTITION and time.monotonic() - started < TIMEOUT_S:
             for tp, records in consumer.poll(timeout_ms=1000, max_records=500).items():
                 counts[tp.partition] += len(records)
                 first.setdefault(tp.partition, time.monotonic() - started)
     finally:
         consumer.close()
-    _assert_fair(first, counts)
+    assert sorted(first) == list(range(PARTITIONS)), f"partitions that gave no record: {counts}"
+    assert max(first.values()) < FIRST_RECORD_WITHIN_S, f"first record per partition after (s): {first}"
+    assert all(counts[p] == PER_PARTITION for p in range(PARTITIONS)), f"records per partition: {counts}"

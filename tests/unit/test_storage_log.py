@@ -538,6 +538,34 @@ def test_the_producer_snapshot_of_a_roll_is_fsynced_by_the_next_flush_not_by_the
         log.close()
 
 
+def test_a_failed_flush_leaves_the_rolls_producer_snapshot_to_the_next_one(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    failing = [False]
+
+    def flaky_fsync(fd):
+        if failing[0]:
+            raise OSError(5, "Input/output error")
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", flaky_fsync)
+    log = rolled_log(tmp_path)
+    try:
+        snapshot = str(log.directory / "00000000000000000002.snapshot")
+        flush = log.take_flush()
+        failing[0] = True  # the disk fails for this flush
+        flush.sync()
+        with pytest.raises(StorageError):
+            flush.finish(NOW_MS)
+        failing[0] = False
+        log.flush(NOW_MS)
+        assert synced.count(snapshot) == 1
+    finally:
+        failing[0] = False
+        log.close()
+
+
 def test_a_flush_synced_while_appends_go_on_covers_what_was_there_when_taken(tmp_path):
     log = rolled_log(tmp_path)
     try:

@@ -595,13 +595,14 @@ def read_all(history: History, bootstrap_servers: str, topics: Sequence[str], is
 
 
 def observe_group_offsets(history: History, bootstrap_servers: str, group: str, partitions: Sequence[tuple[str, int]],
-                          timeout: float = 10.0) -> list[GroupOffsetObservation]:
+                          timeout: float = 10.0, config: Mapping[str, Any] | None = None
+                          ) -> list[GroupOffsetObservation]:
     """A final OffsetFetch of `group`'s committed offsets (read_committed: offsets of open
     transactions are not returned), recorded as GroupOffsetObservations."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group, "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+                         "isolation.level": "read_committed", **dict(config or {})})
     try:
         committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout)
     finally:

@@ -143,8 +143,12 @@ class _Pending:
 
 
 class FaultProxy:
-    def __init__(self, upstream: tuple[str, int], policy: FaultPolicy | None = None, port: int = 0) -> None:
+    def __init__(self, upstream: tuple[str, int], policy: FaultPolicy | None = None, port: int = 0, *,
+                 opaque: bool = False) -> None:
+        """`opaque`: the traffic is TLS, so no frame can be read: bytes are passed on as
+        they come and the policy is never asked (a secured cluster's chaos run)."""
         self.upstream = upstream
+        self.opaque = opaque
         self.policy = policy or FaultPolicy()
         self.port = port
         self.stats: Counter[str] = Counter()
@@ -248,6 +252,11 @@ class FaultProxy:
             raise
         pending: dict[int, _Pending] = {}  # correlation id -> targeted request
 
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+
         async def client_to_broker() -> None:
             while True:
                 request = await _read_frame(client_reader)
@@ -295,7 +304,11 @@ class FaultProxy:
                 client_writer.write(response)
                 await client_writer.drain()
 
-        directions = [asyncio.create_task(client_to_broker()), asyncio.create_task(broker_to_client())]
+        if self.opaque:
+            directions = [asyncio.create_task(pipe(client_reader, broker_writer)),
+                          asyncio.create_task(pipe(broker_reader, client_writer))]
+        else:
+            directions = [asyncio.create_task(client_to_broker()), asyncio.create_task(broker_to_client())]
         try:
             await asyncio.wait(directions, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:

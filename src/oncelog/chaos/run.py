@@ -97,7 +97,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -212,11 +212,11 @@ class ChaosResult:
 # The run.
 
 
-def _seed_inputs(history: History, bootstrap: str, count: int) -> None:
+def _seed_inputs(history: History, bootstrap: str, count: int, security: Mapping[str, str]) -> None:
     """`count` input records for the transform loop, committed in transactions of up to
     1000 (so the input holds commit markers as a transactional source's would)."""
     producer = RecordingTransactionalProducer(history, {
-        **PRODUCER_BASE, "bootstrap.servers": bootstrap, "transactional.id": "chaos-seed",
+        **PRODUCER_BASE, "bootstrap.servers": bootstrap, **security, "transactional.id": "chaos-seed",
         # Small batches: the loop's small fetches then bring a few records of every
         # partition (a batch larger than max.partition.fetch.bytes comes only for the
         # first partition of a fetch, and the loop rewinds often).
@@ -237,11 +237,11 @@ def _seed_inputs(history: History, bootstrap: str, count: int) -> None:
         producer.close(timeout=30)
 
 
-def _open_transactions(bootstrap: str) -> list[str] | None:
+def _open_transactions(bootstrap: str, security: Mapping[str, str]) -> list[str] | None:
     """Transactions the coordinators still have open (None: could not ask). Every broker
     is asked: in a cluster each lists the transactional ids it coordinates."""
     try:
-        with AdminCluster(bootstrap, request_timeout_s=10) as cluster:
+        with AdminCluster(bootstrap, request_timeout_s=10, properties=security) as cluster:
             listings = cluster.list_transactions()
     except (CommandError, OSError, ValueError):
         return None
@@ -250,14 +250,14 @@ def _open_transactions(bootstrap: str) -> list[str] | None:
             if s.transaction_state not in settled]
 
 
-def _unstable_partitions(bootstrap: str) -> dict[str, tuple[int, int]] | None:
+def _unstable_partitions(bootstrap: str, security: Mapping[str, str]) -> dict[str, tuple[int, int]] | None:
     """Partitions whose last stable offset is below the high watermark: {name: (lso, hw)}
     (None: could not ask)."""
     from confluent_kafka import Consumer, TopicPartition
 
     ends: dict[str, dict[str, int]] = {}
     for isolation in ("read_committed", "read_uncommitted"):
-        consumer = Consumer({**CLIENT_BASE, "bootstrap.servers": bootstrap, "group.id": "chaos-watermarks",
+        consumer = Consumer({**CLIENT_BASE, "bootstrap.servers": bootstrap, **security, "group.id": "chaos-watermarks",
                              "isolation.level": isolation})
         try:
             ends[isolation] = {
@@ -272,13 +272,13 @@ def _unstable_partitions(bootstrap: str) -> dict[str, tuple[int, int]] | None:
             if lso != ends["read_uncommitted"][name]}
 
 
-def _wait_for_transactions_to_end(bootstrap: str, timeout: float) -> str | None:
+def _wait_for_transactions_to_end(bootstrap: str, security: Mapping[str, str], timeout: float) -> str | None:
     """Wait until no transaction is open anywhere; the problem if that never happens."""
     deadline = time.monotonic() + timeout
     last = "no answer from the broker"
     while time.monotonic() < deadline:
-        open_transactions = _open_transactions(bootstrap)
-        unstable = _unstable_partitions(bootstrap) if open_transactions == [] else None
+        open_transactions = _open_transactions(bootstrap, security)
+        unstable = _unstable_partitions(bootstrap, security) if open_transactions == [] else None
         if open_transactions == [] and unstable == {}:
             return None
         last = f"open transactions {open_transactions}, partitions with LSO < HW {unstable}"
@@ -318,15 +318,16 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
     try:
         brokers.start(log)
         run.bootstrap = brokers.bootstrap
+        run.security = dict(brokers.worker_security)
         brokers.create_topics()
         inputs = max(2000, int(settings.duration * 60))
-        _seed_inputs(history, brokers.bootstrap, inputs)
+        _seed_inputs(history, brokers.bootstrap, inputs, brokers.security)
         planned = 0
         kinds = brokers.kinds
         if settings.faults_per_minute > 0 and kinds:
             planned = max(1, round(settings.faults_per_minute * settings.duration / 60))
         log(f"chaos: {settings.duration:.0f}s, seed {settings.seed}, {planned} faults planned ({', '.join(kinds)}), "
-            f"drop rate {settings.drop_rate}, {inputs} input records seeded")
+            f"drop rate {'none (TLS)' if settings.secure else settings.drop_rate}, {inputs} input records seeded")
 
         # -- the chaos phase --------------------------------------------------------------
         brokers.set_faults(True)
@@ -378,7 +379,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         if problem:
             problems.append(problem)
         log(f"chaos: writers stopped after {len(nemesis.faults)} faults; waiting for every transaction to end")
-        problem = _wait_for_transactions_to_end(brokers.bootstrap, TRANSACTIONS_END_TIMEOUT_S)
+        problem = _wait_for_transactions_to_end(brokers.bootstrap, brokers.security, TRANSACTIONS_END_TIMEOUT_S)
         if problem:
             problems.append(problem)
 
@@ -386,12 +387,12 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         for isolation in ("read_committed", "read_uncommitted"):
             try:
                 read_all(history, brokers.bootstrap, list(TOPICS), isolation, client=f"final-{isolation}",
-                         timeout=120)
+                         timeout=120, config=brokers.security)
             except FinalReadIncomplete as error:
                 problems.append(f"final read incomplete: {error}")
         try:
             observe_group_offsets(history, brokers.bootstrap, CTP_GROUP,
-                                  [(INPUT_TOPIC, p) for p in range(PARTITIONS)], timeout=30)
+                                  [(INPUT_TOPIC, p) for p in range(PARTITIONS)], timeout=30, config=brokers.security)
         except RuntimeError as error:
             problems.append(f"the group's committed offsets could not be read: {error}")
         report = check(history)

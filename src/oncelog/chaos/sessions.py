@@ -38,6 +38,7 @@ class RunState:
     def __init__(self, history: History, bootstrap: str, seed: int) -> None:
         self.history = history
         self.bootstrap = bootstrap
+        self.security: dict[str, str] = {}  # how clients log in (a secured cluster), set with `bootstrap`
         self.stop = threading.Event()
         self.events: Counter[str] = Counter()
         self.failures: list[str] = []
@@ -134,6 +135,7 @@ class TransactionalSession:
         producer = _TransactionalProducer(self.run.history, {
             **PRODUCER_BASE,
             "bootstrap.servers": self.run.bootstrap,
+            **self.run.security,
             "transactional.id": self.transactional_id,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             **self.extra,

@@ -54,6 +54,17 @@ CLUSTER_CONFIG = {
     "transaction.state.log.num.partitions": "3",
 }
 CLUSTER_TOPIC_CONFIG = {"min.insync.replicas": "2"}
+# A secured cluster (--secure): SASL_SSL for clients (CLIENT, through the proxies) and
+# between the brokers (INTERNAL), Kafka's authorizer, nothing allowed without an ACL. The
+# certificates and PLAIN users are made by oncelog.local.cluster_security; the workers
+# log in as SECURE_WORKER, whose ACLs cover the chaos topics, groups and transactional ids.
+SECURE_CLUSTER_CONFIG = {
+    "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
+    "inter.broker.listener.name": "INTERNAL",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "false",
+}
+SECURE_WORKER = "chaos"
 
 # Client settings for a broker that vanishes every few seconds: reconnect quickly, give
 # up on a dropped response after a few seconds instead of a minute.
@@ -121,3 +132,4 @@ class ChaosSettings:
     faults: tuple[str, ...] = ("kill",)
     fault_seconds: tuple[float, float] = (1.0, 10.0)  # how long a pause, partition or full disk lasts
     session_timeout_ms: int = 3000  # cluster: broker.session.timeout.ms (Kafka's default is 9000)
+    secure: bool = False  # cluster: SASL_SSL listeners, an authorizer, workers under ACLs (opaque proxies)

@@ -38,12 +38,15 @@ from oncelog.chaos.settings import (
     FAULTED_APIS,
     IN_SYNC_TIMEOUT_S,
     PARTITIONS,
+    SECURE_CLUSTER_CONFIG,
+    SECURE_WORKER,
     TOPICS,
     WRITER_TRANSACTIONAL_IDS,
     ChaosError,
     ChaosSettings,
 )
 from oncelog.local.cluster import ClusterProcess
+from oncelog.local.cluster_security import client_properties, listeners_of, secure_settings
 from oncelog.local.netns import NetworkLab, NetworkLabError
 from oncelog.local.process import BrokerProcess
 
@@ -75,6 +78,8 @@ class StandaloneBroker:
         self._count = 0
         self.policies = [_fault_policy(settings, settings.seed)]
         self.proxies = [FaultProxy(("127.0.0.1", self.broker.port), self.policies[0])]
+        self.security: dict[str, str] = {}  # PLAINTEXT
+        self.worker_security: dict[str, str] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -175,24 +180,52 @@ class ChaosCluster:
             self._release()
             raise ChaosError(f"cannot set up the faults: {error}") from None
         config = {**CLUSTER_CONFIG, "broker.session.timeout.ms": str(settings.session_timeout_ms)}
-        self.cluster = ClusterProcess(root / "cluster", settings.brokers, config, network=self.network)
+        listeners = None
+        if settings.secure:
+            config.update(SECURE_CLUSTER_CONFIG)
+            listeners = {node_id: (f"CLIENT://{self.network.address(node_id)}:9092,"
+                                   f"INTERNAL://{self.network.address(node_id)}:9093" if self.network else
+                                   "CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{port}") for node_id in nodes}
+        self.cluster = ClusterProcess(root / "cluster", settings.brokers, config, network=self.network,
+                                      listeners=listeners)
+        self.security: dict[str, str] = {}  # the harness's login: the admin's on a secured cluster
+        self.worker_security: dict[str, str] = {}  # the workers' login
+        if settings.secure:
+            self._secure(root / "cluster")
         self.policies = {node_id: _fault_policy(settings, settings.seed * 1000 + node_id)
                          for node_id in self.cluster.nodes}
-        self.proxies = {node_id: FaultProxy((node.host, node.port), self.policies[node_id])
+        self.proxies = {node_id: FaultProxy((node.host, node.port), self.policies[node_id], opaque=settings.secure)
                         for node_id, node in self.cluster.nodes.items()}
         self.nemesis = ClusterNemesis(
             self.cluster, [(topic, p) for topic in TOPICS for p in range(PARTITIONS)],
             coordinator_keys=[(tid, 1) for tid in (*WRITER_TRANSACTIONAL_IDS, CTP_TRANSACTIONAL_ID)] + [(CTP_GROUP, 0)],
             network=self.network, disks=self.disks)
 
+    def _secure(self, directory: Path) -> None:
+        """Certificates (for the proxies' 127.0.0.1 and every node address) and PLAIN users
+        on every node; the harness logs in as the admin, the workers as SECURE_WORKER."""
+        hosts = {"127.0.0.1", *(spec.bind.host for config in self.cluster.configs.values()
+                                for spec in listeners_of(config))}
+        try:
+            added = secure_settings(directory, self.cluster.configs.values(), hosts - {""}, users=(SECURE_WORKER,))
+        except OSError as error:
+            raise ChaosError(f"cannot make the cluster's certificates: {error}") from None
+        for node_id, node in self.cluster.nodes.items():
+            node.config.update(added)
+            self.cluster.configs[node_id].update(added)
+        self.security = client_properties(self.cluster.configs[1])
+        self.worker_security = client_properties(self.cluster.configs[1], user=SECURE_WORKER)
+        self.cluster.client_properties = dict(self.security)
+
     @property
     def bootstrap(self) -> str:
         return ",".join(proxy.address for proxy in self.proxies.values())
 
     def start(self, log: Callable[[str], None]) -> None:
+        listener = "CLIENT" if self.settings.secure else "PLAINTEXT"
         for node_id, proxy in self.proxies.items():
             proxy.start()
-            self.cluster.nodes[node_id].config["advertised.listeners"] = f"PLAINTEXT://{proxy.address}"
+            self.cluster.nodes[node_id].config["advertised.listeners"] = f"{listener}://{proxy.address}"
         try:
             self.cluster.start(timeout=120)
         except (RuntimeError, AssertionError) as error:
@@ -203,9 +236,15 @@ class ChaosCluster:
                 + f", clients through the proxy at {self.proxies[node_id].address}; log.dirs {node.data_dir}"
                 + (" (a tmpfs of its own)" if self.disks else "") + f", broker log {node.log_path}")
         log(f"chaos: faults {', '.join(self.kinds) or 'none'}; broker sessions {self.settings.session_timeout_ms} ms")
+        if self.settings.secure:
+            log(f"chaos: SASL_SSL listeners only, {SECURE_CLUSTER_CONFIG['authorizer.class.name']}; the workers are "
+                f"User:{SECURE_WORKER} under ACLs; the proxies pass TLS through (no dropped responses)")
 
     def create_topics(self) -> None:
-        _create_topics(self.bootstrap, replication_factor=len(self.cluster.nodes), config=CLUSTER_TOPIC_CONFIG)
+        _create_topics(self.bootstrap, replication_factor=len(self.cluster.nodes), config=CLUSTER_TOPIC_CONFIG,
+                       security=self.security)
+        if self.settings.secure:
+            _allow_worker(self.bootstrap, self.security)
         try:
             for topic in TOPICS:
                 self.cluster.wait_for_topic(topic, timeout=60)
@@ -310,17 +349,14 @@ def _out_of_sync(cluster: ClusterProcess) -> list[str]:
     Asked of every node, as metadata reaches them asynchronously."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    from oncelog.protocol.client import WireClient
-
     alive = cluster.alive()
     if len(alive) < len(cluster.nodes):
         return [f"nodes up: {alive}"]
     lagging: list[str] = []
     for node_id in alive:
         try:
-            with WireClient.connect(cluster.nodes[node_id].bootstrap_servers, timeout=5) as client:
-                response = client.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                                          include_topic_authorized_operations=False))
+            response = cluster.ask(node_id, MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                            include_topic_authorized_operations=False))
         except OSError as error:
             return [f"node {node_id}: {error}"]
         registered = sorted(broker.node_id for broker in response.brokers)
@@ -334,10 +370,11 @@ def _out_of_sync(cluster: ClusterProcess) -> list[str]:
     return lagging
 
 
-def _create_topics(bootstrap: str, replication_factor: int, config: Mapping[str, str] | None = None) -> None:
+def _create_topics(bootstrap: str, replication_factor: int, config: Mapping[str, str] | None = None,
+                   security: Mapping[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({**CLIENT_BASE, "bootstrap.servers": bootstrap})
+    admin = AdminClient({**CLIENT_BASE, "bootstrap.servers": bootstrap, **dict(security or {})})
     new_topics = [NewTopic(t, PARTITIONS, replication_factor, config=dict(config or {})) for t in TOPICS]
     for topic, future in admin.create_topics(new_topics).items():
         try:
@@ -429,3 +466,30 @@ class Nemesis(threading.Thread):
 def _clock(wall: float) -> str:
     """A wall-clock time as the broker logs print it (local time, milliseconds)."""
     return time.strftime("%H:%M:%S", time.localtime(wall)) + f",{int(wall % 1 * 1000):03d}"
+
+
+def _allow_worker(bootstrap: str, security: Mapping[str, str]) -> None:
+    """SECURE_WORKER's ACLs, made as the admin: everything on the topics, groups and
+    transactional ids whose names start with "chaos", and idempotent writes. Nothing else:
+    a request the workers make outside them is refused, and the run fails."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    principal = f"User:{SECURE_WORKER}"
+    bindings = [AclBinding(kind, "chaos", ResourcePatternType.PREFIXED, principal, "*", AclOperation.ALL,
+                           AclPermissionType.ALLOW)
+                for kind in (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID)]
+    bindings.append(AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, principal, "*",
+                               AclOperation.IDEMPOTENT_WRITE, AclPermissionType.ALLOW))
+    admin = AdminClient({**CLIENT_BASE, "bootstrap.servers": bootstrap, **security})
+    for binding, future in admin.create_acls(bindings).items():
+        try:
+            future.result(30)
+        except KafkaException as error:
+            raise ChaosError(f"cannot create the ACL {binding}: {error}") from None

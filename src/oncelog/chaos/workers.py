@@ -111,6 +111,7 @@ class IdempotentWriter(Worker):
             producer = RecordingProducer(run.history, {
                 **PRODUCER_BASE,
                 "bootstrap.servers": run.bootstrap,
+                **run.security,
                 "enable.idempotence": True,
                 "message.timeout.ms": 30_000,
                 "error_cb": on_error,
@@ -161,6 +162,7 @@ class TailingConsumer(Worker):
         consumer = RecordingConsumer(run.history, {
             **CLIENT_BASE,
             "bootstrap.servers": run.bootstrap,
+            **run.security,
             "group.id": f"chaos-tail-{self.name}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -210,6 +212,7 @@ class TransformLoop(Worker):
         consumer = RecordingConsumer(self.run_state.history, {
             **CLIENT_BASE,
             "bootstrap.servers": self.run_state.bootstrap,
+            **self.run_state.security,
             "group.id": CTP_GROUP,
             "group.instance.id": f"{self.name}-member",
             "session.timeout.ms": 6000,

@@ -91,8 +91,8 @@ def run_start(args: argparse.Namespace) -> int:
         client_properties,
         listeners_of,
         secure_settings,
-        write_private,
     )
+    from oncelog.local.files import write_private
     from oncelog.local.process import BrokerStartError
 
     if args.brokers is not None and args.brokers < 1:
@@ -116,7 +116,8 @@ def run_start(args: argparse.Namespace) -> int:
                 "to restart it, or give another --data-dir"
             )
         # The node ids and ports stay; the layout is fixed by the directory, which may have moved.
-        configs = {node_id: {**config, **overrides, "log.dirs": str(data_dir / f"node-{node_id}")}
+        configs = {node_id: {**_moved_with(config, data_dir), **overrides,
+                             "log.dirs": str(data_dir / f"node-{node_id}")}
                    for node_id, config in saved.items()}
         brokers = len(configs)
     else:
@@ -138,8 +139,9 @@ def run_start(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CommandError(str(error)) from None
         try:
-            hosts = {spec.bind.host for config in configs.values() for spec in listeners_of(config)} - {""}
-            secured = secure_settings(data_dir, configs[1], hosts)
+            specs = [spec for config in configs.values() for spec in listeners_of(config)]
+            hosts = {address.host for spec in specs for address in (spec.bind, spec.advertised) if address} - {""}
+            secured = secure_settings(data_dir, configs.values(), hosts)
         except OSError as error:
             raise CommandError(f"cannot write the cluster's certificates in {data_dir}: {error}") from None
         configs = {node_id: {**config, **secured, **overrides} for node_id, config in configs.items()}
@@ -214,6 +216,21 @@ def _listener_templates(given: list[str], brokers: int) -> dict[int, str]:
             every = item
     templates = dict.fromkeys(range(1, brokers + 1), every) if every is not None else {}
     return {**templates, **own}
+
+
+def _moved_with(config: dict[str, str], data_dir: Path) -> dict[str, str]:
+    """A saved node config whose generated certificates (under `<data-dir>/tls/` when it
+    was written) are found again under the directory's place now."""
+    from oncelog.local.cluster_security import TLS_DIR
+
+    moved = dict(config)
+    for key in ("ssl.keystore.location", "ssl.truststore.location"):
+        path = Path(config.get(key, ""))
+        if key in config and path.parent.name == TLS_DIR and not path.exists():
+            candidate = data_dir / TLS_DIR / path.name
+            if candidate.exists():
+                moved[key] = str(candidate)
+    return moved
 
 
 def _address(spec: ListenerSpec) -> str:

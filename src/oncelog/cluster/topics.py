@@ -25,7 +25,7 @@ from oncelog.broker.topics import (
     elect_each,
 )
 from oncelog.cluster.etcd import EtcdUnavailable
-from oncelog.cluster.image import NO_LEADER, TopicRecord
+from oncelog.cluster.image import NO_LEADER, PartitionRecord, TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
 from oncelog.cluster.placement import (
     InvalidReplicationFactor,
@@ -292,11 +292,21 @@ async def _elect_preferred(runtime: ClusterRuntime, topic: str, partition: int) 
                     f"is not live and in the ISR {list(record.isr)}."))
     if elect_preferred(record, live) is None:
         return unavailable
+    seen = [record]  # the partition as stored, each time the change was asked
+
+    def change(current: PartitionRecord) -> PartitionRecord | None:
+        seen.append(current)
+        return elect_preferred(current, live)
+
     try:
-        stored = await runtime.store.change_partition(record, lambda current: elect_preferred(current, live))
+        stored = await runtime.store.change_partition(record, change)
     except (EtcdUnavailable, MetadataConflict) as error:
         return ErrorCode.request_timed_out, f"The metadata quorum did not take the election: {error}"
-    if stored is None:
+    if stored is None:  # nothing to change in the stored partition, or the partition is gone
+        if elect_preferred(seen[-1], live) is not None:
+            return ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
+        if seen[-1].leader == preferred:  # another election got there first
+            return ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
         return unavailable
     log.info("%s-%d: preferred leader %d elected (epoch %d)", topic, partition, stored.leader, stored.leader_epoch)
     await runtime.wait_for_revision(stored.mod_revision)

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Self
 
 from oncelog.broker.config import ConfigError, read_properties
-from oncelog.local.cluster_security import expand_listeners, listeners_of, write_private
+from oncelog.client.errors import ClientError
+from oncelog.local.cluster_security import expand_listeners, listeners_of
 from oncelog.local.etcd import GatewayError
 from oncelog.local.etcd import post as etcd_post
+from oncelog.local.files import write_private
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import BrokerProcess, child_pids, free_port
 
@@ -136,19 +138,22 @@ def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]])
 class ClusterProcess:
     def __init__(self, base_dir: str | Path, brokers: int = 3, config: Mapping[str, str] | None = None, *,
                  fast_failover: bool = True, node_settings: Mapping[int, Mapping[str, str]] | None = None,
-                 network: NetworkLab | None = None) -> None:
+                 network: NetworkLab | None = None, listeners: Mapping[int, str] | None = None) -> None:
         """`brokers` new nodes with free ports and `config` on each, or, with
         `node_settings`, exactly those nodes (e.g. `read_node_configs` of a cluster that ran
         before; `brokers` and `config` are then ignored). With `network` (created, with
-        nodes 1..brokers), each node runs in its own namespace on its own address."""
+        nodes 1..brokers), each node runs in its own namespace on its own address.
+        `listeners`: node templates for `node_configs`."""
         self.base_dir = Path(base_dir)
         self.network = network
+        # How this harness's own requests (`ask`) reach the first listener of each node.
+        self.client_properties: dict[str, str] = {}
         if node_settings is not None:
             self.configs = {node_id: dict(settings) for node_id, settings in node_settings.items()}
         else:
             overrides = {**(FAST_FAILOVER if fast_failover else {}), **dict(config or {})}
             hosts = {i: network.address(i) for i in range(1, brokers + 1)} if network is not None else None
-            self.configs = node_configs(self.base_dir, brokers, overrides=overrides, hosts=hosts)
+            self.configs = node_configs(self.base_dir, brokers, overrides=overrides, hosts=hosts, listeners=listeners)
         self.nodes = {}
         for node_id, settings in self.configs.items():
             first = listeners_of(settings)[0].bind  # what `bootstrap_servers` and `metadata` use
@@ -294,17 +299,14 @@ class ClusterProcess:
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
         from kio.schema.types import TopicName
 
-        from oncelog.protocol.client import WireClient
-
         last_error: Exception | None = None
         for node_id in self.alive():
             try:
-                with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
-                    return client.request(MetadataRequest(
-                        topics=(None if topics is None
-                                else tuple(MetadataRequestTopic(name=TopicName(t), topic_id=None) for t in topics)),
-                        allow_auto_topic_creation=False, include_topic_authorized_operations=False,
-                    ))
+                return self.ask(node_id, MetadataRequest(
+                    topics=(None if topics is None
+                            else tuple(MetadataRequestTopic(name=TopicName(t), topic_id=None) for t in topics)),
+                    allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+                ))
             except OSError as error:
                 last_error = error
         raise ConnectionError(f"no live broker answered: {last_error}")
@@ -315,14 +317,11 @@ class ClusterProcess:
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
         from kio.schema.types import TopicName
 
-        from oncelog.protocol.client import WireClient
-
         def everywhere() -> bool:
             for node_id in self.alive():
-                with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
-                    response = client.request(MetadataRequest(
-                        topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
-                        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+                response = self.ask(node_id, MetadataRequest(
+                    topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
+                    allow_auto_topic_creation=False, include_topic_authorized_operations=False))
                 entry = response.topics[0]
                 if entry.error_code != 0 or not entry.partitions or any(p.leader_id < 0 for p in entry.partitions):
                     return False
@@ -345,20 +344,37 @@ class ClusterProcess:
         from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
         from kio.static.primitive import i8
 
-        from oncelog.protocol.client import WireClient
-
         found: list[int] = []
 
         def located() -> bool:
-            node_id = self.alive()[0]
-            with WireClient.connect(self.nodes[node_id].bootstrap_servers, timeout=5) as client:
-                response = client.request(FindCoordinatorRequest(key=key, key_type=i8(key_type)))
+            response = self.ask(self.alive()[0], FindCoordinatorRequest(key=key, key_type=i8(key_type)))
             if response.error_code == 0:
                 found.append(response.node_id)
             return bool(found)
 
         self.wait_for(located, timeout, f"the coordinator of {key!r}")
         return found[-1]
+
+    def ask(self, node_id: int, request):
+        """One request to node `node_id`'s first listener, answered (decoded); OSError when
+        it cannot be asked. With `client_properties` (security.protocol, TLS and SASL
+        settings, as librdkafka names them) over TLS and SASL."""
+        from oncelog.client.config import ClientConfig
+        from oncelog.client.connection import Connection
+        from oncelog.protocol.client import WireClient
+
+        address = self.nodes[node_id].bootstrap_servers
+        if not self.client_properties:
+            with WireClient.connect(address, timeout=5) as client:
+                return client.request(request)
+        config = ClientConfig.from_settings(address, {"socket.timeout.ms": 5000, **self.client_properties})
+        connection = Connection(address, config, node_id)
+        try:
+            return connection.request(request)
+        except ClientError as error:
+            raise ConnectionError(f"node {node_id}: {error}") from None
+        finally:
+            connection.close()
 
     def wait_for(self, predicate, timeout: float = 30.0, message: str = "the cluster") -> None:
         deadline = time.monotonic() + timeout

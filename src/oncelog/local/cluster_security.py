@@ -9,9 +9,10 @@ them when none are given, so that a secured local cluster is one command.
   127.0.0.1 and every listener host, for 825 days) under `<data-dir>/tls/`, as PEM files
   (`ssl.keystore.type=PEM`), and every node trusts that CA.
 - **SASL.** When a listener is SASL_PLAINTEXT or SASL_SSL and `sasl.enabled.mechanisms`
-  is not given, `generate_sasl` enables PLAIN with two users of random passwords,
-  `broker` (how the nodes reach each other) and `admin`, both super users, in each SASL
-  listener's `listener.name.<name>.plain.sasl.jaas.config`.
+  is not given, `GeneratedSasl` enables PLAIN with users of random passwords, `broker`
+  (how the nodes reach each other) and `admin`, both super users, and any others asked
+  for (the chaos run's workers), in each SASL listener's
+  `listener.name.<name>.plain.sasl.jaas.config`.
 - **For the tools.** `client_properties` is what a client needs on the cluster's client
   listener (security.protocol, the CA, the admin's SASL login), written to
   `<data-dir>/client.properties` for `--command-config`. Files holding a password or a
@@ -22,10 +23,9 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from oncelog.local.files import write_private
 from oncelog.security.listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, parse_listeners
 
 TLS_DIR = "tls"
@@ -123,16 +124,15 @@ def generate_tls(directory: Path, hosts: set[str]) -> GeneratedTls:
 
 @dataclass(frozen=True, slots=True)
 class GeneratedSasl:
-    broker_password: str
-    admin_password: str
+    passwords: Mapping[str, str]  # user -> password: "broker", "admin" and any others asked for
 
     @classmethod
-    def new(cls) -> GeneratedSasl:
-        return cls(secrets.token_urlsafe(18), secrets.token_urlsafe(18))
+    def new(cls, users: tuple[str, ...] = ()) -> GeneratedSasl:
+        return cls({user: secrets.token_urlsafe(18) for user in ("broker", "admin", *users)})
 
     def settings(self, specs: list[ListenerSpec]) -> dict[str, str]:
-        jaas = (f'{PLAIN_LOGIN} required username="broker" password="{self.broker_password}" '
-                f'user_broker="{self.broker_password}" user_admin="{self.admin_password}";')
+        accounts = " ".join(f'user_{user}="{password}"' for user, password in self.passwords.items())
+        jaas = f'{PLAIN_LOGIN} required username="broker" password="{self.passwords["broker"]}" {accounts};'
         settings = {"sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN"}
         for spec in specs:
             if spec.protocol.sasl:
@@ -140,17 +140,22 @@ class GeneratedSasl:
         return settings
 
 
-def secure_settings(data_dir: Path, config: Mapping[str, str], hosts: set[str]) -> dict[str, str]:
+def secure_settings(data_dir: Path, configs: Iterable[Mapping[str, str]], hosts: set[str],
+                    users: tuple[str, ...] = ()) -> dict[str, str]:
     """What a node needs beyond `config` for its TLS and SASL listeners: generated
-    certificates unless a keystore is given, generated PLAIN users unless SASL
-    mechanisms are; nothing for a cluster of PLAINTEXT listeners. The same for every
-    node (one CA, one certificate, one set of users)."""
-    specs = listeners_of(config)
+    certificates unless a keystore is given, generated PLAIN users (`broker`, `admin` and
+    `users`, not super users) unless SASL mechanisms are; nothing for a cluster of
+    PLAINTEXT listeners. The same for every node (one CA, one certificate, one set of
+    users), from the listeners of all of `configs` (a given key counts when node 1, the
+    first of them, has it)."""
+    configs = list(configs)
+    config = configs[0]
+    specs = [spec for each in configs for spec in listeners_of(each)]
     added: dict[str, str] = {}
     if any(spec.protocol.tls for spec in specs) and "ssl.keystore.location" not in config:
         added.update(generate_tls(data_dir / TLS_DIR, hosts).settings())
     if any(spec.protocol.sasl for spec in specs) and "sasl.enabled.mechanisms" not in config:
-        sasl = GeneratedSasl.new()
+        sasl = GeneratedSasl.new(users)
         added.update(sasl.settings(specs))
         super_users = config.get("super.users", "")
         wanted = [user for user in ("User:broker", "User:admin") if user not in super_users.split(";")]
@@ -158,30 +163,16 @@ def secure_settings(data_dir: Path, config: Mapping[str, str], hosts: set[str]) 
     return added
 
 
-def client_properties(config: Mapping[str, str]) -> dict[str, str]:
+def client_properties(config: Mapping[str, str], user: str = "admin") -> dict[str, str]:
     """A client's settings for the cluster's client listener, as node `config` has it:
-    the generated admin's login where the users were generated."""
+    the login of the generated `user` where the users were generated."""
     spec = client_listener(config)
     properties = {"security.protocol": spec.protocol.value}
     if spec.protocol.tls and config.get("ssl.truststore.location"):
         properties["ssl.ca.location"] = config["ssl.truststore.location"]
     if spec.protocol.sasl:
         jaas = config.get(f"listener.name.{spec.name.lower()}.plain.sasl.jaas.config", "")
-        admin = re.search(r'user_admin="([^"]*)"', jaas)
-        if admin is not None:
-            properties.update({"sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": admin.group(1)})
+        account = re.search(rf'user_{re.escape(user)}="([^"]*)"', jaas)
+        if account is not None:
+            properties.update({"sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": account.group(1)})
     return properties
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write `data` to a file only its owner may read (created so, never widened)."""
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.chmod(temporary, 0o600)
-    temporary.replace(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
+
+from oncelog.local.files import write_private
 
 
 class BrokerStartError(RuntimeError):
@@ -52,6 +55,7 @@ def child_pids(pid: int) -> list[int]:
 
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_SECRET_KEY = re.compile(r"password|jaas|secret", re.IGNORECASE)  # keys kept off the command line
 _LOWEST_PICKED = 10_000
 _pick = random.SystemRandom()  # never the seeded global generator: two processes must not pick alike
 
@@ -116,8 +120,17 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError(f"the broker logging to {self.log_path} is already running (pid {self.process.pid})")
         command = [sys.executable, "-m", "oncelog", "broker", "start"]
+        # Passwords and JAAS configs go in a file only its owner may read, not on the
+        # command line, which every local user can read in /proc/<pid>/cmdline.
+        secret = {key: value for key, value in self.config.items() if _SECRET_KEY.search(key)}
+        if secret:
+            self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+            secrets_path = self.data_dir.parent / f"{self.data_dir.name}.secrets.properties"
+            write_private(secrets_path, "".join(f"{key}={value}\n" for key, value in secret.items()).encode())
+            command += ["--config", str(secrets_path)]
         for key, value in self.config.items():
-            command += ["--override", f"{key}={value}"]
+            if key not in secret:
+                command += ["--override", f"{key}={value}"]
         if self.wrap is not None:
             command = self.wrap(command)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)

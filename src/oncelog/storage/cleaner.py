@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -62,12 +63,18 @@ from oncelog.storage import cleaner_plan
 from oncelog.storage.cleaner_plan import CleanableRange, CleaningAbortedError, CleaningInProgress
 from oncelog.storage.cleaner_work import CleanedSegment, CleanerStats, CleaningWork
 from oncelog.storage.errors import CorruptLogError, LogError
-from oncelog.storage.framed_file import fsync_directory, fsync_file, read_partition_offsets, write_json_file
+from oncelog.storage.framed_file import (
+    fsync_descriptor,
+    open_for_fsync,
+    read_partition_offsets,
+    write_json_file,
+)
 from oncelog.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    close_quietly,
     segment_file_name,
 )
 from oncelog.storage.swap import (
@@ -259,9 +266,11 @@ class LogCleaner:
                         in_progress.take_back_swap()
                         cleaned.discard()
                         raise
-                    log.txn_index.synced(commit.txn_index_changes)
+                    if commit.txn_index is not None:
+                        log.txn_index.synced(commit.txn_index[2])
                     old = in_progress.live_segments(bases)
-                    if old is None:  # aborted meanwhile: the abort took the swap back
+                    if old is None:  # aborted meanwhile (the abort took the swap back), or the log changed
+                        in_progress.take_back_swap()
                         cleaned.discard()
                         self._aborted(in_progress)
                         return None
@@ -409,19 +418,29 @@ def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 # -- swapping a cleaned segment in ------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SwapCommit:
-    """What makes a begun swap durable: an fsync of the transaction index (its entries of
-    dropped abort markers are gone) and of the directory (the `.swap` name), in that
-    order, on the cleaner thread."""
+    """What makes a begun swap durable: fsyncs of the transaction index (when its entries
+    of dropped abort markers changed it) and of the directory (the `.swap` name), in that
+    order, on the cleaner thread. The descriptors are opened on the loop (`begin_swap`),
+    so the thread creates nothing in a directory that may be being removed; `sync`
+    closes them."""
 
-    directory: Path
-    txn_index: Path
-    txn_index_changes: int
+    txn_index: tuple[int, Path, int] | None  # (descriptor, path, change count to mark synced)
+    directory: tuple[int, Path]
 
     def sync(self) -> None:
-        fsync_file(self.txn_index)
-        fsync_directory(self.directory)
+        try:
+            if self.txn_index is not None:
+                fsync_descriptor(self.txn_index[0], self.txn_index[1])
+            fsync_descriptor(*self.directory)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.txn_index is not None:
+            close_quietly(self.txn_index[0])
+        close_quietly(self.directory[0])
 
 
 def begin_swap(log: PartitionLog, cleaned: CleanedSegment, in_progress: CleaningInProgress) -> SwapCommit:
@@ -432,15 +451,23 @@ def begin_swap(log: PartitionLog, cleaned: CleanedSegment, in_progress: Cleaning
     Until `finish_swap`, aborting the round takes the swap back (`take_back_swap`)."""
     new = cleaned.segment
     swap_path = log.directory / (segment_file_name(new.base_offset, LOG_SUFFIX) + SWAP_SUFFIX)
+    txn_index = directory = None
     try:
         if cleaned.dropped_abort_markers:
             log.txn_index.remove(set(cleaned.dropped_abort_markers))
+        changes = log.txn_index.unsynced_changes
+        if changes is not None:
+            txn_index = (open_for_fsync(log.txn_index.path, os.O_WRONLY), log.txn_index.path, changes)
+        directory = (open_for_fsync(log.directory, os.O_RDONLY | os.O_DIRECTORY), log.directory)
         rename(new.log_path, swap_path)
     except BaseException:
+        for opened in (txn_index, directory):
+            if opened is not None:
+                close_quietly(opened[0])
         new.close_without_flush()
         raise
     in_progress.swap_path = swap_path
-    return SwapCommit(log.directory, log.txn_index.path, log.txn_index.unsynced_changes or 0)
+    return SwapCommit(txn_index, directory)
 
 
 def finish_swap(log: PartitionLog, old: list[LogSegment], cleaned: CleanedSegment,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.storage.errors import StorageError
+from oncelog.storage.framed_file import fsync_directory
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 
@@ -121,14 +122,18 @@ class CleaningInProgress:
         logger.info("%s: aborting the cleaning round: %s", self.plan.name, reason)
 
     def take_back_swap(self) -> None:
-        """Remove a begun swap's `.swap` file (loop side), so that opening the log never
-        completes it: the old segments stand."""
+        """Remove a begun swap's `.swap` file, durably (loop side, before the caller
+        deletes or truncates: the rare path of a round aborted in the middle of its swap),
+        so that opening the log never completes it: the old segments stand. A directory
+        that cannot be changed any more is the log dir failure its caller meets next."""
         swap_path, self.swap_path = self.swap_path, None
-        if swap_path is not None:
-            try:
-                swap_path.unlink(missing_ok=True)
-            except OSError as exc:
-                logger.error("%s: cannot remove %s: %s", self.plan.name, swap_path.name, exc.strerror)
+        if swap_path is None:
+            return
+        try:
+            swap_path.unlink(missing_ok=True)
+            fsync_directory(swap_path.parent)
+        except (OSError, StorageError) as exc:
+            logger.error("%s: cannot take back the swap %s: %s", self.plan.name, swap_path.name, exc)
 
     def raise_if_aborted(self) -> None:
         if self.abort_reason is not None:

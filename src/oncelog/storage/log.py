@@ -177,7 +177,8 @@ class LogFlush:
             if self.txn_index is not None:
                 fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
             for fd, path in self.snapshots:
-                fsync_descriptor(fd, path)
+                if fd >= 0:
+                    fsync_descriptor(fd, path)
             if self.directory is not None:
                 fsync_descriptor(self.directory[0], self.log.directory)
         except StorageError as error:
@@ -189,8 +190,9 @@ class LogFlush:
         for segment in self.segments:
             segment.close_descriptors()
         for fd, _path in self.snapshots:
-            close_quietly(fd)
-        self.snapshots = []
+            if fd >= 0:
+                close_quietly(fd)
+        self.snapshots = [(-1, path) for _fd, path in self.snapshots]  # the paths, for `discard`
         for name in ("txn_index", "directory"):
             opened = getattr(self, name)
             if opened is not None and opened[0] >= 0:
