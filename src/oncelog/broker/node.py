@@ -33,12 +33,15 @@ from oncelog.pacing import Pace, unpaced
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView
-    from oncelog.broker.topics import ElectionOutcomes
     from oncelog.cluster.image import MetadataDelta, MetadataImage
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
     from oncelog.security.inter_broker import PeerSecurity
     from oncelog.storage.manager import LogManager, TopicInfo
+
+# ElectLeaders' outcome: per topic, in the order asked, (partition, error code, message).
+PartitionOutcome = tuple[int, "ErrorCode", "str | None"]
+ElectionOutcomes = list[tuple[str, list[PartitionOutcome]]]
 
 # A topic's new override set, from its overrides now (the config APIs' read-modify-write).
 OverridesChange = Callable[[Mapping[str, str]], dict[str, str]]

@@ -19,7 +19,7 @@ from oncelog.storage import errors as storage_errors
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.leadership import StandaloneLeadership
-    from oncelog.broker.node import OverridesChange
+    from oncelog.broker.node import ElectionOutcomes, OverridesChange, PartitionOutcome
     from oncelog.storage.manager import LogManager, TopicInfo
 
 log = logging.getLogger("oncelog.topics")
@@ -30,8 +30,6 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election_type
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
-PartitionOutcome = tuple[int, ErrorCode, "str | None"]  # (partition, error code, message)
-ElectionOutcomes = list[tuple[str, list[PartitionOutcome]]]  # per topic, in the order asked
 
 class TopicRequestError(Exception):
     """A per-topic failure answered with a Kafka error code and message."""

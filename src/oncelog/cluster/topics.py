@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from oncelog.broker.topics import (
     ELECTION_NOT_NEEDED_MESSAGE,
     PREFERRED_ELECTION,
-    ElectionOutcomes,
     TopicRequestError,
     checked_counts,
     elect_each,
@@ -42,7 +41,7 @@ from oncelog.storage.manager import TopicInfo, validate_topic_name
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.node import OverridesChange
+    from oncelog.broker.node import ElectionOutcomes, OverridesChange
     from oncelog.cluster.runtime import ClusterRuntime
     from oncelog.storage.manager import LogManager
 
