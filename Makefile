@@ -9,6 +9,7 @@
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions, full disks and lease losses on a cluster with Kafka's 9 s sessions
+#   make soak-secure   15 minutes of every fault kind on a SASL_SSL cluster with ACLs and Kafka's 9 s sessions (`--secure`)
 #   make cluster-faults a minute of every kind of fault on a 3-broker cluster, judged by the history checker
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
 #   make iceberg-faults the Iceberg sink's fault runs (driver kills at every pause point, task retries, a concurrent writer),
@@ -41,7 +42,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-cluster soak-faults cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
+.PHONY: help setup test lint demo bench soak soak-cluster soak-faults soak-secure cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -119,6 +120,10 @@ soak-cluster: setup
 soak-faults: setup
 	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --faults pause,partition,disk,sessions --fault-seconds 20-35 \
 	  --session-timeout-ms 9000 --seed 11
+
+# As root for every fault kind; docs/reliability.md has a run's figures.
+soak-secure: setup
+	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 15 --secure --session-timeout-ms 9000 --seed 7
 
 cluster-faults: setup
 	$(VENV_PYTHON) -m pytest -m slow tests/integration/test_chaos.py $(PYTEST_ARGS)

@@ -13,19 +13,23 @@ partition 0 holds about 9,500 of these records, as it would from Kafka. The cons
 take 1 MiB per response (`fetch.max.bytes`), so the order of service decides. The
 5,000-per-partition share is librdkafka's; kafka-python's own order of handing out what
 it fetched decides its share (its test says why), so for it the bound is the first
-record of each partition within 2 s."""
+record of each partition within 2 s. On a 3-broker cluster whose broker 1 leads all
+three partitions, a read_committed librdkafka consumer meets the same bound."""
 
 from __future__ import annotations
 
 import collections
+import shutil
 import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
+from oncelog.local.cluster import ClusterProcess
 from tests.support.kafka import create_topic, produce_to_partitions
 
 PARTITIONS = 3
@@ -104,3 +108,39 @@ def test_a_consumer_with_a_fetch_session_of_three_loaded_partitions_gets_each_of
     assert sorted(first) == list(range(PARTITIONS)), f"partitions that gave no record: {counts}"
     assert max(first.values()) < FIRST_RECORD_WITHIN_S, f"first record per partition after (s): {first}"
     assert all(counts[p] == PER_PARTITION for p in range(PARTITIONS)), f"records per partition: {counts}"
+
+
+def test_a_librdkafka_consumer_of_three_partitions_one_broker_leads_on_a_cluster_reads_each_soon(tmp_path):
+    """The same bound on a 3-broker cluster, the three partitions all led by broker 1 (so
+    one broker serves all of them, as in the Jepsen-style runs), replicated to the others,
+    read with read_committed."""
+    with ClusterProcess(tmp_path, 3) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        topic = "fairness-cluster"
+        assignment = [[1, 2, 3], [1, 3, 2], [1, 2, 3]]
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=-1,
+                                      replica_assignment=assignment)])[topic].result(30)
+        cluster.wait_for_topic(topic)
+        for partition in range(PARTITIONS):
+            cluster.wait_for_isr(topic, partition, 3)
+        produce_to_partitions(cluster.bootstrap_servers, topic,
+                              ((p, b"x" * 100) for _ in range(PER_PARTITION) for p in range(PARTITIONS)))
+        assert {cluster.leader_of(topic, p) for p in range(PARTITIONS)} == {1}
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": topic,
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "fetch.max.bytes": ONE_PARTITION_PER_RESPONSE})
+        counts: collections.Counter = collections.Counter()
+        first: dict[int, float] = {}
+        try:
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+            started = time.monotonic()
+            while counts.total() < READ and time.monotonic() - started < TIMEOUT_S:
+                for message in consumer.consume(500, 1.0):
+                    assert message.error() is None, message.error()
+                    counts[message.partition()] += 1
+                    first.setdefault(message.partition(), time.monotonic() - started)
+        finally:
+            consumer.close()
+    for node in cluster.nodes.values():
+        shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
+    _assert_fair(first, counts)
