@@ -67,7 +67,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--listeners", action="append", default=[], metavar="[N=]LISTENERS",
         help="Kafka's listeners value for every node, or with N= for node N (repeatable); {node} is the "
         "node id, each {port} a free port; e.g. 'CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{port}' "
-        "with --override listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SSL "
+        "with --override listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_SSL "
         "--override inter.broker.listener.name=INTERNAL (default: PLAINTEXT://127.0.0.1:{port})",
     )
     start.add_argument(
