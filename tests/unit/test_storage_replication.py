@@ -13,7 +13,7 @@ from oncelog.protocol.record_batch import (
     parse_batches,
 )
 from oncelog.storage import AppendOrigin, CorruptLogError, LogConfig, LogManager, PartitionLog
-from oncelog.storage.errors import CorruptBatchError, UnexpectedAppendOffsetError
+from oncelog.storage.errors import CorruptBatchError, StorageError, UnexpectedAppendOffsetError
 from oncelog.storage.leader_epoch import FILE_NAME as EPOCH_FILE
 from oncelog.storage.leader_epoch import LeaderEpochCache
 from oncelog.storage.manager import REPLICATION_OFFSET_CHECKPOINT_FILE
@@ -551,3 +551,45 @@ def test_a_follower_forgets_completed_transactions_as_its_high_watermark_passes_
     assert follower.producer_state._unreplicated == []  # no entry per transaction kept for good
     follower.close()
     leader.close()
+
+
+def test_an_abort_marker_whose_index_write_failed_is_gone_once_the_dir_takes_writes_again(tmp_path, monkeypatch):
+    """The 10-minute cluster soak's replica mismatch (2026-12-03): on a full disk an abort
+    marker reached the segment, the aborted-transaction index's write failed, and the log
+    end offset stayed before it. When the dir came back, the follower wrote the new
+    leader's marker for the same offset after the stale one: its file held the offset
+    twice. Now the dir's logs drop what a failed append left before going on."""
+    directory = tmp_path / "data"
+    manager = LogManager([directory], LogConfig(), replicated=True)
+    manager.load()
+    manager.create_topic("out", 1, {})
+    log = manager.partition("out", 0)
+    assert log is not None
+    txn_append(log, 7, 0)  # offsets 0-1, a transaction of producer 7
+    real_write = os.write
+
+    def full_disk(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(TXN_INDEX_FILE):
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(StorageError):
+        marker(log, ControlType.ABORT, 7)  # the marker is in the segment, the index entry is not
+    monkeypatch.undo()
+    assert log.log_end_offset == 2
+    error = StorageError(str(directory), "No space left on device", 28)
+    manager.set_dir_offline(directory, error)
+    manager.set_dir_online(directory)  # the dir takes writes again
+
+    marker(log, ControlType.ABORT, 7, leader_epoch=1)  # the new leader's marker for offset 2, as a follower would
+    offsets = [(header.base_offset, header.partition_leader_epoch) for header in parse_batches(all_bytes(log))]
+    assert offsets == [(0, 0), (2, 1)]
+    assert log.txn_index.collect(0, 3) == [(7, 0)]
+    manager.close()
+    reopened = LogManager([directory], LogConfig(), replicated=True)
+    reopened.load()
+    again = reopened.partition("out", 0)
+    assert again is not None
+    assert [(h.base_offset, h.partition_leader_epoch) for h in parse_batches(all_bytes(again))] == [(0, 0), (2, 1)]
+    reopened.close()

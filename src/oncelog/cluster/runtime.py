@@ -467,8 +467,7 @@ class ClusterRuntime:
                 await asyncio.sleep(LOG_DIR_PROBE_INTERVAL_S)
                 for directory in set(logs.offline_dirs) - self._lasting_dir_failures:
                     failure = await loop.run_in_executor(None, logs.probe_dir, directory)
-                    if failure is None:
-                        logs.set_dir_online(directory)
+                    if failure is None and logs.set_dir_online(directory):
                         log.info("log dir %s takes writes again: it is back online", directory)
                         self.replicas.resume_replicas()
         finally:

@@ -1069,6 +1069,23 @@ class PartitionLog:
         logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
 
     @_reports_storage_errors
+    def discard_unwritten_tail(self) -> None:
+        """Drop the batches of an append that failed after they reached the active segment
+        (its producer state or aborted-transaction index could not be written: a full
+        disk), which the log end offset never took: they are cut from the segment, and
+        the producer state is rebuilt from the log. For a log dir that takes writes
+        again; Kafka loads such a dir's logs anew at its next start."""
+        active = self._segments[-1]
+        if active.next_offset <= self.log_end_offset:
+            return
+        logger.warning("%s: dropping offsets %d to %d, written by an append that failed", self.name,
+                       self.log_end_offset, active.next_offset - 1)
+        active.truncate_to(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state()
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
+
+    @_reports_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
         self._abort_cleaning(f"full truncation to offset {offset}")

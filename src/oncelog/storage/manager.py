@@ -613,8 +613,19 @@ class LogManager:
         checkpoints, no clean-shutdown marker: the next start recovers its logs)."""
         self.offline_dirs.setdefault(directory, error)
 
-    def set_dir_online(self, directory: Path) -> None:
+    def set_dir_online(self, directory: Path) -> bool:
+        """The dir takes writes again: first each of its logs drops what a failed write
+        left past its log end (`PartitionLog.discard_unwritten_tail`). False, and the dir
+        stays offline, when that fails."""
+        for key, log in list(self._logs.items()):
+            if self._log_dir_of.get(key) == directory:
+                try:
+                    log.discard_unwritten_tail()
+                except StorageError as error:
+                    logger.error("%s: cannot drop what a failed write left: %s", log.name, error)
+                    return False
         self.offline_dirs.pop(directory, None)
+        return True
 
     def is_offline(self, name: str, index: int) -> bool:
         return self._log_dir_of.get((name, index)) in self.offline_dirs
