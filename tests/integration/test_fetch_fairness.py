@@ -59,25 +59,32 @@ def _assert_fair(first: dict[int, float], counts: collections.Counter) -> None:
     assert min(counts[p] for p in range(PARTITIONS)) >= AT_LEAST_PER_PARTITION, f"records per partition: {counts}"
 
 
-@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
-def test_a_librdkafka_consumer_of_three_loaded_partitions_reads_every_one_of_them_soon(
-        shared_broker, loaded_topic, isolation):
-    consumer = Consumer({"bootstrap.servers": shared_broker.bootstrap_servers, "group.id": loaded_topic,
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "fetch.max.bytes": ONE_PARTITION_PER_RESPONSE})
+def _read_with_librdkafka(bootstrap: str, topic: str, isolation: str) -> tuple[dict[int, float], collections.Counter]:
+    """READ records of the topic's partitions from offset 0 by a librdkafka consumer taking
+    1 MiB per response: (seconds to each partition's first record, records per partition)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "isolation.level": isolation,
+                         "enable.auto.commit": False, "fetch.max.bytes": ONE_PARTITION_PER_RESPONSE})
     counts: collections.Counter = collections.Counter()
     first: dict[int, float] = {}
     try:
-        consumer.assign([TopicPartition(loaded_topic, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         started = time.monotonic()
         while counts.total() < READ and time.monotonic() - started < TIMEOUT_S:
             for message in consumer.consume(500, 1.0):
                 assert message.error() is None, message.error()
-                counts[message.partition()] += 1
-                first.setdefault(message.partition(), time.monotonic() - started)
+                partition = message.partition()
+                assert partition is not None  # a message, not an event
+                counts[partition] += 1
+                first.setdefault(partition, time.monotonic() - started)
     finally:
         consumer.close()
-    _assert_fair(first, counts)
+    return first, counts
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_a_librdkafka_consumer_of_three_loaded_partitions_reads_every_one_of_them_soon(
+        shared_broker, loaded_topic, isolation):
+    _assert_fair(*_read_with_librdkafka(shared_broker.bootstrap_servers, loaded_topic, isolation))
 
 
 def test_a_consumer_with_a_fetch_session_of_three_loaded_partitions_gets_each_of_them_soon(
@@ -126,21 +133,7 @@ def test_a_librdkafka_consumer_of_three_partitions_one_broker_leads_on_a_cluster
         produce_to_partitions(cluster.bootstrap_servers, topic,
                               ((p, b"x" * 100) for _ in range(PER_PARTITION) for p in range(PARTITIONS)))
         assert {cluster.leader_of(topic, p) for p in range(PARTITIONS)} == {1}
-        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": topic,
-                             "isolation.level": "read_committed", "enable.auto.commit": False,
-                             "fetch.max.bytes": ONE_PARTITION_PER_RESPONSE})
-        counts: collections.Counter = collections.Counter()
-        first: dict[int, float] = {}
-        try:
-            consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-            started = time.monotonic()
-            while counts.total() < READ and time.monotonic() - started < TIMEOUT_S:
-                for message in consumer.consume(500, 1.0):
-                    assert message.error() is None, message.error()
-                    counts[message.partition()] += 1
-                    first.setdefault(message.partition(), time.monotonic() - started)
-        finally:
-            consumer.close()
+        first, counts = _read_with_librdkafka(cluster.bootstrap_servers, topic, "read_committed")
     for node in cluster.nodes.values():
         shutil.rmtree(node.data_dir / "__cluster_metadata-etcd", ignore_errors=True)
     _assert_fair(first, counts)
