@@ -38,16 +38,17 @@ def test_the_client_listener_is_the_first_that_is_not_the_inter_broker_one():
 
 
 def test_plaintext_listeners_get_nothing_and_given_keystores_and_mechanisms_are_kept(tmp_path):
-    assert secure_settings(tmp_path, [{"listeners": "PLAINTEXT://127.0.0.1:1"}], {"127.0.0.1"}) == {}
+    assert secure_settings(tmp_path, [{"listeners": "PLAINTEXT://127.0.0.1:1"}]) == {}
     given = {"listeners": "SASL_SSL://127.0.0.1:1", "ssl.keystore.location": "/mine.pem",
              "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
-    assert secure_settings(tmp_path, [given], {"127.0.0.1"}) == {}
+    assert secure_settings(tmp_path, [given]) == {}
     assert not (tmp_path / "tls").exists()
 
 
 def test_a_sasl_ssl_listener_gets_a_ca_a_certificate_for_its_hosts_and_plain_users(tmp_path):
-    config = {"listeners": "SASL_SSL://broker.test:1", "super.users": "User:ops"}
-    added = secure_settings(tmp_path, [config], {"broker.test", "10.1.2.3"})
+    config = {"listeners": "SASL_SSL://broker.test:1", "advertised.listeners": "SASL_SSL://10.1.2.3:1",
+              "super.users": "User:ops"}
+    added = secure_settings(tmp_path, [config])
     certificate = x509.load_pem_x509_certificates((tmp_path / "tls" / "broker-keystore.pem").read_bytes())[0]
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert {"broker.test", "localhost"} <= set(names.get_values_for_type(x509.DNSName))
@@ -62,5 +63,5 @@ def test_a_sasl_ssl_listener_gets_a_ca_a_certificate_for_its_hosts_and_plain_use
     assert client["security.protocol"] == "SASL_SSL" and client["sasl.username"] == "admin"
     assert f'user_admin="{client["sasl.password"]}"' in jaas
     assert client["ssl.ca.location"] == added["ssl.truststore.location"]
-    other = secure_settings(tmp_path / "other", [config], {"broker.test"})
+    other = secure_settings(tmp_path / "other", [config])
     assert other["listener.name.sasl_ssl.plain.sasl.jaas.config"] != jaas  # passwords are drawn anew

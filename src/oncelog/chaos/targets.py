@@ -46,7 +46,7 @@ from oncelog.chaos.settings import (
     ChaosSettings,
 )
 from oncelog.local.cluster import ClusterProcess
-from oncelog.local.cluster_security import client_properties, listeners_of, secure_settings
+from oncelog.local.cluster_security import client_properties, secure_settings
 from oncelog.local.netns import NetworkLab, NetworkLabError
 from oncelog.local.process import BrokerProcess
 
@@ -202,12 +202,10 @@ class ChaosCluster:
             network=self.network, disks=self.disks)
 
     def _secure(self, directory: Path) -> None:
-        """Certificates (for the proxies' 127.0.0.1 and every node address) and PLAIN users
-        on every node; the harness logs in as the admin, the workers as SECURE_WORKER."""
-        hosts = {"127.0.0.1", *(spec.bind.host for config in self.cluster.configs.values()
-                                for spec in listeners_of(config))}
+        """Certificates (for every node address, and 127.0.0.1, the proxies') and PLAIN
+        users on every node; the harness logs in as the admin, the workers as SECURE_WORKER."""
         try:
-            added = secure_settings(directory, self.cluster.configs.values(), hosts - {""}, users=(SECURE_WORKER,))
+            added = secure_settings(directory, self.cluster.configs.values(), users=(SECURE_WORKER,))
         except OSError as error:
             raise ChaosError(f"cannot make the cluster's certificates: {error}") from None
         for node_id, node in self.cluster.nodes.items():

@@ -139,9 +139,7 @@ def run_start(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CommandError(str(error)) from None
         try:
-            specs = [spec for config in configs.values() for spec in listeners_of(config)]
-            hosts = {address.host for spec in specs for address in (spec.bind, spec.advertised) if address} - {""}
-            secured = secure_settings(data_dir, configs.values(), hosts)
+            secured = secure_settings(data_dir, configs.values())
         except OSError as error:
             raise CommandError(f"cannot write the cluster's certificates in {data_dir}: {error}") from None
         configs = {node_id: {**config, **secured, **overrides} for node_id, config in configs.items()}

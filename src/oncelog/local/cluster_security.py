@@ -140,19 +140,21 @@ class GeneratedSasl:
         return settings
 
 
-def secure_settings(data_dir: Path, configs: Iterable[Mapping[str, str]], hosts: set[str],
+def secure_settings(data_dir: Path, configs: Iterable[Mapping[str, str]],
                     users: tuple[str, ...] = ()) -> dict[str, str]:
     """What a node needs beyond `config` for its TLS and SASL listeners: generated
     certificates unless a keystore is given, generated PLAIN users (`broker`, `admin` and
     `users`, not super users) unless SASL mechanisms are; nothing for a cluster of
     PLAINTEXT listeners. The same for every node (one CA, one certificate, one set of
     users), from the listeners of all of `configs` (a given key counts when node 1, the
-    first of them, has it)."""
+    first of them, has it); the certificate is valid for every host they bind or
+    advertise."""
     configs = list(configs)
     config = configs[0]
     specs = [spec for each in configs for spec in listeners_of(each)]
     added: dict[str, str] = {}
     if any(spec.protocol.tls for spec in specs) and "ssl.keystore.location" not in config:
+        hosts = {address.host for spec in specs for address in (spec.bind, spec.advertised) if address} - {""}
         added.update(generate_tls(data_dir / TLS_DIR, hosts).settings())
     if any(spec.protocol.sasl for spec in specs) and "sasl.enabled.mechanisms" not in config:
         sasl = GeneratedSasl.new(users)
