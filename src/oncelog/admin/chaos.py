@@ -63,6 +63,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                             "drops, closing the connection; half as many are cut part way, delayed 300 ms, or "
                             "have their request dropped; as many accepted Produce requests are sent again "
                             "(default: %(default)s)")
+    chaos.add_argument("--inputs", type=int, default=None, metavar="N",
+                       help="records seeded into the transform loop's 3 input partitions before the chaos "
+                            "phase (default: 60 a second of the run, at least 2000)")
     chaos.add_argument("--secure", action="store_true",
                        help="a cluster with SASL_SSL listeners only (clients and between the brokers; a "
                             "generated CA and PLAIN users) and an authorizer: the workers are a user whose ACLs "
@@ -93,12 +96,14 @@ def run(args: argparse.Namespace) -> int:
     fault_seconds = _seconds_range(args.fault_seconds)
     if args.session_timeout_ms < 1000:
         raise CommandError("--session-timeout-ms must be at least 1000")
+    if args.inputs is not None and args.inputs < 3:
+        raise CommandError("--inputs must be at least 3 (a record for each input partition)")
     if args.secure and args.brokers == 1:
         raise CommandError("--secure needs a cluster (--brokers 3 or more)")
     settings = ChaosSettings(duration=seconds, seed=args.seed, faults_per_minute=args.faults_per_minute,
                              drop_rate=args.drop_rate, data_dir=args.data_dir, history_path=args.history,
                              brokers=args.brokers, faults=faults, fault_seconds=fault_seconds,
-                             session_timeout_ms=args.session_timeout_ms, secure=args.secure)
+                             session_timeout_ms=args.session_timeout_ms, secure=args.secure, inputs=args.inputs)
     try:
         with _signals_interrupt(signal.SIGTERM, signal.SIGHUP):
             result = run_chaos(settings)

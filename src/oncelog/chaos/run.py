@@ -108,6 +108,7 @@ from oncelog.admin.wire import Cluster as AdminCluster
 from oncelog.chaos.checker import Report, check
 from oncelog.chaos.history import (
     FinalReadIncomplete,
+    GroupOffsetObservation,
     History,
     Poll,
     RecordingTransactionalProducer,
@@ -188,6 +189,13 @@ class ChaosResult:
     @property
     def ok(self) -> bool:
         return self.report.ok and not self.problems and (self.replicas is None or self.replicas.ok)
+
+    def transform_line(self) -> str:
+        """How far the transform loop's group got in each input partition."""
+        committed = {o.partition: o.offset for o in self.history.of_type(GroupOffsetObservation)
+                     if o.group == CTP_GROUP}
+        return "transform: committed " + " ".join(f"{INPUT_TOPIC}-{p}={offset}"
+                                                  for p, offset in sorted(committed.items()))
 
     def counts_line(self) -> str:
         s = self.report.stats
@@ -320,7 +328,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
         run.bootstrap = brokers.bootstrap
         run.security = dict(brokers.worker_security)
         brokers.create_topics()
-        inputs = max(2000, int(settings.duration * 60))
+        inputs = settings.seeded_inputs
         _seed_inputs(history, brokers.bootstrap, inputs, brokers.security)
         planned = 0
         kinds = brokers.kinds
@@ -391,10 +399,16 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
             except FinalReadIncomplete as error:
                 problems.append(f"final read incomplete: {error}")
         try:
-            observe_group_offsets(history, brokers.bootstrap, CTP_GROUP,
-                                  [(INPUT_TOPIC, p) for p in range(PARTITIONS)], timeout=30, config=brokers.security)
+            observed = observe_group_offsets(history, brokers.bootstrap, CTP_GROUP,
+                                             [(INPUT_TOPIC, p) for p in range(PARTITIONS)], timeout=30,
+                                             config=brokers.security)
         except RuntimeError as error:
             problems.append(f"the group's committed offsets could not be read: {error}")
+        else:
+            starved = [o.partition for o in observed if o.offset <= 0]
+            if starved:  # every input partition holds seeded records from the start
+                problems.append("the transform loop never committed an input of "
+                                + ", ".join(f"{INPUT_TOPIC}-{p}" for p in starved))
         report = check(history)
         if settings.history_path is not None:
             history.dump(settings.history_path)
@@ -429,7 +443,7 @@ def run_chaos(settings: ChaosSettings, out: TextIO = sys.stdout) -> ChaosResult:
 def _stalls(history: History, faults: list[Fault], chaos_ended: float) -> list[Stalls]:
     """Per fault, how long writes and commits stalled from its start until the next one."""
     ends = [fault.began for fault in faults[1:]] + [chaos_ended]
-    return [fault_stalls(history, FaultWindow(fault.began, until, fault.led), topic=TOPIC,
+    return [] if not faults else [fault_stalls(history, FaultWindow(fault.began, until, fault.led), topic=TOPIC,
                          partitions=range(PARTITIONS), writers=("idem",), transactional_ids=WRITER_TRANSACTIONAL_IDS)
             for fault, until in zip(faults, ends, strict=True)]
 
@@ -441,6 +455,7 @@ def print_result(result: ChaosResult, out: TextIO = sys.stdout, examples: int = 
     print(result.report.summary(), file=out)
     print(result.counts_line(), file=out)
     print(result.events_line(), file=out)
+    print(result.transform_line(), file=out)
     for line in result.stall_lines():
         print(line, file=out)
     if result.replicas is not None:

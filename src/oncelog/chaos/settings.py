@@ -133,3 +133,8 @@ class ChaosSettings:
     fault_seconds: tuple[float, float] = (1.0, 10.0)  # how long a pause, partition or full disk lasts
     session_timeout_ms: int = 3000  # cluster: broker.session.timeout.ms (Kafka's default is 9000)
     secure: bool = False  # cluster: SASL_SSL listeners, an authorizer, workers under ACLs (opaque proxies)
+    inputs: int | None = None  # records seeded for the transform loop; None: 60 a second, at least 2000
+
+    @property
+    def seeded_inputs(self) -> int:
+        return self.inputs if self.inputs is not None else max(2000, int(self.duration * 60))
