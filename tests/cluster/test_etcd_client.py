@@ -11,6 +11,7 @@ import re
 import shutil
 import sys
 import time
+import uuid
 from typing import Self
 
 import pytest
@@ -25,9 +26,10 @@ from oncelog.cluster.etcd import (
     WatchCompacted,
 )
 from oncelog.cluster.etcd_member import find_etcd
-from oncelog.cluster.image import Keys
+from oncelog.cluster.image import Keys, PartitionRecord, TopicRecord
 from oncelog.cluster.kv import EventType
 from oncelog.cluster.metadata_store import MetadataStore
+from oncelog.cluster.placement import elect_leader
 from oncelog.local.etcd import EtcdCluster
 
 
@@ -120,6 +122,38 @@ def test_a_controller_that_lost_track_of_its_win_finds_its_own_key_on_the_next_c
             assert await store.campaign(1, other) is None  # and so does a new incarnation's lease
             await client.lease_revoke(mine)
             assert await store.campaign(2, other) is not None
+
+    run(scenario())
+
+
+def test_a_fencing_is_one_write_and_a_partition_changed_meanwhile_leaves_every_partition_as_it_was(etcd):
+    # The controller writes every partition a fenced broker leaves in one transaction;
+    # one partition changed since it was read refuses the whole write, and the
+    # controller goes partition by partition instead.
+    async def scenario():
+        async with EtcdClient(etcd.endpoints) as client:
+            keys = Keys("fencing-test")
+            store = MetadataStore(client, keys)
+            won = await store.campaign(1, await client.lease_grant(30))
+            assert won is not None
+            await store.create_topic(TopicRecord("t", uuid.uuid4(), 3, {}), [[3, 1, 2], [3, 2, 1], [1, 3, 2]])
+            kvs = (await client.range(keys.partitions_prefix("t"), prefix=True)).kvs
+            read = sorted((PartitionRecord.decode(kv) for kv in kvs), key=lambda r: r.partition)
+            live = {1, 2}
+            changes = [(r, elect_leader(r, live)) for r in read]
+            assert all(changed is not None for _, changed in changes)
+
+            await store.change_partition(read[0], lambda r: elect_leader(r, live), controller_revision=won)
+            assert await store.change_partitions(changes, controller_revision=won) is None  # partition 0 is stale
+            after = {PartitionRecord.decode(kv).partition: PartitionRecord.decode(kv)
+                     for kv in (await client.range(keys.partitions_prefix("t"), prefix=True)).kvs}
+            assert after[1].leader == 3 and 3 in after[2].isr  # nothing of the refused write landed
+
+            fresh = [(after[p], elect_leader(after[p], live)) for p in (1, 2)]
+            assert await store.change_partitions(fresh, controller_revision=won + 1) is None  # a deposed controller
+            written = await store.change_partitions(fresh, controller_revision=won)
+            assert written is not None and [(w.leader, w.isr) for w in written] == [(2, (2, 1)), (1, (1, 2))]
+            assert len({w.mod_revision for w in written}) == 1  # one revision: each watch sees one batch
 
     run(scenario())
 

@@ -17,6 +17,7 @@ outcome); every write here is a CAS that re-reads before retrying, so a retry is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import uuid
@@ -29,6 +30,7 @@ log = logging.getLogger("oncelog.cluster.store")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 CAS_ATTEMPTS = 20
+BATCH_PARTITIONS = 1000  # partition writes in one transaction (the members allow 10,000 ops)
 
 
 class MetadataConflict(Exception):
@@ -169,6 +171,27 @@ class MetadataStore:
                     raise MetadataConflict("no longer the active controller")
             current = PartitionRecord.decode(kvs[0])
         raise MetadataConflict(f"{partition.topic}-{partition.partition} kept changing")
+
+    async def change_partitions(self, changes: Sequence[tuple[PartitionRecord, PartitionRecord]], *,
+                                controller_revision: int) -> list[PartitionRecord] | None:
+        """Write every change at once, as Kafka's controller fences a broker with one batch
+        of records: each (as read, changed) pair under the compare that the partition is
+        still as read, and all of them under the controller's key, in transactions of up
+        to `BATCH_PARTITIONS`. The stored records; None when a compare failed, so that
+        transaction wrote nothing (the caller goes partition by partition then)."""
+        stored: list[PartitionRecord] = []
+        for start in range(0, len(changes), BATCH_PARTITIONS):
+            batch = changes[start:start + BATCH_PARTITIONS]
+            compares = [Compare.mod_revision(self.keys.partition(read.topic, read.partition), "=", read.mod_revision)
+                        for read, _ in batch]
+            compares.append(Compare.create_revision(self.keys.controller, "=", controller_revision))
+            result = await self.client.txn(
+                compares, [Op.put(self.keys.partition(changed.topic, changed.partition), changed.encode())
+                           for _, changed in batch])
+            if not result.succeeded:
+                return None
+            stored += [dataclasses.replace(changed, mod_revision=result.revision) for _, changed in batch]
+        return stored
 
     # ---- producer ids ---------------------------------------------------------------------
 

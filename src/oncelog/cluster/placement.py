@@ -161,15 +161,16 @@ def election_order(partitions: Collection[PartitionRecord], live: Collection[int
     """The partitions the controller may have to change for `live`, those whose leader
     stays first. Kafka's controller fences a broker with one batch of metadata records
     (the ISR shrinks and the leader changes together), which each broker applies as one
-    unit. oncelog's controller writes each partition on its own, so this order stands in
-    for the batch: in the store's order, the dead are out of every ISR a live leader
+    unit; oncelog's controller writes them in one etcd transaction, which each broker's
+    watch delivers as one revision (`MetadataStore.change_partitions`). When that write
+    meets a change it did not read, it goes partition by partition, and this order stands
+    in for the batch: in the store's order, the dead are out of every ISR a live leader
     keeps before any leadership moves, a transaction coordinator's included. Otherwise a
     stalled replica that comes back could, with a dead one still counted, make an ISR
     look as large as min.insync.replicas, and a new coordinator's markers (or acks=all
     writes) would pass where the live replicas alone would be refused. Leaders do not
     write a dead broker back (`alter_isr`). As in Kafka, each broker still applies the
-    changes at its own pace. The cost: a dead broker's partitions get their new leaders
-    after one store write per ISR it leaves."""
+    changes at its own pace."""
     live = set(live)
     stays = [r for r in partitions if r.leader in live and any(m not in live for m in r.isr)]
     moves = [r for r in partitions if r.leader not in live]

@@ -61,7 +61,7 @@ from oncelog.cluster.etcd import (
 )
 from oncelog.cluster.etcd_member import EtcdMember
 from oncelog.cluster.fetcher import ReplicaFetchers
-from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage
+from oncelog.cluster.image import BrokerRegistration, Keys, MetadataDelta, MetadataImage, PartitionRecord
 from oncelog.cluster.metadata_store import MetadataConflict, MetadataStore
 from oncelog.cluster.placement import (
     elect_leader,
@@ -527,19 +527,37 @@ class ClusterRuntime:
 
     async def _reconcile(self) -> None:
         """Elect leaders for partitions whose leader or ISR members are fenced, and
-        return leaderless partitions to their last ISR member when it is back: the ISRs
-        of partitions that keep their leader first (`election_order`)."""
+        return leaderless partitions to their last ISR member when it is back: all of
+        them in one write, as Kafka's controller fences a broker with one batch of
+        records. When something changed meanwhile, partition by partition, each read
+        again on a conflict: the ISRs of partitions that keep their leader first
+        (`election_order`)."""
+        revision = self.controller_revision
+        if revision is None:
+            return
         live = set(self.image.live_broker_ids())
-        for record in election_order(list(self.image.partitions.values()), live):
+        records = election_order(list(self.image.partitions.values()), live)
 
-            def change(current, live=live):
-                return elect_leader(current, live) or elect_on_return(current, live)
+        def change(current: PartitionRecord) -> PartitionRecord | None:
+            return elect_leader(current, live) or elect_on_return(current, live)
 
-            stored = await self.store.change_partition(record, change, controller_revision=self.controller_revision)
-            if stored is not None:
-                self.leader_elections += stored.leader != record.leader
-                log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", stored.topic, stored.partition, record.leader,
-                         stored.leader, stored.leader_epoch, list(stored.isr))
+        changes = [(record, changed) for record in records if (changed := change(record)) is not None]
+        if not changes:
+            return
+        written = await self.store.change_partitions(changes, controller_revision=revision)
+        if written is not None:
+            for (record, _), stored in zip(changes, written, strict=True):
+                self._elected(record, stored)
+            return
+        for record, _ in changes:
+            again = await self.store.change_partition(record, change, controller_revision=revision)
+            if again is not None:
+                self._elected(record, again)
+
+    def _elected(self, record: PartitionRecord, stored: PartitionRecord) -> None:
+        self.leader_elections += stored.leader != record.leader
+        log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s", stored.topic, stored.partition, record.leader,
+                 stored.leader, stored.leader_epoch, list(stored.isr))
 
     async def _balance_leaders_when_due(self) -> None:
         """Kafka's automatic leader rebalance: every leader.imbalance.check.interval.seconds
