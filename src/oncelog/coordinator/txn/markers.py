@@ -6,7 +6,9 @@ each written by that partition's leader (Kafka's TransactionMarkerChannelManager
 - Every marker is written with acks=all: a leader answers once the marker is on the
   ISR, so a marker acknowledged here survives the leader's failure.
 - A partition whose leader moved, has none yet, or is under min.insync.replicas is
-  retried (with backoff) until it takes the marker or its topic is deleted.
+  retried (with backoff) until it takes the marker or its topic is deleted. A change in
+  the cluster metadata (a broker fenced, a partition's new leader or ISR) cuts the
+  backoff short, so a marker reaches a new leader within milliseconds of its election.
 - TRANSACTION_COORDINATOR_FENCED or INVALID_PRODUCER_EPOCH from a partition means a
   newer coordinator or producer epoch has been there: this coordinator is a zombie and
   stops, leaving the transaction to the coordinator that fenced it. So does losing the
@@ -86,6 +88,9 @@ class MarkerChannel:
         self._broker = broker
         self._timeout_s = timeout_ms / 1000
         self._peers = PeerPool(broker, "txn-markers")
+        self._backing_off: set[asyncio.Future[None]] = set()  # woken by a metadata change
+        if broker.cluster is not None:
+            broker.cluster.add_listener(self._metadata_changed)
 
     async def write(self, marker: TxnMarker, partitions: Iterable[TopicPartition],
                     still_current: Callable[[], bool]) -> bool:
@@ -129,9 +134,26 @@ class MarkerChannel:
                         log.debug("%s marker of producer %d to %s-%d: %s; retrying", marker.kind,
                                   marker.producer_id, *tp, code.name)
             if pending:
-                await asyncio.sleep(backoff)
+                await self._back_off(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         return True
+
+    async def _back_off(self, seconds: float) -> None:
+        """Sleep `seconds`, or until the cluster metadata changes."""
+        woken = asyncio.get_running_loop().create_future()
+        self._backing_off.add(woken)
+        try:
+            await asyncio.wait([woken], timeout=seconds)
+        finally:
+            self._backing_off.discard(woken)
+
+    def _metadata_changed(self, _image, delta) -> None:
+        if not (delta.changed_partitions or delta.unregistered_brokers or delta.registered_brokers):
+            return
+        waiting, self._backing_off = self._backing_off, set()
+        for woken in waiting:
+            if not woken.done():
+                woken.set_result(None)
 
     def _leader_of(self, tp: TopicPartition) -> int | None:
         """The partition's leader (-1: none right now), or None when it was deleted."""
