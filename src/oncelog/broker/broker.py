@@ -469,7 +469,7 @@ class Broker:
                 for write in writes:
                     if write.error is not None:
                         log.error("cannot write the checkpoints of %s: %s", write.directory, write.error)
-                        self.logs.checkpoint_failed(write)
+                        self.logs.checkpoint_failed(write.directory, write.error)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -92,7 +92,7 @@ def run_start(args: argparse.Namespace) -> int:
         listeners_of,
         secure_settings,
     )
-    from oncelog.local.files import write_private
+    from oncelog.local.files import properties_text, write_private
     from oncelog.local.process import BrokerStartError
 
     if args.brokers is not None and args.brokers < 1:
@@ -148,7 +148,7 @@ def run_start(args: argparse.Namespace) -> int:
         client = client_properties(next(iter(configs.values())))
         client_file = data_dir / CLIENT_PROPERTIES
         if client["security.protocol"] != "PLAINTEXT":
-            write_private(client_file, "".join(f"{key}={value}\n" for key, value in client.items()).encode())
+            write_private(client_file, properties_text(client).encode())
     except OSError as error:
         raise CommandError(f"cannot write the cluster's settings in {data_dir}: {error}") from None
     cluster = ClusterProcess(data_dir, node_settings=configs)

@@ -33,7 +33,7 @@ from oncelog.client.errors import ClientError
 from oncelog.local.cluster_security import expand_listeners, listeners_of
 from oncelog.local.etcd import GatewayError
 from oncelog.local.etcd import post as etcd_post
-from oncelog.local.files import write_private
+from oncelog.local.files import properties_text, write_private
 from oncelog.local.netns import NetworkLab
 from oncelog.local.process import BrokerProcess, child_pids, free_port
 
@@ -131,7 +131,7 @@ def write_node_configs(base_dir: Path, configs: Mapping[int, Mapping[str, str]])
     for node_id, config in configs.items():
         path = base_dir / NODE_CONFIG_FILE.format(node_id=node_id)
         text = NODE_CONFIG_HEADER.format(node_id=node_id, base_dir=base_dir, path=path)
-        text += "".join(f"{key}={value}\n" for key, value in config.items())
+        text += properties_text(config)
         write_private(path, text.encode("utf-8"))  # it may hold SASL passwords
 
 

@@ -1,8 +1,10 @@
-"""Files of the local harnesses that hold secrets (SASL passwords, private keys)."""
+"""Files of the local harnesses: properties files, and files that hold secrets (SASL
+passwords, private keys)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -20,3 +22,12 @@ def write_private(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     temporary.replace(path)
+
+
+def properties_text(properties: Mapping[str, str]) -> str:
+    """`key=value` lines, as Kafka's tools read a properties file. A key or value that
+    would spill onto a line of its own is refused."""
+    for key, value in properties.items():
+        if any(c in f"{key}{value}" for c in "\r\n"):
+            raise ValueError(f"a properties entry cannot span lines: {key!r}")
+    return "".join(f"{key}={value}\n" for key, value in properties.items())

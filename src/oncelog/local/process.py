@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
 
-from oncelog.local.files import write_private
+from oncelog.local.files import properties_text, write_private
 
 
 class BrokerStartError(RuntimeError):
@@ -126,7 +126,7 @@ class BrokerProcess:
         if secret:
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
             secrets_path = self.data_dir.parent / f"{self.data_dir.name}.secrets.properties"
-            write_private(secrets_path, "".join(f"{key}={value}\n" for key, value in secret.items()).encode())
+            write_private(secrets_path, properties_text(secret).encode())
             command += ["--config", str(secrets_path)]
         for key, value in self.config.items():
             if key not in secret:

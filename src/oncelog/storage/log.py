@@ -1053,6 +1053,13 @@ class PartitionLog:
             return
         self._abort_cleaning(f"truncation to offset {offset}")
         old_end = self.log_end_offset
+        self._cut_to(offset)
+        logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
+
+    def _cut_to(self, offset: int) -> None:
+        """Cut the segments back to the batch holding `offset` and drop what lay past the
+        new end: leader epochs, producer state and aborted transactions; the other
+        offsets are capped at it."""
         self._truncations += 1
         while self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
@@ -1066,7 +1073,6 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()  # also drops aborted transactions at or after the new end
         self.producer_state.on_high_watermark_updated(self.high_watermark)
-        logger.info("%s: truncated from log end offset %d to %d", self.name, old_end, self.log_end_offset)
 
     @_reports_storage_errors
     def discard_unwritten_tail(self) -> None:
@@ -1080,10 +1086,7 @@ class PartitionLog:
             return
         logger.warning("%s: dropping offsets %d to %d, written by an append that failed", self.name,
                        self.log_end_offset, active.next_offset - 1)
-        active.truncate_to(self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self._rebuild_producer_state()
-        self.producer_state.on_high_watermark_updated(self.high_watermark)
+        self._cut_to(self.log_end_offset)  # within the active segment, which the cleaner never touches
 
     @_reports_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:

@@ -685,7 +685,7 @@ class LogManager:
         for write in self.take_checkpoints():
             write.run()
             if write.error is not None:
-                self.checkpoint_failed(write)
+                self.checkpoint_failed(write.directory, write.error)
                 raise write.error
 
     def take_checkpoints(self) -> list[CheckpointWrite]:
@@ -693,10 +693,9 @@ class LogManager:
         `run` on any thread: their fsyncs must not stall requests."""
         return [self._checkpoint_of(directory) for directory in self.online_dirs]
 
-    def checkpoint_failed(self, write: CheckpointWrite) -> None:
-        """Back on the loop: a write that failed takes its log dir offline."""
-        if write.error is not None:
-            self._report(write.directory, write.error)
+    def checkpoint_failed(self, directory: Path, error: StorageError) -> None:
+        """Back on the loop: a checkpoint write that failed takes its log dir offline."""
+        self._report(directory, error)
 
     def _checkpoint_of(self, directory: Path) -> CheckpointWrite:
         recovery_points = []
