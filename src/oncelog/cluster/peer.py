@@ -22,6 +22,18 @@ read when it resumes. The coordinator gives such a request up only when the brok
 leaves the cluster (its session lapsed, so its leaderships moved: a late marker is
 refused there, or lands in a log the new leader's followers never take) or after
 `request.timeout.ms` (30 s).
+
+A broker across a partition that heals before its session lapses keeps its place, and
+its peers must find it again quickly. TCP alone would not: a connection whose segments
+were dropped retransmits on a doubling backoff (0.2, 0.4, ... 6.4 s), so a request out
+when a 9 s cut began was answered 12.6 s after it (the soak's worst commit gaps). So a
+peer connection is aborted by the kernel once the other broker stops acknowledging
+anything: keepalive probes after 1 s of silence, and `TCP_USER_TIMEOUT` for bytes sent,
+give up after `SILENT_PEER_S`. An aborted socket drops its send queue, as a reset
+does, so nothing of its request arrives later. A connection attempt gives up after
+`CONNECT_TIMEOUT_S` (SYNs are retransmitted 1, 3, 7 s after the first), and the
+caller's next request connects again, so a healed network is found within about a
+second.
 """
 
 from __future__ import annotations
@@ -52,6 +64,19 @@ log = logging.getLogger("oncelog.cluster.peer")
 # Kafka's own limits stay far below it (replica.fetch.response.max.bytes: 10 MiB).
 MAX_RESPONSE_BYTES = 128 * 1024 * 1024
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the send queue
+SILENT_PEER_S = 4  # the kernel aborts a connection the other broker acknowledged nothing on for this long
+CONNECT_TIMEOUT_S = 2.0
+
+
+def _abort_when_silent(sock) -> None:
+    """Have the kernel abort the connection after `SILENT_PEER_S` without an
+    acknowledgement from the other side (Linux's options; elsewhere the defaults stay)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 1), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", SILENT_PEER_S - 1),
+                        ("TCP_USER_TIMEOUT", SILENT_PEER_S * 1000)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 class PeerAuthenticationError(ConnectionError):
@@ -139,9 +164,16 @@ class PeerConnection:
     async def _connect(self) -> None:
         security = self._security
         host, port = self.address
-        self._transport, self._receiver = await asyncio.get_running_loop().create_connection(
-            _ResponseReceiver, host, port, ssl=security.ssl_context,
-            server_hostname=host if security.ssl_context else None)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                self._transport, self._receiver = await asyncio.get_running_loop().create_connection(
+                    _ResponseReceiver, host, port, ssl=security.ssl_context,
+                    server_hostname=host if security.ssl_context else None)
+        except TimeoutError:
+            raise ConnectionError(f"no connection within {CONNECT_TIMEOUT_S:g}s") from None
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            _abort_when_silent(sock)
         if security.new_sasl_client is not None:
             await self._authenticate(security.sasl_mechanism or "", security.new_sasl_client())
 
@@ -172,8 +204,8 @@ class PeerConnection:
             if sock is not None:
                 try:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-                except OSError:
-                    pass  # already gone
+                except (OSError, ValueError):
+                    pass  # already gone (the kernel aborted it: uvloop's socket then has no descriptor)
             self._transport.abort()
         self._transport = self._receiver = None
 
