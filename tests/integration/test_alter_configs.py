@@ -21,11 +21,11 @@ from confluent_kafka.admin import (
 from kio.schema.alter_configs.v2 import request as legacy_v2
 from kio.schema.describe_configs.v4 import request as describe_v4
 from kio.schema.errors import ErrorCode
-from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
 from kio.static.primitive import i8
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
+from tests.support.configs import wire_alter
 
 SET, DELETE, APPEND, SUBTRACT = (AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConfigOpType.APPEND,
                                  AlterConfigOpType.SUBTRACT)
@@ -109,22 +109,6 @@ def test_missing_topics_illegal_names_and_other_resources_are_refused(shared_bro
     [(_, code, message)] = wire_alter(shared_broker, [("99", [("log.retention.ms", 0, "1")])], resource_type=4)
     assert (code, message) == (ErrorCode.invalid_request,
                                "Unexpected broker id, expected 1 or empty string, but received 99")
-
-
-def wire_alter(broker, resources, resource_type: int = 2, *, validate_only: bool = False,
-               client: WireClient | None = None) -> list[tuple[str, ErrorCode, str | None]]:
-    """IncrementalAlterConfigs through a new connection, or through `client`."""
-    request = incremental_v1.IncrementalAlterConfigsRequest(resources=tuple(
-        incremental_v1.AlterConfigsResource(resource_type=i8(resource_type), resource_name=name, configs=tuple(
-            incremental_v1.AlterableConfig(name=key, config_operation=i8(operation), value=value)
-            for key, operation, value in configs))
-        for name, configs in resources), validate_only=validate_only)
-    if client is not None:
-        response = client.request(request)
-    else:
-        with WireClient.connect(broker.bootstrap_servers) as new_client:
-            response = new_client.request(request)
-    return [(r.resource_name, r.error_code, r.error_message) for r in response.responses]
 
 
 def test_a_key_or_a_resource_named_twice_and_a_null_value_are_invalid_requests(shared_broker):

@@ -26,8 +26,8 @@ from kio.static.primitive import i8
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
-from tests.integration.test_alter_configs import wire_alter
-from tests.integration.test_cli_admin import Cli
+from tests.support.cli import Cli
+from tests.support.configs import wire_alter
 
 GROUP = 32
 SESSION, HEARTBEAT = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"

@@ -36,13 +36,20 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
 from oncelog.local.process import BrokerProcess
+from tests.support.kafka import create_topics
+from tests.support.spark import ICEBERG_PIPELINE
+from tests.support.spark.driver_runs import run_driver
+from tests.support.spark.iceberg_pipeline import catalog_options
+from tests.support.spark.iceberg_tables import (
+    attempt_logs,
+    column_counts,
+    load_table,
+    sink_snapshots,
+    unreferenced_data_files,
+)
+from tests.support.spark.topics import write_source
 
-from .driver_runs import run_driver
-from .iceberg_pipeline import catalog_options
-from .iceberg_support import attempt_logs, column_counts, load_table, sink_snapshots, unreferenced_data_files
-from .sink_support import create_topics, write_source
-
-PIPELINE = Path(__file__).with_name("iceberg_pipeline.py")
+PIPELINE = ICEBERG_PIPELINE
 RUN_TIMEOUT_S = 420  # generous: the machine is shared, and a loaded one runs batches slowly
 TABLE = "lake.orders"
 OTHER_WRITER_PREFIX = "OTHER-"

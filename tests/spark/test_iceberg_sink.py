@@ -27,9 +27,9 @@ import oncelog.spark.iceberg_commit as iceberg_commit
 from oncelog.spark.iceberg_files import batch_attempts_dir
 from oncelog.spark.iceberg_options import IcebergOptionError, IcebergSchemaMismatch, IcebergTableMissing
 from oncelog.spark.iceberg_sink import AttemptIdentity, IcebergStreamWriter, stream_writer
-
-from .iceberg_pipeline import catalog_options, start_query
-from .iceberg_support import (
+from tests.support.kafka import create_topics
+from tests.support.spark.iceberg_pipeline import catalog_options, start_query
+from tests.support.spark.iceberg_tables import (
     attempt_logs,
     column_counts,
     load_table,
@@ -37,7 +37,7 @@ from .iceberg_support import (
     sink_snapshots,
     unreferenced_data_files,
 )
-from .sink_support import create_topics, write_source
+from tests.support.spark.topics import write_source
 
 SCHEMA = StructType([StructField("key", StringType()), StructField("value", StringType()),
                      StructField("n", LongType())])

@@ -20,7 +20,7 @@ from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
 from oncelog.spark.pipeline_metrics import PHASES, PipelineMetrics
 from oncelog.spark.sink_commit import DECISIONS_KEPT
 from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary, summary_path, write_summary
-from tests.spark.test_pipeline_run import create_topics
+from tests.support.kafka import create_topics
 from tests.support.pipeline import produce_in_transactions, read_committed
 
 RECORDS = 90
@@ -65,7 +65,7 @@ def test_pipeline_serves_its_micro_batches_on_metrics_and_reports_each_to_the_re
     bootstrap = shared_broker.bootstrap_servers
     source, sink = f"metrics-in-{uuid.uuid4().hex[:6]}", f"metrics-out-{uuid.uuid4().hex[:6]}"
     report_topic = f"_pipelines-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, source, sink)
+    create_topics(bootstrap, (source, 2), (sink, 2))
     committed = [f"order-{i}".encode() for i in range(RECORDS)]
     produce_in_transactions(bootstrap, source, [(committed[:50], True), ([b"never"] * 20, False),
                                                 (committed[50:], True)])

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from oncelog.spark.pipeline import PipelineError, PipelineSpec, Trigger, run_pipeline
+from tests.support.kafka import create_topics
 from tests.support.pipeline import produce_in_transactions
-
-from .sink_support import create_topics, read_all, watermarks
+from tests.support.spark.topics import read_all, watermarks
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -20,18 +20,11 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
+from tests.support.kafka import create_topics
 from tests.support.pipeline import produce_in_transactions, read_committed
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
-
-
-def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result(30)
 
 
 def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_committed_record_exactly_once(
@@ -39,7 +32,7 @@ def test_cli_runs_a_file_transform_with_arrow_and_pandas_udfs_and_writes_each_co
 ):
     bootstrap = shared_broker.bootstrap_servers
     source, sink = f"cli-in-{uuid.uuid4().hex[:6]}", f"cli-out-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, source, sink)
+    create_topics(bootstrap, (source, 2), (sink, 2))
     committed = [f"order-{i}".encode() for i in range(300)]
     aborted = [f"aborted-{i}".encode() for i in range(100)]
     produce_in_transactions(bootstrap, source, [(committed[:150], True), (aborted, False), (committed[150:], True)])
@@ -94,7 +87,7 @@ def test_iceberg_sink_from_the_command_line_writes_each_committed_record_once_on
 
     bootstrap = shared_broker.bootstrap_servers
     source = f"lake-in-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, source)
+    create_topics(bootstrap, (source, 2))
     first = [f"order-{i}".encode() for i in range(150)]
     produce_in_transactions(bootstrap, source, [(first[:80], True), ([b"aborted"] * 40, False), (first[80:], True)])
     checkpoint = tmp_path / "checkpoints" / "orders"
@@ -134,7 +127,7 @@ def test_sql_pipeline_in_batch_mode_continues_from_its_checkpoint_without_duplic
 ):
     bootstrap = shared_broker.bootstrap_servers
     source, sink = f"sql-in-{uuid.uuid4().hex[:6]}", f"sql-out-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, source, sink)
+    create_topics(bootstrap, (source, 2), (sink, 2))
     spec = PipelineSpec(
         source_topic=source, sink_topics=(sink,), checkpoint=str(tmp_path / "checkpoint"),
         bootstrap_servers=bootstrap, mode="batch", trigger=Trigger.parse("available-now"),
@@ -163,7 +156,7 @@ def test_partition_mode_warns_of_a_nondeterministic_transform_and_batch_mode_doe
 
     bootstrap = shared_broker.bootstrap_servers
     source = f"determinism-{uuid.uuid4().hex[:6]}"
-    create_topics(bootstrap, source)
+    create_topics(bootstrap, (source, 2))
 
     def warning(sql: str, mode: str) -> str | None:
         spec = spec_from_args(build_parser().parse_args([

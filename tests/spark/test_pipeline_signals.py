@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .sink_support import read_all
+from tests.support.spark.topics import read_all
 
 ONCELOG = Path(sys.executable).with_name("oncelog")
 

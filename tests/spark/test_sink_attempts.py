@@ -20,8 +20,8 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from oncelog.spark.sink import OncelogStreamWriter, TaskIdentity
 from oncelog.spark.sink_options import SinkWriteError, parse_sink_options
 from tests.support import kafka as support_kafka
-
-from .sink_support import create_topics, read_all, values, watermarks
+from tests.support.kafka import create_topics
+from tests.support.spark.topics import read_all, values, watermarks
 
 SCHEMA = StructType([StructField("value", BinaryType())])
 

@@ -11,8 +11,8 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 from oncelog.spark.sink import check_input_schema, stream_writer
 from oncelog.spark.sink_options import SinkOptionError, parse_sink_options
 from oncelog.spark.twophase import TwoPhaseCommitUnavailable
-
-from .sink_support import create_topics, write_source
+from tests.support.kafka import create_topics
+from tests.support.spark.topics import write_source
 
 BOOTSTRAP = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 VALUE_ONLY = StructType([StructField("value", BinaryType())])

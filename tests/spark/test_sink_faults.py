@@ -27,11 +27,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from oncelog.local.process import BrokerProcess
+from tests.support.kafka import create_topics
+from tests.support.spark import SINK_PIPELINE
+from tests.support.spark.driver_runs import run_driver
+from tests.support.spark.topics import BATCH_HEADER, read_all, transformed, values, write_source
 
-from .driver_runs import run_driver
-from .sink_support import BATCH_HEADER, create_topics, read_all, transformed, values, write_source
-
-PIPELINE = Path(__file__).with_name("sink_pipeline.py")
+PIPELINE = SINK_PIPELINE
 RUN_TIMEOUT_S = 420  # generous: the machine is shared, and a loaded one runs batches slowly
 
 

@@ -21,16 +21,16 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from oncelog.local.spark_cluster import StandaloneSpark
 from oncelog.spark.sink import PAUSE_AT_ENV, PAUSE_FILE_ENV
+from tests.support.kafka import create_topics
+from tests.support.spark import SINK_PIPELINE
+from tests.support.spark.topics import read_all, transformed, values, write_source
 
-from .sink_support import create_topics, read_all, transformed, values, write_source
-
-PIPELINE = Path(__file__).with_name("sink_pipeline.py")
+PIPELINE = SINK_PIPELINE
 SPECULATION_CONF = {
     "spark.speculation": "true",
     "spark.speculation.interval": "100ms",

@@ -9,8 +9,9 @@ from collections import Counter
 
 import pytest
 
-from .sink_pipeline import start_query
-from .sink_support import create_topics, read_all, transformed, values, watermarks, write_source
+from tests.support.kafka import create_topics
+from tests.support.spark.sink_pipeline import start_query
+from tests.support.spark.topics import read_all, transformed, values, watermarks, write_source
 
 
 @pytest.mark.parametrize("mode", ["partition", "batch"])

@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 
 from oncelog import EmbeddedBroker
 from tests.support.certs import PASSWORD, CertificateAuthority
-
-from .sink_support import create_topics, read_all, transformed, values, watermarks, write_source
+from tests.support.kafka import create_topics
+from tests.support.spark.topics import read_all, transformed, values, watermarks, write_source
 
 USER, SECRET = "carol", "carol-secret"
 AUTHENTICATED = re.compile(r"User:carol authenticated from .* with SCRAM-SHA-512 on SASL_SSL")

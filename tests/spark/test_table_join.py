@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Producer
 
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
-
-from .sink_support import create_topics, read_all
+from tests.support.kafka import create_topics
+from tests.support.spark.topics import read_all
 
 # The records' timestamps are ms after this: recent, so the broker's retention (7 days by
 # default) never deletes them, as it did when they were ms after 1970.

@@ -4,7 +4,7 @@ micro-batch and task attempt wrote it, and write into `format("oncelog-iceberg")
 
 Imported by the in-process tests, and run as a script by the fault tests:
 
-    python tests/spark/iceberg_pipeline.py '<json config>'
+    python tests/support/spark/iceberg_pipeline.py '<json config>'
 
 config: {"query": {start_query keyword arguments}, "master": "local[2,4]", "conf": {...}}.
 The script builds its own SparkSession, runs the query with Trigger.AvailableNow until it

@@ -11,8 +11,7 @@ from pyiceberg.table import Table
 
 from oncelog.spark.iceberg_commit import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY
 from oncelog.spark.iceberg_files import ATTEMPTS_DIR
-
-from .iceberg_pipeline import catalog_options
+from tests.support.spark.iceberg_pipeline import catalog_options
 
 
 def load_table(warehouse_dir: Path | str, name: str) -> Table:

@@ -4,7 +4,7 @@ header, and write into the oncelog sink.
 
 Imported by the in-process tests, and run as a script by the kill tests:
 
-    python tests/spark/sink_pipeline.py '<json config>'
+    python tests/support/spark/sink_pipeline.py '<json config>'
 
 config: {"queries": [{start_query keyword arguments}], "master": "local[2,4]",
 "conf": {Spark settings}}. The

@@ -8,16 +8,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 BATCH_HEADER = "batch"
-
-
-def create_topics(bootstrap: str, *topics: tuple[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics])
-    for future in futures.values():
-        future.result(30)
 
 
 def write_source(bootstrap: str, topic: str, partitions: int, transactions: int, per_transaction: int,

@@ -1,0 +1,9 @@
+"""What the Spark tests share: the pipelines they run in-process or as a driver process
+(`sink_pipeline.py`, `iceberg_pipeline.py`), a driver run killed at a pause point
+(`driver_runs.py`), the source topics and read_committed reads of the Kafka sink's
+output (`topics.py`), and reads of the Iceberg sink's tables (`iceberg_tables.py`)."""
+
+from pathlib import Path
+
+SINK_PIPELINE = Path(__file__).with_name("sink_pipeline.py")  # run as a driver process: python SINK_PIPELINE '<json>'
+ICEBERG_PIPELINE = Path(__file__).with_name("iceberg_pipeline.py")
