@@ -135,6 +135,10 @@ class ChaosSettings:
     secure: bool = False  # cluster: SASL_SSL listeners, an authorizer, workers under ACLs (opaque proxies)
     inputs: int | None = None  # records seeded for the transform loop; None: 60 a second, at least 2000
 
+    def __post_init__(self) -> None:
+        if self.inputs is not None and self.inputs < 3:  # the starvation check needs some in every partition
+            raise ValueError(f"inputs must be at least 3 (one for each input partition), not {self.inputs}")
+
     @property
     def seeded_inputs(self) -> int:
         return self.inputs if self.inputs is not None else max(2000, int(self.duration * 60))

@@ -191,9 +191,10 @@ class TransformLoop(Worker):
     A transaction holds the batch's outputs and the next input offsets
     (`send_offsets_to_transaction`). After any transaction that did not commit, the
     consumer seeks every assigned partition back to the group's committed offset, as
-    Kafka's exactly-once example does; the broker returns those only once no transaction
-    holds them pending (a read_committed consumer asks for stable offsets). Only when
-    that fails is the consumer recreated (static membership: it takes over the
+    Kafka's exactly-once example does, once a producer is ready again (a new one has
+    fenced the old one by then); the broker returns those offsets only once no
+    transaction holds them pending (a read_committed consumer asks for stable offsets).
+    Only when that fails is the consumer recreated (static membership: it takes over the
     partitions at once).
 
     Recreating it after every abort starved partitions (issue 45): a partition with no
@@ -263,6 +264,7 @@ class TransformLoop(Worker):
 
         run, session = self.run_state, self.session
         consumer = self.new_consumer()
+        rewind = False  # the last transaction did not commit: its inputs go back
         try:
             for _ in range(MAX_TRANSACTIONS_PER_WRITER * 10):
                 if run.stop.is_set():
@@ -271,6 +273,14 @@ class TransformLoop(Worker):
                 if producer is None:
                     run.stop.wait(0.2)
                     continue
+                if rewind:
+                    # Only now: a new producer's init_transactions has fenced the old one,
+                    # so no transaction holds the group's offsets pending any more.
+                    rewind = False
+                    if not self.rewind(consumer):
+                        run.count(f"{self.name}.rewinds_by_rejoin")
+                        _close_consumer(run, consumer)
+                        consumer = self.new_consumer()
                 try:
                     messages = consumer.consume(self.rng.randint(1, 10), timeout=0.3)
                     # A fatal consumer error may also come as an error message (code _FATAL;
@@ -317,12 +327,8 @@ class TransformLoop(Worker):
                         outcome = session.end(commit)
                 run.count(f"{self.name}.{outcome}")
                 if outcome != "commit":
-                    # The batch's inputs go back to the committed offsets.
                     run.count(f"{self.name}.rewinds")
-                    if not self.rewind(consumer):
-                        run.count(f"{self.name}.rewinds_by_rejoin")
-                        _close_consumer(run, consumer)
-                        consumer = self.new_consumer()
+                    rewind = True
         finally:
             session.close()
             _close_consumer(run, consumer)

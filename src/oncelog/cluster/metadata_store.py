@@ -173,12 +173,13 @@ class MetadataStore:
         raise MetadataConflict(f"{partition.topic}-{partition.partition} kept changing")
 
     async def change_partitions(self, changes: Sequence[tuple[PartitionRecord, PartitionRecord]], *,
-                                controller_revision: int) -> list[PartitionRecord] | None:
+                                controller_revision: int) -> list[PartitionRecord]:
         """Write every change at once, as Kafka's controller fences a broker with one batch
         of records: each (as read, changed) pair under the compare that the partition is
         still as read, and all of them under the controller's key, in transactions of up
-        to `BATCH_PARTITIONS`. The stored records; None when a compare failed, so that
-        transaction wrote nothing (the caller goes partition by partition then)."""
+        to `BATCH_PARTITIONS`, in order. The stored records of the transactions that
+        succeeded, up to the first whose compares failed (which wrote nothing): fewer
+        than `changes` when the caller must go on partition by partition."""
         stored: list[PartitionRecord] = []
         for start in range(0, len(changes), BATCH_PARTITIONS):
             batch = changes[start:start + BATCH_PARTITIONS]
@@ -189,7 +190,7 @@ class MetadataStore:
                 compares, [Op.put(self.keys.partition(changed.topic, changed.partition), changed.encode())
                            for _, changed in batch])
             if not result.succeeded:
-                return None
+                break
             stored += [dataclasses.replace(changed, mod_revision=result.revision) for _, changed in batch]
         return stored
 

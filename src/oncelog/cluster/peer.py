@@ -68,6 +68,31 @@ SILENT_PEER_S = 4  # the kernel aborts a connection the other broker acknowledge
 CONNECT_TIMEOUT_S = 2.0
 
 
+async def _connected_socket(host: str, port: int) -> socket.socket:
+    """A TCP connection to `host`, each of its addresses given `CONNECT_TIMEOUT_S`, set
+    up to be aborted when the other side falls silent."""
+    loop = asyncio.get_running_loop()
+    failure: OSError | None = None
+    for family, kind, proto, _, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await loop.sock_connect(sock, address)
+        except OSError as error:  # TimeoutError included
+            sock.close()
+            failure = error
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        _abort_when_silent(sock)
+        return sock
+    if isinstance(failure, TimeoutError):
+        raise ConnectionError(f"no connection within {CONNECT_TIMEOUT_S:g}s")
+    raise ConnectionError(f"cannot connect: {failure}")
+
+
 def _abort_when_silent(sock) -> None:
     """Have the kernel abort the connection after `SILENT_PEER_S` without an
     acknowledgement from the other side (Linux's options; elsewhere the defaults stay)."""
@@ -164,16 +189,16 @@ class PeerConnection:
     async def _connect(self) -> None:
         security = self._security
         host, port = self.address
+        sock = await _connected_socket(host, port)
         try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                self._transport, self._receiver = await asyncio.get_running_loop().create_connection(
-                    _ResponseReceiver, host, port, ssl=security.ssl_context,
-                    server_hostname=host if security.ssl_context else None)
-        except TimeoutError:
-            raise ConnectionError(f"no connection within {CONNECT_TIMEOUT_S:g}s") from None
-        sock = self._transport.get_extra_info("socket")
-        if sock is not None:
-            _abort_when_silent(sock)
+            # The TLS handshake is bounded by the request's timeout, not the connect's: it
+            # waits on the other broker's loop, which a busy moment may hold up.
+            self._transport, self._receiver = await asyncio.get_running_loop().create_connection(
+                _ResponseReceiver, sock=sock, ssl=security.ssl_context,
+                server_hostname=host if security.ssl_context else None)
+        except BaseException:
+            sock.close()
+            raise
         if security.new_sasl_client is not None:
             await self._authenticate(security.sasl_mechanism or "", security.new_sasl_client())
 

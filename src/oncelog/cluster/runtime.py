@@ -545,11 +545,9 @@ class ClusterRuntime:
         if not changes:
             return
         written = await self.store.change_partitions(changes, controller_revision=revision)
-        if written is not None:
-            for (record, _), stored in zip(changes, written, strict=True):
-                self._elected(record, stored)
-            return
-        for record, _ in changes:
+        for (record, _), stored in zip(changes, written, strict=False):
+            self._elected(record, stored)
+        for record, _ in changes[len(written):]:
             again = await self.store.change_partition(record, change, controller_revision=revision)
             if again is not None:
                 self._elected(record, again)

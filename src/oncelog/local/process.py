@@ -58,25 +58,31 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _SECRET_KEY = re.compile(r"password|jaas|secret", re.IGNORECASE)  # keys kept off the command line
 _LOWEST_PICKED = 10_000
 _pick = random.SystemRandom()  # never the seeded global generator: two processes must not pick alike
+_handed_out: set[int] = set()  # every port picked by this process: never picked twice
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on `host` now, for a broker or quorum member about to bind it. Picked
     below the kernel's ephemeral range: the kernel gives ports of that range to outgoing
     connections, and one took a test cluster's port between the pick and the broker's
-    bind (the node exited with EADDRINUSE). Where that range leaves too little room
-    below it, any free port (port 0)."""
+    bind (the node exited with EADDRINUSE). A port is never picked twice by one process:
+    a cluster picks its 9 ports before any node binds one, so two of them could fall on
+    the same one (a CI run's node 1 found its port taken by the time it bound it). Where
+    that range leaves too little room below it, any free port (port 0)."""
     try:
         low = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
     candidates = [_pick.randrange(_LOWEST_PICKED, low) for _ in range(50)] if low > _LOWEST_PICKED + 1000 else []
     for port in candidates:
+        if port in _handed_out:
+            continue  # free now, but given to a node that has not bound it yet (a cluster picks 9 at once)
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
             except OSError:
                 continue  # in use
+            _handed_out.add(port)
             return port
     with socket.socket() as probe:  # the kernel's choice (an OSError here is the host's)
         probe.bind((host, 0))

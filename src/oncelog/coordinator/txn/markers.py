@@ -8,7 +8,8 @@ each written by that partition's leader (Kafka's TransactionMarkerChannelManager
 - A partition whose leader moved, has none yet, or is under min.insync.replicas is
   retried (with backoff) until it takes the marker or its topic is deleted. A change in
   the cluster metadata (a broker fenced, a partition's new leader or ISR) cuts the
-  backoff short, so a marker reaches a new leader within milliseconds of its election.
+  backoff short, or skips it when it came during the round, so a marker reaches a new
+  leader within milliseconds of its election.
 - TRANSACTION_COORDINATOR_FENCED or INVALID_PRODUCER_EPOCH from a partition means a
   newer coordinator or producer epoch has been there: this coordinator is a zombie and
   stops, leaving the transaction to the coordinator that fenced it. So does losing the
@@ -89,6 +90,7 @@ class MarkerChannel:
         self._timeout_s = timeout_ms / 1000
         self._peers = PeerPool(broker, "txn-markers")
         self._backing_off: set[asyncio.Future[None]] = set()  # woken by a metadata change
+        self._metadata_changes = 0  # so far: a round that saw one come skips its backoff
         if broker.cluster is not None:
             broker.cluster.add_listener(self._metadata_changed)
 
@@ -101,6 +103,7 @@ class MarkerChannel:
         while pending:
             if not still_current():
                 return False
+            changes_seen = self._metadata_changes
             by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
             for tp in sorted(pending):
                 leader = self._leader_of(tp)
@@ -133,7 +136,7 @@ class MarkerChannel:
                     else:
                         log.debug("%s marker of producer %d to %s-%d: %s; retrying", marker.kind,
                                   marker.producer_id, *tp, code.name)
-            if pending:
+            if pending and self._metadata_changes == changes_seen:
                 await self._back_off(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         return True
@@ -150,6 +153,7 @@ class MarkerChannel:
     def _metadata_changed(self, _image, delta) -> None:
         if not (delta.changed_partitions or delta.unregistered_brokers or delta.registered_brokers):
             return
+        self._metadata_changes += 1
         waiting, self._backing_off = self._backing_off, set()
         for woken in waiting:
             if not woken.done():
