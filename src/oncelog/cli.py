@@ -42,7 +42,7 @@ class ArgumentParser(argparse.ArgumentParser):
 # commands' clients and Spark's pipeline cost about a second to import all together.
 COMMAND_MODULES = {
     "broker": "oncelog.broker.cli",
-    "cluster": "oncelog.cluster.cli",
+    "cluster": "oncelog.admin.cluster",
     "topics": "oncelog.admin.topics",
     "configs": "oncelog.admin.configs",
     "acls": "oncelog.admin.acls",

@@ -1,6 +1,6 @@
 """Names every layer shares, defined once: a partition's (topic, partition) pair, Kafka's
 internal topics, where the coordinators keep their state (see
-coordinator/internal_topics.py for how keys map to their partitions), and the Spark
+kernel/internal_topics.py for how keys map to their partitions), and the Spark
 sink's marker groups, which the console and /metrics tell apart from consumers."""
 
 from __future__ import annotations

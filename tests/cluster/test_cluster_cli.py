@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.broker.config import read_properties
+from oncelog.config.broker import read_properties
 from oncelog.local.process import child_pids
 
 ONCELOG = Path(sys.executable).with_name("oncelog")

@@ -36,12 +36,12 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.describe_user_scram_credentials.v0.request import DescribeUserScramCredentialsRequest
 from kio.static.primitive import i8, i32
 
-from oncelog.broker.authorization import Acls
-from oncelog.broker.config import BrokerConfig
 from oncelog.cluster.etcd import EtcdClient, EtcdUnavailable
 from oncelog.cluster.image import KeyKind, Keys, MetadataImage, encode_acls, encode_scram_credentials
 from oncelog.cluster.kv import Event, EventType, KeyValue
 from oncelog.cluster.security import SharedDocument
+from oncelog.config.broker import BrokerConfig
+from oncelog.kernel.authorization import Acls
 from oncelog.local.cluster import ClusterProcess
 from oncelog.local.etcd import EtcdCluster
 from oncelog.local.process import free_port

@@ -16,7 +16,7 @@ from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequ
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 from kio.schema.types import TransactionalId
 
-from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
+from oncelog.kernel.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.fetch_sessions import INITIAL_EPOCH, PartitionRequest
 from oncelog.cluster.fetcher import FetchSessionState, FetchState, ReplicaFetchers
+from oncelog.kernel.fetch_sessions import INITIAL_EPOCH, PartitionRequest
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.config import LogConfig
 from oncelog.storage.log import PartitionLog

@@ -15,7 +15,7 @@ from kio.schema.offset_fetch.v5 import request as fetch_v5
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32
 
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.local.cluster import ClusterProcess
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode

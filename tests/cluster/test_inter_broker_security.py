@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.listener_setup import inter_broker_security
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.local.cluster import ClusterProcess
 from oncelog.local.process import free_port
 from tests.support.certs import CertificateAuthority

@@ -19,7 +19,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from oncelog.cluster.image import MetadataDelta
-from oncelog.cluster.peer import PeerConnection, PeerPool
+from oncelog.kernel.peer import PeerConnection, PeerPool
 from oncelog.local.netns import NetworkLab
 from oncelog.protocol.client import encode_request
 

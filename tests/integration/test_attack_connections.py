@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.local.process import BrokerProcess, free_port, wait_until
 from oncelog.protocol.client import WireClient
 from tests.support.certs import CertificateAuthority, Issued, four_listeners

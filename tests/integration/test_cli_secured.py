@@ -159,7 +159,7 @@ def rows(table: str) -> list[dict[str, str]]:
 
 
 def test_produce_and_consume_with_a_group_over_sasl_ssl_scram(secured, alice_scram, records):
-    """consume --group also asks FindCoordinator itself (admin/wire.py) before librdkafka joins."""
+    """consume --group also asks FindCoordinator itself (client/wire.py) before librdkafka joins."""
     consumed = ok(secured, "SASL_SSL", alice_scram, "consume", "--topic", "orders", "--group", "readers",
                   "--from-beginning", "--max-messages", "2", stderr="Processed a total of 2 messages\n")
     assert consumed.splitlines() == records

@@ -44,7 +44,7 @@ from kio.schema.types import GroupId
 from kio.static.primitive import i32, i32Timedelta
 
 from oncelog import EmbeddedBroker
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.local.cluster import ClusterProcess
 from oncelog.local.process import BrokerProcess, wait_until
 from oncelog.protocol.client import WireClient

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.config import BrokerConfig
+from oncelog.config.broker import BrokerConfig
 from oncelog.protocol.client import WireClient
 
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5

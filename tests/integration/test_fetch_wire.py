@@ -240,7 +240,7 @@ def test_broker_fetch_max_bytes_caps_the_clients_max_bytes(tmp_path):
 
 
 def test_fetch_max_bytes_below_kafkas_minimum_is_a_config_error(tmp_path):
-    from oncelog.broker.config import BrokerConfig, ConfigError
+    from oncelog.config.broker import BrokerConfig, ConfigError
 
     assert BrokerConfig({"fetch.max.bytes": "1024"})["fetch.max.bytes"] == 1024
     assert BrokerConfig({})["fetch.max.bytes"] == 57671680

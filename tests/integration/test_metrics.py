@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 
 
 def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -32,8 +32,8 @@ from kio.schema.types import TopicName
 from kio.static.primitive import f64, i8, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
-from oncelog.admin.wire import Cluster
 from oncelog.cli import main
+from oncelog.client.wire import Cluster
 from oncelog.protocol.client import WireClient, decode_response, encode_request
 from oncelog.security.acl import AclOperation, ResourceType
 from tests.support.kafka import create_topic

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.config import BrokerConfig
+from oncelog.config.broker import BrokerConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 

@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.config import ConfigError
+from oncelog.config.broker import ConfigError
 from tests.support.certs import PLAIN_JAAS, CertificateAuthority, four_listeners
 
 

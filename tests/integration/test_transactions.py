@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.leadership import StandaloneLeadership
+from oncelog.kernel.leadership import StandaloneLeadership
 from oncelog.local.process import BrokerProcess
 from tests.support.kafka import create_topics, last_stable_offset, read_values
 

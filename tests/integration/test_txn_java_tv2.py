@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.partitions import read_all_batches
+from oncelog.kernel.partitions import read_all_batches
 from oncelog.protocol import record_batch as rb
 from tests.support.java import (
     SCENARIOS,

@@ -27,9 +27,9 @@ from kio.schema.txn_offset_commit.v4 import request as txn_offset_commit_v4
 from kio.schema.txn_offset_commit.v5 import request as txn_offset_commit_v5
 
 from oncelog import EmbeddedBroker
-from oncelog.broker.partitions import read_all_batches
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
 from oncelog.coordinator.txn.state import TransactionState
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.partitions import read_all_batches
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
 from tests.support.coordinators import find_coordinators

@@ -133,7 +133,7 @@ class CoordinatorWrites:
         self.embedded = embedded
 
     def _append(self, topic: str, partition: int, batch: bytes):
-        from oncelog.broker.partitions import append_internal
+        from oncelog.kernel.partitions import append_internal
 
         now_ms = int(time.time() * 1000)
         broker = self.embedded.broker

@@ -11,7 +11,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from oncelog.broker.broker import Broker, data_dir_config
-from oncelog.broker.config import BrokerConfig
+from oncelog.config.broker import BrokerConfig
 from oncelog.coordinator.group.api import GroupSettings, GroupTimings, JoinRequest, JoinResult
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.scheduler import ManualScheduler

@@ -20,7 +20,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from oncelog.cluster.peer import PeerConnection
+from oncelog.kernel.peer import PeerConnection
 
 POLL = datetime.timedelta(seconds=20)
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError, is_sensitive, parse_overrides, read_properties
+from oncelog.config.broker import BrokerConfig, ConfigError, is_sensitive, parse_overrides, read_properties
 
 
 def test_properties_file_then_overrides(tmp_path):

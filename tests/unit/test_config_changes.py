@@ -1,11 +1,11 @@
 """The override sets AlterConfigs and IncrementalAlterConfigs ask for
-(oncelog.broker.config_changes): each operation, and what Kafka refuses."""
+(oncelog.config.changes): each operation, and what Kafka refuses."""
 
 from __future__ import annotations
 
 import pytest
 
-from oncelog.broker.config_changes import ConfigChangeError, changed, replaced
+from oncelog.config.changes import ConfigChangeError, changed, replaced
 from oncelog.protocol.messages import ErrorCode
 
 LISTS = frozenset({"cleanup.policy"})

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from oncelog.broker.config import BrokerConfig
+from oncelog.config.broker import BrokerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "server.properties"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from asyncio import run
 
-from oncelog.broker import fetch_sessions
-from oncelog.broker.fetch_sessions import (
+from oncelog.kernel import fetch_sessions
+from oncelog.kernel.fetch_sessions import (
     EVICTION_MS,
     MAX_SESSION_ID,
     NO_SESSION_ID,

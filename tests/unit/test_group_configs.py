@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.broker.config_changes import ConfigChangeError
-from oncelog.broker.group_configs import (
+from oncelog.cluster.image import KeyKind, Keys, MetadataImage
+from oncelog.cluster.kv import Event, EventType, KeyValue
+from oncelog.config.changes import ConfigChangeError
+from oncelog.config.groups import (
     BROKER_KEYS,
     HEARTBEAT_INTERVAL,
     SESSION_TIMEOUT,
@@ -16,8 +18,6 @@ from oncelog.broker.group_configs import (
     check,
     normalized,
 )
-from oncelog.cluster.image import KeyKind, Keys, MetadataImage
-from oncelog.cluster.kv import Event, EventType, KeyValue
 from oncelog.coordinator.group.api import HeartbeatRequest
 from oncelog.protocol.messages import ErrorCode
 from tests.support.group_harness import Harness

@@ -20,12 +20,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncelog.broker.broker import Broker, data_dir_config
-from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers._groups import once_replicated
+from oncelog.config.broker import BrokerConfig
 from oncelog.coordinator.group.api import NO_OFFSET, CommitOffset
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, partition_for
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, partition_for
 from oncelog.storage.config import LogConfig
 from oncelog.storage.manager import LogManager
 from tests.support.group_harness import INITIAL_DELAY_MS, Harness, on_loop

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncelog.broker.partitions import append_internal
 from oncelog.coordinator.group.api import NO_OFFSET, CommitOffset, FetchedOffset
 from oncelog.coordinator.group.state import EMPTY
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.partitions import append_internal
 from oncelog.protocol.record_batch import ControlType, build_control_batch
 from tests.support.group_harness import INITIAL_DELAY_MS, Harness, on_loop
 

@@ -8,7 +8,7 @@ Math.abs with Integer.MIN_VALUE mapped to 0); the test itself needs no Java.
 
 import pytest
 
-from oncelog.coordinator.internal_topics import java_string_hash, partition_for
+from oncelog.kernel.internal_topics import java_string_hash, partition_for
 
 # key, String.hashCode(), Utils.abs(hashCode) % 50
 KAFKA_VALUES = [

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from oncelog.cluster.peer import _ResponseReceiver
+from oncelog.kernel.peer import _ResponseReceiver
 from oncelog.protocol.frame_receiver import RECEIVE_BUFFER
 
 

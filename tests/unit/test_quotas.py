@@ -1,4 +1,4 @@
-"""Client quotas without sockets (oncelog.broker.quotas): Kafka's rate over sampled
+"""Client quotas without sockets (oncelog.kernel.quotas): Kafka's rate over sampled
 windows and its throttle time, the precedence of quota entities and which clients share
 a rate, AlterClientQuotas' checks and DescribeClientQuotas' filter."""
 
@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from oncelog.broker.quotas import (
+from oncelog.broker.throttling import LoopTime
+from oncelog.kernel.quotas import (
     CLIENT_ID,
     IP,
     MATCH_DEFAULT,
@@ -26,7 +27,6 @@ from oncelog.broker.quotas import (
     entity_of,
     plan_alteration,
 )
-from oncelog.broker.throttling import LoopTime
 from oncelog.protocol.messages import ErrorCode
 
 

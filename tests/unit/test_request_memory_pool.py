@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.server import RequestMemoryPool
+from oncelog.config.broker import BrokerConfig, ConfigError
 
 if TYPE_CHECKING:
     from oncelog.broker.server import _Connection

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.coordinator.txn.verification import TransactionVerifier
+from oncelog.kernel.internal_topics import TRANSACTION_STATE, partition_for
 from oncelog.protocol.messages import ErrorCode, response_class
 from oncelog.storage.producer_state import ProducerStateEntry
 

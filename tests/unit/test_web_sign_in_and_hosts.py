@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.web.server import AllowedHosts, listener_names
 from oncelog.web.sign_in import CACHE_TTL_S, FAILURE_BURST, FAILURE_REFILL_S, Outcome, SignIns
 

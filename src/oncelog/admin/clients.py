@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from oncelog.admin.wire import (
+from oncelog.client.wire import (
     DEFAULT_REQUEST_TIMEOUT_MS,
     LIBRDKAFKA_ONLY_TLS_SETTINGS,
     Cluster,
@@ -233,7 +233,7 @@ def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = No
 
 def _check_security(args: argparse.Namespace) -> None:
     """A refused login or TLS handshake, which librdkafka reports only in its log (and then
-    as an unreachable broker), as its own one-line error (oncelog.admin.wire)."""
+    as an unreachable broker), as its own one-line error (oncelog.client.wire)."""
     check_security(args.bootstrap_server, user_properties(args))
 
 
@@ -244,7 +244,7 @@ def wire_cluster(args: argparse.Namespace) -> Cluster:
 
 
 def wire_settings(args: argparse.Namespace) -> WireSettings:
-    """The connection options of a wire-protocol command (oncelog.admin.wire), resolved as
+    """The connection options of a wire-protocol command (oncelog.client.wire), resolved as
     for every command."""
     from confluent_kafka.admin import AdminClient
 

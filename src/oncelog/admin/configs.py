@@ -17,7 +17,7 @@ consumer.heartbeat.interval.ms; without a name `--describe` lists every group th
 know and every group with configs, as kafka-configs.sh 4.1), and clients and users
 (client quotas and SCRAM credentials, below).
 
-Speaks the protocol directly (oncelog.admin.wire, like `oncelog transactions`):
+Speaks the protocol directly (oncelog.client.wire, like `oncelog transactions`):
 librdkafka's admin client cannot name the cluster-wide broker default and keeps one
 synonym per key name, where Kafka lists a key once per source. A broker's own resource
 goes to that broker, as kafka-configs.sh sends it.
@@ -96,7 +96,7 @@ from oncelog.admin.clients import (
     read_properties_file,
     wire_cluster,
 )
-from oncelog.admin.wire import Cluster
+from oncelog.client.wire import Cluster
 from oncelog.errors import CommandError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.security.sasl.scram import random_salt

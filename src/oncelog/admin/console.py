@@ -570,7 +570,7 @@ def _require_group_coordinator(args: argparse.Namespace) -> None:
     few brokers for `__consumer_offsets`): ask FindCoordinator, again while the answer
     is retriable, for as long as a command waits for its cluster, then say why."""
     from oncelog.admin.clients import wire_cluster
-    from oncelog.admin.wire import GROUP_COORDINATOR
+    from oncelog.client.wire import GROUP_COORDINATOR
 
     with wire_cluster(args) as cluster:
         cluster.coordinator(args.group, GROUP_COORDINATOR, CONNECT_TIMEOUT_S)

@@ -10,7 +10,7 @@ kafka-transactions.sh.
     abort                WriteTxnMarkers(ABORT) for the open transaction starting at an offset
 
 Standard clients have no API for these, so the commands speak the protocol directly
-(admin/wire.py); they take the same connection options as every command. Column names
+(client/wire.py); they take the same connection options as every command. Column names
 are kafka-transactions.sh's; columns are separated by two spaces. Errors a user can fix
 are one line and exit status 1.
 
@@ -40,7 +40,7 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 
 from oncelog.admin.clients import add_connection_arguments, wire_cluster
-from oncelog.admin.wire import Cluster, PartitionInfo, describe_error
+from oncelog.client.wire import Cluster, PartitionInfo, describe_error
 from oncelog.errors import CommandError
 from oncelog.names import INTERNAL_TOPICS, TopicPartition
 

@@ -24,15 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.broker.authorization import ACLS_FILE, Acls
-from oncelog.broker.config import LONG_MAX, BrokerConfig, ConfigError
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
-from oncelog.broker.dynamic_config import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
-from oncelog.broker.dynamic_config_store import DynamicConfigStore, FileDynamicConfigStore
-from oncelog.broker.fetch_sessions import FetchSessionCache
-from oncelog.broker.group_config_store import FileGroupConfigStore, GroupConfigStore
-from oncelog.broker.group_configs import StoredGroupTimings
-from oncelog.broker.leadership import StandaloneLeadership
 from oncelog.broker.listener_setup import inter_broker_security, listener_bindings, plain_users
 from oncelog.broker.metrics import (
     LATE_TRANSACTION_BUFFER_MS,
@@ -42,11 +34,8 @@ from oncelog.broker.metrics import (
     PartitionSnapshot,
     metrics_registry,
 )
-from oncelog.broker.quota_store import FILE_NAME as QUOTAS_FILE_NAME
-from oncelog.broker.quota_store import ClientQuotaStore, FileClientQuotaStore
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
-from oncelog.broker.topics import StandaloneTopics
 from oncelog.clock import now_ms
 from oncelog.cluster.client_quotas import shared_client_quotas
 from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
@@ -56,11 +45,22 @@ from oncelog.cluster.runtime import ClusterRuntime
 from oncelog.cluster.security import shared_acls, shared_scram_credentials
 from oncelog.cluster.settings import cluster_settings
 from oncelog.cluster.topics import ClusterTopics
+from oncelog.config.broker import LONG_MAX, BrokerConfig, ConfigError
+from oncelog.config.dynamic import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
+from oncelog.config.dynamic_store import DynamicConfigStore, FileDynamicConfigStore
+from oncelog.config.group_store import FileGroupConfigStore, GroupConfigStore
+from oncelog.config.groups import StoredGroupTimings
 from oncelog.coordinator.group import GroupCoordinator
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
+from oncelog.kernel.authorization import ACLS_FILE, Acls
+from oncelog.kernel.fetch_sessions import FetchSessionCache
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.kernel.leadership import StandaloneLeadership
+from oncelog.kernel.quota_store import FILE_NAME as QUOTAS_FILE_NAME
+from oncelog.kernel.quota_store import ClientQuotaStore, FileClientQuotaStore
+from oncelog.kernel.topics import StandaloneTopics
 from oncelog.names import TopicPartition
 from oncelog.pacing import Pace, unpaced
 from oncelog.security.listeners import SecurityProtocol
@@ -79,7 +79,7 @@ from oncelog.web.server import HttpLimits, HttpListener, listener_names
 from oncelog.web.sign_in import SignIns
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Leadership, TopicAdmin
+    from oncelog.kernel.node import Leadership, TopicAdmin
 
 log = logging.getLogger("oncelog.broker")
 

@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from oncelog.broker.config import BrokerConfig, ConfigError, parse_overrides
 from oncelog.broker.stuck_stop import watch_shutdown
+from oncelog.config.broker import BrokerConfig, ConfigError, parse_overrides
 from oncelog.errors import CommandError
 
 

@@ -38,10 +38,10 @@ from oncelog.web.model import BrokerView, ConsoleView, GroupOffsetView, GroupVie
 from oncelog.web.pipelines import REPORT_TOPIC, PipelineReports
 
 if TYPE_CHECKING:
-    from oncelog.broker.authorization import Acls
     from oncelog.cluster.image import MetadataImage
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+    from oncelog.kernel.authorization import Acls
     from oncelog.storage.log import PartitionLog
 
 _T = TypeVar("_T")

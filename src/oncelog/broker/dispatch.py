@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from oncelog.broker.node import Node
+from oncelog.kernel.node import Node
 from oncelog.pacing import Pace
 from oncelog.protocol.messages import ResponseBuilder
 from oncelog.security.acl import (
@@ -31,15 +31,15 @@ from oncelog.security.acl import (
 from oncelog.security.session import ConnectionSession
 
 if TYPE_CHECKING:
-    from oncelog.broker.authorization import Acls
-    from oncelog.broker.dynamic_config_store import DynamicConfigStore
-    from oncelog.broker.fetch_sessions import FetchSessionCache
-    from oncelog.broker.group_config_store import GroupConfigStore
-    from oncelog.broker.quota_store import ClientQuotaStore
     from oncelog.broker.topic_stats import TopicStats
     from oncelog.cluster.runtime import ClusterRuntime
+    from oncelog.config.dynamic_store import DynamicConfigStore
+    from oncelog.config.group_store import GroupConfigStore
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
+    from oncelog.kernel.authorization import Acls
+    from oncelog.kernel.fetch_sessions import FetchSessionCache
+    from oncelog.kernel.quota_store import ClientQuotaStore
     from oncelog.names import TopicPartition
     from oncelog.security.scram_credentials import ScramCredentialStore
 

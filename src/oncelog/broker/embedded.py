@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Self
 
 from oncelog.broker.broker import Broker, data_dir_config
-from oncelog.broker.config import BrokerConfig
+from oncelog.config.broker import BrokerConfig
 
 
 class EmbeddedBroker:

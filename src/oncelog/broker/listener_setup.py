@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.server import ListenerBinding
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.security.inter_broker import PeerSecurity
 from oncelog.security.listeners import ListenerSpec
 from oncelog.security.sasl import (

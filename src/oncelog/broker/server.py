@@ -39,7 +39,7 @@ Limits, as Kafka's SocketServer applies them, each checked before it costs memor
   a connection that needs a new frame buffer stops reading until memory is released.
   Kafka's default (-1, or any value <= 0) is no bound.
 
-Client quotas (oncelog.broker.quotas, .throttling): a request of a client a quota applies
+Client quotas (oncelog.kernel.quotas, .throttling): a request of a client a quota applies
 to is charged after its handler answers; over a quota, its response carries the throttle
 time and the connection is muted for that long once the response is sent (KIP-219).
 Without any quota configured, a request costs one attribute test.
@@ -60,14 +60,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from oncelog.broker.config import parse_ip_overrides
 from oncelog.broker.dispatch import ApiHandler, BrokerServices, CloseConnection, RequestContext
 from oncelog.broker.handlers import handler_table
 from oncelog.broker.handlers.api_versions import unsupported_version_response
 from oncelog.broker.heavy_work import HEAVY_REQUEST_BYTES, INLINE_PRODUCE_ELEMENTS, HeavyTurn, HeavyWork
-from oncelog.broker.quotas import ClientQuotas
 from oncelog.broker.request_stats import RequestStats
 from oncelog.broker.throttling import RequestCharge
+from oncelog.config.broker import parse_ip_overrides
+from oncelog.kernel.quotas import ClientQuotas
 from oncelog.protocol import framing
 from oncelog.protocol.error_counts import count_errors
 from oncelog.protocol.frame_receiver import FrameReceiver, FrameSizeError

@@ -1,4 +1,4 @@
-"""The protocol side of client quotas (oncelog.broker.quotas): what a request of a client
+"""The protocol side of client quotas (oncelog.kernel.quotas): what a request of a client
 with a quota is charged, and how its throttled answer looks, as Kafka's KafkaApis does
 it. The server asks this only for a client a quota applies to; handlers know nothing of it.
 
@@ -10,7 +10,7 @@ it. The server asks this only for a client a quota applies to; handlers know not
   to ever pass). A throttled Fetch is answered with no partitions (its bytes taken back
   off the rate) and, unless it was an incremental fetch, with session id 0, as Kafka's
   getThrottledResponse. Kafka decides before its fetch session takes the answer in; here
-  the handler has already completed the session (broker/fetch_sessions.py), so a session
+  the handler has already completed the session (kernel/fetch_sessions.py), so a session
   the throttled fetch opened is closed again, and an incremental session answers all its
   partitions next time, as after an error.
 - **Every request** against `request_percentage`: the time its handler held the event
@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import replace
 from typing import Any
 
-from oncelog.broker.fetch_sessions import FetchSessionCache
-from oncelog.broker.quotas import ClientQuota, monotonic_ms
+from oncelog.kernel.fetch_sessions import FetchSessionCache
+from oncelog.kernel.quotas import ClientQuota, monotonic_ms
 from oncelog.protocol.messages import ErrorCode
 
 PRODUCE_KEY, FETCH_KEY, SASL_HANDSHAKE_KEY, WRITE_TXN_MARKERS_KEY, SASL_AUTHENTICATE_KEY = 0, 1, 17, 27, 36

@@ -104,7 +104,6 @@ from typing import TextIO
 
 from confluent_kafka import KafkaException
 
-from oncelog.admin.wire import Cluster as AdminCluster
 from oncelog.chaos.checker import Report, check
 from oncelog.chaos.history import (
     FinalReadIncomplete,
@@ -139,6 +138,7 @@ from oncelog.chaos.settings import (
 from oncelog.chaos.stalls import FaultWindow, Stalls, fault_stalls
 from oncelog.chaos.targets import ChaosCluster, Nemesis, StandaloneBroker
 from oncelog.chaos.workers import IdempotentWriter, TailingConsumer, TransactionalWriter, TransformLoop, Worker
+from oncelog.client.wire import Cluster as AdminCluster
 from oncelog.errors import CommandError
 from oncelog.storage.errors import LogError
 

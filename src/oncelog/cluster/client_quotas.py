@@ -1,7 +1,7 @@
 """Client quotas in cluster mode: one key of the metadata quorum, `client-quotas` (every
-entity's quotas, oncelog.broker.quotas.configs_to_json), shared by every broker, as
+entity's quotas, oncelog.kernel.quotas.configs_to_json), shared by every broker, as
 Kafka keeps them as ClientQuotaRecords of its metadata log. Standalone brokers keep
-them in a file (oncelog.broker.quota_store).
+them in a file (oncelog.kernel.quota_store).
 
 Kept as the ACLs and SCRAM credentials are (oncelog.cluster.security): AlterClientQuotas
 plans its change on the key as the quorum has it and puts the result under a
@@ -21,8 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.quota_store import Listener
-from oncelog.broker.quotas import (
+from oncelog.cluster.image import MetadataDelta, MetadataImage, decode_client_quotas, encode_client_quotas
+from oncelog.cluster.kv import KeyValue
+from oncelog.cluster.security import NotStored, SharedDocument
+from oncelog.kernel.quota_store import Listener
+from oncelog.kernel.quotas import (
     Alteration,
     AlterationResult,
     QuotaConfigs,
@@ -31,9 +34,6 @@ from oncelog.broker.quotas import (
     failed,
     plan_alteration_paced,
 )
-from oncelog.cluster.image import MetadataDelta, MetadataImage, decode_client_quotas, encode_client_quotas
-from oncelog.cluster.kv import KeyValue
-from oncelog.cluster.security import NotStored, SharedDocument
 from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 

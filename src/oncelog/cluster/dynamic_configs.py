@@ -1,5 +1,5 @@
 """Dynamic broker configs in cluster mode: one key of the metadata store,
-`configs/brokers` (the cluster default and every broker's own, oncelog.broker.dynamic_config's
+`configs/brokers` (the cluster default and every broker's own, oncelog.config.dynamic's
 JSON form), shared by every broker. A change is a read-modify-write under etcd's compare;
 each broker applies what its metadata image holds, the writer once its image has the
 write (so an AlterConfigs answer means this broker already acts on it).
@@ -11,9 +11,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from oncelog.broker.config_changes import ConfigChangeError
-from oncelog.broker.dynamic_config import DynamicBrokerConfigs
-from oncelog.broker.dynamic_config_store import Listener, ResourceChange
 from oncelog.cluster.etcd import Compare, EtcdUnavailable, Op
 from oncelog.cluster.image import (
     MetadataDelta,
@@ -21,6 +18,9 @@ from oncelog.cluster.image import (
     decode_broker_configs,
     encode_broker_configs,
 )
+from oncelog.config.changes import ConfigChangeError
+from oncelog.config.dynamic import DynamicBrokerConfigs
+from oncelog.config.dynamic_store import Listener, ResourceChange
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:

@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oncelog import clock
-from oncelog.broker.fetch_sessions import INITIAL_EPOCH, NO_SESSION_ID, PartitionRequest, next_epoch
-from oncelog.cluster.peer import PeerConnection
+from oncelog.kernel.fetch_sessions import INITIAL_EPOCH, NO_SESSION_ID, PartitionRequest, next_epoch
+from oncelog.kernel.peer import PeerConnection
 from oncelog.protocol.fetch_response import FetchAnswer, FetchedPartition, read_fetch_response
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.security.inter_broker import PeerSecurity
 from oncelog.storage.errors import UnexpectedAppendOffsetError
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
     from oncelog.storage.log import PartitionLog
 
 log = logging.getLogger("oncelog.cluster.fetcher")

@@ -1,7 +1,7 @@
 """Group configs (KIP-848) in cluster mode: one key of the metadata store,
-`configs/groups` (every group's overrides, oncelog.broker.group_configs's JSON form),
+`configs/groups` (every group's overrides, oncelog.config.groups's JSON form),
 shared by every broker, as Kafka keeps them as ConfigRecords of its metadata log.
-Standalone brokers keep them in a file (oncelog.broker.group_config_store).
+Standalone brokers keep them in a file (oncelog.config.group_store).
 
 A change is planned on the key as the quorum has it and put under a compare-and-swap
 (`SharedDocument`), planned again when another broker wrote first; the broker that wrote
@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.config_changes import ConfigChangeError
-from oncelog.broker.group_config_store import GroupChange
-from oncelog.broker.group_configs import GroupConfigs
 from oncelog.cluster.image import decode_group_configs, encode_group_configs
 from oncelog.cluster.kv import KeyValue
 from oncelog.cluster.security import NotStored, SharedDocument
+from oncelog.config.changes import ConfigChangeError
+from oncelog.config.group_store import GroupChange
+from oncelog.config.groups import GroupConfigs
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ Key layout under the prefix:
                                                "operation","permission_type"}, ...]}  every ACL
     scram-credentials          {"v":1,"users":{user:{mechanism:{"salt","stored_key","server_key","iterations"}}}}
     client-quotas              {"v":1,"entities":[{"entity":{"user":U,"client-id":C},"quotas":{key:value}}, ...]}
-                               (oncelog.broker.quotas.configs_to_json; a null name is the default)
+                               (oncelog.kernel.quotas.configs_to_json; a null name is the default)
     producer-ids/next-block    (not part of the image)
     features                   (not part of the image)
 
@@ -391,7 +391,7 @@ class PartitionRecord:
 
 
 def encode_broker_configs(document: Mapping[str, Any]) -> bytes:
-    """The dynamic broker configs (oncelog.broker.dynamic_config's JSON form)."""
+    """The dynamic broker configs (oncelog.config.dynamic's JSON form)."""
     return _encode(dict(document))
 
 
@@ -402,7 +402,7 @@ def decode_broker_configs(kv: KeyValue) -> Mapping[str, Any]:
 
 
 def encode_group_configs(document: Mapping[str, Any]) -> bytes:
-    """The group configs (oncelog.broker.group_configs's JSON form)."""
+    """The group configs (oncelog.config.groups's JSON form)."""
     return _encode(dict(document))
 
 
@@ -439,7 +439,7 @@ def decode_scram_credentials(kv: KeyValue) -> Mapping[str, Any]:
 
 
 def encode_client_quotas(document: Mapping[str, Any]) -> bytes:
-    """The client quotas as oncelog.broker.quotas.configs_to_json spells them."""
+    """The client quotas as oncelog.kernel.quotas.configs_to_json spells them."""
     return _encode(dict(document))
 
 
@@ -474,7 +474,7 @@ class MetadataImage:
     topics: Mapping[str, TopicRecord]
     partitions: Mapping[tuple[str, int], PartitionRecord]
     controller_id: int = NO_CONTROLLER
-    # The dynamic broker configs' JSON form (oncelog.broker.dynamic_config), {} when none.
+    # The dynamic broker configs' JSON form (oncelog.config.dynamic), {} when none.
     broker_configs: Mapping[str, Any] = field(default_factory=dict)
     # decode_acls and decode_scram_credentials of their keys, {} when never written. Out of
     # the repr: long, and the credentials' keys are secrets.

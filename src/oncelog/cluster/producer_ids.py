@@ -4,7 +4,7 @@ over the controller's ProducerIdControlManager).
 
 A broker holds its current block and reserves the next one in the background once 90 %
 of the current one is used. When no id is at hand, `next_producer_id` raises
-ProducerIdsUnavailable, which InitProducerId answers with COORDINATOR_LOAD_IN_PROGRESS
+`kernel.node.ProducerIdsUnavailable`, which InitProducerId answers with COORDINATOR_LOAD_IN_PROGRESS
 (retriable), as Kafka's broker does while its block request is outstanding.
 """
 
@@ -14,14 +14,11 @@ import asyncio
 import logging
 
 from oncelog.cluster.metadata_store import PRODUCER_ID_BLOCK_SIZE, MetadataStore
+from oncelog.kernel.node import ProducerIdsUnavailable
 
 log = logging.getLogger("oncelog.cluster.producer_ids")
 
 PREFETCH_AT = 0.9
-
-
-class ProducerIdsUnavailable(Exception):
-    """No reserved producer id is at hand yet; retry."""
 
 
 class ClusterProducerIds:

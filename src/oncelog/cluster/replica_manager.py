@@ -22,20 +22,20 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView, check_epoch
 from oncelog.clock import now_ms
 from oncelog.cluster.image import MetadataDelta, MetadataImage, PartitionRecord
 from oncelog.cluster.placement import alter_isr
 from oncelog.cluster.purgatory import HighWatermarkWaiters
 from oncelog.cluster.replica_state import LeaderReplicaState
+from oncelog.kernel.leadership import BrokerView, LeadershipListener, PartitionView, check_epoch
 from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
     from oncelog.cluster.fetcher import ReplicaFetchers
     from oncelog.cluster.metadata_store import MetadataStore
+    from oncelog.kernel.node import Node
     from oncelog.storage.log import PartitionLog
 
 log = logging.getLogger("oncelog.cluster.replicas")

@@ -76,7 +76,7 @@ from oncelog.security.inter_broker import PeerSecurity
 from oncelog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 log = logging.getLogger("oncelog.cluster")
 

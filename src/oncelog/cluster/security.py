@@ -1,6 +1,6 @@
 """ACLs and SCRAM credentials in cluster mode: kept in the metadata quorum and shared by
 every broker, as Kafka keeps them as records of its metadata log. Standalone brokers keep
-them in files (oncelog.broker.authorization, oncelog.security.scram_credentials).
+them in files (oncelog.kernel.authorization, oncelog.security.scram_credentials).
 
     acls                {"v":1,"acls":[binding, ...]}      (acl_store.binding_to_json)
     scram-credentials   {"v":1,"users":{user:{mechanism:{"salt","stored_key","server_key","iterations"}}}}
@@ -40,8 +40,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.authorization import AclPlan, Acls, AclsNotStored, log_authorizer, new_authorizer
-from oncelog.broker.config import BrokerConfig
 from oncelog.cluster.etcd import Compare, EtcdError, EtcdUnavailable, Op
 from oncelog.cluster.image import (
     MetadataDelta,
@@ -53,6 +51,8 @@ from oncelog.cluster.image import (
 )
 from oncelog.cluster.kv import KeyValue
 from oncelog.cluster.metadata_store import CAS_ATTEMPTS
+from oncelog.config.broker import BrokerConfig
+from oncelog.kernel.authorization import AclPlan, Acls, AclsNotStored, log_authorizer, new_authorizer
 from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import AclBinding

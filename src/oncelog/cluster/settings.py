@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 
 PEER_PORT_OFFSET = 100
 ROLES = frozenset({"broker", "controller"})

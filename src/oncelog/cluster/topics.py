@@ -16,13 +16,6 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from oncelog.broker.topics import (
-    ELECTION_NOT_NEEDED_MESSAGE,
-    PREFERRED_ELECTION,
-    TopicRequestError,
-    checked_counts,
-    elect_each,
-)
 from oncelog.cluster.etcd import EtcdUnavailable
 from oncelog.cluster.image import NO_LEADER, PartitionRecord, TopicRecord
 from oncelog.cluster.metadata_store import MetadataConflict
@@ -33,16 +26,23 @@ from oncelog.cluster.placement import (
     place_replicas,
     preferred_replica,
 )
-from oncelog.coordinator.internal_topics import REPLICATION_FACTOR_KEY, internal_topic_spec
+from oncelog.kernel.internal_topics import REPLICATION_FACTOR_KEY, internal_topic_spec
+from oncelog.kernel.topics import (
+    ELECTION_NOT_NEEDED_MESSAGE,
+    PREFERRED_ELECTION,
+    TopicRequestError,
+    checked_counts,
+    elect_each,
+)
 from oncelog.pacing import Pace, paced, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.errors import InvalidConfigError, InvalidTopicError
 from oncelog.storage.manager import TopicInfo, validate_topic_name
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.node import ElectionOutcomes, OverridesChange
     from oncelog.cluster.runtime import ClusterRuntime
+    from oncelog.config.broker import BrokerConfig
+    from oncelog.kernel.node import ElectionOutcomes, OverridesChange
     from oncelog.storage.manager import LogManager
 
 log = logging.getLogger("oncelog.cluster.topics")

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import AppendRefused, append_internal
-from oncelog.coordinator.internal_topics import partition_for
+from oncelog.kernel.internal_topics import partition_for
+from oncelog.kernel.partitions import AppendRefused, append_internal
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 # How Kafka's coordinators answer a client whose write failed (TransactionStateManager
 # and GroupMetadataManager): lost leadership sends it to find the coordinator again, a

@@ -9,6 +9,6 @@
 - `java`: where the Java 17+ runtime comes from (java_home), for Spark and the Java clients;
 - `spark_cluster`: a Spark standalone cluster (StandaloneSpark).
 
-Used by `oncelog cluster` (oncelog.cluster.cli), the Spark session (oncelog.spark.session,
+Used by `oncelog cluster` (oncelog.admin.cluster), the Spark session (oncelog.spark.session,
 for Java), the chaos run (oncelog.chaos), scripts/java_home.sh, the tests and bench.
 """

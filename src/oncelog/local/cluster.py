@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
-from oncelog.broker.config import ConfigError, read_properties
 from oncelog.client.errors import ClientError
+from oncelog.config.broker import ConfigError, read_properties
 from oncelog.local.cluster_security import expand_listeners, listeners_of
 from oncelog.local.etcd import GatewayError
 from oncelog.local.etcd import post as etcd_post

@@ -4,7 +4,7 @@ The transport pauses the protocol's writer when its write buffer passes the high
 mark (`pause_writing`) and resumes it below the low one (`resume_writing`); the writer
 waits with `drained()`. asyncio keeps this in a private mixin (`FlowControlMixin`); the
 broker's client connections (broker/server.py) and a broker's connections to its peers
-(cluster/peer.py) both use this one.
+(kernel/peer.py) both use this one.
 """
 
 from __future__ import annotations

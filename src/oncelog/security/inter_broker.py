@@ -1,6 +1,6 @@
 """How a broker reaches the other brokers of its cluster on their inter-broker listener:
 TLS and SASL as a client (built from the configuration by
-oncelog.broker.listener_setup.inter_broker_security, used by oncelog.cluster.peer)."""
+oncelog.broker.listener_setup.inter_broker_security, used by oncelog.kernel.peer)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.security.listeners import Address, SecurityProtocol
 
 

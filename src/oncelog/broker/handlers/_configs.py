@@ -9,10 +9,10 @@ Each resource gets its own error code and message, as in Kafka:
   pass, no restart). The internal topics may be altered, as in Kafka. A missing topic is
   UNKNOWN_TOPIC_OR_PARTITION; an illegal name INVALID_TOPIC_EXCEPTION.
 - brokers (type 4): this broker's dynamic configs (its id) or the cluster-wide default
-  (empty name), see oncelog.broker.dynamic_config; another broker's id is INVALID_REQUEST
+  (empty name), see oncelog.config.dynamic; another broker's id is INVALID_REQUEST
   ("Unexpected broker id, expected N or empty string, but received M"), as in Kafka.
 - groups (type 32): a group's own configs (KIP-848's consumer.session.timeout.ms and
-  consumer.heartbeat.interval.ms, see oncelog.broker.group_configs), whether or not the
+  consumer.heartbeat.interval.ms, see oncelog.config.groups), whether or not the
   group exists; an unknown key or a bad value is INVALID_CONFIG with Kafka's message, an
   empty name INVALID_REQUEST ("Default group resources are not allowed."). Stored as the
   dynamic broker configs are, and read by the group coordinator at the group's next
@@ -43,11 +43,11 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from oncelog.broker import dynamic_config, group_configs
-from oncelog.broker.config import SETTINGS
-from oncelog.broker.config_changes import ConfigChangeError, PlannedChange
 from oncelog.broker.dispatch import RequestContext
-from oncelog.broker.topics import TopicRequestError
+from oncelog.config import dynamic, groups
+from oncelog.config.broker import SETTINGS
+from oncelog.config.changes import ConfigChangeError, PlannedChange
+from oncelog.kernel.topics import TopicRequestError
 from oncelog.pacing import Steps, run_paced
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -128,7 +128,7 @@ def _apply(planned: PlannedChange, current: Mapping[str, str], defaults: Mapping
 def _refusal(ctx: RequestContext, kind: int, name: str, incremental: bool) -> tuple[ErrorCode, str | None] | None:
     """The authorization error of altering the resource, or None when the principal may
     (or when the resource is refused for another reason first, as Kafka's broker does)."""
-    if kind == BROKER and name not in (dynamic_config.CLUSTER_DEFAULT, str(ctx.broker.node_id)):
+    if kind == BROKER and name not in (dynamic.CLUSTER_DEFAULT, str(ctx.broker.node_id)):
         return None  # another broker's id: INVALID_REQUEST, before authorization
     if kind == BROKER_LOGGER and not incremental:
         return None  # AlterConfigs has no broker loggers: INVALID_REQUEST
@@ -167,7 +167,7 @@ async def _alter(ctx: RequestContext, resource, change: Change, validate_only: b
 
 async def _alter_broker(ctx: RequestContext, name: str, change: Change, validate_only: bool) -> None:
     broker = ctx.broker
-    if name not in (dynamic_config.CLUSTER_DEFAULT, str(broker.node_id)):
+    if name not in (dynamic.CLUSTER_DEFAULT, str(broker.node_id)):
         raise ConfigChangeError(ErrorCode.invalid_request,
                                 f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
     store = broker.dynamic_configs
@@ -177,17 +177,17 @@ async def _alter_broker(ctx: RequestContext, name: str, change: Change, validate
     def check(overrides: dict[str, str]) -> None:
         # What this broker would run with: the other level as it stands, these overrides.
         layered = store.current().with_overrides(name, overrides).layered(broker.node_id, static)
-        dynamic_config.check(name, overrides, layered)
+        dynamic.check(name, overrides, layered)
 
     await store.alter(name, lambda current: change(current, BROKER_DEFAULTS, BROKER_LIST_KEYS), check,
                       validate_only=validate_only)
 
 
 async def _alter_group(ctx: RequestContext, group_id: str, change: Change, validate_only: bool) -> None:
-    group_configs.check_group_id(group_id)
+    groups.check_group_id(group_id)
     config = ctx.broker.config
-    broker_values = {key: config[key] for key in group_configs.BROKER_KEYS}
-    defaults = {key: str(broker_values[group_key.broker_key]) for key, group_key in group_configs.GROUP_KEYS.items()}
+    broker_values = {key: config[key] for key in groups.BROKER_KEYS}
+    defaults = {key: str(broker_values[group_key.broker_key]) for key, group_key in groups.GROUP_KEYS.items()}
     await ctx.broker.group_configs.alter(
-        group_id, lambda current: group_configs.normalized(change(current, defaults, frozenset())),
-        lambda overrides: group_configs.check(overrides, broker_values), validate_only=validate_only)
+        group_id, lambda current: groups.normalized(change(current, defaults, frozenset())),
+        lambda overrides: groups.check(overrides, broker_values), validate_only=validate_only)

@@ -1,6 +1,6 @@
 """AlterClientQuotas (key 49), v0-v1 (KIP-546).
 
-Sets and removes the quotas of user, client-id and ip entities (oncelog.broker.quotas),
+Sets and removes the quotas of user, client-id and ip entities (oncelog.kernel.quotas),
 stored before the answer (a file standalone, the metadata quorum in cluster mode) and
 enforced from the next request on. One result per entry, in request order, with Kafka's
 checks and messages (INVALID_REQUEST): an empty entity, an unknown or repeated entity
@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.quotas import Alteration, AlterationResult, entity_text
+from oncelog.kernel.quotas import Alteration, AlterationResult, entity_text
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 

@@ -1,14 +1,14 @@
 """AlterConfigs (key 33), v0-v2: the legacy form (deprecated by Kafka since 2.3, still
 used by kafka-python and older tools), where the keys sent become a resource's whole
-override set and a key left out returns to its default (oncelog.broker.config_changes),
+override set and a key left out returns to its default (oncelog.config.changes),
 with `validate_only`; the resources as in `_configs`.
 """
 
 from __future__ import annotations
 
-from oncelog.broker.config_changes import PlannedChange, plan_replaced
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._configs import alter_all
+from oncelog.config.changes import PlannedChange, plan_replaced
 from oncelog.pacing import Steps
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oncelog.broker.config import MAX_TRANSACTION_VERSION
 from oncelog.broker.dispatch import ApiHandler, RequestContext, api
+from oncelog.config.broker import MAX_TRANSACTION_VERSION
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode, ResponseBuilder, encode_response
 
 KEY = 18

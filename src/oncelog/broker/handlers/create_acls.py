@@ -3,7 +3,7 @@
 Needs Cluster ALTER. Each creation gets its own result: INVALID_REQUEST with Kafka's
 message for a binding that cannot exist (an UNKNOWN or ANY field, a CLUSTER resource
 not named kafka-cluster, a principal not of the form Type:name); the others are stored
-(oncelog.broker.authorization) before the answer. Without an authorizer every result is
+(oncelog.kernel.authorization) before the answer. Without an authorizer every result is
 SECURITY_DISABLED.
 """
 

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError
+from oncelog.kernel.topics import MAX_PARTITIONS_PER_REQUEST, TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType

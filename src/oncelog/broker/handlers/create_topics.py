@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import TopicRequestError
+from oncelog.kernel.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.config import TOPIC_CONFIGS

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterable
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import TopicRequestError
+from oncelog.kernel.topics import TopicRequestError
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType

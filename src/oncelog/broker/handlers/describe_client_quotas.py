@@ -1,6 +1,6 @@
 """DescribeClientQuotas (key 48), v0-v1 (KIP-546).
 
-The stored quotas (oncelog.broker.quotas) of the entities the filter matches, as Kafka's
+The stored quotas (oncelog.kernel.quotas) of the entities the filter matches, as Kafka's
 ClientQuotasImage answers: each component names an entity type (`user`, `client-id`,
 `ip`) and a match (0: that exact name, 1: the default, 2: any name or the default); an
 entity matches when it has every type named as asked, and, with `strict`, no other
@@ -16,7 +16,7 @@ Needs Cluster DESCRIBE_CONFIGS: else CLUSTER_AUTHORIZATION_FAILED, with no entri
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.quotas import QuotaFilterError, describe
+from oncelog.kernel.quotas import QuotaFilterError, describe
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 

@@ -12,7 +12,7 @@
   its first synonym's (DEFAULT_CONFIG when there is none).
 - Broker resources (type 4) named by this node id: the broker keys, built the same way;
   keys Kafka has no default for (`log.retention.ms`, `log.roll.ms`, ...) have a null
-  value until set; the dynamic keys (oncelog.broker.dynamic_config) are not read-only.
+  value until set; the dynamic keys (oncelog.config.dynamic) are not read-only.
   Then the listener overrides set (`listener.name.<l>.<key>`, the listener in lower
   case, as Kafka names them; STATIC_BROKER_CONFIG), with the key they override as a
   synonym (Kafka's brokerConfigSynonyms).
@@ -20,7 +20,7 @@
   listener prefix) have a null value and `is_sensitive`, and so do their synonyms.
   The cluster default resource (empty name) lists the dynamic defaults only.
 - Group resources (type 32), whether or not the group exists: its config keys
-  (oncelog.broker.group_configs) with the value it runs with. Synonyms as Kafka's since
+  (oncelog.config.groups) with the value it runs with. Synonyms as Kafka's since
   KAFKA-20289: the group's own value (DYNAMIC_GROUP_CONFIG, 8) when set, then the broker
   key the default comes from (`group.consumer.session.timeout.ms`) by source, as above;
   the entry's source is the first synonym's. An empty name is INVALID_REQUEST ("Group
@@ -39,10 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oncelog.broker.config import SETTINGS, is_sensitive, overridden_key
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.dynamic_config import DYNAMIC_KEYS
-from oncelog.broker.group_configs import GROUP_KEYS
+from oncelog.config.broker import SETTINGS, is_sensitive, overridden_key
+from oncelog.config.dynamic import DYNAMIC_KEYS
+from oncelog.config.groups import GROUP_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig

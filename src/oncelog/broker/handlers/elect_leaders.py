@@ -8,7 +8,7 @@
   ELIGIBLE_LEADERS_NOT_AVAILABLE. A missing topic or partition is
   UNKNOWN_TOPIC_OR_PARTITION. With `topic_partitions` null every partition is tried and,
   as Kafka's controller answers, each topic is listed with only the partitions that
-  needed an election (`broker.topics.elect_each`).
+  needed an election (`kernel.topics.elect_each`).
 - A standalone broker's partitions have one replica, which leads: ELECTION_NOT_NEEDED.
 - v0 has no election type (preferred only) and no top-level error code.
 - Needs Cluster ALTER (Kafka's controller): else the top-level error is
@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import PREFERRED_ELECTION
+from oncelog.kernel.topics import PREFERRED_ELECTION
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation
 

@@ -26,7 +26,7 @@
 - Fetches from replicas (cluster mode; `replica_id` >= 0) read up to the log end
   offset, move the follower's state at the leader (high watermark, ISR), and get
   `diverging_epoch` when the follower's `last_fetched_epoch` shows its log diverged.
-- Fetch sessions (KIP-227, broker/fetch_sessions.py): a full fetch with epoch 0 opens a
+- Fetch sessions (KIP-227, kernel/fetch_sessions.py): a full fetch with epoch 0 opens a
   session when the cache (`max.incremental.fetch.session.cache.slots`) has or can make
   room; an incremental fetch reads every partition of its session (with the fetch
   positions the session holds) and answers only the changed ones; epoch -1 is a full
@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 
 from oncelog import clock
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.fetch_sessions import (
+from oncelog.kernel.fetch_sessions import (
     FINAL_EPOCH,
     NO_SESSION_ID,
     PartitionAnswer,

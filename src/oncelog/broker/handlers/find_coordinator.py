@@ -24,8 +24,8 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import BrokerServices, RequestContext, api
-from oncelog.broker.leadership import BrokerView
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
+from oncelog.kernel.leadership import BrokerView
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 

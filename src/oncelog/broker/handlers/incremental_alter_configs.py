@@ -1,13 +1,13 @@
 """IncrementalAlterConfigs (key 44), v0-v1 (KIP-339): SET, DELETE, APPEND and SUBTRACT of
-single keys of a resource's overrides (oncelog.broker.config_changes), with
+single keys of a resource's overrides (oncelog.config.changes), with
 `validate_only`; the resources as in `_configs`.
 """
 
 from __future__ import annotations
 
-from oncelog.broker.config_changes import PlannedChange, plan_changed
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._configs import alter_all
+from oncelog.config.changes import PlannedChange, plan_changed
 from oncelog.pacing import Steps
 
 

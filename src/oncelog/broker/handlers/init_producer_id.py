@@ -33,8 +33,8 @@ from __future__ import annotations
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._txn import fenced_for_version, once_replicated
 from oncelog.clock import now_ms
-from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.coordinator.txn.coordinator import InitResult
+from oncelog.kernel.node import ProducerIdsUnavailable
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 

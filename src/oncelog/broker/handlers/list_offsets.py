@@ -32,7 +32,7 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.topics import error_code_for
+from oncelog.kernel.topics import error_code_for
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage.errors import LogError

@@ -19,7 +19,7 @@
   NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after the request's
   timeout. A duplicate of a recent batch waits for its original the same way.
 - Each partition's records must be exactly one magic-2 batch: checked in
-  `oncelog.broker.partitions.append_records` (size, CRC32C, compression, control bit).
+  `oncelog.kernel.partitions.append_records` (size, CRC32C, compression, control bit).
   A magic 0/1 message set is INVALID_RECORD, a magic above 2 CORRUPT_MESSAGE, as in Kafka.
 - Writes to internal topics (`__consumer_offsets`, `__transaction_state`) get
   INVALID_TOPIC_EXCEPTION unless the client id is `__admin_client`, as in Kafka.
@@ -56,8 +56,8 @@ import asyncio
 import datetime
 
 from oncelog.broker.dispatch import CloseConnection, RequestContext, api
-from oncelog.broker.partitions import ProduceOutcome, append_records, verify_with_remote_coordinator
 from oncelog.clock import now_ms
+from oncelog.kernel.partitions import ProduceOutcome, append_records, verify_with_remote_coordinator
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.protocol.record_batch import ATTRIBUTES_POSITION, MAGIC, MAGIC_POSITION, TRANSACTIONAL_BIT
 from oncelog.security.acl import AclOperation, ResourceType

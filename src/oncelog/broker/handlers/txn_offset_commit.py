@@ -52,7 +52,7 @@ from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator, once_replicated, split_offsets
 from oncelog.broker.handlers._txn import once_replicated as once_txn_replicated
 from oncelog.clock import now_ms
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 

@@ -20,7 +20,7 @@ from oncelog.coordinator.group.assignment import Assignment
 from oncelog.coordinator.group.assignors import assignor_names
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.config.broker import BrokerConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ class GroupSettings:
 
 class GroupTimings(Protocol):
     """A consumer group's own session timeout and heartbeat interval (KIP-848 group
-    configs, oncelog.broker.group_configs): None where the group has none and
+    configs, oncelog.config.groups): None where the group has none and
     GroupSettings' consumer_* apply."""
 
     def session_timeout_ms(self, group_id: str) -> int | None: ...

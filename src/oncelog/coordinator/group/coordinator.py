@@ -69,7 +69,7 @@ from oncelog.coordinator.group.scheduler import LoopScheduler
 from oncelog.coordinator.group.state import DEAD, STABLE, Group, TopicPartition
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 
 def filter_value(value: str) -> str:

@@ -41,7 +41,7 @@ from oncelog.coordinator.group.state import (
     OffsetAndMetadata,
     TopicPartition,
 )
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.record_batch import ControlType
 from oncelog.stats import Histogram
 

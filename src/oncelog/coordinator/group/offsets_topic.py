@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import read_all_batches
 from oncelog.coordinator.coordinator_log import CoordinatorLog
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.partitions import read_all_batches
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 from oncelog.protocol.record_batch import (
@@ -30,7 +30,7 @@ from oncelog.protocol.record_batch import (
 )
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 log = logging.getLogger("oncelog.group")
 

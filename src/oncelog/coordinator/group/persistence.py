@@ -15,12 +15,12 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from oncelog.broker.partitions import AppendRefused
 from oncelog.coordinator.coordinator_log import append_failure
 from oncelog.coordinator.group import records
 from oncelog.coordinator.group.offsets_topic import OffsetsTopic
 from oncelog.coordinator.group.records import GroupMetadataKey, GroupMetadataValue, MemberMetadataValue
 from oncelog.coordinator.group.state import Group
+from oncelog.kernel.partitions import AppendRefused
 from oncelog.protocol.record_batch import Record
 from oncelog.storage.errors import LogError, RecordBatchTooLargeError, RecordTooLargeError
 

@@ -51,11 +51,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.broker.partitions import AppendRefused, read_all_batches
 from oncelog.clock import now_ms
-from oncelog.cluster.producer_ids import ProducerIdsUnavailable
 from oncelog.coordinator.coordinator_log import CoordinatorLog, append_failure
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
 from oncelog.coordinator.txn import log as txn_log
 from oncelog.coordinator.txn.coordinator_epoch import NO_COORDINATOR_EPOCH
 from oncelog.coordinator.txn.markers import MarkerChannel, TxnMarker
@@ -69,12 +66,15 @@ from oncelog.coordinator.txn.metadata import (
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.coordinator.txn.stats import TxnStats, TxnStatsSnapshot
 from oncelog.coordinator.txn.verification import TransactionVerifier
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
+from oncelog.kernel.node import ProducerIdsUnavailable
+from oncelog.kernel.partitions import AppendRefused, read_all_batches
 from oncelog.names import TopicPartition
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 log = logging.getLogger("oncelog.txn")
 

@@ -30,16 +30,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.partitions import AppendRefused, append_marker
-from oncelog.broker.topics import error_code_for
-from oncelog.cluster.peer import PeerPool
-from oncelog.coordinator.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
+from oncelog.kernel.partitions import AppendRefused, append_marker
+from oncelog.kernel.peer import PeerPool
+from oncelog.kernel.topics import error_code_for
 from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode, request_class
 from oncelog.storage.errors import LogError
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 log = logging.getLogger("oncelog.txn.markers")
 

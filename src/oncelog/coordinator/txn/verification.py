@@ -34,14 +34,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.node import VerificationGuard
-from oncelog.cluster.peer import PeerPool
-from oncelog.coordinator.internal_topics import TRANSACTION_STATE, partition_for
+from oncelog.kernel.internal_topics import TRANSACTION_STATE, partition_for
+from oncelog.kernel.node import VerificationGuard
+from oncelog.kernel.peer import PeerPool
 from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode, request_class
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node
+    from oncelog.kernel.node import Node
 
 log = logging.getLogger("oncelog.txn.verification")
 

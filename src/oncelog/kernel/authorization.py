@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.pacing import Pace, paced, unpaced
 from oncelog.security.acl import AclBinding, AclBindingFilter, PatternType, validate_filter, validate_new_binding
 from oncelog.security.acl_store import FileAclStore

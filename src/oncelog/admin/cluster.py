@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.broker.config import ConfigError, parse_overrides
+from oncelog.config.broker import ConfigError, parse_overrides
 from oncelog.errors import CommandError
 
 if TYPE_CHECKING:

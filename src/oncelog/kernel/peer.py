@@ -54,10 +54,10 @@ from oncelog.protocol.write_flow import WriteFlow
 from oncelog.security.inter_broker import PeerSecurity
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import BrokerDirectory
+    from oncelog.kernel.node import BrokerDirectory
     from oncelog.security.sasl_client import SaslClient
 
-log = logging.getLogger("oncelog.cluster.peer")
+log = logging.getLogger("oncelog.kernel.peer")
 
 # A response larger than this is a stream that is not Kafka's (a TLS alert or an HTTP
 # answer read as a size would ask for hundreds of MiB): the connection fails instead.

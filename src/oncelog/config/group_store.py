@@ -1,4 +1,4 @@
-"""Where a broker keeps the group configs (oncelog.broker.group_configs): one store per
+"""Where a broker keeps the group configs (oncelog.config.groups): one store per
 broker, chosen at start-up.
 
 - `FileGroupConfigStore` (standalone): a framed JSON file in the first log dir, beside
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from oncelog.broker.group_configs import GroupConfigs
+from oncelog.config.groups import GroupConfigs
 from oncelog.storage.errors import CorruptLogError
 from oncelog.storage.framed_file import read_json_file, write_json_file
 

@@ -18,7 +18,7 @@ is set only: a stored value stays in force if the broker later starts with other
 
 This module is the domain: the overrides of every group as a value (`GroupConfigs`), the
 check, and the coordinator's view of them (`StoredGroupTimings`). Where they are kept is
-the broker's `GroupConfigStore` (oncelog.broker.group_config_store: a file standalone,
+the broker's `GroupConfigStore` (oncelog.config.group_store: a file standalone,
 the metadata store in cluster mode, oncelog.cluster.group_configs).
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from oncelog.broker.config_changes import ConfigChangeError
+from oncelog.config.changes import ConfigChangeError
 from oncelog.protocol.messages import ErrorCode
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from oncelog.broker.config import SETTINGS, BrokerConfig, ConfigError
-from oncelog.broker.config_changes import ConfigChangeError
+from oncelog.config.broker import SETTINGS, BrokerConfig, ConfigError
+from oncelog.config.changes import ConfigChangeError
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import InvalidConfigError

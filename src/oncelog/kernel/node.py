@@ -2,38 +2,39 @@
 (`oncelog.broker.broker.Broker`) and the code it runs.
 
 The coordinators, the replication (oncelog.cluster), the append path
-(oncelog.broker.partitions) and the topic administration never import `Broker`: they
+(oncelog.kernel.partitions) and the topic administration never import `Broker`: they
 are given a `Node`, and ask it only what is named here. `Broker` has every attribute
 below; a test may hand in anything else that has them. Each protocol is what one
 collaborator needs, in its own verbs:
 
 - `Leadership`: who leads a partition here and when a write is replicated (standalone:
-  `broker.leadership.StandaloneLeadership`; cluster: `cluster.replica_manager`);
+  `kernel.leadership.StandaloneLeadership`; cluster: `cluster.replica_manager`);
 - `TopicAdmin`: creating, deleting, growing and reconfiguring topics (standalone:
-  `broker.topics.StandaloneTopics`; cluster: `cluster.topics.ClusterTopics`), the one
+  `kernel.topics.StandaloneTopics`; cluster: `cluster.topics.ClusterTopics`), the one
   component chosen at start-up where the modes differ for topics;
 - `BrokerDirectory`: where the other brokers are, for peer connections (None standalone);
 - `TransactionGate` and `RemoteVerification`: what the append path asks the transaction
   coordinator (KIP-890), implemented by `coordinator.txn`;
 - `TransactionalOffsets`: what the transaction coordinator asks the group coordinator.
 
-This module imports only oncelog.pacing, and the leadership views, the config, the
-storage and metadata types under TYPE_CHECKING: none of them imports it back, so every part may depend on it
-without closing a loop.
+This module imports only oncelog.pacing, and the leadership views, the config and the
+storage types under TYPE_CHECKING: none of them imports it back, so every part may
+depend on it without closing a loop. It knows nothing of cluster mode's types: what a
+peer's user reads of a metadata change is `MetadataChanges`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from oncelog.pacing import Pace, unpaced
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.leadership import BrokerView, LeadershipListener, PartitionView
-    from oncelog.cluster.image import MetadataDelta, MetadataImage
+    from oncelog.config.broker import BrokerConfig
+    from oncelog.kernel.leadership import BrokerView, LeadershipListener, PartitionView
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
     from oncelog.security.inter_broker import PeerSecurity
@@ -79,7 +80,7 @@ class Leadership(Protocol):
 
 
 class TopicAdmin(Protocol):
-    """Topic administration; every failure is a `broker.topics.TopicRequestError` with
+    """Topic administration; every failure is a `kernel.topics.TopicRequestError` with
     Kafka's code and message. A call returns once this broker can use the change; `pace`
     is awaited between the partitions of an explicit assignment (oncelog.pacing)."""
 
@@ -96,21 +97,37 @@ class TopicAdmin(Protocol):
         ...
     async def elect_leaders(self, election_type: int, wanted: Sequence[tuple[str, Sequence[int]]] | None,
                             pace: Pace = unpaced) -> ElectionOutcomes:
-        """ElectLeaders: each partition's outcome, per topic (`broker.topics.elect_each`)."""
+        """ElectLeaders: each partition's outcome, per topic (`kernel.topics.elect_each`)."""
         ...
 
 
-class BrokerDirectory(Protocol):
-    """Where the other brokers of the cluster are, and word when that changes."""
+class MetadataChanges(Protocol):
+    """What a peer's user reads of a metadata change (`cluster.image.MetadataDelta`)."""
 
-    def add_listener(self, listener: Callable[[MetadataImage, MetadataDelta], None]) -> None: ...
+    @property
+    def registered_brokers(self) -> Mapping[int, object]: ...
+    @property
+    def unregistered_brokers(self) -> AbstractSet[int]: ...
+    @property
+    def changed_partitions(self) -> Mapping[tuple[str, int], object]: ...
+
+
+class BrokerDirectory(Protocol):
+    """Where the other brokers of the cluster are, and word when that changes (the
+    listener is called with the new image and a `MetadataChanges`)."""
+
+    def add_listener(self, listener: Callable[[object, MetadataChanges], None]) -> None: ...
     def inter_broker_address(self, node_id: int) -> tuple[str, int] | None: ...
     @property
     def peer_security(self) -> PeerSecurity | None: ...  # TLS and SASL on the inter-broker listener
 
 
 class ProducerIdSource(Protocol):
-    def next_producer_id(self) -> int: ...
+    def next_producer_id(self) -> int: ...  # raises ProducerIdsUnavailable while none is at hand
+
+
+class ProducerIdsUnavailable(Exception):
+    """No reserved producer id is at hand yet (cluster mode, while a block is reserved); retry."""
 
 
 class RemoteVerification(Protocol):

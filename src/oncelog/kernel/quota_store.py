@@ -1,4 +1,4 @@
-"""Where a broker keeps the client quotas (AlterClientQuotas, oncelog.broker.quotas), and
+"""Where a broker keeps the client quotas (AlterClientQuotas, oncelog.kernel.quotas), and
 how a change reaches what the server enforces: one store per broker, chosen at start-up.
 
 - `FileClientQuotaStore` (standalone): a framed JSON file in the first log dir,
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from oncelog.broker.quotas import (
+from oncelog.kernel.quotas import (
     FORMAT_VERSION,
     Alteration,
     AlterationResult,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncelog import clock
-from oncelog.broker.topics import error_code_for
+from oncelog.kernel.topics import error_code_for
 from oncelog.names import INTERNAL_TOPICS, TopicPartition
 from oncelog.pacing import Pace, unpaced
 from oncelog.protocol import record_batch
@@ -28,7 +28,7 @@ from oncelog.storage.errors import LogError, StorageError
 from oncelog.storage.log import AppendOrigin
 
 if TYPE_CHECKING:
-    from oncelog.broker.node import Node, RemoteVerification, VerificationGuard
+    from oncelog.kernel.node import Node, RemoteVerification, VerificationGuard
 
 log = logging.getLogger("oncelog.partitions")
 

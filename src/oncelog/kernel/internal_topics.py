@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from oncelog.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.config.broker import BrokerConfig
 
 REPLICATION_FACTOR_KEY = {
     CONSUMER_OFFSETS: "offsets.topic.replication.factor",

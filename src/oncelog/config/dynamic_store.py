@@ -1,4 +1,4 @@
-"""Where a broker keeps the dynamic broker configs (oncelog.broker.dynamic_config), and
+"""Where a broker keeps the dynamic broker configs (oncelog.config.dynamic), and
 how a change reaches it: one store per broker, chosen at start-up.
 
 - `FileDynamicConfigStore` (standalone): a framed JSON file in the first log dir,
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from oncelog.broker.dynamic_config import DynamicBrokerConfigs
+from oncelog.config.dynamic import DynamicBrokerConfigs
 from oncelog.storage.errors import CorruptLogError
 from oncelog.storage.framed_file import read_json_file, write_json_file
 

@@ -11,15 +11,15 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from oncelog.coordinator.internal_topics import internal_topic_spec
+from oncelog.kernel.internal_topics import internal_topic_spec
 from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage import errors as storage_errors
 
 if TYPE_CHECKING:
-    from oncelog.broker.config import BrokerConfig
-    from oncelog.broker.leadership import StandaloneLeadership
-    from oncelog.broker.node import ElectionOutcomes, OverridesChange, PartitionOutcome
+    from oncelog.config.broker import BrokerConfig
+    from oncelog.kernel.leadership import StandaloneLeadership
+    from oncelog.kernel.node import ElectionOutcomes, OverridesChange, PartitionOutcome
     from oncelog.storage.manager import LogManager, TopicInfo
 
 log = logging.getLogger("oncelog.topics")
