@@ -3,7 +3,8 @@
 #
 #   make setup   .venv with oncelog and its test and lint dependencies, kcat, Chromium, etcd, a Java 17+ runtime
 #   make test    the default test suite (everything not marked slow)
-#   make lint    ruff over src, tests, bench and scripts; mypy over src, tests and bench (.ci/run runs it first)
+#   make lint    ruff over src, tests, bench and scripts; mypy over src, tests and bench; the layers' import
+#                contract (import-linter, [tool.importlinter] in pyproject.toml); .ci/run runs it first
 #   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
 #   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
@@ -97,6 +98,7 @@ test: setup
 lint: $(SETUP_STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
 	$(VENV)/bin/mypy src tests bench
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 demo: setup
 	$(VENV)/bin/oncelog demo

@@ -46,9 +46,9 @@ class Registry:
 
 
 class Broker:
-    def __init__(self, node_id: int, cluster: Registry) -> None:
+    def __init__(self, node_id: int, directory: Registry) -> None:
         self.node_id = node_id
-        self.cluster = cluster
+        self.directory = directory
 
 
 REQUEST = ApiVersionsRequest(client_software_name="oncelog", client_software_version="test")

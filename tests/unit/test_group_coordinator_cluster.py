@@ -13,8 +13,7 @@ in tests/cluster/test_group_failover.py.
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -31,7 +30,7 @@ from oncelog.storage.manager import LogManager
 from tests.support.group_harness import INITIAL_DELAY_MS, Harness, on_loop
 
 if TYPE_CHECKING:
-    from oncelog.cluster.runtime import ClusterRuntime
+    pass
 
 PARTITIONS = 3
 T0 = ("t", 0)
@@ -48,17 +47,14 @@ ELSEWHERE = group_in(0)
 
 
 class ClusterHarness(Harness):
-    """The Harness with `broker.cluster` set: the coordinator runs in cluster mode."""
+    """The Harness without a standalone start-up's leadership of every partition: the
+    coordinator loads a partition only when told it leads it, as in cluster mode."""
 
     def _open(self) -> None:
         config = BrokerConfig(data_dir_config(self.data_dir))
         self.broker = Broker(config)
         self.broker.logs = LogManager(config.log_dirs, LogConfig().with_overrides(config.log_defaults()))
         self.broker.logs.load()
-        # A stand-in for the cluster runtime: the image is all the group coordinator reads of it.
-        self.broker.cluster = cast("ClusterRuntime", SimpleNamespace(
-            image=SimpleNamespace(topics={CONSUMER_OFFSETS: SimpleNamespace(partitions=PARTITIONS)})
-        ))
         if self.broker.logs.topic(CONSUMER_OFFSETS) is None:
             self.broker.logs.create_topic(CONSUMER_OFFSETS, PARTITIONS, {"cleanup.policy": "compact"})
         self.coordinator = GroupCoordinator(self.broker, settings=self.settings, scheduler=self.clock)

@@ -61,14 +61,14 @@ def fake_broker(leader_of_state: int = COORDINATOR):
         topics={TRANSACTION_STATE: SimpleNamespace(partitions=3)},
         partition=lambda topic, partition: SimpleNamespace(leader=leader_of_state),
     )
-    cluster = SimpleNamespace(image=image, inter_broker_address=lambda node_id: ("127.0.0.1", 1),
+    directory = SimpleNamespace(image=image, inter_broker_address=lambda node_id: ("127.0.0.1", 1),
                               add_listener=lambda listener: None)
     # The cluster's Leadership, answering from the image as the replica manager does.
     leadership = SimpleNamespace(
         partition_count=lambda topic: image.topics[topic].partitions if topic in image.topics else None,
         leader_of=lambda topic, partition: image.partition(topic, partition).leader,
     )
-    broker = SimpleNamespace(node_id=THIS_BROKER, cluster=cluster, leadership=leadership,
+    broker = SimpleNamespace(node_id=THIS_BROKER, directory=directory, leadership=leadership,
                              logs=SimpleNamespace(partition=lambda topic, partition: partition_log))
     return broker, producers
 
@@ -193,7 +193,7 @@ def test_no_coordinator_to_ask_is_coordinator_not_available(leader):
 def test_the_request_goes_to_the_leader_of_the_ids_transaction_state_partition():
     broker, _ = fake_broker()
     asked = []
-    broker.cluster.image.partition = lambda topic, partition: asked.append((topic, partition)) or \
+    broker.directory.image.partition = lambda topic, partition: asked.append((topic, partition)) or \
         SimpleNamespace(leader=COORDINATOR)
     assert TransactionVerifier(broker, 5000)._coordinator_of("some-id") == COORDINATOR
     assert asked == [(TRANSACTION_STATE, partition_for("some-id", 3))]

@@ -1,4 +1,4 @@
-"""The broker: owns the configuration, the logs and the waiting fetches, on one event loop.
+"""The broker, the composition root: builds every part, in its mode, and owns the loop's timers.
 
 Everything here runs on the broker's single asyncio loop; handlers call these methods
 and never share state across threads. Timers (flush, retention, checkpoints, log
@@ -11,60 +11,39 @@ the loop plans each round and swaps its result in (storage/cleaner.py).
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import logging
 import socket
 import ssl
 import time
-import uuid
-from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
-from oncelog.broker.listener_setup import inter_broker_security, listener_bindings, plain_users
+from oncelog.broker.listener_setup import listener_bindings, plain_users
 from oncelog.broker.metrics import (
     LATE_TRANSACTION_BUFFER_MS,
     BrokerSnapshot,
     CleanerSnapshot,
-    ClusterSnapshot,
     PartitionSnapshot,
     metrics_registry,
 )
+from oncelog.broker.modes import mode_for
 from oncelog.broker.server import KafkaServer
 from oncelog.broker.topic_stats import TopicStats
 from oncelog.clock import now_ms
-from oncelog.cluster.client_quotas import shared_client_quotas
-from oncelog.cluster.dynamic_configs import ClusterDynamicConfigStore
-from oncelog.cluster.group_configs import ClusterGroupConfigStore
-from oncelog.cluster.producer_ids import ClusterProducerIds
-from oncelog.cluster.runtime import ClusterRuntime
-from oncelog.cluster.security import shared_acls, shared_scram_credentials
-from oncelog.cluster.settings import cluster_settings
-from oncelog.cluster.topics import ClusterTopics
-from oncelog.config.broker import LONG_MAX, BrokerConfig, ConfigError
+from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.config.dynamic import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
-from oncelog.config.dynamic_store import DynamicConfigStore, FileDynamicConfigStore
-from oncelog.config.group_store import FileGroupConfigStore, GroupConfigStore
 from oncelog.config.groups import StoredGroupTimings
 from oncelog.coordinator.group import GroupCoordinator
-from oncelog.coordinator.producer_ids import ProducerIdManager
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
-from oncelog.coordinator.txn.coordinator_epoch import next_coordinator_epoch
-from oncelog.kernel.authorization import ACLS_FILE, Acls
 from oncelog.kernel.fetch_sessions import FetchSessionCache
+from oncelog.kernel.fetch_waiters import FetchWaiters
 from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
-from oncelog.kernel.leadership import StandaloneLeadership
-from oncelog.kernel.quota_store import FILE_NAME as QUOTAS_FILE_NAME
-from oncelog.kernel.quota_store import ClientQuotaStore, FileClientQuotaStore
-from oncelog.kernel.topics import StandaloneTopics
 from oncelog.names import TopicPartition
-from oncelog.pacing import Pace, unpaced
 from oncelog.security.listeners import SecurityProtocol
-from oncelog.security.scram_credentials import FileScramCredentialStore, ScramCredentialStore, load_fake_salt_key
+from oncelog.security.scram_credentials import load_fake_salt_key
 from oncelog.security.tls import TlsConfigError, server_context
 from oncelog.storage.cleaner import CleanerConfig, LogCleaner
 from oncelog.storage.config import LogConfig
@@ -79,11 +58,16 @@ from oncelog.web.server import HttpLimits, HttpListener, listener_names
 from oncelog.web.sign_in import SignIns
 
 if TYPE_CHECKING:
-    from oncelog.kernel.node import Leadership, TopicAdmin
+    from oncelog.broker.modes import Mode
+    from oncelog.config.dynamic_store import DynamicConfigStore
+    from oncelog.config.group_store import GroupConfigStore
+    from oncelog.kernel.authorization import Acls
+    from oncelog.kernel.node import ProducerIdSource
+    from oncelog.kernel.quota_store import ClientQuotaStore
+    from oncelog.security.scram_credentials import ScramCredentialStore
 
 log = logging.getLogger("oncelog.broker")
 
-SCRAM_CREDENTIALS_FILE = "scram-credentials.json"
 NON_ROUTABLE = frozenset({"0.0.0.0", "::"})  # bound to every interface: not an address to advertise
 
 
@@ -99,29 +83,34 @@ class Broker:
         self.endpoints: dict[str, tuple[str, int]] = {}  # each listener's advertised address, by name
         self.inter_broker_host = ""  # where other brokers reach this one (the inter-broker listener, bound)
         self.inter_broker_port = 0
-        # SCRAM credentials (AlterUserScramCredentials), salted and hashed, in the first log dir.
+        # The stores (files standalone, the metadata quorum in cluster mode), set by start():
+        # SCRAM credentials (AlterUserScramCredentials), salted and hashed; the ACLs
+        # (authorizer.class.name; None: everything is allowed); client quotas, enforced by
+        # self.server.quotas; dynamic broker configs; the groups' own configs (KIP-848).
         self.scram_credentials: ScramCredentialStore
-        self.acls: Acls | None = None  # authorizer.class.name: the ACLs (None: everything is allowed)
-        self.client_quotas: ClientQuotaStore  # client quotas: stored here, enforced by self.server.quotas
+        self.acls: Acls | None = None
+        self.client_quotas: ClientQuotaStore
+        self.dynamic_configs: DynamicConfigStore
+        self.group_configs: GroupConfigStore
         # Set by start(), before anything uses them.
         self.logs: LogManager
-        self.producer_ids: ProducerIdManager | ClusterProducerIds
+        self.producer_ids: ProducerIdSource
         self.txn_coordinator: TransactionCoordinator
         self.group_coordinator: GroupCoordinator
         self.cleaner: LogCleaner
         self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
-        # Cluster mode (controller.quorum.voters set): the runtime that registers this
-        # broker, follows the metadata and replicates; None when standalone.
-        self.cluster: ClusterRuntime | None = None
-        self.cluster_settings = cluster_settings(config)
-        # The components where standalone and cluster mode differ, chosen in start():
-        # who leads what and when a write is replicated, and topic administration.
-        standalone = StandaloneLeadership(
-            self.node_id, lambda: self.logs, self.endpoints.get, self.partition_appended)
-        self.leadership: Leadership = standalone
-        self.topics: TopicAdmin = StandaloneTopics(self.node_id, config, lambda: self.logs, standalone)
-        self._fetch_waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        # Fetches waiting for data (Fetch's max_wait_ms), woken by every append.
+        self.fetch_waiters = FetchWaiters()
+        self.partition_appended = self.fetch_waiters.partition_appended
+        self.wait_for_append = self.fetch_waiters.wait_for_append
+        # Where standalone and cluster mode differ (broker/modes.py), chosen once: who leads
+        # what and when a write is replicated, topic administration, where the other
+        # brokers are, and (from start()) the producer ids and the stores.
+        self.mode: Mode = mode_for(self)
+        self.leadership = self.mode.leadership
+        self.topics = self.mode.topics
+        self.directory = self.mode.directory
         self._timers: list[asyncio.Task] = []
         self.http: HttpListener | None = None  # http.listener: /metrics and the console
         self._console: ConsoleSource | None = None
@@ -129,10 +118,6 @@ class Broker:
         # KIP-227: consumers' and followers' incremental fetch sessions (a restart starts with none).
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.producers_expired = 0  # by the producer-expiry timer, for /metrics
-        # Dynamic broker configs: a file standalone, the metadata store in cluster mode.
-        self.dynamic_configs: DynamicConfigStore | None = None
-        # Group configs (KIP-848): a file standalone, the metadata store in cluster mode (set by start()).
-        self.group_configs: GroupConfigStore
         self._stopped = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -146,40 +131,26 @@ class Broker:
         self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
             max_entries=self.config["producer.id.max.entries.per.partition"],
-        ), replicated=self.cluster_settings is not None)
+        ), replicated=self.mode.replicated)
         # Before anything touches the log dirs: a second broker on them stops here.
         self.logs.lock()
         try:
-            await self._start_before_logs()
+            # Cluster membership (quorum member, cluster id) or standalone identity, and
+            # the producer-id source: what must exist before the logs are opened.
+            self.cluster_id = await self.mode.join()
+            self.producer_ids = self.mode.producer_ids
             self.logs.load()
         except BaseException:
             self.logs.unlock()
             raise
         await self._start_after_logs(started)
 
-    async def _start_before_logs(self) -> None:
-        """Cluster membership (quorum member, cluster id) or standalone identity, and the
-        producer-id source: what must exist before the logs are opened."""
-        if self.cluster_settings is not None:
-            self.cluster = ClusterRuntime(self, self.cluster_settings, inter_broker_security(self.config))
-            self.leadership = self.cluster.replicas
-            self.topics = ClusterTopics(self.cluster, self.config, self.logs)
-            self.cluster.start_member()
-            proposed_id = self._stored_cluster_id() or self.config["cluster.id"] or _new_cluster_id()
-            self.cluster_id = self._load_or_create_meta_properties(await self.cluster.cluster_id(proposed_id))
-            self.producer_ids = ClusterProducerIds(self.cluster.store)
-            await self.producer_ids.start()
-        else:
-            self.cluster_id = self._load_or_create_meta_properties()
-            self.producer_ids = ProducerIdManager(self.config.log_dirs[0])
-
     async def _start_after_logs(self, started: float) -> None:
-        if self.cluster is None:
-            store = FileDynamicConfigStore(self.config.log_dirs[0], self.apply_dynamic_configs)
-            store.load()
-            self.dynamic_configs = store
-        else:  # the metadata image brings them, from the first image on
-            self.dynamic_configs = ClusterDynamicConfigStore(self.cluster, self.apply_dynamic_configs)
+        # Read before the listeners open; the dynamic configs apply at once.
+        stores = await self.mode.stores(self.apply_dynamic_configs, self.server.quotas.replace)
+        self.dynamic_configs, self.group_configs = stores.dynamic_configs, stores.group_configs
+        self.scram_credentials, self.acls = stores.scram_credentials, stores.acls
+        self.client_quotas = stores.client_quotas
         self.cleaner = LogCleaner(self.logs, CleanerConfig(
             enabled=self.config["log.cleaner.enable"],
             dedupe_buffer_size=self.config["log.cleaner.dedupe.buffer.size"],
@@ -187,66 +158,36 @@ class Broker:
         ))
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-cleaner")
         self._flusher_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oncelog-log-flusher")
-        # The groups' own configs (KIP-848), which the group coordinator reads at each use.
-        if self.cluster is None:
-            group_file = FileGroupConfigStore(self.config.log_dirs[0])
-            group_file.load()
-            self.group_configs = group_file
-        else:
-            self.group_configs = ClusterGroupConfigStore(self.cluster)
         # Each coordinator loads the partitions of its internal topic this broker leads
         # as their leadership is announced: standalone, all of them now (groups before
         # transactions: markers the transaction coordinator completes on load must find
         # the pending transactional offsets), at a coordinator epoch above every earlier
         # start's; in cluster mode as the leaderships arrive with the metadata
-        # (cluster.start below).
+        # (self.mode.open below). The group coordinator reads the groups' own configs
+        # (KIP-848) at each use.
         self.group_coordinator = GroupCoordinator(self, group_timings=StoredGroupTimings(self.group_configs.current))
         self.txn_coordinator = TransactionCoordinator(self)
         self.leadership.add_leadership_listener(self._coordinator_leadership)
-        if isinstance(self.leadership, StandaloneLeadership):
-            coordinator_epoch = next_coordinator_epoch(self.config.log_dirs[0])
-            log.info("coordinator epoch %d", coordinator_epoch)
-            self.leadership.lead_existing(coordinator_epoch)
-        scram_file = self.config.log_dirs[0] / SCRAM_CREDENTIALS_FILE
-        if self.cluster is None:
-            self.scram_credentials = FileScramCredentialStore(scram_file)
-            self.acls = Acls.from_config(self.config, self.config.log_dirs[0])
-        else:  # in the metadata quorum, shared by every broker: read before the listeners open
-            self.scram_credentials = await shared_scram_credentials(self.cluster, scram_file)
-            self.acls = await shared_acls(self.config, self.cluster, self.config.log_dirs[0] / ACLS_FILE)
-        # Client quotas, read before the listeners open (a file standalone, the metadata quorum in cluster mode).
-        if self.cluster is None:
-            quota_file = FileClientQuotaStore(self.config.log_dirs[0], self.server.quotas.replace)
-            quota_file.load()
-            self.client_quotas = quota_file
-        else:
-            self.client_quotas = await shared_client_quotas(
-                self.cluster, self.server.quotas.replace, self.config.log_dirs[0] / QUOTAS_FILE_NAME)
+        self.mode.lead()
         await self._listen()
-        if self.cluster is not None:
-            await self.cluster.start()
+        await self.mode.open()
         self._timers = [
             asyncio.create_task(self._flush_logs()),
             asyncio.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)),
-            asyncio.create_task(self._checkpoint_logs(min(
-                self.config["log.flush.offset.checkpoint.interval.ms"],
-                self.config["replica.high.watermark.checkpoint.interval.ms"] if self.cluster else LONG_MAX))),
+            asyncio.create_task(self._checkpoint_logs(self.mode.checkpoint_interval_ms)),
             asyncio.create_task(self._clean_logs()),
             asyncio.create_task(
                 self._every(self.config["producer.id.expiration.check.interval.ms"], self._expire_producers)
             ),
+            asyncio.create_task(self._every(
+                self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                lambda: self.txn_coordinator.abort_timed_out(now_ms()),
+            )),
+            asyncio.create_task(self._every(
+                self.config["transaction.remove.expired.transaction.cleanup.interval.ms"],
+                lambda: self.txn_coordinator.expire_ids(now_ms()),
+            )),
         ]
-        if self.txn_coordinator is not None:
-            self._timers += [
-                asyncio.create_task(self._every(
-                    self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
-                    lambda: self.txn_coordinator.abort_timed_out(now_ms()),
-                )),
-                asyncio.create_task(self._every(
-                    self.config["transaction.remove.expired.transaction.cleanup.interval.ms"],
-                    lambda: self.txn_coordinator.expire_ids(now_ms()),
-                )),
-            ]
         if self.config.http_listener is not None:
             self._start_http(*self.config.http_listener)
         log.info(
@@ -298,7 +239,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         parts = ConsoleParts(
             self.node_id, lambda: self.cluster_id, self.logs.partitions, self.txn_coordinator,
-            self.group_coordinator, lambda: self.cluster.image if self.cluster is not None else None,
+            self.group_coordinator, self.mode.image,
             self.config["min.insync.replicas"],
             self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
             acls=lambda: self.acls, scram_lookup=self.scram_credentials.lookup,
@@ -350,29 +291,21 @@ class Broker:
             for log in self.logs.partitions()
         ]
         transactions: dict[str, int] = {}
-        if self.txn_coordinator is not None:
-            for metadata in self.txn_coordinator.txns.values():
-                state = metadata.state.display_name
-                transactions[state] = transactions.get(state, 0) + 1
+        for metadata in self.txn_coordinator.txns.values():
+            state = metadata.state.display_name
+            transactions[state] = transactions.get(state, 0) + 1
         names = {key: handler.name for key, handler in self.server.handlers.items()}
-        txn_stats = self.txn_coordinator.stats_snapshot() if self.txn_coordinator is not None else None
-        fetch_waiting = len({id(waiter) for waiters in self._fetch_waiters.values() for waiter in waiters})
+        txn_stats = self.txn_coordinator.stats_snapshot()
+        fetch_waiting = self.fetch_waiters.waiting()
         return BrokerSnapshot({str(directory): directory in offline for directory in self.logs.log_dirs},
                               partitions, transactions, self.server.request_stats.snapshot(names), txn_stats,
                               self.topic_stats.snapshot(), now_ms(),
                               self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
-                              self.producers_expired, self._cluster_snapshot(),
+                              self.producers_expired, self.mode.snapshot(),
                               self.group_coordinator.snapshot(),
                               CleanerSnapshot(dataclasses.replace(self.cleaner.totals), self.cleaner.rounds_aborted,
                                               len(self.cleaner.uncleanable), self.cleaner.max_dirty_ratio(now_ms())),
                               fetch_waiting, self.logs.flush_stats.snapshot())
-
-    def _cluster_snapshot(self) -> ClusterSnapshot | None:
-        cluster = self.cluster
-        if cluster is None:
-            return None
-        return ClusterSnapshot(cluster.replicas.snapshot(), cluster.image.controller_id == self.node_id,
-                               bool(cluster.lease) and not cluster.isolated, cluster.leader_elections)
 
     async def stop(self) -> None:
         """Stop accepting requests, then flush and close every log with checkpoints."""
@@ -392,12 +325,8 @@ class Broker:
             self.group_coordinator.close()  # no session or rebalance timer may fire while the logs close
             self.txn_coordinator.close()
         await self.server.close()
-        if self.cluster is not None:
-            await self.cluster.stop()
-        for waiters in self._fetch_waiters.values():
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.cancel()
+        await self.mode.close()
+        self.fetch_waiters.cancel_all()
         if self.logs is not None:
             self.logs.close()
         self._stopped.set()
@@ -504,50 +433,6 @@ class Broker:
             if expired:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 
-    def _stored_cluster_id(self) -> str | None:
-        """The cluster id in the log dirs' meta.properties, if any."""
-        for directory in self.config.log_dirs:
-            path = directory / "meta.properties"
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    if line.startswith("cluster.id="):
-                        return line.split("=", 1)[1]
-        return None
-
-    def _load_or_create_meta_properties(self, cluster_id: str | None = None) -> str:
-        """meta.properties in each log dir, as Kafka writes it; all dirs must agree.
-        `cluster_id` is the id the cluster has (cluster mode): the dirs must be its."""
-        configured = cluster_id or self.config["cluster.id"]
-        found: set[str] = set()
-        for directory in self.config.log_dirs:
-            path = directory / "meta.properties"
-            if path.exists():
-                values = dict(
-                    line.split("=", 1) for line in path.read_text().splitlines()
-                    if "=" in line and not line.startswith("#")
-                )
-                if values.get("node.id") and int(values["node.id"]) != self.node_id:
-                    raise ConfigError(
-                        f"{path} belongs to node.id {values['node.id']}, this broker is node.id {self.node_id}"
-                    )
-                found.add(values["cluster.id"])
-        if len(found) > 1:
-            raise ConfigError(f"log.dirs belong to different clusters: {sorted(found)}")
-        if configured and found and configured not in found:
-            raise ConfigError(f"cluster.id={configured} but log.dirs belong to cluster {found.pop()}")
-        cluster_id = configured or (found.pop() if found else _new_cluster_id())
-        for directory in self.config.log_dirs:
-            path = directory / "meta.properties"
-            if not path.exists():
-                temporary = path.with_suffix(".tmp")
-                temporary.write_text(
-                    "#\n#Written by oncelog\nversion=1\n"
-                    f"cluster.id={cluster_id}\nnode.id={self.node_id}\n"
-                    f"directory.id={_new_cluster_id()}\n"
-                )
-                temporary.replace(path)
-        return cluster_id
-
     def _coordinator_leadership(self, tp: TopicPartition, leader: bool, leader_epoch: int) -> None:
         """A coordinator's partition moved to or away from this broker."""
         topic, partition = tp
@@ -555,43 +440,6 @@ class Broker:
             self.group_coordinator.on_leadership(partition, leader, leader_epoch)
         elif topic == TRANSACTION_STATE:
             self.txn_coordinator.on_leadership(partition, leader, leader_epoch)
-
-    # ---- fetch long-polling ----------------------------------------------------------
-
-    def partition_appended(self, topic: str, partition: int) -> None:
-        """Wake the fetches waiting on this partition."""
-        waiters = self._fetch_waiters.pop((topic, partition), None)
-        if waiters:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    async def wait_for_append(self, partitions: list[TopicPartition], timeout_s: float, *, pace: Pace = unpaced,
-                              appended: Callable[[], Awaitable[bool]] | None = None) -> None:
-        """Return when any of `partitions` gets new data, or after `timeout_s`. The
-        partitions are watched at `pace`; `appended`, asked once they all are, tells
-        whether data came before (while the fetch read them, at its pace): then this
-        returns at once."""
-        if timeout_s <= 0:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        try:
-            for key in partitions:
-                await pace()
-                self._fetch_waiters[key].add(waiter)
-            if appended is None or not await appended():
-                async with asyncio.timeout(timeout_s):
-                    await waiter
-        except TimeoutError:
-            pass
-        finally:
-            for key in partitions:
-                await pace()
-                waiters = self._fetch_waiters.get(key)
-                if waiters is not None:
-                    waiters.discard(waiter)
-                    if not waiters:
-                        del self._fetch_waiters[key]
 
 
 FLUSH_BATCH = 64  # logs the flusher thread syncs at a time
@@ -607,10 +455,6 @@ def _sync_all(flushes: list[LogFlush]) -> None:
     """The flusher thread's work: each flush keeps its own failure for `finish`."""
     for flush in flushes:
         flush.sync()
-
-
-def _new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def data_dir_config(data_dir: Path, **overrides: str) -> dict[str, str]:

@@ -32,7 +32,6 @@ from oncelog.security.session import ConnectionSession
 
 if TYPE_CHECKING:
     from oncelog.broker.topic_stats import TopicStats
-    from oncelog.cluster.runtime import ClusterRuntime
     from oncelog.config.dynamic_store import DynamicConfigStore
     from oncelog.config.group_store import GroupConfigStore
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -78,12 +77,10 @@ def api(api_key: int, name: str, versions: range, *,
 
 class BrokerServices(Node, Protocol):
     """The broker as request handlers use it: the domain's `Node`, with the concrete
-    coordinators, the cluster runtime and what only the protocol layer needs."""
+    coordinators and what only the protocol layer needs."""
 
     @property
     def cluster_id(self) -> str: ...
-    @property
-    def cluster(self) -> ClusterRuntime | None: ...
     @property
     def txn_coordinator(self) -> TransactionCoordinator: ...
     @property

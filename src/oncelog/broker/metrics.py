@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from oncelog.broker.request_stats import ApiSnapshot
 from oncelog.broker.topic_stats import TopicSnapshot
-from oncelog.cluster.replica_manager import ReplicationSnapshot
+from oncelog.cluster.runtime import ClusterSnapshot
 from oncelog.coordinator.group.api import GroupsSnapshot
 from oncelog.coordinator.txn.stats import TxnStatsSnapshot
 from oncelog.names import sink_marker_query
@@ -66,16 +66,6 @@ class PartitionSnapshot:
     segments: int
     producers: int = 0  # producer ids with state here
     oldest_transaction_started_ms: int | None = None  # None: no transaction open here
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSnapshot:
-    """Cluster mode: replication here, and this broker's standing in the cluster."""
-
-    replication: ReplicationSnapshot
-    active_controller: bool
-    session_active: bool  # registered, and the lease confirmed in time (not isolated)
-    leader_elections: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,10 +148,6 @@ class ClusterNemesis:
         self.restart = restart or (lambda node: cluster.start_node(node, timeout=60))
         self.count = 0
 
-    def can(self, kind: str) -> bool:
-        return kind in ("kill", "pause", "sessions") or (kind == "partition" and self.network is not None) \
-            or (kind == "disk" and self.disks is not None)
-
     def inject(self, kind: str, rng: random.Random) -> Fault:
         self.count += 1
         if kind == "kill":

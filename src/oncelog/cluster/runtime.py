@@ -47,6 +47,7 @@ import asyncio
 import errno
 import logging
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,7 @@ from oncelog.cluster.placement import (
     election_order,
     imbalanced_partitions,
 )
-from oncelog.cluster.replica_manager import ReplicaManager
+from oncelog.cluster.replica_manager import ReplicaManager, ReplicationSnapshot
 from oncelog.cluster.settings import ClusterSettings
 from oncelog.security.inter_broker import PeerSecurity
 from oncelog.storage.errors import StorageError
@@ -89,6 +90,16 @@ MEMBER_RESTART_PAUSE_MAX_S = 30.0
 
 def member_name(node_id: int) -> str:
     return f"oncelog-{node_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Cluster mode: replication here, and this broker's standing in the cluster."""
+
+    replication: ReplicationSnapshot
+    active_controller: bool
+    session_active: bool  # registered, and the lease confirmed in time (not isolated)
+    leader_elections: int
 
 
 class ClusterRuntime:
@@ -123,13 +134,16 @@ class ClusterRuntime:
         self._registration: BrokerRegistration | None = None
         self._lasting_dir_failures: set[Path] = set()  # offline until a restart
         self._dir_probe: asyncio.Task | None = None
-        loop = asyncio.get_running_loop()
-        # Failures are reported from inside the failed call, on any thread (the cleaner's
-        # too): handled next on the event loop, outside that call.
-        broker.logs.add_failure_listener(
-            lambda directory, error: loop.call_soon_threadsafe(self._log_dir_failed, directory, error))
 
     # ---- start-up -------------------------------------------------------------------------
+
+    def watch_log_dirs(self) -> None:
+        """Once the logs exist (before they load): a failed log dir is this runtime's to
+        report. Failures are reported from inside the failed call, on any thread (the
+        cleaner's too): handled next on the event loop, outside that call."""
+        loop = asyncio.get_running_loop()
+        self.broker.logs.add_failure_listener(
+            lambda directory, error: loop.call_soon_threadsafe(self._log_dir_failed, directory, error))
 
     def start_member(self) -> None:
         """Start this node's quorum member (controller role) before anything talks to it."""

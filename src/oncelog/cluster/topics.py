@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from oncelog.cluster.etcd import EtcdUnavailable
@@ -53,7 +53,7 @@ ASSIGNMENT_SLICE = 1000  # partitions of an explicit assignment checked between 
 class ClusterTopics:
     """The `node.TopicAdmin` of a broker in a cluster."""
 
-    def __init__(self, runtime: ClusterRuntime, config: BrokerConfig, logs: LogManager) -> None:
+    def __init__(self, runtime: ClusterRuntime, config: BrokerConfig, logs: Callable[[], LogManager]) -> None:
         self._runtime = runtime
         self._config = config
         self._logs = logs
@@ -63,7 +63,7 @@ class ClusterTopics:
                      pace: Pace = unpaced) -> TopicInfo:
         if assignment is None:
             num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
-        return await _create_topic(self._runtime, self._logs, name, num_partitions, replication_factor, configs,
+        return await _create_topic(self._runtime, self._logs(), name, num_partitions, replication_factor, configs,
                                    validate_only=validate_only, assignment=assignment, pace=pace)
 
     async def delete(self, name: str) -> None:
@@ -75,7 +75,7 @@ class ClusterTopics:
                                  pace=pace)
 
     async def alter_configs(self, name: str, change: OverridesChange, *, validate_only: bool = False) -> None:
-        await _alter_topic_configs(self._runtime, self._logs, name, change, validate_only=validate_only)
+        await _alter_topic_configs(self._runtime, self._logs(), name, change, validate_only=validate_only)
 
     async def elect_leaders(self, election_type: int, wanted: Sequence[tuple[str, Sequence[int]]] | None,
                             pace: Pace = unpaced) -> ElectionOutcomes:

@@ -596,10 +596,6 @@ class BrokerConfig:
         """listener.name.<listener>.<mechanism>.sasl.jaas.config (Kafka's broker-side JAAS), or None."""
         return self.listener_overrides.get(listener.upper(), {}).get(f"{mechanism.lower()}.sasl.jaas.config")
 
-    def as_strings(self) -> dict[str, str]:
-        """Every key's value as given (server.properties, --override), else its default."""
-        return {key: self.explicit.get(key, setting.default) for key, setting in SETTINGS.items()}
-
     @property
     def node_id(self) -> int:
         if "node.id" not in self.explicit and self["broker.id"] >= 0:

@@ -12,7 +12,8 @@ collaborator needs, in its own verbs:
 - `TopicAdmin`: creating, deleting, growing and reconfiguring topics (standalone:
   `kernel.topics.StandaloneTopics`; cluster: `cluster.topics.ClusterTopics`), the one
   component chosen at start-up where the modes differ for topics;
-- `BrokerDirectory`: where the other brokers are, for peer connections (None standalone);
+- `BrokerDirectory`: where the other brokers are, for peer connections (standalone:
+  `kernel.peer.NoPeers`; cluster: `cluster.runtime.ClusterRuntime`);
 - `TransactionGate` and `RemoteVerification`: what the append path asks the transaction
   coordinator (KIP-890), implemented by `coordinator.txn`;
 - `TransactionalOffsets`: what the transaction coordinator asks the group coordinator.
@@ -191,7 +192,7 @@ class Node(Protocol):
     @property
     def topics(self) -> TopicAdmin: ...
     @property
-    def cluster(self) -> BrokerDirectory | None: ...
+    def directory(self) -> BrokerDirectory: ...
     @property
     def producer_ids(self) -> ProducerIdSource: ...
     @property

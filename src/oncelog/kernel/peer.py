@@ -43,6 +43,7 @@ import collections
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -54,7 +55,7 @@ from oncelog.protocol.write_flow import WriteFlow
 from oncelog.security.inter_broker import PeerSecurity
 
 if TYPE_CHECKING:
-    from oncelog.kernel.node import BrokerDirectory
+    from oncelog.kernel.node import BrokerDirectory, MetadataChanges
     from oncelog.security.sasl_client import SaslClient
 
 log = logging.getLogger("oncelog.kernel.peer")
@@ -311,13 +312,13 @@ class _ResponseReceiver(asyncio.BufferedProtocol):
 
 
 class PeerHost(Protocol):
-    """What a PeerPool needs of its broker: its id, and the cluster's brokers (None
-    standalone, where there are no peers)."""
+    """What a PeerPool needs of its broker: its id, and where the other brokers are
+    (`NoPeers` standalone)."""
 
     @property
     def node_id(self) -> int: ...
     @property
-    def cluster(self) -> BrokerDirectory | None: ...
+    def directory(self) -> BrokerDirectory: ...
 
 
 class PeerPool:
@@ -328,8 +329,7 @@ class PeerPool:
         self._broker = broker
         self._client_id = f"broker-{broker.node_id}-{purpose}"
         self._peers: dict[int, PeerConnection] = {}
-        if broker.cluster is not None:
-            broker.cluster.add_listener(self._metadata_changed)
+        broker.directory.add_listener(self._metadata_changed)
 
     def _metadata_changed(self, _image, delta) -> None:
         gone = set(self._peers) if self._broker.node_id in delta.unregistered_brokers else delta.unregistered_brokers
@@ -340,14 +340,14 @@ class PeerPool:
 
     def get(self, node_id: int) -> PeerConnection | None:
         """The connection to `node_id`, or None while it is not registered."""
-        cluster = self._broker.cluster
-        address = cluster.inter_broker_address(node_id) if cluster is not None else None
+        directory = self._broker.directory
+        address = directory.inter_broker_address(node_id)
         if address is None:
             return None
         peer = self._peers.get(node_id)
         if peer is None:
             peer = self._peers[node_id] = PeerConnection(node_id, *address, client_id=self._client_id,
-                                                         security=cluster.peer_security if cluster else None)
+                                                         security=directory.peer_security)
         else:
             peer.retarget(*address)
         return peer
@@ -356,3 +356,17 @@ class PeerPool:
         for peer in self._peers.values():
             peer.reset()  # a request still out is given up: it must not arrive later
         self._peers.clear()
+
+
+class NoPeers:
+    """A standalone broker's `BrokerDirectory`: it has no other brokers to reach."""
+
+    def add_listener(self, listener: Callable[[object, MetadataChanges], None]) -> None:
+        pass
+
+    def inter_broker_address(self, node_id: int) -> tuple[str, int] | None:
+        return None
+
+    @property
+    def peer_security(self) -> PeerSecurity | None:
+        return None

@@ -58,9 +58,6 @@ class EtcdCluster:
         """SIGKILL member i."""
         self.members[i].kill()
 
-    def stop_member(self, i: int, grace_s: float = 3.0) -> None:
-        self.members[i].stop(grace_s)
-
     def restart(self, i: int, timeout: float = 30.0) -> None:
         """Start member i again on its data dir (killing it first if it still runs) and
         wait until it answers and has caught up with the others' revision."""

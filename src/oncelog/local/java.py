@@ -85,10 +85,6 @@ def java_home(minimum: int = MINIMUM_JAVA) -> Path:
     )
 
 
-def java_executable(minimum: int = MINIMUM_JAVA) -> Path:
-    return java_home(minimum) / "bin" / "java"
-
-
 def javac_executable(minimum: int = MINIMUM_JAVA) -> Path:
     """A javac of Java `minimum`+ from the same candidate homes, or JavaNotFound."""
     seen: list[str] = []

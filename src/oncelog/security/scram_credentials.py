@@ -44,6 +44,7 @@ from oncelog.storage.errors import CorruptLogError, StorageError
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_directory
 
 FORMAT_VERSION = 1
+CREDENTIALS_FILE = "scram-credentials.json"  # a standalone broker's, in its first log dir
 FAKE_SALT_KEY_FILE = "scram-fake-salt.key"  # in the first log dir, next to the credentials
 FAKE_SALT_KEY_BYTES = 32
 

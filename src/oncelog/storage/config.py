@@ -277,8 +277,3 @@ class LogConfig:
                 changes[definition.field] = value
                 break
         return dataclasses.replace(cls(), **changes)
-
-
-def broker_default_keys() -> dict[str, str]:
-    """Topic key -> broker key supplying its default (for DescribeConfigs synonyms)."""
-    return {name: definition.broker_key for name, definition in TOPIC_CONFIGS.items()}

@@ -45,9 +45,7 @@ async def split_offsets(ctx: RequestContext, request, coordinator, *, group_id_r
     async for topic in ctx.paced(request.topics):
         async for partition in ctx.paced(topic.partitions):
             key = (topic.name, partition.partition_index)
-            if coordinator is None:
-                errors[key] = ErrorCode.coordinator_not_available
-            elif group_id_required and not request.group_id:
+            if group_id_required and not request.group_id:
                 errors[key] = ErrorCode.invalid_group_id
             elif not partition_exists(ctx, topic.name, partition.partition_index):
                 errors[key] = ErrorCode.unknown_topic_or_partition

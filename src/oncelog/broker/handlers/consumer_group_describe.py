@@ -35,8 +35,6 @@ async def handle(ctx: RequestContext, request) -> object:
         summary: ConsumerGroupSummary | None = None
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             error = ErrorCode.group_authorization_failed
-        elif coordinator is None:
-            error = ErrorCode.coordinator_not_available
         else:
             error, message, summary = coordinator.consumer_group_describe(group_id)
         if summary is not None and not _topics_describable(ctx, summary):

@@ -54,8 +54,6 @@ async def handle(ctx: RequestContext, request) -> object:
             return _response(ctx, HeartbeatResult(ErrorCode.topic_authorization_failed,
                                                   f"The following topics are not authorized: {', '.join(refused)}"))
     coordinator = group_coordinator(ctx)
-    if coordinator is None:
-        return _response(ctx, HeartbeatResult(ErrorCode.coordinator_not_available))
     owned = request.topic_partitions
     heartbeat = HeartbeatRequest(
         group_id=request.group_id,

@@ -30,8 +30,6 @@ async def handle(ctx: RequestContext, request) -> object:
     async for group_id in ctx.paced(names):
         if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
             results[group_id] = ErrorCode.group_authorization_failed
-        elif coordinator is None:
-            results[group_id] = ErrorCode.coordinator_not_available
         else:
             # Each group is deleted on its own, as Kafka's coordinator deletes them.
             results.update(coordinator.delete_groups((group_id,)))

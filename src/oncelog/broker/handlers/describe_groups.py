@@ -37,8 +37,6 @@ async def handle(ctx: RequestContext, request) -> object:
         await ctx.pace()
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             error, summary = ErrorCode.group_authorization_failed, None
-        elif coordinator is None:
-            error, summary = ErrorCode.none, None
         else:
             error, summary = coordinator.describe_group(group_id)
         if error != ErrorCode.none:
@@ -48,11 +46,9 @@ async def handle(ctx: RequestContext, request) -> object:
             ))
             continue
         if summary is None:
-            error = ErrorCode.coordinator_not_available if coordinator is None else (
-                ErrorCode.group_id_not_found if ctx.version >= 6 else ErrorCode.none
-            )
+            error = ErrorCode.group_id_not_found if ctx.version >= 6 else ErrorCode.none
             described = error == ErrorCode.none  # v0-v5: an unknown group is described, as Dead
-            kind = "is not a classic group" if coordinator is not None and coordinator.is_consumer_group(group_id) \
+            kind = "is not a classic group" if coordinator.is_consumer_group(group_id) \
                 else "not found"
             groups.append(make(
                 "DescribedGroup", error_code=error,

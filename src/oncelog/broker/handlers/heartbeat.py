@@ -21,8 +21,6 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         error = ErrorCode.group_authorization_failed
-    elif coordinator is None:
-        error = ErrorCode.coordinator_not_available
     else:
         error = coordinator.heartbeat(
             request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None)

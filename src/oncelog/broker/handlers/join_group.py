@@ -35,8 +35,6 @@ async def handle(ctx: RequestContext, request) -> object:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _response(ctx, JoinResult(ErrorCode.group_authorization_failed))
     coordinator = group_coordinator(ctx)
-    if coordinator is None:
-        return _response(ctx, JoinResult(ErrorCode.coordinator_not_available, member_id=request.member_id))
     session_timeout_ms = duration_ms(request.session_timeout)
     rebalance_timeout_ms = duration_ms(getattr(request, "rebalance_timeout", None), session_timeout_ms)
     if rebalance_timeout_ms < 0:

@@ -31,8 +31,6 @@ async def handle(ctx: RequestContext, request) -> object:
     member_errors: list[ErrorCode]
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         error, member_errors = ErrorCode.group_authorization_failed, []
-    elif coordinator is None:
-        error, member_errors = ErrorCode.coordinator_not_available, []
     else:
         error, member_errors = coordinator.leave_group(request.group_id, leaving)
     if ctx.version < 3:

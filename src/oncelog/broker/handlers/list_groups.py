@@ -25,9 +25,6 @@ from oncelog.security.acl import AclOperation, ResourceType
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     coordinator = group_coordinator(ctx)
-    if coordinator is None:
-        return make("ListGroupsResponse", throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.coordinator_not_available, groups=())
     states = {filter_value(state) async for state in ctx.paced(getattr(request, "states_filter", ()))}
     types = {filter_value(kind) async for kind in ctx.paced(getattr(request, "types_filter", ()))}
     listed = coordinator.list_groups_matching(states, types)

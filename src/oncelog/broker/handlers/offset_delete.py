@@ -30,9 +30,6 @@ async def handle(ctx: RequestContext, request) -> object:
         return make("OffsetDeleteResponse", error_code=ErrorCode.group_authorization_failed,
                     throttle_time=NO_THROTTLE, topics=())
     coordinator = group_coordinator(ctx)
-    if coordinator is None:
-        return make("OffsetDeleteResponse", error_code=ErrorCode.coordinator_not_available,
-                    throttle_time=NO_THROTTLE, topics=())
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: dict[tuple[str, int], None] = {}  # each once: the coordinator's work is bounded by the partitions
     async for topic in ctx.paced(request.topics):

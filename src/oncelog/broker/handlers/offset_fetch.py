@@ -71,8 +71,6 @@ async def _fetch_group(ctx: RequestContext, group_id: str, requested_topics, req
     offsets: dict[tuple[str, int], Any]
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         error, offsets = ErrorCode.group_authorization_failed, {}
-    elif coordinator is None:
-        error, offsets = ErrorCode.coordinator_not_available, {}
     else:
         asked_set = None if wanted is None else {tp async for tp in ctx.paced(wanted)}
         error, offsets = coordinator.fetch_offsets(group_id, asked_set, require_stable, member_id, member_epoch)

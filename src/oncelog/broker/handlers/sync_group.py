@@ -27,8 +27,6 @@ async def handle(ctx: RequestContext, request) -> object:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _response(ctx, ErrorCode.group_authorization_failed, b"", None, None)
     coordinator = group_coordinator(ctx)
-    if coordinator is None:
-        return _response(ctx, ErrorCode.coordinator_not_available, b"", None, None)
     assignments = {entry.member_id: entry.assignment async for entry in ctx.paced(request.assignments)}
     result = await coordinator.sync_group(
         request.group_id,

@@ -30,23 +30,12 @@ def partitions_of(value: Assignment) -> set[tuple[uuid.UUID, int]]:
     return {(topic_id, partition) for topic_id, partitions in value.items() for partition in partitions}
 
 
-def from_partitions(partitions: Iterable[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, frozenset[int]]:
-    grouped: dict[uuid.UUID, set[int]] = {}
-    for topic_id, partition in partitions:
-        grouped.setdefault(topic_id, set()).add(partition)
-    return {topic_id: frozenset(parts) for topic_id, parts in grouped.items()}
-
-
 def union(first: Assignment, second: Assignment) -> dict[uuid.UUID, frozenset[int]]:
     return assignment([*first.items(), *second.items()])
 
 
 def count(value: Assignment) -> int:
     return sum(len(partitions) for partitions in value.values())
-
-
-def is_subset(owned: Assignment, of: Assignment) -> bool:
-    return all(partitions <= of.get(topic_id, frozenset()) for topic_id, partitions in owned.items())
 
 
 def intersects(first: Assignment, second: Assignment) -> bool:

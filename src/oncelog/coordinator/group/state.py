@@ -190,9 +190,6 @@ class Group:
 
     # ---- members -------------------------------------------------------------------------
 
-    def has_member(self, member_id: str) -> bool:
-        return member_id in self.members
-
     def add_member(self, member: Member) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type

@@ -91,8 +91,7 @@ class MarkerChannel:
         self._peers = PeerPool(broker, "txn-markers")
         self._backing_off: set[asyncio.Future[None]] = set()  # woken by a metadata change
         self._metadata_changes = 0  # so far: a round that saw one come skips its backoff
-        if broker.cluster is not None:
-            broker.cluster.add_listener(self._metadata_changed)
+        broker.directory.add_listener(self._metadata_changed)
 
     async def write(self, marker: TxnMarker, partitions: Iterable[TopicPartition],
                     still_current: Callable[[], bool]) -> bool:
