@@ -57,8 +57,8 @@ class ConsoleParts:
     node_id: int
     cluster_id: Callable[[], str]
     logs: Callable[[], Iterable[PartitionLog]]
-    txn_coordinator: TransactionCoordinator | None
-    group_coordinator: GroupCoordinator | None
+    txn_coordinator: TransactionCoordinator
+    group_coordinator: GroupCoordinator
     image: Callable[[], MetadataImage | None]  # cluster mode: the metadata image this broker acts on
     default_min_insync_replicas: int
     late_transaction_ms: int  # an open transaction older than this is late (Kafka's definition)
@@ -72,18 +72,14 @@ def console_view(parts: ConsoleParts) -> ConsoleView:
     now = now_ms()
     image = parts.image()
     logs = {(log.topic, log.partition): log for log in parts.logs()}
-    completed: dict[str, int] = {}
-    transactions: tuple[TransactionView, ...] = ()
-    if parts.txn_coordinator is not None:
-        transactions = _transactions(parts.txn_coordinator, now)
-        stats = parts.txn_coordinator.stats
-        completed = {"commit": stats.commits, "abort": stats.aborts, "timed_out": stats.timed_out,
-                     "fenced": stats.fenced}
+    stats = parts.txn_coordinator.stats
+    completed = {"commit": stats.commits, "abort": stats.aborts, "timed_out": stats.timed_out,
+                 "fenced": stats.fenced}
     return ConsoleView(
         node_id=parts.node_id, cluster_id=parts.cluster_id(), mode="standalone" if image is None else "cluster",
-        now_ms=now, transactions=transactions,
+        now_ms=now, transactions=_transactions(parts.txn_coordinator, now),
         partitions=tuple(_partition(log, image, now, parts.late_transaction_ms) for _key, log in sorted(logs.items())),
-        groups=_groups(parts.group_coordinator, logs) if parts.group_coordinator is not None else (),
+        groups=_groups(parts.group_coordinator, logs),
         brokers=_brokers(image) if image is not None else (),
         under_min_isr=_under_min_isr(image, parts.default_min_insync_replicas) if image is not None else 0,
         under_replicated=sum(len(p.isr) < len(p.replicas) for p in image.partitions.values()) if image else 0,
@@ -286,8 +282,6 @@ class ConsoleSource:
         coordinator = self._parts.txn_coordinator
         if not self._may_abort(principal, host):
             return 403, f"{principal} may not abort transactions (needs Cluster ALTER)"
-        if coordinator is None:
-            return 409, "this broker has no transaction coordinator"
         code = coordinator.abort_ongoing(transactional_id, now_ms(), by=f"{principal} (console, {host})")
         if code == ErrorCode.transactional_id_not_found:
             return 404, f"this broker coordinates no transactional id {transactional_id!r}"

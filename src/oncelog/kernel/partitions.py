@@ -220,8 +220,6 @@ def _verify_transactional(broker: Node, transactional_id: str | None, batch, top
         return ProduceOutcome(
             ErrorCode.invalid_record, error_message="a transactional batch needs the request's transactional id"
         )
-    if coordinator is None:
-        return None
     if coordinator.owner_error(transactional_id) is not ErrorCode.none:
         return _check_remote_verification(coordinator.verification, transactional_id, batch, topic, partition,
                                           leader_epoch, verification_guard)
@@ -288,8 +286,7 @@ async def verify_with_remote_coordinator(
     only then, with `pace` between them."""
     coordinator = broker.txn_coordinator
     # Standalone, the broker coordinates every transactional id: never remote.
-    if (transactional_id is None or coordinator is None
-            or coordinator.owner_error(transactional_id) is ErrorCode.none):
+    if transactional_id is None or coordinator.owner_error(transactional_id) is ErrorCode.none:
         return {}
     verifier = coordinator.verification
     answers: dict[TopicPartition, ProduceOutcome | VerificationGuard] = {}
@@ -340,9 +337,7 @@ async def verify_with_remote_coordinator(
 def _release_verification(broker: Node, topic: str, partition: int, producer_id: int) -> None:
     """The producer's marker or transactional batch is in the log: a verification still
     out for it on this partition no longer holds (see verification.py)."""
-    coordinator = broker.txn_coordinator
-    if coordinator is not None:
-        coordinator.verification.release(topic, partition, producer_id)
+    broker.txn_coordinator.verification.release(topic, partition, producer_id)
 
 
 class AppendRefused(Exception):
