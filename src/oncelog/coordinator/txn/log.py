@@ -74,10 +74,14 @@ def _compact_string(text: str) -> bytes:
 
 
 def encode_value(metadata: TransactionMetadata, version: int = VERSION) -> bytes:
+    if version == VERSION:
+        return _encode_value_v0(metadata)
     if version == FLEXIBLE_VALUE_VERSION:
         return _encode_value_v1(metadata)
-    if version != VERSION:
-        raise ValueError(f"no transaction log value version {version}")
+    raise ValueError(f"no transaction log value version {version}")
+
+
+def _encode_value_v0(metadata: TransactionMetadata) -> bytes:
     out = bytearray(_VALUE_HEAD.pack(
         VERSION, metadata.producer_id, metadata.producer_epoch, metadata.txn_timeout_ms, metadata.state.id
     ))
