@@ -87,7 +87,7 @@ def end(client, transactional_id, producer_id, producer_epoch, commit):
 
 
 def metadata_of(broker, transactional_id):
-    return broker.call(lambda: broker.broker.txn_coordinator.describe(transactional_id).snapshot())
+    return broker.call(lambda: broker.broker.txn_coordinator.describe(transactional_id))
 
 
 def wait_for_state(broker, transactional_id, state, timeout=10.0):

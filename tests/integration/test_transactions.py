@@ -144,11 +144,11 @@ def test_end_txn_retries_and_mismatches_get_kafkas_answers(txn_broker):
     producer.begin_transaction()
     producer.produce("orders", b"x", partition=0)
     producer.commit_transaction(30)
-    metadata = coordinator.describe("retrier")
     deadline = time.monotonic() + 10  # the markers follow the answer to EndTxn, as in Kafka
-    while txn_broker.call(lambda: metadata.state.display_name) != "CompleteCommit":
+    while txn_broker.call(lambda: coordinator.describe("retrier").state.display_name) != "CompleteCommit":
         assert time.monotonic() < deadline
         time.sleep(0.02)
+    metadata = txn_broker.call(lambda: coordinator.describe("retrier"))
     pid, epoch = metadata.producer_id, metadata.producer_epoch
 
     def end(commit, producer_epoch=epoch):
@@ -271,7 +271,7 @@ def test_late_end_txn_of_a_timed_out_transaction_does_not_touch_the_successors(t
     old.begin_transaction()
     old.produce("orders", b"old", partition=2)
     old.flush(10)
-    stale = txn_broker.call(lambda: coordinator.describe("late-end").snapshot())
+    stale = txn_broker.call(lambda: coordinator.describe("late-end"))
     time.sleep(2)  # aborted by the timeout
     successor = transactional_producer(bootstrap, "late-end")
     successor.begin_transaction()
@@ -349,7 +349,7 @@ def test_coordinator_finishes_an_abort_interrupted_between_prepare_and_markers_a
             producer.produce(topic, f"x{i}".encode(), partition=partition)
         producer.flush(10)
         producer.abort_transaction(10)  # answered once PrepareAbort is durable
-        stuck = broker.call(lambda: coordinator.describe("abort-two-phase").snapshot())
+        stuck = broker.call(lambda: coordinator.describe("abort-two-phase"))
         assert stuck.state.display_name == "PrepareAbort"
         for topic, partition in SIX:
             assert last_stable_offset(broker.bootstrap_servers, topic, partition) == 0, "no marker yet"
@@ -400,7 +400,7 @@ def test_coordinator_epoch_grows_with_every_restart_and_fences_older_markers(tmp
         producer.begin_transaction()
         producer.produce("orders", b"x", partition=0)
         producer.commit_transaction(30)
-        metadata = broker.call(lambda: broker.broker.txn_coordinator.describe("epoch-check").snapshot())
+        metadata = broker.call(lambda: broker.broker.txn_coordinator.describe("epoch-check"))
         assert latest_coordinator_epoch(bootstrap, "orders", 0, metadata.producer_id) == current
 
         def write_marker(coordinator_epoch):

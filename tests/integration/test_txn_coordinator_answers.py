@@ -5,6 +5,7 @@ rotation), EndTxn (v0-v4), AddPartitionsToTxn, transactional Produce verificatio
 
 import datetime
 import time
+from dataclasses import replace
 
 import pytest
 from kio.schema.add_partitions_to_txn.v3.request import (
@@ -23,7 +24,7 @@ from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
 from oncelog.protocol.messages import ErrorCode as Code
-from tests.support.coordinators import find_coordinators
+from tests.support.coordinators import change_transaction, find_coordinators
 
 S = TransactionState
 TOPIC = "answers"
@@ -207,12 +208,13 @@ def test_a_pending_transition_is_concurrent_transactions_before_the_producer_is_
     coordinator = answers_broker.broker.txn_coordinator
 
     def init_while_pending():
-        metadata = coordinator.describe("pending-first")
-        metadata.pending_state = S.EMPTY  # a log append in flight
+        entry = coordinator._entries["pending-first"]
+        entry.pending = replace(entry.current, state=S.EMPTY)  # a log append in flight
         try:
-            return coordinator.init_producer_id("pending-first", 30_000, metadata.producer_id + 1000, 0, now()).error
+            return coordinator.init_producer_id("pending-first", 30_000, entry.current.producer_id + 1000, 0,
+                                                now()).error
         finally:
-            metadata.pending_state = None
+            entry.pending = None
 
     assert answers_broker.call(init_while_pending) is Code.concurrent_transactions
 
@@ -222,8 +224,8 @@ def test_producer_id_rotates_when_the_epoch_is_exhausted(answers_broker):
     a retry of that request (its answer lost) gets the same new producer id again; an
     older epoch of the old producer id is fenced."""
     pid, _ = bring_to(answers_broker, "rotate", S.COMPLETE_COMMIT)
-    answers_broker.call(lambda: setattr(answers_broker.broker.txn_coordinator.describe("rotate"), "producer_epoch",
-                                        32765))
+    coordinator = answers_broker.broker.txn_coordinator
+    answers_broker.call(lambda: change_transaction(coordinator, "rotate", producer_epoch=32765))
     with WireClient.connect(answers_broker.bootstrap_servers) as client:
         last = init(client, "rotate", producer_id=pid, producer_epoch=32765)
         assert (last.error_code, last.producer_id, last.producer_epoch) == (ErrorCode.none, pid, 32766)
@@ -241,8 +243,8 @@ def test_producer_id_rotates_when_the_epoch_is_exhausted(answers_broker):
 
 def test_producer_id_rotates_for_a_new_instance_at_the_exhausted_epoch(answers_broker):
     pid, _ = bring_to(answers_broker, "rotate-new", S.COMPLETE_ABORT)
-    answers_broker.call(lambda: setattr(answers_broker.broker.txn_coordinator.describe("rotate-new"),
-                                        "producer_epoch", 32766))
+    coordinator = answers_broker.broker.txn_coordinator
+    answers_broker.call(lambda: change_transaction(coordinator, "rotate-new", producer_epoch=32766))
     with WireClient.connect(answers_broker.bootstrap_servers) as client:
         fresh = init(client, "rotate-new")
     assert fresh.error_code == ErrorCode.none and fresh.producer_id != pid and fresh.producer_epoch == 0
@@ -311,7 +313,7 @@ def test_a_failed_epoch_fence_does_not_bump_the_epoch_again(answers_broker):
     with WireClient.connect(answers_broker.bootstrap_servers) as client:
         for _ in range(3):
             assert answers_broker.call(init_with_failing_log) is Code.coordinator_not_available
-            metadata = answers_broker.call(lambda: coordinator.describe("fence-fails").snapshot())
+            metadata = answers_broker.call(lambda: coordinator.describe("fence-fails"))
             assert (metadata.state, metadata.producer_epoch) == (S.ONGOING, epoch + 1)
         # The old producer is fenced already, although nothing reached the log.
         assert add_partitions(client, "fence-fails", pid, epoch, partitions=(2,)) == {ErrorCode.producer_fenced}
@@ -338,7 +340,7 @@ def test_a_failed_timeout_abort_does_not_bump_the_epoch_again(broker):
             coordinator.abort_timed_out(later)
         finally:
             coordinator.__dict__.pop("_append", None)
-        return metadata.producer_epoch
+        return coordinator.describe("timeout-fence-fails").producer_epoch
 
     assert broker.call(abort_later, True) == epoch + 1
     assert broker.call(abort_later, True) == epoch + 1

@@ -34,7 +34,7 @@ class Tv2Run:
     def __init__(self, run: JavaRun, transactions: dict, batches: dict, adds: list) -> None:
         self.run = run
         self.adds = adds  # (transactional id, partitions, transaction version) of every add
-        self.transactions = transactions  # transactional id -> TxnTransit after the run
+        self.transactions = transactions  # transactional id -> TransactionMetadata after the run
         self.batches = batches  # "topic-partition" -> [(producer id, kind, epoch)]
 
 
@@ -58,7 +58,7 @@ def java_tv2_run(java_tools, tmp_path_factory) -> Tv2Run:
 
         coordinator.add_partitions = recording_add_partitions  # AddOffsetsToTxn goes through it too
         run = scenarios.run(broker.bootstrap_servers, TV2_SCENARIOS, timeout=300)
-        transactions = broker.call(lambda: {tid: m.snapshot() for tid, m in coordinator.txns.items()})
+        transactions = broker.call(lambda: coordinator.txns)
         batches = broker.call(lambda: _batches(broker.broker))
     return Tv2Run(run, transactions, batches, adds)
 

@@ -32,7 +32,7 @@ from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
 from oncelog.kernel.partitions import read_all_batches
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.client import WireClient
-from tests.support.coordinators import find_coordinators
+from tests.support.coordinators import change_transaction, find_coordinators
 
 S = TransactionState
 TOPIC = "tv2"
@@ -104,7 +104,7 @@ def committed_offset(client, group):
 
 
 def metadata_of(broker, transactional_id):
-    return broker.call(lambda: broker.broker.txn_coordinator.describe(transactional_id).snapshot())
+    return broker.call(lambda: broker.broker.txn_coordinator.describe(transactional_id))
 
 
 def wait_for_state(broker, transactional_id, state, timeout=10.0):
@@ -345,8 +345,8 @@ def test_end_txn_v5_abort_with_nothing_to_abort_bumps_the_epoch(tv2_broker, clie
 def test_an_exhausted_epoch_moves_the_producer_to_a_new_producer_id(tv2_broker, client):
     pid, _ = init(client, "overflow")
     last_epoch = 32766  # the last epoch a client is given (Short.MAX_VALUE - 1)
-    tv2_broker.call(lambda: setattr(tv2_broker.broker.txn_coordinator.describe("overflow"), "producer_epoch",
-                                    last_epoch))
+    coordinator = tv2_broker.broker.txn_coordinator
+    tv2_broker.call(lambda: change_transaction(coordinator, "overflow", producer_epoch=last_epoch))
     assert produce(client, "overflow", pid, last_epoch) == ACKED
     error, new_pid, new_epoch = end(client, "overflow", pid, last_epoch, commit=True)
     assert error == ACKED and new_pid != pid and new_epoch == 0
@@ -370,7 +370,7 @@ def test_a_timeout_abort_at_the_last_epoch_moves_the_producer_to_a_new_producer_
     coordinator = tv2_broker.broker.txn_coordinator
     pid, _ = init(client, "timeout-overflow")
     last_epoch = 32766
-    tv2_broker.call(lambda: setattr(coordinator.describe("timeout-overflow"), "producer_epoch", last_epoch))
+    tv2_broker.call(lambda: change_transaction(coordinator, "timeout-overflow", producer_epoch=last_epoch))
     assert produce(client, "timeout-overflow", pid, last_epoch) == ACKED
 
     time_out(tv2_broker, "timeout-overflow")
@@ -393,7 +393,7 @@ def test_a_transaction_version_2_commit_survives_a_restart_mid_overflow(tmp_path
         with WireClient.connect(broker.bootstrap_servers) as client:
             pid, _ = init(client, "restart")
             coordinator = broker.broker.txn_coordinator
-            broker.call(lambda: setattr(coordinator.describe("restart"), "producer_epoch", 32766))
+            broker.call(lambda: change_transaction(coordinator, "restart", producer_epoch=32766))
             assert produce(client, "restart", pid, 32766) == ACKED
             broker.call(lambda: setattr(coordinator, "_schedule_markers", lambda *args, **kwargs: None))
             error, new_pid, new_epoch = end(client, "restart", pid, 32766, commit=True)

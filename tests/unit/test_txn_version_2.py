@@ -8,57 +8,53 @@ from dataclasses import replace
 import pytest
 
 from oncelog.coordinator.txn import log as txn_log
-from oncelog.coordinator.txn.metadata import MAX_EPOCH, NO_PRODUCER_ID, TransactionMetadata
+from oncelog.coordinator.txn.metadata import MAX_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnEntry
 from oncelog.coordinator.txn.state import IllegalTransitionError, TransactionState, check_transition
 from oncelog.storage.producer_state import ProducerBatch, ProducerStateManager, Verdict
 
 S = TransactionState
 
 
-def metadata(state=S.EMPTY, epoch=3, partitions=()):
-    return TransactionMetadata("tx", producer_id=7, producer_epoch=epoch, state=state, partitions=set(partitions),
-                               txn_start_timestamp=50)
-
-
-def complete(m, transit):
-    m.complete_transition(transit)
-    return m
+def entry(state=S.EMPTY, epoch=3, partitions=()):
+    return TxnEntry(TransactionMetadata(transactional_id="tx", producer_id=7, producer_epoch=epoch, state=state,
+                                        partitions=frozenset(partitions), txn_start_timestamp=50))
 
 
 def test_a_tv2_end_bumps_the_epoch_and_remembers_the_previous_one():
-    m = metadata(S.ONGOING, partitions={("a", 0)})
-    transit = m.prepare_end(True, now=100, transaction_version=2)
-    assert (transit.state, transit.producer_epoch, transit.last_producer_epoch) == (S.PREPARE_COMMIT, 4, 3)
-    assert transit.client_transaction_version == 2 and transit.txn_start_timestamp == 50
-    complete(m, transit)
-    done = m.prepare_complete(now=200)
+    e = entry(S.ONGOING, partitions={("a", 0)})
+    prepared = e.prepare_end(True, now=100, transaction_version=2)
+    assert (prepared.state, prepared.producer_epoch, prepared.last_producer_epoch) == (S.PREPARE_COMMIT, 4, 3)
+    assert prepared.client_transaction_version == 2 and prepared.txn_start_timestamp == 50
+    e.complete(prepared)
+    done = e.prepare_complete(now=200)
     assert (done.state, done.producer_id, done.producer_epoch, done.partitions) == (
         S.COMPLETE_COMMIT, 7, 4, frozenset()
     )
 
 
 def test_a_classic_end_keeps_the_epoch():
-    m = metadata(S.ONGOING, partitions={("a", 0)})
-    transit = m.prepare_end(False, now=100)
-    assert (transit.state, transit.producer_epoch, transit.client_transaction_version) == (S.PREPARE_ABORT, 3, 0)
+    prepared = entry(S.ONGOING, partitions={("a", 0)}).prepare_end(False, now=100)
+    assert (prepared.state, prepared.producer_epoch, prepared.client_transaction_version) == (S.PREPARE_ABORT, 3, 0)
 
 
 def test_a_tv2_end_at_the_exhausted_epoch_completes_under_the_next_producer_id():
-    m = metadata(S.ONGOING, epoch=MAX_EPOCH - 1, partitions={("a", 0)})
-    complete(m, m.prepare_end(True, now=100, transaction_version=2, next_producer_id=99))
+    e = entry(S.ONGOING, epoch=MAX_EPOCH - 1, partitions={("a", 0)})
+    e.complete(e.prepare_end(True, now=100, transaction_version=2, next_producer_id=99))
+    m = e.current
     assert (m.producer_id, m.producer_epoch, m.next_producer_id) == (7, MAX_EPOCH, 99), "markers at MAX_EPOCH"
-    complete(m, m.prepare_complete(now=200))
+    e.complete(e.prepare_complete(now=200))
+    m = e.current
     assert (m.producer_id, m.producer_epoch, m.previous_producer_id, m.last_producer_epoch, m.next_producer_id) == (
         99, 0, 7, MAX_EPOCH - 1, NO_PRODUCER_ID)
 
 
 def test_a_tv2_abort_after_a_fence_at_the_last_epoch_is_not_bumped_past_it():
-    m = metadata(S.ONGOING, epoch=MAX_EPOCH - 1, partitions={("a", 0)})
-    m.prepare_fence_epoch()
-    transit = m.prepare_end(False, now=100, transaction_version=2)
-    assert (transit.state, transit.producer_epoch) == (S.PREPARE_ABORT, MAX_EPOCH)
+    e = entry(S.ONGOING, epoch=MAX_EPOCH - 1, partitions={("a", 0)})
+    e.prepare_fence_epoch()
+    prepared = e.prepare_end(False, now=100, transaction_version=2)
+    assert (prepared.state, prepared.producer_epoch) == (S.PREPARE_ABORT, MAX_EPOCH)
     with pytest.raises(RuntimeError, match="committing at epoch"):
-        metadata(S.ONGOING, epoch=MAX_EPOCH).prepare_end(True, now=100, transaction_version=2)
+        entry(S.ONGOING, epoch=MAX_EPOCH).prepare_end(True, now=100, transaction_version=2)
 
 
 @pytest.mark.parametrize("state", [S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT], ids=lambda s: s.display_name)
@@ -68,45 +64,42 @@ def test_tv2_may_abort_from_a_completed_state_and_the_classic_protocol_may_not(s
         check_transition("t", state, S.PREPARE_ABORT)
     with pytest.raises(IllegalTransitionError):
         check_transition("t", state, S.PREPARE_COMMIT, transaction_version=2)
-    m = metadata(state)
-    transit = m.prepare_end(False, now=100, transaction_version=2, nothing_added=True)
-    assert (transit.producer_epoch, transit.txn_start_timestamp) == (4, 100)
+    prepared = entry(state).prepare_end(False, now=100, transaction_version=2, nothing_added=True)
+    assert (prepared.producer_epoch, prepared.txn_start_timestamp) == (4, 100)
 
 
 def test_implicit_adds_record_the_clients_transaction_version():
-    m = metadata()
-    assert m.prepare_add_partitions({("a", 0)}, now=1, transaction_version=2).client_transaction_version == 2
+    assert entry().prepare_add_partitions({("a", 0)}, now=1, transaction_version=2).client_transaction_version == 2
 
 
-def transit(**changes):
-    m = metadata(S.PREPARE_COMMIT, partitions={("a", 0), ("a", 2), ("b", 1)})
-    m.previous_producer_id, m.next_producer_id, m.client_transaction_version = 5, 99, 2
-    return replace(m.snapshot(), **changes)
+def record(**changes):
+    m = entry(S.PREPARE_COMMIT, partitions={("a", 0), ("a", 2), ("b", 1)}).current
+    return replace(replace(m, previous_producer_id=5, next_producer_id=99, client_transaction_version=2), **changes)
 
 
 def test_the_v1_log_value_keeps_previous_and_next_producer_ids_and_the_transaction_version():
-    written = transit()
+    written = record()
     read = txn_log.decode_value("tx", txn_log.encode_value(written, txn_log.FLEXIBLE_VALUE_VERSION))
     assert read.last_producer_epoch == -1, "no version of the record holds the last epoch"
-    assert read == transit(last_producer_epoch=-1)
+    assert read == record(last_producer_epoch=-1)
 
 
 def test_the_v1_log_value_leaves_defaults_out():
-    defaults = transit(previous_producer_id=-1, next_producer_id=-1, client_transaction_version=0)
+    defaults = record(previous_producer_id=-1, next_producer_id=-1, client_transaction_version=0)
     value = txn_log.encode_value(defaults, txn_log.FLEXIBLE_VALUE_VERSION)
     assert value[-1] == 0, "no tagged fields"
     assert txn_log.decode_value("tx", value) == replace(defaults, last_producer_epoch=-1)
 
 
 def test_the_v0_log_value_is_what_it_always_was():
-    value = txn_log.encode_value(transit())
+    value = txn_log.encode_value(record())
     assert value[:2] == b"\x00\x00"
     read = txn_log.decode_value("tx", value)
     assert (read.previous_producer_id, read.next_producer_id, read.client_transaction_version) == (-1, -1, 0)
 
 
 def test_a_truncated_v1_value_is_corrupt():
-    value = txn_log.encode_value(transit(), txn_log.FLEXIBLE_VALUE_VERSION)
+    value = txn_log.encode_value(record(), txn_log.FLEXIBLE_VALUE_VERSION)
     with pytest.raises(txn_log.CorruptTxnRecordError):
         txn_log.decode_value("tx", value[:-3])
 

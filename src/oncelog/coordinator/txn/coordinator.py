@@ -23,9 +23,10 @@ it (KIP-890: `verify_partition`, or for transaction version 2 `add_partitions`):
 in-process when this broker coordinates the id, otherwise through AddPartitionsToTxn
 v4-v5 to the coordinator's broker (verification.py).
 
-Every change is prepared on the metadata (pending), appended to the id's partition of
-`__transaction_state`, then completed; the handler answers once the append is
-replicated (`replicated`, see coordinator_log.py). Timers abort transactions older than
+Every change is prepared whole on the id's entry (pending; metadata.py checks it against
+Kafka's rules), appended to the id's partition of `__transaction_state` (`_write`), then
+completed whole; the handler answers once the append is replicated (`replicated`, see
+coordinator_log.py). Timers abort transactions older than
 their timeout (fencing the producer) and expire idle ids.
 
 The coordinator of a transactional id is the leader of its `__transaction_state`
@@ -61,7 +62,7 @@ from oncelog.coordinator.txn.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TransactionMetadata,
-    TxnTransit,
+    TxnEntry,
 )
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.coordinator.txn.stats import TxnStats, TxnStatsSnapshot
@@ -104,15 +105,88 @@ class InitResult:
     ongoing_txn_producer_epoch: int = -1
 
 
-def _completing(metadata: TransactionMetadata) -> bool:
+def _completing(entry: TxnEntry) -> bool:
     """Whether EndTxn must wait (CONCURRENT_TRANSACTIONS): a transition is being written
     (other than the coordinator's own epoch fence, which its abort goes on with), or the
     transaction is decided and its markers are on their way. Kafka holds a pending
     CompleteCommit/CompleteAbort from the moment PrepareCommit/PrepareAbort is written
     until the markers are, so every EndTxn in a Prepare state meets a pending transition."""
-    if metadata.pending and metadata.pending_state is not S.PREPARE_EPOCH_FENCE:
+    if entry.in_transition and not entry.fencing:
         return True
-    return metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+    return entry.current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+
+
+def _answer_to_end_v0(entry: TxnEntry, producer_id: int, epoch: int, *, commit: bool,
+                      from_client: bool) -> EndTxnResult | None:
+    """The answer to a classic EndTxn that writes nothing (a refusal, or the retry of an
+    end that went through); None when the Ongoing transaction is to be ended."""
+    metadata = entry.current
+    if metadata.producer_id != producer_id:
+        return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+    # Clients must send their exact epoch; the coordinator's own aborts use the bumped one.
+    if (from_client and epoch != metadata.producer_epoch) or epoch < metadata.producer_epoch:
+        return EndTxnResult(ErrorCode.producer_fenced)
+    if _completing(entry):
+        return EndTxnResult(ErrorCode.concurrent_transactions)
+    state = metadata.state
+    if state is S.ONGOING:
+        return None
+    if state is S.COMPLETE_COMMIT:
+        return EndTxnResult(ErrorCode.none if commit else ErrorCode.invalid_txn_state)
+    if state is S.COMPLETE_ABORT:
+        return EndTxnResult(ErrorCode.invalid_txn_state if commit else ErrorCode.none)
+    return EndTxnResult(ErrorCode.invalid_txn_state)  # Empty: nothing to end
+
+
+def _answer_to_end_v2(entry: TxnEntry, producer_id: int, epoch: int, *, commit: bool,
+                      from_client: bool) -> EndTxnResult | None:
+    """KIP-890 part 2, as Kafka's TransactionCoordinator.endTransaction for TV2: the
+    answer to an EndTxn that writes nothing, None when the end is to be written. The
+    epoch in the request tells a retry from a new request: the retry of an end that went
+    through names the epoch before the bump (or, after an overflow, the last epoch of the
+    previous producer id), a request of the current transaction the current epoch,
+    anything else is fenced. From a completed state a new abort is allowed (the client
+    may not know whether its transaction started): it bumps the epoch too."""
+    metadata = entry.current
+    state = metadata.state
+    epoch_fence = entry.fencing
+    retry_after_overflow = (not epoch_fence and metadata.previous_producer_id == producer_id
+                            and epoch == MAX_EPOCH - 1 and metadata.producer_epoch == 0)
+    retry_after_bump = not epoch_fence and metadata.producer_epoch == epoch + 1
+    if epoch_fence:
+        # The coordinator's own abort, with the epoch its fence bumped (classic rule).
+        valid_epoch = (not from_client or epoch == metadata.producer_epoch) and epoch >= metadata.producer_epoch
+    elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+        valid_epoch = retry_after_bump or retry_after_overflow or epoch == metadata.producer_epoch
+    else:
+        valid_epoch = epoch == metadata.producer_epoch
+    retry = retry_after_bump or retry_after_overflow
+    if metadata.producer_id != producer_id and not retry_after_overflow:
+        return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+    # Before the epoch (KAFKA-18464): the client answered for its commit already has
+    # the bumped epoch, and the empty abort it may send next, while the markers are
+    # still on their way, must wait for them rather than fence the producer.
+    if _completing(entry):
+        return EndTxnResult(ErrorCode.concurrent_transactions)
+    if not valid_epoch:
+        return EndTxnResult(ErrorCode.producer_fenced)
+    current = EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+    invalid = EndTxnResult(ErrorCode.invalid_txn_state)
+    if state is S.ONGOING:
+        return None
+    if state is S.COMPLETE_COMMIT:
+        if commit:
+            return current if retry else invalid
+        return invalid if retry else None
+    if state is S.COMPLETE_ABORT:
+        if commit:
+            # At a retry's epoch only the coordinator's own abort can come first: the
+            # client's commit raced it and is fenced, which it recovers from (KAFKA-20785).
+            return EndTxnResult(ErrorCode.producer_fenced) if retry else invalid
+        return current if retry else None
+    if state is S.EMPTY:
+        return invalid if commit else None
+    raise RuntimeError(f"{metadata.transactional_id!r} is in state {state} during EndTxn")
 
 
 class TransactionCoordinator:
@@ -128,7 +202,7 @@ class TransactionCoordinator:
         self.transaction_version: int = config["transaction.version"]
         # The partitions of __transaction_state this broker leads, each with its
         # coordinator epoch, are in `self.log` (taken in on_leadership).
-        self.txns: dict[str, TransactionMetadata] = {}
+        self._entries: dict[str, TxnEntry] = {}
         self.log = CoordinatorLog(broker, TRANSACTION_STATE, config["request.timeout.ms"], self.num_partitions)
         self.stats = TxnStats()  # for /metrics
         self.markers = MarkerChannel(broker, config["request.timeout.ms"])
@@ -157,14 +231,19 @@ class TransactionCoordinator:
             self._load_partition(partition)
             self.stats.loads.observe(time.perf_counter() - started)
 
+    @property
+    def txns(self) -> dict[str, TransactionMetadata]:
+        """Every transactional id's metadata now (a new mapping; the records are immutable)."""
+        return {transactional_id: entry.current for transactional_id, entry in self._entries.items()}
+
     def stats_snapshot(self) -> TxnStatsSnapshot:
         """The counters, with the transactions completing now and those kept prepared."""
-        prepared = sum(1 for m in self.txns.values()
-                       if m.state is S.ONGOING and m.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS)
+        prepared = sum(1 for metadata in self.txns.values()
+                       if metadata.state is S.ONGOING and metadata.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS)
         return self.stats.snapshot(len(self._completions), prepared)
 
     def _load_partition(self, partition: int) -> None:
-        loaded: dict[str, TransactionMetadata] = {}
+        loaded: dict[str, TxnEntry] = {}
         for buffer, header in read_all_batches(self.broker, TRANSACTION_STATE, partition):
             if header.is_control:
                 continue
@@ -174,24 +253,23 @@ class TransactionCoordinator:
                 if record.value is None:
                     loaded.pop(transactional_id, None)
                 else:
-                    transit = txn_log.decode_value(transactional_id, record.value)
-                    loaded[transactional_id] = TransactionMetadata.from_transit(transit)
-        self.txns.update(loaded)
+                    loaded[transactional_id] = TxnEntry(txn_log.decode_value(transactional_id, record.value))
+        self._entries.update(loaded)
         self.log.loaded(partition)
-        unfinished = [m for m in loaded.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+        unfinished = [t for t, entry in loaded.items() if entry.current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
         if loaded:
             log.info("%s-%d: loaded %d transactional id(s) at coordinator epoch %d; completing %d interrupted "
                      "transaction(s)", TRANSACTION_STATE, partition, len(loaded), self._epoch_of(partition),
                      len(unfinished))
-        for metadata in unfinished:
-            self._schedule_markers(metadata.transactional_id)
+        for transactional_id in unfinished:
+            self._schedule_markers(transactional_id)
 
     def _unload_partition(self, partition: int) -> None:
         if not self.log.release(partition):
             return
-        dropped = [t for t in self.txns if self.partition_of(t) == partition]
+        dropped = [t for t in self._entries if self.partition_of(t) == partition]
         for transactional_id in dropped:
-            del self.txns[transactional_id]
+            del self._entries[transactional_id]
             task = self._completions.pop(transactional_id, None)
             if task is not None:
                 task.cancel()
@@ -240,17 +318,18 @@ class TransactionCoordinator:
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return InitResult(owner)
-        metadata = self.txns.get(transactional_id)
-        if metadata is None:
+        entry = self._entries.get(transactional_id)
+        if entry is None:
             producer_id = self._new_producer_id()
             if producer_id is None:
                 return InitResult(ErrorCode.coordinator_load_in_progress)
-            metadata = TransactionMetadata(
-                transactional_id, producer_id, txn_timeout_ms=timeout_ms, txn_last_update_timestamp=now,
-            )
-            self.txns[transactional_id] = metadata
+            entry = self._entries[transactional_id] = TxnEntry(TransactionMetadata(
+                transactional_id=transactional_id, producer_id=producer_id, txn_timeout_ms=timeout_ms,
+                txn_last_update_timestamp=now,
+            ))
+        metadata = entry.current
         # Kafka's order: a pending transition first, then the KIP-360 producer check.
-        if metadata.pending:
+        if entry.in_transition:
             return InitResult(ErrorCode.concurrent_transactions)
         if expected is not None and not metadata.accepts_expected_producer(*expected):
             return InitResult(ErrorCode.producer_fenced)
@@ -259,68 +338,65 @@ class TransactionCoordinator:
         if metadata.state is S.ONGOING and keep_prepared:
             # KIP-939: keep the prepared transaction for the caller to commit or abort,
             # under a new epoch that fences the instance that prepared it.
-            ongoing = (metadata.producer_id, metadata.producer_epoch)
-            error = self._persist(metadata, metadata.prepare_keep_prepared(timeout_ms, now))
+            kept = entry.prepare_keep_prepared(timeout_ms, now)
+            error = self._write(entry, kept)
             if error is not ErrorCode.none:
                 return InitResult(error)
-            return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch, *ongoing)
+            return InitResult(ErrorCode.none, kept.producer_id, kept.producer_epoch, metadata.producer_id,
+                              metadata.producer_epoch)
         if metadata.state is S.ONGOING:
             # A previous instance died mid-transaction: fence it and abort its transaction;
             # the new instance retries until the abort is complete.
             log.info("fencing producer %d of %r: aborting its ongoing transaction", metadata.producer_id,
                      transactional_id)
             self.stats.fenced += 1
-            metadata.prepare_fence_epoch()
-            error = self.end_transaction(transactional_id, metadata.producer_id, metadata.producer_epoch,
-                                         commit=False, from_client=False, now=now,
-                                         transaction_version=self.transaction_version)
+            error = self._fence_and_abort(entry, now)
             return InitResult(error if error is not ErrorCode.none else ErrorCode.concurrent_transactions)
         if metadata.state not in COMPLETED:
             raise RuntimeError(f"{transactional_id!r} is in state {metadata.state} during InitProducerId")
-        transit: TxnTransit | str  # a str: the refusal of prepare_increment_epoch
+        target: TransactionMetadata | ErrorCode
         if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
             producer_id = self._new_producer_id()
             if producer_id is None:
                 return InitResult(ErrorCode.coordinator_load_in_progress)
-            transit = metadata.prepare_producer_id_rotation(
-                producer_id, timeout_ms, now, recorded_previous=expected is not None
-            )
+            target = entry.prepare_producer_id_rotation(producer_id, timeout_ms, now,
+                                                        recorded_previous=expected is not None)
         else:
-            transit = metadata.prepare_increment_epoch(timeout_ms, None if expected is None else expected[1], now)
-            if isinstance(transit, str):
-                return InitResult(ErrorCode.producer_fenced)
-        error = self._persist(metadata, transit)
+            target = entry.prepare_increment_epoch(timeout_ms, None if expected is None else expected[1], now)
+            if isinstance(target, ErrorCode):
+                return InitResult(target)
+        error = self._write(entry, target)
         if error is not ErrorCode.none:
             return InitResult(error)
-        return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+        return InitResult(ErrorCode.none, target.producer_id, target.producer_epoch)
 
     # -- adding partitions ----------------------------------------------------------------
 
     def _check_producer(self, transactional_id: str, producer_id: int, epoch: int
-                        ) -> tuple[ErrorCode, TransactionMetadata | None]:
+                        ) -> tuple[ErrorCode, TxnEntry | None]:
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return owner, None
-        metadata = self.txns.get(transactional_id)
-        if metadata is None or metadata.producer_id != producer_id:
+        entry = self._entries.get(transactional_id)
+        if entry is None or entry.current.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping, None
-        if metadata.producer_epoch != epoch:
+        if entry.current.producer_epoch != epoch:
             return ErrorCode.producer_fenced, None
-        if metadata.pending or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+        if entry.in_transition or entry.current.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return ErrorCode.concurrent_transactions, None
-        return ErrorCode.none, metadata
+        return ErrorCode.none, entry
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                        partitions: set[TopicPartition], now: int, *, transaction_version: int = 0) -> ErrorCode:
         """AddPartitionsToTxn and AddOffsetsToTxn (transaction version 0), and KIP-890 part
         2's implicit adds of Produce v12 and TxnOffsetCommit v5 (transaction version 2)."""
-        error, metadata = self._check_producer(transactional_id, producer_id, epoch)
+        error, entry = self._check_producer(transactional_id, producer_id, epoch)
         if error is not ErrorCode.none:
             return error
-        assert metadata is not None  # with ErrorCode.none
-        if metadata.state is S.ONGOING and partitions <= metadata.partitions:
+        assert entry is not None  # with ErrorCode.none
+        if entry.current.state is S.ONGOING and partitions <= entry.current.partitions:
             return ErrorCode.none  # a retry: nothing new to record
-        return self._persist(metadata, metadata.prepare_add_partitions(partitions, now, transaction_version))
+        return self._write(entry, entry.prepare_add_partitions(partitions, now, transaction_version))
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str, now: int) -> ErrorCode:
         offsets_partition = self.offsets_partition_for(group_id)
@@ -342,7 +418,8 @@ class TransactionCoordinator:
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return owner
-        metadata = self.txns.get(transactional_id)
+        entry = self._entries.get(transactional_id)
+        metadata = None if entry is None else entry.current
         if metadata is None or metadata.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
         if metadata.producer_epoch != epoch:
@@ -368,122 +445,53 @@ class TransactionCoordinator:
                                from_client: bool = True, now: int, transaction_version: int = 0) -> EndTxnResult:
         """EndTxn, or the coordinator's own abort (`from_client=False`). Clients of
         EndTxn v5 use transaction version 2, older ones 0; the coordinator's aborts use
-        the finalized level."""
+        the finalized level. The request is answered at once when it ends nothing (a
+        refusal, or the retry of an end that went through); otherwise the end is
+        written (`_write_end`)."""
         owner = self.owner_error(transactional_id)
         if owner is not ErrorCode.none:
             return EndTxnResult(owner)
+        entry = self._entries.get(transactional_id)
+        if entry is None:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         if transaction_version >= 2:
-            return self._end_transaction_v2(transactional_id, producer_id, epoch, commit=commit,
-                                            from_client=from_client, now=now)
-        return EndTxnResult(self._end_transaction_v0(transactional_id, producer_id, epoch, commit=commit,
-                                                     from_client=from_client, now=now))
-
-    def _end_transaction_v0(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
-                            from_client: bool, now: int) -> ErrorCode:
-        metadata = self.txns.get(transactional_id)
-        if metadata is None or metadata.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping
-        # Clients must send their exact epoch; the coordinator's own aborts use the bumped one.
-        if (from_client and epoch != metadata.producer_epoch) or epoch < metadata.producer_epoch:
-            return ErrorCode.producer_fenced
-        if _completing(metadata):
-            return ErrorCode.concurrent_transactions
-        state = metadata.state
-        if state is S.ONGOING:
-            epoch_fence = metadata.pending_state is S.PREPARE_EPOCH_FENCE
-            error = self._persist(metadata, metadata.prepare_end(commit, now))
-            if error is ErrorCode.none:
-                self._schedule_markers(transactional_id)
-            elif epoch_fence:
-                # The fenced epoch stays in memory but not in the log, and no client has it:
-                # the next fence reuses it rather than bumping again.
-                metadata.has_failed_epoch_fence = True
-                log.warning("the epoch fence of %r (producer %d, epoch %d) was not written: %s",
-                            transactional_id, metadata.producer_id, metadata.producer_epoch, error.name)
-            return error
-        if state is S.COMPLETE_COMMIT:
-            return ErrorCode.none if commit else ErrorCode.invalid_txn_state
-        if state is S.COMPLETE_ABORT:
-            return ErrorCode.invalid_txn_state if commit else ErrorCode.none
-        return ErrorCode.invalid_txn_state  # Empty: nothing to end
-
-    def _end_transaction_v2(self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool,
-                            from_client: bool, now: int) -> EndTxnResult:
-        """KIP-890 part 2, as Kafka's TransactionCoordinator.endTransaction for TV2. The
-        epoch in the request tells a retry from a new request: the retry of an end that
-        went through names the epoch before the bump (or, after an overflow, the last
-        epoch of the previous producer id), a request of the current transaction the
-        current epoch, anything else is fenced. From a completed state a new abort is
-        allowed (the client may not know whether its transaction started): it bumps the
-        epoch too."""
-        metadata = self.txns.get(transactional_id)
-        if metadata is None:
-            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
-        state = metadata.state
-        epoch_fence = metadata.pending_state is S.PREPARE_EPOCH_FENCE
-        retry_after_overflow = (not epoch_fence and metadata.previous_producer_id == producer_id
-                                and epoch == MAX_EPOCH - 1 and metadata.producer_epoch == 0)
-        retry_after_bump = not epoch_fence and metadata.producer_epoch == epoch + 1
-        if epoch_fence:
-            # The coordinator's own abort, with the epoch its fence bumped (classic rule).
-            valid_epoch = (not from_client or epoch == metadata.producer_epoch) and epoch >= metadata.producer_epoch
-        elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
-            valid_epoch = retry_after_bump or retry_after_overflow or epoch == metadata.producer_epoch
+            answer = _answer_to_end_v2(entry, producer_id, epoch, commit=commit, from_client=from_client)
         else:
-            valid_epoch = epoch == metadata.producer_epoch
-        retry = retry_after_bump or retry_after_overflow
-        if metadata.producer_id != producer_id and not retry_after_overflow:
-            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
-        # Before the epoch (KAFKA-18464): the client answered for its commit already has
-        # the bumped epoch, and the empty abort it may send next, while the markers are
-        # still on their way, must wait for them rather than fence the producer.
-        if _completing(metadata):
-            return EndTxnResult(ErrorCode.concurrent_transactions)
-        if not valid_epoch:
-            return EndTxnResult(ErrorCode.producer_fenced)
-        current = EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
-        invalid = EndTxnResult(ErrorCode.invalid_txn_state)
-        if state is S.ONGOING:
-            return self._prepare_end_v2(metadata, commit, now, epoch_fence=epoch_fence, nothing_added=False)
-        if state is S.COMPLETE_COMMIT:
-            if commit:
-                return current if retry else invalid
-            return invalid if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
-        if state is S.COMPLETE_ABORT:
-            if commit:
-                # At a retry's epoch only the coordinator's own abort can come first: the
-                # client's commit raced it and is fenced, which it recovers from (KAFKA-20785).
-                return EndTxnResult(ErrorCode.producer_fenced) if retry else invalid
-            return current if retry else self._prepare_end_v2(metadata, False, now, nothing_added=True)
-        if state is S.EMPTY:
-            return invalid if commit else self._prepare_end_v2(metadata, False, now, nothing_added=True)
-        raise RuntimeError(f"{transactional_id!r} is in state {state} during EndTxn")
+            answer = _answer_to_end_v0(entry, producer_id, epoch, commit=commit, from_client=from_client)
+        if answer is not None:
+            return answer
+        ended = self._write_end(entry, commit, now, transaction_version)
+        return ended if transaction_version >= 2 else EndTxnResult(ended.error)
 
-    def _prepare_end_v2(self, metadata: TransactionMetadata, commit: bool, now: int, *, epoch_fence: bool = False,
-                        nothing_added: bool) -> EndTxnResult:
-        """Persist PrepareCommit/PrepareAbort with the bumped epoch (and, on an exhausted
-        epoch, the next producer id); answer what the client continues with."""
+    def _write_end(self, entry: TxnEntry, commit: bool, now: int, transaction_version: int) -> EndTxnResult:
+        """Prepare PrepareCommit/PrepareAbort, write it and start the markers; answer what
+        the client continues with. With transaction version 2 the epoch is bumped (and,
+        on an exhausted epoch, the next producer id allocated)."""
+        epoch_fence = entry.fencing
         next_producer_id = NO_PRODUCER_ID
         # The coordinator's own abort rotates an exhausted epoch too (KAFKA-20090): its
         # client's late EndTxn is then a retry answered with the new producer id.
-        if metadata.epoch_exhausted:
+        if transaction_version >= 2 and entry.current.epoch_exhausted:
             new_producer_id = self._new_producer_id()
             if new_producer_id is None:
                 return EndTxnResult(ErrorCode.coordinator_load_in_progress)
             next_producer_id = new_producer_id
-        transit = metadata.prepare_end(commit, now, transaction_version=2, next_producer_id=next_producer_id,
-                                       nothing_added=nothing_added)
-        error = self._persist(metadata, transit)
+        nothing_added = entry.current.state is not S.ONGOING  # TV2's abort from a completed state
+        target = entry.prepare_end(commit, now, transaction_version=transaction_version,
+                                   next_producer_id=next_producer_id, nothing_added=nothing_added)
+        error = self._write(entry, target)
         if error is not ErrorCode.none:
             if epoch_fence:
-                metadata.has_failed_epoch_fence = True
+                # The fenced epoch stays in memory but not in the log, and no client has it:
+                # the next fence reuses it rather than bumping again.
+                entry.has_failed_epoch_fence = True
                 log.warning("the epoch fence of %r (producer %d, epoch %d) was not written: %s",
-                            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch, error.name)
+                            target.transactional_id, target.producer_id, entry.current.producer_epoch, error.name)
             return EndTxnResult(error)
-        self._schedule_markers(metadata.transactional_id)
-        if metadata.next_producer_id != NO_PRODUCER_ID:
-            return EndTxnResult(ErrorCode.none, metadata.next_producer_id, 0)
-        return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+        self._schedule_markers(target.transactional_id)
+        if target.next_producer_id != NO_PRODUCER_ID:
+            return EndTxnResult(ErrorCode.none, target.next_producer_id, 0)
+        return EndTxnResult(ErrorCode.none, target.producer_id, target.producer_epoch)
 
     def _schedule_markers(self, transactional_id: str, delay_s: float = 0.0) -> None:
         """Start phase two for the id (once: a running one is left alone). The client is
@@ -499,36 +507,34 @@ class TransactionCoordinator:
     async def _complete(self, transactional_id: str, delay_s: float) -> None:
         if delay_s:
             await asyncio.sleep(delay_s)
-        metadata = self.txns.get(transactional_id)
-        if metadata is None or metadata.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT) or metadata.pending:
+        entry = self._entries.get(transactional_id)
+        if entry is None or entry.current.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT) or entry.in_transition:
             return
+        prepared = entry.current  # PrepareCommit/PrepareAbort, as written
         partition = self.partition_of(transactional_id)
         epoch = self._epoch_of(partition)
-        prepared = (metadata.state, metadata.producer_id, metadata.producer_epoch)
-        decided_at = metadata.txn_last_update_timestamp  # when PrepareCommit/PrepareAbort was written
 
         def still_current() -> bool:
-            return (self.txns.get(transactional_id) is metadata and self._epoch_of(partition) == epoch
-                    and (metadata.state, metadata.producer_id, metadata.producer_epoch) == prepared)
+            return (self._entries.get(transactional_id) is entry and self._epoch_of(partition) == epoch
+                    and entry.current is prepared)
 
         # No marker before the decision is on the ISR: a new coordinator must find it.
         if await self.log.replicated(partition) is not ErrorCode.none:
             if still_current():
                 self._retry_markers(transactional_id)
             return
-        marker = TxnMarker(metadata.producer_id, metadata.producer_epoch, epoch,
-                           commit=metadata.state is S.PREPARE_COMMIT,
-                           transaction_version=metadata.client_transaction_version)
-        if not await self.markers.write(marker, metadata.partitions, still_current):
+        commit = prepared.state is S.PREPARE_COMMIT
+        marker = TxnMarker(prepared.producer_id, prepared.producer_epoch, epoch, commit=commit,
+                           transaction_version=prepared.client_transaction_version)
+        if not await self.markers.write(marker, prepared.partitions, still_current):
             return
         if not still_current():
             return
         now = now_ms()
-        commit = metadata.state is S.PREPARE_COMMIT
-        if self._persist(metadata, metadata.prepare_complete(now)) is not ErrorCode.none:
+        if self._write(entry, entry.prepare_complete(now)) is not ErrorCode.none:
             self._retry_markers(transactional_id)
             return
-        self.stats.completed(commit, max(now - decided_at, 0) / 1000)
+        self.stats.completed(commit, max(now - prepared.txn_last_update_timestamp, 0) / 1000)
 
     def _retry_markers(self, transactional_id: str) -> None:
         self._completions.pop(transactional_id, None)
@@ -539,17 +545,18 @@ class TransactionCoordinator:
     def abort_timed_out(self, now: int) -> list[str]:
         """Abort Ongoing transactions older than their timeout, fencing their producers."""
         aborted = []
-        for metadata in list(self.txns.values()):
+        for entry in list(self._entries.values()):
+            metadata = entry.current
             if (
                 metadata.state is S.ONGOING
-                and not metadata.pending
+                and not entry.in_transition
                 and metadata.txn_start_timestamp + metadata.txn_timeout_ms < now
             ):
                 self.stats.timed_out += 1
                 log.info("aborting transaction of %r (producer %d epoch %d): open for %d ms, timeout %d ms",
                          metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
                          now - metadata.txn_start_timestamp, metadata.txn_timeout_ms)
-                self._fence_and_abort(metadata, now)
+                self._fence_and_abort(entry, now)
                 aborted.append(metadata.transactional_id)
         return aborted
 
@@ -557,57 +564,62 @@ class TransactionCoordinator:
         """An operator's abort of an open transaction (the console's): as a timeout
         aborts it, fencing its producer. TRANSACTIONAL_ID_NOT_FOUND, or INVALID_TXN_STATE
         unless it is Ongoing with no transition in flight."""
-        metadata = self.txns.get(transactional_id)
-        if metadata is None:
+        entry = self._entries.get(transactional_id)
+        if entry is None:
             return ErrorCode.transactional_id_not_found
-        if metadata.state is not S.ONGOING or metadata.pending:
+        metadata = entry.current
+        if metadata.state is not S.ONGOING or entry.in_transition:
             return ErrorCode.invalid_txn_state
         log.warning("%s aborts the transaction of %r (producer %d epoch %d), open for %d ms", by, transactional_id,
                     metadata.producer_id, metadata.producer_epoch, now - metadata.txn_start_timestamp)
-        self._fence_and_abort(metadata, now)
+        self._fence_and_abort(entry, now)
         return ErrorCode.none
 
-    def _fence_and_abort(self, metadata: TransactionMetadata, now: int) -> None:
-        metadata.prepare_fence_epoch()
-        self.end_transaction(metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
-                             commit=False, from_client=False, now=now, transaction_version=self.transaction_version)
+    def _fence_and_abort(self, entry: TxnEntry, now: int) -> ErrorCode:
+        """Fence the producer of an Ongoing transaction (its epoch bumped) and abort it."""
+        entry.prepare_fence_epoch()
+        fenced = entry.current
+        return self.end_transaction(fenced.transactional_id, fenced.producer_id, fenced.producer_epoch,
+                                    commit=False, from_client=False, now=now,
+                                    transaction_version=self.transaction_version)
 
     def expire_ids(self, now: int) -> list[str]:
         """Remove ids idle for transactional.id.expiration.ms (tombstone, then forget)."""
         expired = []
-        for metadata in list(self.txns.values()):
+        for transactional_id, entry in list(self._entries.items()):
             if (
-                metadata.state in COMPLETED
-                and not metadata.pending
-                and now - metadata.txn_last_update_timestamp >= self.id_expiration_ms
+                entry.current.state in COMPLETED
+                and not entry.in_transition
+                and now - entry.current.txn_last_update_timestamp >= self.id_expiration_ms
             ):
-                transit = metadata.prepare_dead()
-                if self._append(transit, tombstone=True) is ErrorCode.none:
-                    metadata.complete_transition(transit)
-                    del self.txns[metadata.transactional_id]
-                    expired.append(metadata.transactional_id)
+                dead = entry.prepare_dead()
+                if self._append(dead, tombstone=True) is ErrorCode.none:
+                    del self._entries[transactional_id]  # Dead is never completed: the id is gone
+                    expired.append(transactional_id)
                 else:
-                    metadata.abandon_transition()
+                    entry.abandon()
         return expired
 
     # -- persistence ------------------------------------------------------------------------
 
-    def _persist(self, metadata: TransactionMetadata, transit: TxnTransit) -> ErrorCode:
-        error = self._append(transit)
+    def _write(self, entry: TxnEntry, target: TransactionMetadata) -> ErrorCode:
+        """Append the entry's prepared `target` to `__transaction_state`, then complete it
+        (or abandon it when the append failed)."""
+        error = self._append(target)
         if error is ErrorCode.none:
-            metadata.complete_transition(transit)
+            entry.complete(target)
         else:
-            metadata.abandon_transition()
+            entry.abandon()
         return error
 
-    def _append(self, transit: TxnTransit, *, tombstone: bool = False) -> ErrorCode:
+    def _append(self, metadata: TransactionMetadata, *, tombstone: bool = False) -> ErrorCode:
         now = now_ms()
+        partition = self.partition_of(metadata.transactional_id)
         value_version = txn_log.FLEXIBLE_VALUE_VERSION if self.transaction_version >= 2 else txn_log.VERSION
         record = record_batch.Record(
-            txn_log.encode_key(transit.transactional_id),
-            None if tombstone else txn_log.encode_value(transit, value_version),
+            txn_log.encode_key(metadata.transactional_id),
+            None if tombstone else txn_log.encode_value(metadata, value_version),
         )
-        partition = self.partition_of(transit.transactional_id)
         try:
             self.log.append(partition, record_batch.build_batch([record], timestamp_ms=now), now_ms=now)
         except Exception as error:  # noqa: BLE001 (any failure of the append becomes the client's error code)
@@ -620,7 +632,8 @@ class TransactionCoordinator:
     # -- admin ------------------------------------------------------------------------------
 
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
-        return self.txns.get(transactional_id)
+        entry = self._entries.get(transactional_id)
+        return None if entry is None else entry.current
 
     def list(self, states: set[TransactionState] | None, producer_ids: set[int] | None,
              min_duration_ms: int, now: int) -> list[TransactionMetadata]:
@@ -628,7 +641,7 @@ class TransactionCoordinator:
         duration filter (>= 0) keeps ids whose transaction started more than that long ago,
         whatever their state (an id that never started one has start time -1, so it stays)."""
         found = []
-        for metadata in self.txns.values():
+        for metadata in (entry.current for entry in self._entries.values()):
             if metadata.state is S.DEAD:
                 continue
             if states and metadata.state not in states:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from collections import defaultdict
 
-from oncelog.coordinator.txn.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnTransit
+from oncelog.coordinator.txn.metadata import NO_PRODUCER_ID, TransactionMetadata
 from oncelog.coordinator.txn.state import TransactionState
 from oncelog.protocol.framing import unsigned_varint
 
@@ -73,48 +73,53 @@ def _compact_string(text: str) -> bytes:
     return unsigned_varint(len(data) + 1) + data
 
 
-def encode_value(transit: TxnTransit, version: int = VERSION) -> bytes:
+def encode_value(metadata: TransactionMetadata, version: int = VERSION) -> bytes:
+    if version == VERSION:
+        return _encode_value_v0(metadata)
     if version == FLEXIBLE_VALUE_VERSION:
-        return _encode_value_v1(transit)
-    if version != VERSION:
-        raise ValueError(f"no transaction log value version {version}")
+        return _encode_value_v1(metadata)
+    raise ValueError(f"no transaction log value version {version}")
+
+
+def _encode_value_v0(metadata: TransactionMetadata) -> bytes:
     out = bytearray(_VALUE_HEAD.pack(
-        VERSION, transit.producer_id, transit.producer_epoch, transit.txn_timeout_ms, transit.state.id
+        VERSION, metadata.producer_id, metadata.producer_epoch, metadata.txn_timeout_ms, metadata.state.id
     ))
-    by_topic = _partitions_by_topic(transit)
+    by_topic = _partitions_by_topic(metadata)
     out += _I32.pack(len(by_topic))
     for topic, partitions in by_topic.items():
         out += _string(topic) + _I32.pack(len(partitions))
         out += b"".join(_I32.pack(p) for p in partitions)
-    out += _TIMESTAMPS.pack(transit.txn_last_update_timestamp, transit.txn_start_timestamp)
+    out += _TIMESTAMPS.pack(metadata.txn_last_update_timestamp, metadata.txn_start_timestamp)
     return bytes(out)
 
 
-def _partitions_by_topic(transit: TxnTransit) -> dict[str, list[int]]:
+def _partitions_by_topic(metadata: TransactionMetadata) -> dict[str, list[int]]:
     by_topic: dict[str, list[int]] = defaultdict(list)
-    for topic, partition in sorted(transit.partitions):
+    for topic, partition in sorted(metadata.partitions):
         by_topic[topic].append(partition)
     return by_topic
 
 
-def _encode_value_v1(transit: TxnTransit) -> bytes:
+def _encode_value_v1(metadata: TransactionMetadata) -> bytes:
     out = bytearray(_VALUE_HEAD.pack(
-        FLEXIBLE_VALUE_VERSION, transit.producer_id, transit.producer_epoch, transit.txn_timeout_ms, transit.state.id
+        FLEXIBLE_VALUE_VERSION, metadata.producer_id, metadata.producer_epoch, metadata.txn_timeout_ms,
+        metadata.state.id,
     ))
-    by_topic = _partitions_by_topic(transit)
+    by_topic = _partitions_by_topic(metadata)
     out += unsigned_varint(len(by_topic) + 1)
     for topic, partitions in by_topic.items():
         out += _compact_string(topic) + unsigned_varint(len(partitions) + 1)
         out += b"".join(_I32.pack(p) for p in partitions)
         out += unsigned_varint(0)  # no tagged fields in the partition entry
-    out += _TIMESTAMPS.pack(transit.txn_last_update_timestamp, transit.txn_start_timestamp)
+    out += _TIMESTAMPS.pack(metadata.txn_last_update_timestamp, metadata.txn_start_timestamp)
     tagged = []
-    if transit.previous_producer_id != NO_PRODUCER_ID:
-        tagged.append((PREVIOUS_PRODUCER_ID_TAG, _I64.pack(transit.previous_producer_id)))
-    if transit.next_producer_id != NO_PRODUCER_ID:
-        tagged.append((NEXT_PRODUCER_ID_TAG, _I64.pack(transit.next_producer_id)))
-    if transit.client_transaction_version != 0:
-        tagged.append((CLIENT_TRANSACTION_VERSION_TAG, _I16.pack(transit.client_transaction_version)))
+    if metadata.previous_producer_id != NO_PRODUCER_ID:
+        tagged.append((PREVIOUS_PRODUCER_ID_TAG, _I64.pack(metadata.previous_producer_id)))
+    if metadata.next_producer_id != NO_PRODUCER_ID:
+        tagged.append((NEXT_PRODUCER_ID_TAG, _I64.pack(metadata.next_producer_id)))
+    if metadata.client_transaction_version != 0:
+        tagged.append((CLIENT_TRANSACTION_VERSION_TAG, _I16.pack(metadata.client_transaction_version)))
     out += unsigned_varint(len(tagged))
     for tag, data in tagged:
         out += unsigned_varint(tag) + unsigned_varint(len(data)) + data
@@ -130,7 +135,7 @@ def decode_key(data: bytes) -> str:
         raise CorruptTxnRecordError(f"bad transaction log key: {error}") from None
 
 
-def decode_value(transactional_id: str, data: bytes) -> TxnTransit:
+def decode_value(transactional_id: str, data: bytes) -> TransactionMetadata:
     (version,) = _I16.unpack_from(data, 0) if len(data) >= 2 else (None,)
     if version == FLEXIBLE_VALUE_VERSION:
         return _decode_value_v1(transactional_id, data)
@@ -153,13 +158,13 @@ def decode_value(transactional_id: str, data: bytes) -> TxnTransit:
         state = TransactionState.from_id(status)
     except (struct.error, UnicodeDecodeError, ValueError) as error:
         raise CorruptTxnRecordError(f"bad transaction log value for {transactional_id!r}: {error}") from None
-    return TxnTransit(
-        transactional_id, producer_id, NO_PRODUCER_ID, epoch, NO_PRODUCER_EPOCH, timeout_ms, state,
-        frozenset(partitions), start, last_update,
+    return TransactionMetadata(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, txn_timeout_ms=timeout_ms,
+        state=state, partitions=frozenset(partitions), txn_start_timestamp=start, txn_last_update_timestamp=last_update,
     )
 
 
-def _decode_value_v1(transactional_id: str, data: bytes) -> TxnTransit:
+def _decode_value_v1(transactional_id: str, data: bytes) -> TransactionMetadata:
     try:
         _version, producer_id, epoch, timeout_ms, status = _VALUE_HEAD.unpack_from(data, 0)
         position = _VALUE_HEAD.size
@@ -192,9 +197,11 @@ def _decode_value_v1(transactional_id: str, data: bytes) -> TxnTransit:
         state = TransactionState.from_id(status)
     except (struct.error, UnicodeDecodeError, ValueError) as error:
         raise CorruptTxnRecordError(f"bad transaction log value for {transactional_id!r}: {error}") from None
-    return TxnTransit(
-        transactional_id, producer_id, previous_producer_id, epoch, NO_PRODUCER_EPOCH, timeout_ms, state,
-        frozenset(partitions), start, last_update, next_producer_id, client_transaction_version,
+    return TransactionMetadata(
+        transactional_id=transactional_id, producer_id=producer_id, previous_producer_id=previous_producer_id,
+        producer_epoch=epoch, txn_timeout_ms=timeout_ms, state=state, partitions=frozenset(partitions),
+        txn_start_timestamp=start, txn_last_update_timestamp=last_update, next_producer_id=next_producer_id,
+        client_transaction_version=client_transaction_version,
     )
 
 
