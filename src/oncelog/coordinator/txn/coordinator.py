@@ -67,7 +67,7 @@ from oncelog.coordinator.txn.metadata import (
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.coordinator.txn.stats import TxnStats, TxnStatsSnapshot
 from oncelog.coordinator.txn.verification import TransactionVerifier
-from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, partition_for
+from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.kernel.node import ProducerIdsUnavailable
 from oncelog.kernel.partitions import AppendRefused, read_all_batches
 from oncelog.names import TopicPartition
@@ -405,10 +405,7 @@ class TransactionCoordinator:
     def offsets_partition_for(self, group_id: str) -> int:
         """The group's `__consumer_offsets` partition. The client's FindCoordinator for the
         group created the topic; a marker for a partition that does not exist is skipped."""
-        groups = self.broker.group_coordinator
-        if groups is not None:
-            return groups.partition_for_group(group_id)
-        return partition_for(group_id, self.broker.config["offsets.topic.num.partitions"])
+        return self.broker.group_coordinator.partition_for_group(group_id)
 
     def verify_partition(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional write is accepted only for a partition of the

@@ -78,9 +78,7 @@ def append_marker_here(broker: Node, topic: str, partition: int, marker: TxnMark
     except LogError as error:
         return error_code_for(error), -1
     if topic == CONSUMER_OFFSETS:
-        groups = broker.group_coordinator
-        if groups is not None:
-            groups.complete_transaction(partition, marker.producer_id, marker.commit)
+        broker.group_coordinator.complete_transaction(partition, marker.producer_id, marker.commit)
     return ErrorCode.none, result.last_offset + 1
 
 
