@@ -6,6 +6,7 @@ import pytest
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.coordinator.txn.metadata import TransactionMetadata, TxnEntry
 from oncelog.coordinator.txn.state import TransactionState
+from oncelog.kernel.peer import NoPeers
 from oncelog.protocol.messages import ErrorCode
 
 S = TransactionState
@@ -20,7 +21,7 @@ class _Node:
     """What the coordinator asks of its node when it is built and answers a request."""
 
     node_id = 0
-    cluster = None
+    directory = NoPeers()
     group_coordinator = None
 
     def __init__(self) -> None:
