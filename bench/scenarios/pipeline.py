@@ -446,7 +446,7 @@ def several_queries(args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from oncelog.spark import build_session, join_table
-    from oncelog.spark.pipeline_query import MicroBatchWrite
+    from oncelog.spark.pipeline.query import MicroBatchWrite
 
     spark = build_session("bench-several", "local[2]")
     work = Path(args.work)
@@ -717,8 +717,8 @@ def source_alone(args: argparse.Namespace) -> dict:
     """The source's range reader and a consumer loop over one partition, alternating."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from oncelog.spark.options import parse_options
-    from oncelog.spark.ranges import KafkaRange, read_range
+    from oncelog.spark.source.options import parse_options
+    from oncelog.spark.source.ranges import KafkaRange, read_range
 
     probe = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "bench-probe",
                       "isolation.level": "read_committed"})
@@ -758,8 +758,9 @@ def sink_alone(args: argparse.Namespace) -> dict:
     import pyarrow as pa
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from oncelog.spark.sink import TaskIdentity, write_partition_mode
-    from oncelog.spark.sink_options import parse_sink_options
+    from oncelog.spark.sink.options import parse_sink_options
+    from oncelog.spark.sink.task import TaskIdentity
+    from oncelog.spark.sink.write import write_partition_mode
 
     values = [os.urandom(args.size) for _ in range(min(args.records, 10_000))]
     rows = [values[i % len(values)] for i in range(args.records)]

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from oncelog.spark.sink import OncelogStreamWriter, TaskIdentity
-from oncelog.spark.sink_options import SinkWriteError, parse_sink_options
+from oncelog.spark.sink.options import SinkWriteError, parse_sink_options
+from oncelog.spark.sink.task import TaskIdentity
+from oncelog.spark.sink.writers import OncelogStreamWriter
 from tests.support import kafka as support_kafka
 from tests.support.kafka import create_topics
 from tests.support.spark.topics import read_all, values, watermarks
@@ -148,8 +149,8 @@ def test_batch_mode_a_rerun_after_the_decision_writes_nothing_more(setup):
     first_run = make_writer(bootstrap, output, "batch", checkpoint)
     first_run.prepare_batch_on_driver()
     decided = first_run.write_as(TaskIdentity(query_id, 3, 0, 0), arrow_batches("d", 1, 5))
-    from oncelog.spark.sink import BatchCommitter
-    from oncelog.spark.twophase import TwoPhaseClient
+    from oncelog.spark.sink.batch_commit import BatchCommitter
+    from oncelog.spark.sink.twophase import TwoPhaseClient
 
     with TwoPhaseClient(bootstrap) as client:
         BatchCommitter(first_run.options, query_id, client)._decide([decided], 3)  # then the driver died

@@ -25,7 +25,7 @@ from collections import Counter
 import pytest
 
 from oncelog.local.spark_cluster import StandaloneSpark
-from oncelog.spark.sink import PAUSE_AT_ENV, PAUSE_FILE_ENV
+from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from tests.support.kafka import create_topics
 from tests.support.spark import SINK_PIPELINE
 from tests.support.spark.topics import read_all, transformed, values, write_source

@@ -246,9 +246,9 @@ def leave_signals_to_python(spark: SparkSession) -> None:
 
 def register(spark: SparkSession) -> None:
     """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work, and
-    the Iceberg sink `writeStream.format("oncelog-iceberg")` (oncelog.spark.iceberg)."""
-    from oncelog.spark.iceberg import OncelogIcebergDataSource  # no pyiceberg import until it writes
-    from oncelog.spark.source import OncelogDataSource  # imports pyspark: only when used
+    the Iceberg sink `writeStream.format("oncelog-iceberg")` (oncelog.spark.iceberg.data_source)."""
+    from oncelog.spark.iceberg.data_source import OncelogIcebergDataSource  # no pyiceberg import until it writes
+    from oncelog.spark.source.data_source import OncelogDataSource  # imports pyspark: only when used
 
     spark.dataSource.register(OncelogDataSource)
     spark.dataSource.register(OncelogIcebergDataSource)

@@ -31,7 +31,7 @@ from oncelog.spark.errors import SourceError
 from oncelog.spark.paths import local_path
 
 FORMAT_NAME = "oncelog-iceberg"
-ICEBERG_MODE = "iceberg"  # the `mode` of this sink's batch summaries (oncelog.spark.sink_metrics)
+ICEBERG_MODE = "iceberg"  # the `mode` of this sink's batch summaries (oncelog.spark.sink_summary)
 CATALOG_PREFIX = "catalog."
 DEFAULT_CATALOG_NAME = "default"
 DEFAULT_COMMIT_TIMEOUT_MS = 120_000

@@ -1,13 +1,13 @@
 """What the runner tells the world about its micro-batches besides its stdout lines:
 `--metrics-port` serves them as Prometheus metrics (`PipelineMetrics`, its own
 CollectorRegistry and HTTP thread), and the report topic gets one record per micro-batch
-for the broker's console (oncelog.spark.pipeline_report). `PipelineTelemetry` drives both
+for the broker's console (oncelog.spark.pipeline.report). `PipelineTelemetry` drives both
 for `run_pipeline`.
 
 The figures come from Spark's StreamingQueryProgress of each finished micro-batch
 (`BatchProgress`) and, for what only the sink knows (records written, its commit's
 latency, batch mode's decisions), from the summary the sink's driver-side commit leaves in
-the checkpoint (oncelog.spark.sink_metrics). Everything here runs on the runner's main
+the checkpoint (oncelog.spark.sink_summary). Everything here runs on the runner's main
 thread, once per finished micro-batch, except the scrape (the HTTP thread), which copies
 the totals under a lock.
 """
@@ -25,8 +25,8 @@ from prometheus_client import PlatformCollector, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from oncelog.spark.pipeline_report import PipelineReporter, RunIdentity
-from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec
+from oncelog.spark.pipeline.report import PipelineReporter, RunIdentity
+from oncelog.spark.pipeline.spec import PipelineError, PipelineSpec
 from oncelog.stats import BUCKETS_S, Histogram
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql.streaming import StreamingQuery
 
-    from oncelog.spark.pipeline_progress import BatchProgress, RunResult
+    from oncelog.spark.pipeline.progress import BatchProgress, RunResult
 
 # Spark's durationMs phases exported as `phase` of oncelog_pipeline_batch_duration_seconds.
 PHASES = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")

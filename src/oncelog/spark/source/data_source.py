@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 
 from oncelog.spark import trace
 from oncelog.spark.errors import DataLoss, SourceOptionError
-from oncelog.spark.offsets import (
+from oncelog.spark.source.offsets import (
     ClusterView,
     PartitionOffsets,
     describe_partitions,
@@ -44,9 +44,9 @@ from oncelog.spark.offsets import (
     limit_offsets,
     to_json,
 )
-from oncelog.spark.options import EARLIEST, LATEST, OffsetsSpec, SourceOptions, parse_options
-from oncelog.spark.ranges import KafkaRange, read_range
-from oncelog.spark.rows import kafka_schema
+from oncelog.spark.source.options import EARLIEST, LATEST, OffsetsSpec, SourceOptions, parse_options
+from oncelog.spark.source.ranges import KafkaRange, read_range
+from oncelog.spark.source.rows import kafka_schema
 
 FORMAT_NAME = "oncelog"
 
@@ -86,13 +86,13 @@ class OncelogDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         """Driver: the exactly-once sink's writer for one micro-batch (oncelog.spark.sink)."""
-        from oncelog.spark.sink import stream_writer
+        from oncelog.spark.sink.writers import stream_writer
 
         return stream_writer(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool):
         """Driver: the sink's writer for a batch `df.write.format("oncelog")`."""
-        from oncelog.spark.sink import batch_writer
+        from oncelog.spark.sink.writers import batch_writer
 
         return batch_writer(self.options, schema)
 

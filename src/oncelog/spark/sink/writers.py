@@ -15,18 +15,18 @@ Two modes (option `mode`):
   transaction and hands it over still open (InitProducerId v6, keepPreparedTxn); the
   driver's `commit(batchId)` records its decision durably under the checkpoint, then
   commits the recorded transactions and aborts everything else of the batch
-  (oncelog.spark.sink_commit). A "gate" transaction opened before the tasks write holds
+  (oncelog.spark.sink.batch_commit). A "gate" transaction opened before the tasks write holds
   every output partition's last stable offset below the batch's records until all of
   them are committed, so a read_committed consumer sees a micro-batch's records of a
   partition all at once.
 
-Tasks write through oncelog.client (oncelog.spark.sink_write, one function per mode): rows
-become record batches a column at a time (oncelog.spark.sink_rows) and go out through a
+Tasks write through oncelog.client (oncelog.spark.sink.write, one function per mode): rows
+become record batches a column at a time (oncelog.spark.sink.rows) and go out through a
 TransactionalProducer that speaks the standard transaction APIs; connections are kept by
 the Python worker for its next task.
 
 Where code runs:
-- `OncelogDataSource.streamWriter()` / `writer()` (source.py) call `stream_writer()` /
+- `OncelogDataSource.streamWriter()` / `writer()` (source/data_source.py) call `stream_writer()` /
   `batch_writer()` here, on the driver, once per micro-batch for the tasks and again in the
   fresh Python worker that runs `commit`/`abort` (no driver state survives between calls).
 - `write()` runs on executors: one call per task attempt, rows as pyarrow RecordBatches.
@@ -53,28 +53,25 @@ from oncelog.client.cluster import shared_cluster
 from oncelog.client.config import ClientConfig
 from oncelog.client.errors import AuthenticationFailed, ClientError
 from oncelog.spark import trace
-from oncelog.spark.errors import ClusterUnreachable, TwoPhaseCommitUnavailable
-from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV, pause_point
-from oncelog.spark.sink_commit import (
-    GATE_HEADER,
+from oncelog.spark.errors import ClusterUnreachable
+from oncelog.spark.pause import pause_point
+from oncelog.spark.sink.batch_commit import (
     BatchCommitter,
-    abandon_query,
 )
-from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary, write_summary
-from oncelog.spark.sink_options import (
+from oncelog.spark.sink.options import (
     BATCH_MODE,
     PARTITION_MODE,
-    SinkError,
     SinkOptionError,
     SinkOptions,
     SinkWriteError,
     check_client_settings,
     parse_sink_options,
 )
-from oncelog.spark.sink_rows import RowWriter, check_input_schema, nonempty_batches
-from oncelog.spark.sink_task import TaskIdentity, TaskResult, read_query_id
-from oncelog.spark.sink_write import abort_quietly, describe_error, new_producer, write_batch_mode, write_partition_mode
-from oncelog.spark.twophase import TwoPhaseClient
+from oncelog.spark.sink.rows import RowWriter, check_input_schema, nonempty_batches
+from oncelog.spark.sink.task import TaskIdentity, TaskResult, read_query_id
+from oncelog.spark.sink.twophase import TwoPhaseClient
+from oncelog.spark.sink.write import abort_quietly, describe_error, new_producer, write_batch_mode, write_partition_mode
+from oncelog.spark.sink_summary import SinkBatchSummary, read_summary, write_summary
 from oncelog.spark.worker import settle
 
 logger = logging.getLogger("oncelog.spark.sink")
@@ -218,7 +215,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list, batchId: int) -> None:
         """Driver, after every task of the batch succeeded. Idempotent per batchId: Spark calls
         it again after a restart when it stopped before writing its commit log. Leaves the
-        batch's figures for the pipeline runner (oncelog.spark.sink_metrics)."""
+        batch's figures for the pipeline runner (oncelog.spark.sink_summary)."""
         results = _results(messages)
         if self.options.mode == PARTITION_MODE:
             # The tasks committed; nothing is left to do but to say what they wrote.
@@ -359,22 +356,3 @@ class OncelogMicroBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list) -> None:
         self.stream.abort(messages, self.batch_id)
 
-
-__all__ = [
-    "GATE_HEADER",
-    "PAUSE_AT_ENV",
-    "PAUSE_FILE_ENV",
-    "ClusterUnreachable",
-    "OncelogBatchWriter",
-    "OncelogMicroBatchWriter",
-    "OncelogStreamWriter",
-    "SinkError",
-    "TaskIdentity",
-    "TaskResult",
-    "TwoPhaseCommitUnavailable",
-    "abandon_query",
-    "batch_writer",
-    "stream_writer",
-    "write_batch_mode",
-    "write_partition_mode",
-]

@@ -5,7 +5,7 @@ docs/spark.md, "Mode batch", and oncelog.spark.sink for the tasks' side.
 
 What it owns: `<checkpointLocation>/oncelog-sink/` (the decisions and the topics the gate
 covers, written atomically and durably; the per-batch `metrics-<id>.json` there belong to
-oncelog.spark.sink_metrics) and the gate transactions (`<prefix>-<queryId>-gate-<random>`).
+oncelog.spark.sink_summary) and the gate transactions (`<prefix>-<queryId>-gate-<random>`).
 Every step is idempotent, so Spark's second `commit(N)` after a restart finishes whatever
 the first left.
 """
@@ -30,9 +30,9 @@ from oncelog.client.producer import TransactionalProducer
 from oncelog.client.records import encode_records
 from oncelog.spark import trace
 from oncelog.spark.pause import pause_point
-from oncelog.spark.sink_options import SinkError, SinkOptionError, SinkOptions, SinkWriteError
-from oncelog.spark.sink_task import TaskResult
-from oncelog.spark.twophase import TwoPhaseClient
+from oncelog.spark.sink.options import SinkError, SinkOptionError, SinkOptions, SinkWriteError
+from oncelog.spark.sink.task import TaskResult
+from oncelog.spark.sink.twophase import TwoPhaseClient
 
 # Header of the gate transaction's one record per partition (aborted, so read_committed
 # consumers never see it; read_uncommitted ones do).
@@ -123,7 +123,7 @@ class SinkState:
 
 @dataclass(frozen=True)
 class BatchCommitted:
-    """How `BatchCommitter.commit` went, for the sink's metrics (oncelog.spark.sink_metrics)."""
+    """How `BatchCommitter.commit` went, for the sink's metrics (oncelog.spark.sink_summary)."""
 
     outcome: str  # "committed": decided now; "resumed": an earlier run's decision, finished now
     records: int  # in the decision's transactions

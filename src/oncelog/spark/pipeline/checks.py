@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.spark.pipeline_failure import one_line
-from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options, source_options
+from oncelog.spark.pipeline.failure import one_line
+from oncelog.spark.pipeline.spec import PipelineError, PipelineSpec, sink_options, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -90,9 +90,9 @@ def check_options(spec: PipelineSpec) -> None:
     """The source's and the sink's options as they will get them, checked as they will
     check them (kafka.* names by librdkafka too), before Spark starts."""
     from oncelog.spark.errors import SourceError
-    from oncelog.spark.iceberg_options import parse_iceberg_options
-    from oncelog.spark.options import parse_options
-    from oncelog.spark.sink_options import check_client_settings, parse_sink_options
+    from oncelog.spark.iceberg.options import parse_iceberg_options
+    from oncelog.spark.sink.options import check_client_settings, parse_sink_options
+    from oncelog.spark.source.options import parse_options
 
     try:
         parse_options(source_options(spec), streaming=True)
@@ -110,9 +110,9 @@ def check_options(spec: PipelineSpec) -> None:
 def check_iceberg_catalog(spec: PipelineSpec) -> None:
     """An Iceberg sink: its catalog loads (the embedded one's directory is created) and,
     with createTableIfMissing=false, has the table. The DataFrame's columns are checked
-    against the table once the transform has built the plan (pipeline_query)."""
-    from oncelog.spark.iceberg_options import IcebergSinkError, parse_iceberg_options
-    from oncelog.spark.iceberg_table import open_catalog
+    against the table once the transform has built the plan (query.py)."""
+    from oncelog.spark.iceberg.options import IcebergSinkError, parse_iceberg_options
+    from oncelog.spark.iceberg.table import open_catalog
 
     warehouse = spec.embedded_warehouse
     if warehouse is not None:
@@ -138,8 +138,8 @@ def check_two_phase_commit(spec: PipelineSpec) -> None:
     hand-over call the sink's tasks make, on an id of the pipeline's own; before Spark
     starts, and before anything is written."""
     from oncelog.spark.errors import TwoPhaseError
-    from oncelog.spark.sink_options import parse_sink_options
-    from oncelog.spark.twophase import TwoPhaseClient
+    from oncelog.spark.sink.options import parse_sink_options
+    from oncelog.spark.sink.twophase import TwoPhaseClient
 
     options = parse_sink_options(sink_options(spec), streaming=True)
     try:
@@ -203,7 +203,7 @@ def _check_credentials(spec: PipelineSpec) -> None:
     from oncelog.client.cluster import shared_cluster
     from oncelog.client.errors import AuthenticationFailed, ClientError
     from oncelog.spark.errors import SourceError
-    from oncelog.spark.options import parse_options
+    from oncelog.spark.source.options import parse_options
 
     try:
         client = parse_options(source_options(spec), streaming=True).client

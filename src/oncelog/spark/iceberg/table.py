@@ -33,7 +33,7 @@ from pyiceberg.transforms import (
 )
 from pyiceberg.types import NestedField
 
-from oncelog.spark.iceberg_options import (
+from oncelog.spark.iceberg.options import (
     IcebergOptionError,
     IcebergSchemaMismatch,
     IcebergSinkOptions,

@@ -5,7 +5,7 @@ Only the sink's driver-side `commit()`/`abort()` know how many records a micro-b
 wrote, how long its commit took and (mode=batch) how the exactly-once decision went, and
 they run in a Python worker of Spark's, not in the runner's process. So they leave this
 summary next to the sink's decisions and the runner reads it when Spark reports the
-batch finished (oncelog.spark.pipeline_metrics). It is metrics, not state: written
+batch finished (oncelog.spark.pipeline.metrics). It is metrics, not state: written
 atomically (temporary file, rename) but not fsynced, never failing the commit, and a
 missing or garbled file only means no sink figures for that batch.
 """
@@ -18,7 +18,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from oncelog.spark.sink_commit import DECISIONS_KEPT, SINK_STATE_DIR
+from oncelog.spark.sink.batch_commit import DECISIONS_KEPT, SINK_STATE_DIR
 
 SUMMARY_VERSION = 1
 OUTCOMES = ("committed", "resumed", "aborted")
@@ -29,7 +29,7 @@ class SinkBatchSummary:
     """What the sink's driver-side commit (or abort) saw of one micro-batch."""
 
     batch_id: int
-    mode: str  # "partition" | "batch" | "iceberg" (the Iceberg sink's, oncelog.spark.iceberg_sink)
+    mode: str  # "partition" | "batch" | "iceberg" (the Iceberg sink's, oncelog.spark.iceberg.writers)
     records_written: int  # partition mode: the tasks that committed; batch mode: the decision's transactions
     # Partition mode: the slowest task's own commit (marker offset and EndTxn); batch mode:
     # the driver's decision and EndTxn calls. None when nothing was committed.

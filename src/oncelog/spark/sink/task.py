@@ -1,6 +1,6 @@
 """Who is writing and what it reports: a task attempt's identity (from Spark's
 TaskContext) and the commit message it sends the driver. Shared by the sink's two modes
-(oncelog.spark.sink) and batch mode's driver side (oncelog.spark.sink_commit)."""
+(oncelog.spark.sink) and batch mode's driver side (oncelog.spark.sink.batch_commit)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from oncelog.spark.sink_options import SinkError, SinkOptionError, SinkOptions
+from oncelog.spark.sink.options import SinkError, SinkOptionError, SinkOptions
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ Where code runs:
   fresh Python worker that runs `commit`/`abort`): load the catalog and the table, create
   it when missing, check the DataFrame's columns against it.
 - `write()`: executors, one call per task attempt: Parquet data files in the table's
-  location (oncelog.spark.iceberg_files); the commit message lists them.
+  location (oncelog.spark.iceberg.files); the commit message lists them.
 - `commit(messages, batchId)`: the driver: one snapshot with the winning attempts' files,
   its summary naming the query and batch, skipped when the table has the batch already;
-  then the files of every other attempt are deleted (oncelog.spark.iceberg_commit).
+  then the files of every other attempt are deleted (oncelog.spark.iceberg.commit).
 - `abort`: the driver: the batch failed; nothing is deleted (the outcome of its commit may be
   unknown): the next commit of the batch deletes the files its snapshot does not reference.
 
@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from oncelog.spark import trace
-from oncelog.spark.iceberg_commit import (
+from oncelog.spark.iceberg.commit import (
     ALREADY_COMMITTED,
     BATCH_ID_PROPERTY,
     EMPTY,
@@ -36,8 +36,8 @@ from oncelog.spark.iceberg_commit import (
     abort_batch,
     commit_batch,
 )
-from oncelog.spark.iceberg_files import AttemptIdentity, IcebergTaskResult, write_attempt
-from oncelog.spark.iceberg_options import (
+from oncelog.spark.iceberg.files import AttemptIdentity, IcebergTaskResult, write_attempt
+from oncelog.spark.iceberg.options import (
     FORMAT_NAME,
     ICEBERG_MODE,
     IcebergOptionError,
@@ -46,8 +46,8 @@ from oncelog.spark.iceberg_options import (
     parse_iceberg_options,
     read_query_id,
 )
-from oncelog.spark.iceberg_table import WriteTarget, open_table
-from oncelog.spark.sink_metrics import SinkBatchSummary, write_summary
+from oncelog.spark.iceberg.table import WriteTarget, open_table
+from oncelog.spark.sink_summary import SinkBatchSummary, write_summary
 from oncelog.spark.worker import settle
 
 
@@ -102,7 +102,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list, batchId: int) -> None:
         """Driver, after every task of the batch succeeded. Idempotent per batchId (see
-        oncelog.spark.iceberg_commit). Leaves the batch's figures for the pipeline runner."""
+        oncelog.spark.iceberg.commit). Leaves the batch's figures for the pipeline runner."""
         results = _results(messages)
         query_id = results[0].query_id if results else read_query_id(self.options)
         if query_id is None:  # no task wrote (no messages) and no checkpoint to name the query
@@ -120,7 +120,7 @@ class IcebergStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list, batchId: int) -> None:
         """Driver, when the batch failed (or commit raised): nothing is deleted
-        (oncelog.spark.iceberg_commit.abort_batch says why); the batch's next commit cleans up."""
+        (oncelog.spark.iceberg.commit.abort_batch says why); the batch's next commit cleans up."""
         results = _results(messages)
         abort_batch(self.options, results[0].query_id if results else read_query_id(self.options), batchId, results)
 

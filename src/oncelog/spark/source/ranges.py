@@ -29,8 +29,8 @@ from oncelog.client.records import decode_fetched, next_fetch_offset
 from oncelog.protocol.record_batch import CorruptRecordError
 from oncelog.spark import trace
 from oncelog.spark.errors import DataLoss, ReadStalled, SourceError
-from oncelog.spark.options import SourceOptions
-from oncelog.spark.rows import arrow_batch
+from oncelog.spark.source.options import SourceOptions
+from oncelog.spark.source.rows import arrow_batch
 from oncelog.spark.worker import settle
 
 log = logging.getLogger("oncelog.spark")

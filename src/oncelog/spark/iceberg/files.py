@@ -1,6 +1,6 @@
 """Executor side of the Iceberg sink: one task attempt's rows become Parquet data files in the
 table's location, and the commit message that lists them. Also the attempt logs the driver
-cleans up with (shared with oncelog.spark.iceberg_commit).
+cleans up with (shared with oncelog.spark.iceberg.commit).
 
 A task attempt
 1. takes Spark's Arrow batches in chunks of at most the table's target file size (and
@@ -17,7 +17,7 @@ A task attempt
 An attempt that raises deletes its files. One that is killed, loses to a speculative copy,
 or belongs to a run of the batch that never committed leaves files behind: its attempt log
 names them, and the driver's commit deletes every logged file that its snapshot does not
-reference (oncelog.spark.iceberg_commit.clean_up_batch).
+reference (oncelog.spark.iceberg.commit.clean_up_batch).
 
 pyiceberg's private `write_file` and `_determine_partitions` are used on purpose: they are
 the code its own `Table.append` runs, so files, statistics and partition values come out
@@ -50,7 +50,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.utils.properties import property_as_int
 from pyspark.sql.datasource import WriterCommitMessage
 
-from oncelog.spark.iceberg_options import IcebergSinkError
+from oncelog.spark.iceberg.options import IcebergSinkError
 from oncelog.spark.pause import pause_point
 
 logger = logging.getLogger(__name__)

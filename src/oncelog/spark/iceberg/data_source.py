@@ -11,7 +11,7 @@ docs/iceberg.md.
         .start())
 
 This module only names the data source, so that registering it (oncelog.spark.session)
-costs no pyiceberg import; the writers are in oncelog.spark.iceberg_sink.
+costs no pyiceberg import; the writers are in oncelog.spark.iceberg.writers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from oncelog.spark.iceberg_options import FORMAT_NAME, IcebergSinkError
+from oncelog.spark.iceberg.options import FORMAT_NAME, IcebergSinkError
 
 
 class OncelogIcebergDataSource(DataSource):
@@ -35,13 +35,13 @@ class OncelogIcebergDataSource(DataSource):
             f"{FORMAT_NAME} is a sink only: read the table with pyiceberg or Spark's Iceberg runtime")
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        """Driver: the writer of one micro-batch (oncelog.spark.iceberg_sink)."""
-        from oncelog.spark.iceberg_sink import stream_writer
+        """Driver: the writer of one micro-batch (oncelog.spark.iceberg.writers)."""
+        from oncelog.spark.iceberg.writers import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
 
     def writer(self, schema: StructType, overwrite: bool):
         """Driver: the writer of a batch `df.write.format("oncelog-iceberg")`."""
-        from oncelog.spark.iceberg_sink import batch_writer
+        from oncelog.spark.iceberg.writers import batch_writer
 
         return batch_writer(self.options, schema, overwrite)

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from oncelog.spark.iceberg_options import FORMAT_NAME as ICEBERG_FORMAT_NAME
-from oncelog.spark.pipeline_checks import TransformReference
-from oncelog.spark.pipeline_failure import one_line, raised_at, spark_error_line
-from oncelog.spark.pipeline_spec import SOURCE_VIEW, PipelineError, PipelineSpec, sink_options, source_options
+from oncelog.spark.iceberg.options import FORMAT_NAME as ICEBERG_FORMAT_NAME
+from oncelog.spark.pipeline.checks import TransformReference
+from oncelog.spark.pipeline.failure import one_line, raised_at, spark_error_line
+from oncelog.spark.pipeline.spec import SOURCE_VIEW, PipelineError, PipelineSpec, sink_options, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -178,8 +178,8 @@ def check_iceberg_table(result: DataFrame, spec: PipelineSpec) -> None:
     """The transform's columns against the Iceberg table, as the sink's first micro-batch
     will check them (creating the table from them when it is missing and
     createTableIfMissing allows), so that a mismatch is one line before the query starts."""
-    from oncelog.spark.iceberg_options import IcebergSinkError, parse_iceberg_options
-    from oncelog.spark.iceberg_table import open_table
+    from oncelog.spark.iceberg.options import IcebergSinkError, parse_iceberg_options
+    from oncelog.spark.iceberg.table import open_table
 
     if not result.schema.fields:
         raise PipelineError(f"the transform ({spec.describe_transform()}) returned no columns")

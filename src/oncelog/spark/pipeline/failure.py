@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.spark.pipeline_spec import PipelineSpec
+from oncelog.spark.pipeline.spec import PipelineSpec
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery

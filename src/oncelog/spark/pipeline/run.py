@@ -2,7 +2,7 @@
 query, then watch it until its trigger ends it, `stop` is set (SIGTERM, SIGINT) or it fails
 (a PipelineError, one line). And its progress: one line per finished micro-batch (text or
 JSON lines, `ProgressWatch`), handed on to /metrics and the report topic
-(oncelog.spark.pipeline_metrics), and the run's totals (`RunResult`, pipeline_progress.py).
+(oncelog.spark.pipeline.metrics), and the run's totals (`RunResult`, progress.py).
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from oncelog.spark.pipeline_checks import (
+from oncelog.spark.pipeline.checks import (
     TransformReference,
     check_cluster,
     check_iceberg_catalog,
     check_options,
     check_two_phase_commit,
 )
-from oncelog.spark.pipeline_failure import describe_failure, spark_error_line
-from oncelog.spark.pipeline_metrics import PipelineTelemetry
-from oncelog.spark.pipeline_progress import BatchProgress, RunResult
-from oncelog.spark.pipeline_query import build_output, nondeterministic_warning, source_scans, start_query
-from oncelog.spark.pipeline_session import spark_log_path, start_session
-from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec, sink_options
-from oncelog.spark.sink_metrics import read_summary
+from oncelog.spark.pipeline.failure import describe_failure, spark_error_line
+from oncelog.spark.pipeline.metrics import PipelineTelemetry
+from oncelog.spark.pipeline.progress import BatchProgress, RunResult
+from oncelog.spark.pipeline.query import build_output, nondeterministic_warning, source_scans, start_query
+from oncelog.spark.pipeline.session import spark_log_path, start_session
+from oncelog.spark.pipeline.spec import PipelineError, PipelineSpec, sink_options
+from oncelog.spark.sink_summary import read_summary
 from oncelog.stop_signals import handle_again
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class ProgressWatch:
     def __init__(self, spec: PipelineSpec, emit: Callable[[str], None], result: RunResult,
                  on_batch: Callable[[BatchProgress], None] | None = None, *, scans: int = 1) -> None:
         self.spec = spec
-        self.scans = scans  # reads of the source per micro-batch (pipeline_query.source_scans)
+        self.scans = scans  # reads of the source per micro-batch (query.source_scans)
         self.emit = emit
         self.result = result
         self.on_batch = on_batch
@@ -91,8 +91,8 @@ class ProgressWatch:
 def sink_checkpoint(spec: PipelineSpec) -> Path | None:
     """The checkpoint directory as the sink reads it (where it leaves its batch summaries)."""
     from oncelog.spark.errors import SourceError
-    from oncelog.spark.iceberg_options import parse_iceberg_options
-    from oncelog.spark.sink_options import parse_sink_options
+    from oncelog.spark.iceberg.options import parse_iceberg_options
+    from oncelog.spark.sink.options import parse_sink_options
 
     try:
         if spec.sink_table is not None:
@@ -137,7 +137,7 @@ def run_pipeline(
 
 
 def _checked(spec: PipelineSpec) -> list[TransformReference]:
-    """The checks that take a second and run before Spark starts (pipeline_checks)."""
+    """The checks that take a second and run before Spark starts (checks.py)."""
     transforms = [TransformReference.locate(reference) for reference in spec.transforms]
     check_options(spec)
     check_cluster(spec)

@@ -4,7 +4,7 @@ one when the query starts and one when it stops, produced to `--report-topic` (d
 id, so the topic holds each pipeline's latest state. The topic is made with
 `message.timestamp.type=LogAppendTime`: the console measures a report's age against the
 broker's clock, not this runner's (oncelog.web.pipelines). A query waiting for data reports
-every 10 s all the same (oncelog.spark.pipeline_metrics.HEARTBEAT_S).
+every 10 s all the same (oncelog.spark.pipeline.metrics.HEARTBEAT_S).
 
 Reporting never fails or slows the pipeline: records are produced asynchronously with
 the pipeline's own client settings, a failed delivery is logged once (then the pipeline
@@ -24,7 +24,7 @@ The record (version 1), UTF-8 JSON, key = the query id:
      "metrics_url": str|null (--metrics-port), "started_ms": int, "timestamp_ms": int}
 
 The figures after "records" are the last micro-batch's (null before the first; the sink's
-when it left its summary, oncelog.spark.sink_metrics).
+when it left its summary, oncelog.spark.sink_summary).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oncelog.spark.pipeline_spec import PipelineSpec, report_client_settings
+from oncelog.spark.pipeline.spec import PipelineSpec, report_client_settings
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
 
-    from oncelog.spark.pipeline_progress import BatchProgress, RunResult
+    from oncelog.spark.pipeline.progress import BatchProgress, RunResult
 
 log = logging.getLogger("oncelog.pipeline")
 

@@ -5,7 +5,7 @@ the modes and the writer classes Spark calls):
   task commits itself; nothing written when the marker says an earlier attempt or run
   committed the batch already.
 - `write_batch_mode`: the task attempt's rows in its own transaction, handed over still open
-  (keepPreparedTxn) for the driver to commit or abort (oncelog.spark.sink_commit).
+  (keepPreparedTxn) for the driver to commit or abort (oncelog.spark.sink.batch_commit).
 
 Also the transactional ids each mode writes under, the producer a task writes with
 (`new_producer`, `abort_quietly`; `df.write`'s writer uses them too), and a client error
@@ -25,11 +25,11 @@ from oncelog.client.producer import TransactionalProducer
 from oncelog.names import sink_task_id
 from oncelog.spark import trace
 from oncelog.spark.pause import pause_point
-from oncelog.spark.sink_commit import batch_transactional_prefix
-from oncelog.spark.sink_options import BATCH_MODE, PARTITION_MODE, SinkOptions, SinkWriteError
-from oncelog.spark.sink_rows import RowWriter, first_topic
-from oncelog.spark.sink_task import TaskIdentity, TaskResult
-from oncelog.spark.twophase import TwoPhaseClient
+from oncelog.spark.sink.batch_commit import batch_transactional_prefix
+from oncelog.spark.sink.options import BATCH_MODE, PARTITION_MODE, SinkOptions, SinkWriteError
+from oncelog.spark.sink.rows import RowWriter, first_topic
+from oncelog.spark.sink.task import TaskIdentity, TaskResult
+from oncelog.spark.sink.twophase import TwoPhaseClient
 
 
 def new_producer(options: SinkOptions, transactional_id: str) -> TransactionalProducer:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.spark.pipeline_spec import DEFAULT_MASTER, PipelineError, PipelineSpec
+from oncelog.spark.pipeline.spec import DEFAULT_MASTER, PipelineError, PipelineSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

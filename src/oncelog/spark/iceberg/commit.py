@@ -18,7 +18,7 @@ snapshot id; when it gives up, or the outcome is unknown, the loop here reloads 
 checks the summary again and retries until commitTimeoutMs.
 
 Cleanup. Every task attempt logged the files it was about to write
-(oncelog.spark.iceberg_files). Once batch N is in the table, every logged file of N that
+(oncelog.spark.iceberg.files). Once batch N is in the table, every logged file of N that
 N's snapshot does not reference is deleted: failed, killed and speculative attempts, and
 whole earlier runs of N that never committed. Logs of earlier batches still present (an
 attempt that outlived its batch) are cleaned the same way when their batch's snapshot is
@@ -39,7 +39,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from oncelog.spark.iceberg_files import (
+from oncelog.spark.iceberg.files import (
     IcebergTaskResult,
     attempts_root,
     batch_attempts_dir,
@@ -48,8 +48,8 @@ from oncelog.spark.iceberg_files import (
     read_attempt_log,
     remove_dir,
 )
-from oncelog.spark.iceberg_options import IcebergCommitError, IcebergSinkOptions
-from oncelog.spark.iceberg_table import open_catalog
+from oncelog.spark.iceberg.options import IcebergCommitError, IcebergSinkOptions
+from oncelog.spark.iceberg.table import open_catalog
 from oncelog.spark.pause import pause_point
 
 logger = logging.getLogger(__name__)

@@ -131,7 +131,7 @@ class PipelineSpec:
             raise PipelineError(f"--report-topic {self.report_topic!r} is not a legal topic name")
 
     def _check_iceberg_sink(self, table: str) -> None:
-        from oncelog.spark.iceberg_options import TABLE_NAME_RULE, table_parts
+        from oncelog.spark.iceberg.options import TABLE_NAME_RULE, table_parts
 
         if not table:
             raise PipelineError(f"--sink {ICEBERG_SINK_PREFIX}: give the table, as "
@@ -180,7 +180,7 @@ class PipelineSpec:
     @property
     def sink_mode(self) -> str:
         """What reports and metrics call the sink: partition or batch (Kafka), iceberg."""
-        from oncelog.spark.iceberg_options import ICEBERG_MODE
+        from oncelog.spark.iceberg.options import ICEBERG_MODE
 
         return ICEBERG_MODE if self.sink_table is not None else self.mode
 

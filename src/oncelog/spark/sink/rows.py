@@ -25,7 +25,7 @@ from oncelog.client.cluster import Cluster, UnknownTopic
 from oncelog.client.partitioner import partition_by_crc32, partition_by_murmur2
 from oncelog.client.producer import TransactionalProducer
 from oncelog.client.records import encode_records
-from oncelog.spark.sink_options import SinkOptionError, SinkOptions, SinkWriteError
+from oncelog.spark.sink.options import SinkOptionError, SinkOptions, SinkWriteError
 
 HEADERS_TYPE = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
 _COLUMN_TYPES = {

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from oncelog.client.config import librdkafka_settings
 from oncelog.names import INTERNAL_TOPICS
 from oncelog.spark.errors import BrokerUnreachable, SourceOptionError, TopicNotFound
-from oncelog.spark.options import (
+from oncelog.spark.source.options import (
     Assign,
     SourceOptions,
     Subscribe,

@@ -1,7 +1,7 @@
 """A pipeline's progress as the runner sees it: each finished micro-batch (`BatchProgress`,
 from Spark's StreamingQueryProgress and the sink's summary) and the run's totals
 (`RunResult`). What the runner prints, serves at /metrics and reports to the console is
-made from these (pipeline_run.py, pipeline_metrics.py, pipeline_report.py)."""
+made from these (run.py, metrics.py, report.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from oncelog.spark.pipeline_failure import describe_ranges
-from oncelog.spark.sink_metrics import SinkBatchSummary
+from oncelog.spark.pipeline.failure import describe_ranges
+from oncelog.spark.sink_summary import SinkBatchSummary
 
 KEPT_BATCHES = 10_000
 
@@ -31,7 +31,7 @@ class BatchProgress:
     phases_ms: dict[str, int] = field(default_factory=dict)  # all of Spark's durationMs
     input_rows_per_second: float | None = None  # Spark's inputRowsPerSecond (None: not given)
     processed_rows_per_second: float | None = None  # Spark's processedRowsPerSecond
-    sink: SinkBatchSummary | None = None  # what the sink's commit reported (oncelog.spark.sink_metrics)
+    sink: SinkBatchSummary | None = None  # what the sink's commit reported (oncelog.spark.sink_summary)
 
     @classmethod
     def from_progress(cls, progress: dict, sink: SinkBatchSummary | None = None, *,
