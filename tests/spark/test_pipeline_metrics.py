@@ -16,9 +16,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from confluent_kafka.admin import AdminClient, ConfigResource
 from prometheus_client.parser import text_string_to_metric_families
 
+from oncelog.spark.paths import DECISIONS_KEPT
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
 from oncelog.spark.pipeline.metrics import PHASES, PipelineMetrics
-from oncelog.spark.sink.batch_commit import DECISIONS_KEPT
 from oncelog.spark.sink_summary import SinkBatchSummary, read_summary, summary_path, write_summary
 from tests.support.kafka import create_topics
 from tests.support.pipeline import produce_in_transactions, read_committed

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from oncelog.spark.sink.batch_commit import DECISIONS_KEPT, SINK_STATE_DIR
+from oncelog.spark.paths import DECISIONS_KEPT, SINK_STATE_DIR
 
 SUMMARY_VERSION = 1
 OUTCOMES = ("committed", "resumed", "aborted")

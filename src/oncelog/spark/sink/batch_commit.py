@@ -29,6 +29,7 @@ from oncelog.client.errors import ClientError
 from oncelog.client.producer import TransactionalProducer
 from oncelog.client.records import encode_records
 from oncelog.spark import trace
+from oncelog.spark.paths import DECISIONS_KEPT, SINK_STATE_DIR
 from oncelog.spark.pause import pause_point
 from oncelog.spark.sink.options import SinkError, SinkOptionError, SinkOptions, SinkWriteError
 from oncelog.spark.sink.task import TaskResult
@@ -41,8 +42,6 @@ GATE_HEADER = "oncelog.sink.gate"
 # INVALID_RECORD), and batch mode may write to compacted topics (e.g. the latest count per window).
 GATE_KEY = GATE_HEADER.encode()
 GATE_TIMEOUT_MS = 900_000  # until it is handed over (then it has none)
-SINK_STATE_DIR = "oncelog-sink"
-DECISIONS_KEPT = 100  # like spark.sql.streaming.minBatchesToRetain's default
 
 # Clusters (per client configuration) on which this process saw 2PC allowed.
 _two_phase_confirmed: set = set()

@@ -15,8 +15,8 @@ from pathlib import Path
 from oncelog.client.config import ClientConfig, ConfigError, librdkafka_settings
 from oncelog.client.producer import ProducerSettings
 from oncelog.spark.errors import SourceError
+from oncelog.spark.option_values import positive_int
 from oncelog.spark.paths import local_path
-from oncelog.spark.source.options import positive_int
 
 PARTITION_MODE = "partition"
 BATCH_MODE = "batch"

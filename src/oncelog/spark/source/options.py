@@ -12,11 +12,11 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import overload
 
 from oncelog.client.config import ClientConfig, ConfigError
 from oncelog.client.fetcher import FetchSettings
 from oncelog.spark.errors import SourceOptionError
+from oncelog.spark.option_values import positive_int
 
 # Kafka's sentinel offsets, as Spark's JSON offsets use them.
 EARLIEST = -2
@@ -338,28 +338,6 @@ def _client_settings(options: dict[str, str]) -> tuple[tuple[str, str], ...]:
             )
         settings.append((setting, value))
     return tuple(settings)
-
-
-@overload
-def positive_int(options: Mapping[str, str], name: str, default: int,
-                 error: type[ValueError] = ...) -> int: ...
-@overload
-def positive_int(options: Mapping[str, str], name: str, default: None,
-                 error: type[ValueError] = ...) -> int | None: ...
-def positive_int(options: Mapping[str, str], name: str, default: int | None,
-                 error: type[ValueError] = SourceOptionError) -> int | None:
-    """Option `name` (looked up lower-cased) as a positive integer; `error` names it when
-    it is not one (the sink passes its own error class)."""
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise error(f"option {name}={raw!r} is not an integer") from None
-    if value <= 0:
-        raise error(f"option {name}={raw!r} must be positive")
-    return value
 
 
 def _boolean(options: dict[str, str], name: str, default: bool) -> bool:
