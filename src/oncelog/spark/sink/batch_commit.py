@@ -1,7 +1,7 @@
 """The driver's side of the sink's batch mode: deciding, committing and cleaning up one
 micro-batch's prepared transactions, and the gate that holds the output partitions'
 last stable offset below a micro-batch until all of it is committed. See
-docs/spark.md, "Mode batch", and oncelog.spark.sink for the tasks' side.
+docs/spark.md, "Mode batch", and oncelog.spark.sink.batch_mode for the tasks' side.
 
 What it owns: `<checkpointLocation>/oncelog-sink/` (the decisions and the topics the gate
 covers, written atomically and durably; the per-batch `metrics-<id>.json` there belong to

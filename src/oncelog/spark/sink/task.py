@@ -1,6 +1,7 @@
 """Who is writing and what it reports: a task attempt's identity (from Spark's
 TaskContext) and the commit message it sends the driver. Shared by the sink's two modes
-(oncelog.spark.sink) and batch mode's driver side (oncelog.spark.sink.batch_commit)."""
+(oncelog.spark.sink.partition_mode, batch_mode) and batch mode's driver side
+(oncelog.spark.sink.batch_commit)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,29 @@
 """`df.writeStream.format("oncelog")`: an exactly-once Kafka sink for Structured Streaming,
 and `df.write.format("oncelog")` for batch DataFrames. See docs/spark.md, "Sink".
 
-Two modes (option `mode`):
+Two modes (option `mode`), each one class chosen once per writer (oncelog.spark.sink.modes):
 
-- `partition` (default, any Kafka 2.5+ cluster): each task writes its rows in one
-  transaction under `transactional.id = <prefix>-<queryId>-<partitionId>`, so a retried
-  or speculative attempt fences the earlier one (InitProducerId). In the same
-  transaction it commits offset `batchId + 1` for `<marker topic>-0` to the marker group
-  named like the transactional id (TxnOffsetCommit, generation -1: the group has no
-  members). A re-run of the batch reads that offset (OffsetFetch with require_stable)
-  and writes nothing when it is past the batch. Each task's output is atomic; a
-  micro-batch is not.
-- `batch` (oncelog broker with KIP-939): each task attempt writes its rows in its own
-  transaction and hands it over still open (InitProducerId v6, keepPreparedTxn); the
-  driver's `commit(batchId)` records its decision durably under the checkpoint, then
-  commits the recorded transactions and aborts everything else of the batch
-  (oncelog.spark.sink.batch_commit). A "gate" transaction opened before the tasks write holds
-  every output partition's last stable offset below the batch's records until all of
-  them are committed, so a read_committed consumer sees a micro-batch's records of a
+- `partition` (default, any Kafka 2.5+ cluster; oncelog.spark.sink.partition_mode): each
+  task writes its rows in one transaction under `transactional.id =
+  <prefix>-<queryId>-<partitionId>`, so a retried or speculative attempt fences the earlier
+  one (InitProducerId). In the same transaction it commits offset `batchId + 1` for
+  `<marker topic>-0` to the marker group named like the transactional id (TxnOffsetCommit,
+  generation -1: the group has no members). A re-run of the batch reads that offset
+  (OffsetFetch with require_stable) and writes nothing when it is past the batch. Each
+  task's output is atomic; a micro-batch is not.
+- `batch` (oncelog broker with KIP-939; oncelog.spark.sink.batch_mode): each task attempt
+  writes its rows in its own transaction and hands it over still open (InitProducerId v6,
+  keepPreparedTxn); the driver's `commit(batchId)` records its decision durably under the
+  checkpoint, then commits the recorded transactions and aborts everything else of the
+  batch (oncelog.spark.sink.batch_commit). A "gate" transaction opened before the tasks
+  write holds every output partition's last stable offset below the batch's records until
+  all of them are committed, so a read_committed consumer sees a micro-batch's records of a
   partition all at once.
 
-Tasks write through oncelog.client (oncelog.spark.sink.write, one function per mode): rows
-become record batches a column at a time (oncelog.spark.sink.rows) and go out through a
-TransactionalProducer that speaks the standard transaction APIs; connections are kept by
-the Python worker for its next task.
+Tasks write through oncelog.client: rows become record batches a column at a time
+(oncelog.spark.sink.rows) and go out through a TransactionalProducer that speaks the
+standard transaction APIs (oncelog.spark.sink.producing); connections are kept by the
+Python worker for its next task.
 
 Where code runs:
 - `OncelogDataSource.streamWriter()` / `writer()` (source/data_source.py) call `stream_writer()` /
@@ -35,9 +35,6 @@ Where code runs:
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -49,36 +46,21 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from oncelog.client.cluster import shared_cluster
-from oncelog.client.config import ClientConfig
-from oncelog.client.errors import AuthenticationFailed, ClientError
+from oncelog.client.errors import ClientError
 from oncelog.spark import trace
-from oncelog.spark.errors import ClusterUnreachable
-from oncelog.spark.pause import pause_point
-from oncelog.spark.sink.batch_commit import (
-    BatchCommitter,
-)
+from oncelog.spark.sink.modes import sink_mode
 from oncelog.spark.sink.options import (
-    BATCH_MODE,
-    PARTITION_MODE,
     SinkOptionError,
     SinkOptions,
     SinkWriteError,
     check_client_settings,
     parse_sink_options,
 )
+from oncelog.spark.sink.producing import abort_quietly, describe_error, new_producer
+from oncelog.spark.sink.reachable import check_reachable
 from oncelog.spark.sink.rows import RowWriter, check_input_schema, nonempty_batches
 from oncelog.spark.sink.task import TaskIdentity, TaskResult, read_query_id
-from oncelog.spark.sink.twophase import TwoPhaseClient
-from oncelog.spark.sink.write import abort_quietly, describe_error, new_producer, write_batch_mode, write_partition_mode
-from oncelog.spark.sink_summary import SinkBatchSummary, read_summary, write_summary
 from oncelog.spark.worker import settle
-
-logger = logging.getLogger("oncelog.spark.sink")
-
-# How long a successful reachability check holds for this process (the driver's Python
-# workers are reused from one micro-batch to the next).
-REACHABLE_FOR_S = 60.0
 
 # -- entry points (called by OncelogDataSource) -----------------------------------------------
 
@@ -98,33 +80,8 @@ def stream_writer(raw_options, schema: StructType) -> OncelogStreamWriter:
 
 def _prepared_stream_writer(options: SinkOptions, schema: StructType) -> OncelogStreamWriter:
     writer = OncelogStreamWriter(options, schema)
-    if options.mode == BATCH_MODE:
-        writer.prepare_batch_on_driver()
-    else:
-        check_reachable(options)
-        warn_of_fan_out(options, schema)
+    writer.prepare_on_driver()
     return writer
-
-
-_warned_of_fan_out: set[SinkOptions] = set()
-
-
-def warn_of_fan_out(options: SinkOptions, schema: StructType) -> None:
-    """Driver, mode=partition: rows routed to several topics by the `topic` column are
-    atomic per task (one transaction covers the task's rows to every topic), not per
-    micro-batch; said once per process and set of options, in the driver's log."""
-    if len(options.topics) == 1 or "topic" not in {field.name.lower() for field in schema.fields}:
-        return  # one topic allowed: nothing fans out
-    once_per = dataclasses.replace(options, micro_batch_id=None)  # not once per foreachBatch micro-batch
-    if once_per in _warned_of_fan_out:
-        return
-    _warned_of_fan_out.add(once_per)
-    logger.warning(
-        "oncelog sink, mode=partition, rows with a 'topic' column: each task's rows to every topic commit "
-        "together, but a micro-batch's tasks commit one by one, so a read_committed consumer may see one "
-        "topic's records of a micro-batch before another's. For a micro-batch visible everywhere at once, "
-        "use mode=batch with option topics naming every output topic"
-    )
 
 
 def batch_writer(raw_options, schema: StructType) -> OncelogBatchWriter | OncelogMicroBatchWriter:
@@ -141,33 +98,6 @@ def batch_writer(raw_options, schema: StructType) -> OncelogBatchWriter | Oncelo
     return OncelogBatchWriter(options, schema)
 
 
-# -- driver checks -------------------------------------------------------------------------
-
-_reachable_at: dict[ClientConfig, float] = {}
-
-
-def check_reachable(options: SinkOptions) -> None:
-    """Driver: a metadata round trip, so an unreachable cluster fails the query with a
-    message naming the option instead of failing every task attempt after its timeout.
-    Once it answered, this process does not ask again for REACHABLE_FOR_S."""
-    checked = _reachable_at.get(options.client)
-    if checked is not None and time.monotonic() - checked < REACHABLE_FOR_S:
-        return
-    cluster = shared_cluster(options.client)
-    timeout_ms = min(options.cluster_timeout_ms, 30_000)
-    try:
-        cluster.retrying("Metadata", time.monotonic() + timeout_ms / 1000, lambda: cluster.refresh_metadata(()))
-    except AuthenticationFailed as error:  # it answered: the credentials (kafka.sasl.*) are wrong
-        raise ClusterUnreachable(f"kafka.bootstrap.servers={options.bootstrap_servers} refused the kafka.sasl.* "
-                                 f"credentials: {error}") from None
-    except ClientError as error:
-        raise ClusterUnreachable(
-            f"no answer from kafka.bootstrap.servers={options.bootstrap_servers} "
-            f"(waited up to clusterTimeoutMs={timeout_ms}): {error}"
-        ) from None
-    _reachable_at[options.client] = time.monotonic()
-
-
 # -- streaming writer ------------------------------------------------------------------------
 
 
@@ -178,10 +108,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        # Unique to this execution of the micro-batch: batch mode's transactional ids carry
-        # it, so a batch re-run after a restart never reuses (and, through InitProducerId,
-        # aborts) a transaction an earlier run handed to the driver and may have decided on.
-        self.run_token = uuid.uuid4().hex[:8]
+        self.mode = sink_mode(options)  # its prepare, write, commit and abort (oncelog.spark.sink.modes)
 
     # Executor ------------------------------------------------------------------------------
 
@@ -198,62 +125,26 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
 
     def write_as(self, task: TaskIdentity, iterator: Iterable) -> TaskResult:
         """`write()` for an explicit task identity (tests replay attempts with it)."""
-        if self.options.mode == PARTITION_MODE:
-            return write_partition_mode(self.options, task, iterator)
-        return write_batch_mode(self.options, task, self.run_token, iterator)
+        return self.mode.write(task, iterator)
 
     # Driver --------------------------------------------------------------------------------
 
-    def prepare_batch_on_driver(self) -> None:
-        """Driver, mode=batch, before the batch's tasks write: check the cluster does 2PC and
-        open the gate."""
-        query_id = read_query_id(self.options)
-        with TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client:
-            client.check_two_phase_commit()
-            BatchCommitter(self.options, query_id, client).open_gate()
+    def prepare_on_driver(self) -> None:
+        """Driver, before the batch's tasks write: the mode's checks (the cluster answers;
+        mode=batch: it does 2PC) and set-up (mode=batch: the gate)."""
+        self.mode.prepare(self.schema)
 
     def commit(self, messages: list, batchId: int) -> None:
         """Driver, after every task of the batch succeeded. Idempotent per batchId: Spark calls
         it again after a restart when it stopped before writing its commit log. Leaves the
         batch's figures for the pipeline runner (oncelog.spark.sink_summary)."""
-        results = _results(messages)
-        if self.options.mode == PARTITION_MODE:
-            # The tasks committed; nothing is left to do but to say what they wrote.
-            committed = [result for result in results if not result.skipped and result.records]
-            write_summary(self.options.checkpoint_location, SinkBatchSummary(
-                batch_id=batchId, mode=PARTITION_MODE, records_written=sum(r.records for r in committed),
-                commit_ms=max((r.commit_ms for r in committed), default=None),
-            ))
-            pause_point("commit:return:partition")
-            settle()
-            return
-        query_id = read_query_id(self.options)
-        with (trace.step("sink.batch_commit", batch=batchId),
-              TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client):
-            done = BatchCommitter(self.options, query_id, client).commit(results, batchId)
-        earlier = read_summary(self.options.checkpoint_location, batchId)
-        write_summary(self.options.checkpoint_location, SinkBatchSummary(
-            batch_id=batchId, mode=BATCH_MODE, records_written=done.records, commit_ms=done.commit_ms,
-            outcome=done.outcome, aborted=0 if earlier is None else earlier.aborted,
-        ))
-        pause_point("commit:return:batch")
-        settle()
+        self.mode.commit(_results(messages), batchId)
 
     def abort(self, messages: list, batchId: int) -> None:
         """Driver, when the batch failed (or commit raised). Partition mode: tasks that
         committed stay committed, and a re-run skips them. Batch mode: aborts the batch's
         transactions unless a commit decision was already recorded."""
-        if self.options.mode == PARTITION_MODE:
-            return
-        query_id = read_query_id(self.options)
-        with TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client:
-            aborted = BatchCommitter(self.options, query_id, client).abort(_results(messages), batchId)
-        if aborted:
-            earlier = read_summary(self.options.checkpoint_location, batchId)
-            write_summary(self.options.checkpoint_location, SinkBatchSummary(
-                batch_id=batchId, mode=BATCH_MODE, records_written=0, commit_ms=None, outcome="aborted",
-                aborted=1 + (0 if earlier is None else earlier.aborted),
-            ))
+        self.mode.abort(_results(messages), batchId)
 
 
 def _results(messages: list) -> list[TaskResult]:
