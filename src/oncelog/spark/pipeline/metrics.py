@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 # Spark's durationMs phases exported as `phase` of oncelog_pipeline_batch_duration_seconds.
 PHASES = ("triggerExecution", "addBatch", "latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 OUTCOMES = ("committed", "resumed", "aborted")
+# The decisions each sink mode's summaries report, counted by outcome: batch mode's commit
+# decides or resumes and its abort aborts; an Iceberg commit is never aborted (a failed one
+# fails the batch); partition mode's tasks commit alone, with no decision to count.
+MODE_OUTCOMES = {"partition": (), "batch": OUTCOMES, "iceberg": ("committed", "resumed")}
 HEARTBEAT_S = 10.0  # an idle query still reports this often (the console flags one silent for a minute)
 
 
@@ -61,10 +65,7 @@ class QueryTotals:
     decisions: dict[str, int] = field(default_factory=dict)  # batch mode and Iceberg: by outcome
 
     def __post_init__(self) -> None:
-        if self.sink_mode == "batch":
-            self.decisions = dict.fromkeys(OUTCOMES, 0)
-        elif self.sink_mode == "iceberg":  # an Iceberg commit is never aborted: a failed one fails the batch
-            self.decisions = dict.fromkeys(("committed", "resumed"), 0)
+        self.decisions = dict.fromkeys(MODE_OUTCOMES.get(self.sink_mode, ()), 0)
 
     def add(self, batch: BatchProgress) -> None:
         self.batches += 1
@@ -80,9 +81,10 @@ class QueryTotals:
         self.records_written += sink.records_written
         if sink.commit_ms is not None:
             self.sink_commits.observe(sink.commit_ms / 1000)
-        if sink.mode in ("batch", "iceberg") and sink.outcome in ("committed", "resumed"):
+        outcomes = MODE_OUTCOMES.get(sink.mode, ())
+        if sink.outcome in ("committed", "resumed") and sink.outcome in outcomes:
             self.decisions[sink.outcome] = self.decisions.get(sink.outcome, 0) + 1
-        if sink.mode == "batch":
+        if "aborted" in outcomes:
             self.decisions["aborted"] = self.decisions.get("aborted", 0) + sink.aborted
 
 
