@@ -46,7 +46,8 @@ def start_session(spec: PipelineSpec, log_file: Path | None = None) -> SparkSess
         spark = builder.getOrCreate()
         register(spark)
         return spark
-    from oncelog.spark.session import JavaNotFound, build_session
+    from oncelog.local.java import JavaNotFound
+    from oncelog.spark.session import build_session
 
     try:
         return build_session(app_name, master=spec.master or DEFAULT_MASTER, conf=conf, log_file=log_file,
