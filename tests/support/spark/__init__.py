@@ -1,5 +1,6 @@
 """What the Spark tests share: the pipelines they run in-process or as a driver process
-(`sink_pipeline.py`, `iceberg_pipeline.py`), a driver run killed at a pause point
+(`sink_pipeline.py`, `iceberg_pipeline.py`; `pipeline_parts.py`, their source stream and
+the main() both run as a driver process), a driver run killed at a pause point
 (`driver_runs.py`), the source topics and read_committed reads of the Kafka sink's
 output (`topics.py`), and reads of the Iceberg sink's tables (`iceberg_tables.py`)."""
 
