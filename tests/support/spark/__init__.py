@@ -8,3 +8,13 @@ from pathlib import Path
 
 SINK_PIPELINE = Path(__file__).with_name("sink_pipeline.py")  # run as a driver process: python SINK_PIPELINE '<json>'
 ICEBERG_PIPELINE = Path(__file__).with_name("iceberg_pipeline.py")
+# The speculation tests' Spark settings (test_sink_speculation.py, test_iceberg_speculation.py,
+# on a standalone cluster): speculate early and often, so a stalled attempt gets its copy.
+SPECULATION_CONF = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "100ms",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.minTaskRuntime": "300ms",
+    "spark.task.maxFailures": "4",
+}
