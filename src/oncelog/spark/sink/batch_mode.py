@@ -52,7 +52,8 @@ class BatchMode:
     def write(self, task: TaskIdentity, batches: Iterable) -> TaskResult:
         """Executor: the task attempt's rows in its own transaction, handed over still open
         (keepPreparedTxn) for the driver to commit or abort."""
-        transactional_id = batch_transactional_id(self.options, task, self.run_token)
+        options = self.options
+        transactional_id = batch_transactional_id(options, task, self.run_token)
         result = TaskResult(BATCH_MODE, task.query_id, task.batch_id, task.partition_id, task.attempt, 0)
         where = {"batch": task.batch_id, "task": task.partition_id}
         waiting = trace.Stopwatch("sink.upstream_wait", **where)
@@ -61,19 +62,19 @@ class BatchMode:
         if first is None:
             waiting.record()
             return result
-        producer = new_producer(self.options, transactional_id)
+        producer = new_producer(options, transactional_id)
         handed_over = False
         try:
             with trace.step("sink.init", **where):
                 producer.init()
             producer.begin()
-            writer = RowWriter(producer, producer.cluster, self.options)
+            writer = RowWriter(producer, producer.cluster, options)
             write_rows(writer, first, rows, where)
             with trace.step("sink.flush", **where):
                 producer.flush()
             pause_point("batch:before-handover")  # every row is in the open transaction
             with (trace.step("sink.handover", **where),
-                  TwoPhaseClient(self.options.client, self.options.cluster_timeout_s) as client):
+                  TwoPhaseClient(options.client, options.cluster_timeout_s) as client):
                 kept = client.keep_prepared(transactional_id)
             handed_over = True
             if not kept.has_ongoing:
@@ -88,7 +89,7 @@ class BatchMode:
                    "topics": tuple(sorted(writer.topics))},
             )
         except ClientError as error:
-            raise SinkWriteError(describe_error(error, self.options, task.describe(transactional_id))) from None
+            raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
         finally:
             waiting.record()
             if not handed_over:

@@ -49,6 +49,7 @@ class PartitionMode:
     def write(self, task: TaskIdentity, batches: Iterable) -> TaskResult:
         """Executor: the task's rows and its marker in one transaction the task commits;
         nothing written when the marker says an earlier attempt or run committed the batch."""
+        options = self.options
         where = {"batch": task.batch_id, "task": task.partition_id}
         waiting = trace.Stopwatch("sink.upstream_wait", **where)
         rows = timed_rows(batches, waiting)
@@ -56,26 +57,25 @@ class PartitionMode:
         result = TaskResult(PARTITION_MODE, task.query_id, task.batch_id, task.partition_id, task.attempt, 0)
         if first is None:
             return result
-        transactional_id = partition_transactional_id(self.options, task.query_id, task.partition_id)
+        transactional_id = partition_transactional_id(options, task.query_id, task.partition_id)
         # The same on every re-run: the option's topic, else the first of option topics; only
         # without either the first row's (the same on a re-run only if the rows' order is).
-        options = self.options
         marker_topic = options.topic or (options.topics[0] if options.topics else first_topic(first, None))
-        producer = new_producer(self.options, transactional_id)
+        producer = new_producer(options, transactional_id)
         began = False
         try:
             with trace.step("sink.init", **where):  # fences every earlier attempt of this partition
                 producer.init()
             with trace.step("sink.marker_check", **where):
                 committed = committed_offset(producer.cluster, transactional_id, marker_topic, 0,
-                                             deadline=time.monotonic() + self.options.cluster_timeout_s)
+                                             deadline=time.monotonic() + options.cluster_timeout_s)
             if committed > task.batch_id:
                 for _ in rows:  # an earlier attempt or run committed this batch's rows
                     pass
                 return TaskResult(**{**asdict(result), "skipped": True})
             producer.begin()
             began = True
-            writer = RowWriter(producer, producer.cluster, self.options)
+            writer = RowWriter(producer, producer.cluster, options)
             write_rows(writer, first, rows, where)
             with trace.step("sink.flush", **where):
                 producer.flush()
@@ -91,7 +91,7 @@ class PartitionMode:
             return TaskResult(**{**asdict(result), "records": writer.count, "topics": tuple(sorted(writer.topics)),
                                  "commit_ms": commit_ms})
         except ClientError as error:
-            raise SinkWriteError(describe_error(error, self.options, task.describe(transactional_id))) from None
+            raise SinkWriteError(describe_error(error, options, task.describe(transactional_id))) from None
         finally:
             waiting.record()
             if began:
