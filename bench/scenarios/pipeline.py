@@ -46,7 +46,7 @@ Scenario 8s (source alone): in one child process, the source's reader (`read_ran
 a Spark task runs, without Spark) reads a whole partition into Arrow batches, alternating
 with a plain confluent-kafka read_committed consumer loop over the same partition
 (`consume()`, each value touched). 8w (sink alone): the sink's partition-mode task write
-(`write_partition_mode`: InitProducerId, the marker check, the rows, offsets, commit) of
+(`PartitionMode.write`: InitProducerId, the marker check, the rows, offsets, commit) of
 pre-built Arrow batches, alternating with a plain confluent-kafka transactional producer
 (initialised once, untimed) sending the same records with the same offset commit.
 
@@ -446,7 +446,7 @@ def several_queries(args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     from oncelog.spark import build_session, join_table
-    from oncelog.spark.pipeline_query import MicroBatchWrite
+    from oncelog.spark.pipeline.query import MicroBatchWrite
 
     spark = build_session("bench-several", "local[2]")
     work = Path(args.work)
@@ -717,8 +717,8 @@ def source_alone(args: argparse.Namespace) -> dict:
     """The source's range reader and a consumer loop over one partition, alternating."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from oncelog.spark.options import parse_options
-    from oncelog.spark.ranges import KafkaRange, read_range
+    from oncelog.spark.source.options import parse_options
+    from oncelog.spark.source.ranges import KafkaRange, read_range
 
     probe = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "bench-probe",
                       "isolation.level": "read_committed"})
@@ -758,19 +758,21 @@ def sink_alone(args: argparse.Namespace) -> dict:
     import pyarrow as pa
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from oncelog.spark.sink import TaskIdentity, write_partition_mode
-    from oncelog.spark.sink_options import parse_sink_options
+    from oncelog.spark.sink.options import parse_sink_options
+    from oncelog.spark.sink.partition_mode import PartitionMode
+    from oncelog.spark.sink.task import TaskIdentity
 
     values = [os.urandom(args.size) for _ in range(min(args.records, 10_000))]
     rows = [values[i % len(values)] for i in range(args.records)]
     batches = [pa.RecordBatch.from_arrays([pa.array(rows[i:i + 10_000], pa.binary())], names=["value"])
                for i in range(0, len(rows), 10_000)]
     options = parse_sink_options({"kafka.bootstrap.servers": args.bootstrap, "topic": args.topic}, streaming=True)
+    partition_mode = PartitionMode(options)
     query = str(uuid.uuid4())
     batch_ids = iter(range(1_000_000))
 
     def ours() -> int:
-        return write_partition_mode(options, TaskIdentity(query, next(batch_ids), 0, 0), batches).records
+        return partition_mode.write(TaskIdentity(query, next(batch_ids), 0, 0), batches).records
 
     producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": f"bench-sink-plain-{query}",
                          "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,

@@ -14,7 +14,7 @@ CONSUMER_OFFSETS = "__consumer_offsets"  # the group coordinator's offsets and g
 TRANSACTION_STATE = "__transaction_state"  # the transaction coordinator's transactions
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
 
-# The sink's partition mode (oncelog.spark.sink_write): task p of query Q writes under the
+# The sink's partition mode (oncelog.spark.sink.partition_mode): task p of query Q writes under the
 # transactional id `<prefix>-<Q>-<p>` and, in the same transaction, commits the next
 # micro-batch's id to an offsets-only group of that name, its *marker group*. Such a group
 # is the sink's bookkeeping, not a consumer: its offset counts micro-batches, so its "lag"

@@ -273,8 +273,8 @@ def test_a_user_without_acls_gets_the_authorization_error_as_one_line(secured, r
 
 def test_pipeline_checks_take_java_sasl_jaas_config(secured):
     """librdkafka refuses sasl.jaas.config; the runner's cluster check gives it librdkafka's form."""
-    from oncelog.spark.pipeline_checks import check_cluster, check_options
-    from oncelog.spark.pipeline_spec import PipelineError, PipelineSpec
+    from oncelog.spark.pipeline.checks import check_cluster, check_options
+    from oncelog.spark.pipeline.spec import PipelineError, PipelineSpec
 
     kafka = (("kafka.security.protocol", "SASL_SSL"), ("kafka.ssl.ca.location", str(secured.ca)),
              ("kafka.sasl.mechanism", "SCRAM-SHA-256"),

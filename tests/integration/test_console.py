@@ -24,8 +24,8 @@ from oncelog.client.cluster import Cluster
 from oncelog.client.config import ClientConfig
 from oncelog.client.producer import ProducerSettings, TransactionalProducer
 from oncelog.names import sink_task_id
-from oncelog.spark.pipeline_metrics import PipelineMetrics
-from oncelog.spark.pipeline_report import ensure_report_topic
+from oncelog.spark.pipeline.metrics import PipelineMetrics
+from oncelog.spark.pipeline.report import ensure_report_topic
 from oncelog.web.history import LagHistory
 from oncelog.web.pipelines import REPORT_TOPIC
 from tests.support.browser import chromium
@@ -103,7 +103,7 @@ def scene(tmp_path_factory):
 
 
 def pipeline_report() -> dict:
-    """A report as `oncelog pipeline run` produces it (oncelog.spark.pipeline_report)."""
+    """A report as `oncelog pipeline run` produces it (oncelog.spark.pipeline.report)."""
     now = int(time.time() * 1000)
     return {"version": 1, "id": QUERY_ID, "run_id": "run-1", "name": "enrich-orders", "state": "running",
             "source_topic": "orders", "sink_topics": ["enriched"], "sink_mode": "batch", "batch": 41,

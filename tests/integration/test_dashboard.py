@@ -287,7 +287,7 @@ def _pipeline_runner_exposition() -> str:
     """The families of `oncelog pipeline run --metrics-port` (none yet: no query), where
     the runner exports them; "" where it does not yet."""
     try:
-        module = importlib.import_module("oncelog.spark.pipeline_metrics")
+        module = importlib.import_module("oncelog.spark.pipeline.metrics")
     except ImportError:
         return ""
     return generate_latest(module.PipelineMetrics("127.0.0.1", 0).registry).decode()

@@ -23,10 +23,10 @@ from pyiceberg.types import NestedField
 from pyiceberg.types import StringType as IcebergString
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-import oncelog.spark.iceberg_commit as iceberg_commit
-from oncelog.spark.iceberg_files import batch_attempts_dir
-from oncelog.spark.iceberg_options import IcebergOptionError, IcebergSchemaMismatch, IcebergTableMissing
-from oncelog.spark.iceberg_sink import AttemptIdentity, IcebergStreamWriter, stream_writer
+import oncelog.spark.iceberg.commit as iceberg_commit
+from oncelog.spark.iceberg.files import batch_attempts_dir
+from oncelog.spark.iceberg.options import IcebergOptionError, IcebergSchemaMismatch, IcebergTableMissing
+from oncelog.spark.iceberg.writers import AttemptIdentity, IcebergStreamWriter, stream_writer
 from tests.support.kafka import create_topics
 from tests.support.spark.iceberg_pipeline import catalog_options, start_query
 from tests.support.spark.iceberg_tables import (

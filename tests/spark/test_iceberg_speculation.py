@@ -22,11 +22,9 @@ import pytest
 from oncelog.local.spark_cluster import StandaloneSpark
 from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from tests.support.kafka import create_topics
-from tests.support.spark import ICEBERG_PIPELINE
+from tests.support.spark import ICEBERG_PIPELINE, SPECULATION_CONF
 from tests.support.spark.iceberg_tables import attempt_logs, column_counts, load_table, unreferenced_data_files
 from tests.support.spark.topics import write_source
-
-from .test_sink_speculation import SPECULATION_CONF
 
 PIPELINE = ICEBERG_PIPELINE
 STALL_AT = "iceberg:task-files-written"

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.spark.offsets import from_json, limit_offsets, to_json
+from oncelog.spark.source.offsets import from_json, limit_offsets, to_json
 
 
 def test_json_form_has_string_partitions_in_sorted_key_order():

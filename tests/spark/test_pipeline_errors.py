@@ -210,7 +210,7 @@ def test_batch_mode_against_a_broker_without_two_phase_commit_is_one_line_and_le
 ):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from oncelog.spark.twophase import TwoPhaseClient
+    from oncelog.spark.sink.twophase import TwoPhaseClient
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     for future in admin.create_topics([NewTopic(n, 2, 1) for n in ("orders", "enriched")]).values():

@@ -16,10 +16,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from confluent_kafka.admin import AdminClient, ConfigResource
 from prometheus_client.parser import text_string_to_metric_families
 
+from oncelog.spark.paths import DECISIONS_KEPT
 from oncelog.spark.pipeline import PipelineSpec, Trigger, run_pipeline
-from oncelog.spark.pipeline_metrics import PHASES, PipelineMetrics
-from oncelog.spark.sink_commit import DECISIONS_KEPT
-from oncelog.spark.sink_metrics import SinkBatchSummary, read_summary, summary_path, write_summary
+from oncelog.spark.pipeline.metrics import PHASES, PipelineMetrics
+from oncelog.spark.sink_summary import SinkBatchSummary, read_summary, summary_path, write_summary
 from tests.support.kafka import create_topics
 from tests.support.pipeline import produce_in_transactions, read_committed
 
@@ -198,9 +198,9 @@ def test_sink_summary_is_replaced_per_batch_and_pruned_after_decisions_kept_batc
 
 
 def test_batch_mode_decisions_count_resumed_batches_and_the_aborts_a_restart_recorded():
-    from oncelog.spark.pipeline_metrics import QueryTotals
-    from oncelog.spark.pipeline_progress import BatchProgress
-    from oncelog.spark.pipeline_report import RunIdentity
+    from oncelog.spark.pipeline.metrics import QueryTotals
+    from oncelog.spark.pipeline.progress import BatchProgress
+    from oncelog.spark.pipeline.report import RunIdentity
 
     totals = QueryTotals(RunIdentity("id", "run", None, 0), "in", "out", "batch")
     progress = {"numInputRows": 4, "durationMs": {"addBatch": 30, "triggerExecution": 50}}
@@ -221,9 +221,9 @@ def test_an_iceberg_sink_is_reported_by_its_table_and_its_snapshots_count_as_com
     summaries the Iceberg sink wrote (mode iceberg; resumed: the table had the batch)."""
     from prometheus_client import generate_latest
 
-    from oncelog.spark.pipeline_metrics import PipelineMetrics
-    from oncelog.spark.pipeline_progress import BatchProgress, RunResult
-    from oncelog.spark.pipeline_report import RunIdentity, report_record
+    from oncelog.spark.pipeline.metrics import PipelineMetrics
+    from oncelog.spark.pipeline.progress import BatchProgress, RunResult
+    from oncelog.spark.pipeline.report import RunIdentity, report_record
 
     spec = PipelineSpec(source_topic="orders", sink_topics=(), sink_table="shop.orders",
                         checkpoint=str(tmp_path / "checkpoint"), sql="SELECT value FROM source")
@@ -259,7 +259,7 @@ def test_an_iceberg_sink_is_reported_by_its_table_and_its_snapshots_count_as_com
 
 
 def test_a_progress_line_counts_a_record_read_by_several_outputs_once_and_says_what_the_sink_wrote():
-    from oncelog.spark.pipeline_progress import BatchProgress
+    from oncelog.spark.pipeline.progress import BatchProgress
 
     # A transform with three outputs reads each record three times: Spark counts 3 x 4.
     progress = {"batchId": 2, "numInputRows": 12, "inputRowsPerSecond": 30.0, "processedRowsPerSecond": 240.0,

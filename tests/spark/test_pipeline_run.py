@@ -82,7 +82,7 @@ def test_iceberg_sink_from_the_command_line_writes_each_committed_record_once_on
     SQLite catalog next to the checkpoint."""
     from pyiceberg.catalog import load_catalog
 
-    from oncelog.spark.iceberg_commit import BATCH_ID_PROPERTY
+    from oncelog.spark.iceberg.commit import BATCH_ID_PROPERTY
     from oncelog.spark.pipeline import build_parser, spec_from_args
 
     bootstrap = shared_broker.bootstrap_servers
@@ -152,7 +152,7 @@ def test_partition_mode_warns_of_a_nondeterministic_transform_and_batch_mode_doe
     get the same rows again: rand() does not promise that, a window count and
     current_timestamp() (fixed per micro-batch) do."""
     from oncelog.spark.pipeline import build_parser, spec_from_args
-    from oncelog.spark.pipeline_query import build_output, nondeterministic_warning
+    from oncelog.spark.pipeline.query import build_output, nondeterministic_warning
 
     bootstrap = shared_broker.bootstrap_servers
     source = f"determinism-{uuid.uuid4().hex[:6]}"

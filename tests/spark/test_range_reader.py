@@ -8,8 +8,8 @@ import time
 import pytest
 
 from oncelog.spark.errors import DataLoss, ReadStalled
-from oncelog.spark.options import parse_options
-from oncelog.spark.ranges import KafkaRange, read_range
+from oncelog.spark.source.options import parse_options
+from oncelog.spark.source.ranges import KafkaRange, read_range
 
 
 def options_for(kafka, topic: str, **extra: str):

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from oncelog.spark.sink import OncelogStreamWriter, TaskIdentity
-from oncelog.spark.sink_options import SinkWriteError, parse_sink_options
+from oncelog.spark.sink.options import SinkWriteError, parse_sink_options
+from oncelog.spark.sink.task import TaskIdentity
+from oncelog.spark.sink.writers import OncelogStreamWriter
 from tests.support import kafka as support_kafka
 from tests.support.kafka import create_topics
 from tests.support.spark.topics import read_all, values, watermarks
@@ -100,7 +101,7 @@ def test_partition_mode_the_next_batch_of_the_same_partition_is_written(setup):
 def test_batch_mode_only_the_attempt_that_reached_commit_is_visible(setup):
     bootstrap, output, query_id, checkpoint = setup
     writer = make_writer(bootstrap, output, "batch", checkpoint)
-    writer.prepare_batch_on_driver()
+    writer.prepare_on_driver()
     rows = arrow_batches("b", 2, 10)
     reached, resume = threading.Event(), threading.Event()
     results: list = []
@@ -126,13 +127,13 @@ def test_batch_mode_only_the_attempt_that_reached_commit_is_visible(setup):
 def test_batch_mode_a_speculative_copy_that_hands_over_after_the_commit_is_aborted_by_the_next(setup):
     bootstrap, output, query_id, checkpoint = setup
     writer = make_writer(bootstrap, output, "batch", checkpoint)
-    writer.prepare_batch_on_driver()
+    writer.prepare_on_driver()
     winner = writer.write_as(TaskIdentity(query_id, 0, 0, 0), arrow_batches("w", 1, 5))
     writer.commit([winner], 0)
     late = writer.write_as(TaskIdentity(query_id, 0, 0, 1), arrow_batches("w", 1, 5))  # too late
     assert late.transactional_id
     next_batch = make_writer(bootstrap, output, "batch", checkpoint)
-    next_batch.prepare_batch_on_driver()
+    next_batch.prepare_on_driver()
     result = next_batch.write_as(TaskIdentity(query_id, 1, 0, 0), arrow_batches("n", 1, 5))
     next_batch.commit([result], 1)
     expected = [f"w0-{i}" for i in range(5)] + [f"n0-{i}" for i in range(5)]
@@ -146,15 +147,15 @@ def test_batch_mode_a_rerun_after_the_decision_writes_nothing_more(setup):
     and aborts the re-run's transactions."""
     bootstrap, output, query_id, checkpoint = setup
     first_run = make_writer(bootstrap, output, "batch", checkpoint)
-    first_run.prepare_batch_on_driver()
+    first_run.prepare_on_driver()
     decided = first_run.write_as(TaskIdentity(query_id, 3, 0, 0), arrow_batches("d", 1, 5))
-    from oncelog.spark.sink import BatchCommitter
-    from oncelog.spark.twophase import TwoPhaseClient
+    from oncelog.spark.sink.batch_commit import BatchCommitter
+    from oncelog.spark.sink.twophase import TwoPhaseClient
 
     with TwoPhaseClient(bootstrap) as client:
         BatchCommitter(first_run.options, query_id, client)._decide([decided], 3)  # then the driver died
     second_run = make_writer(bootstrap, output, "batch", checkpoint)
-    second_run.prepare_batch_on_driver()
+    second_run.prepare_on_driver()
     rerun = second_run.write_as(TaskIdentity(query_id, 3, 0, 0), arrow_batches("d", 1, 5))
     assert rerun.transactional_id != decided.transactional_id
     second_run.commit([rerun], 3)
@@ -167,7 +168,7 @@ def test_abandoning_a_batch_mode_query_aborts_what_it_left_prepared(setup):
 
     bootstrap, output, query_id, checkpoint = setup
     writer = make_writer(bootstrap, output, "batch", checkpoint)
-    writer.prepare_batch_on_driver()  # the gate
+    writer.prepare_on_driver()  # the gate
     prepared = writer.write_as(TaskIdentity(query_id, 0, 0, 0), arrow_batches("x", 1, 5))
     assert any(stable < high for stable, high in watermarks(bootstrap, output).values())
     aborted = abandon_query(bootstrap, query_id)
@@ -192,7 +193,7 @@ def test_batch_mode_gate_covers_every_topic_of_option_topics_before_the_first_mi
                "checkpointLocation": str(checkpoint), "clusterTimeoutMs": "20000"}
     writer = OncelogStreamWriter(parse_sink_options(options, streaming=True), SCHEMA)
 
-    writer.prepare_batch_on_driver()  # micro-batch 0: nothing written to either topic yet
+    writer.prepare_on_driver()  # micro-batch 0: nothing written to either topic yet
 
     for name in (first, second):  # the gate's record holds every partition's LSO
         assert all(stable < end for stable, end in watermarks(bootstrap, name).values()), name
@@ -215,7 +216,7 @@ def test_batch_mode_gate_opens_on_a_compacted_topic(shared_broker, topic, tmp_pa
                "checkpointLocation": str(checkpoint), "clusterTimeoutMs": "20000"}
     writer = OncelogStreamWriter(parse_sink_options(options, streaming=True), SCHEMA)
 
-    writer.prepare_batch_on_driver()
+    writer.prepare_on_driver()
 
     assert all(stable < end for stable, end in watermarks(bootstrap, topic).values())
     abandon_query(bootstrap, query_id)

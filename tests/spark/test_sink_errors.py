@@ -8,9 +8,10 @@ import re
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
-from oncelog.spark.sink import check_input_schema, stream_writer
-from oncelog.spark.sink_options import SinkOptionError, parse_sink_options
-from oncelog.spark.twophase import TwoPhaseCommitUnavailable
+from oncelog.spark.sink.options import SinkOptionError, parse_sink_options
+from oncelog.spark.sink.rows import check_input_schema
+from oncelog.spark.sink.twophase import TwoPhaseCommitUnavailable
+from oncelog.spark.sink.writers import stream_writer
 from tests.support.kafka import create_topics
 from tests.support.spark.topics import write_source
 
@@ -121,7 +122,7 @@ def test_batch_mode_refused_for_want_of_two_phase_commit_leaves_no_gate_open(bro
     open gate held read_committed readers of the topic back until its 15-minute timeout."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from oncelog.spark.twophase import TwoPhaseClient
+    from oncelog.spark.sink.twophase import TwoPhaseClient
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.create_topics([NewTopic("out", 2, 1)])["out"].result(30)

@@ -25,20 +25,12 @@ from collections import Counter
 import pytest
 
 from oncelog.local.spark_cluster import StandaloneSpark
-from oncelog.spark.sink import PAUSE_AT_ENV, PAUSE_FILE_ENV
+from oncelog.spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from tests.support.kafka import create_topics
-from tests.support.spark import SINK_PIPELINE
+from tests.support.spark import SINK_PIPELINE, SPECULATION_CONF
 from tests.support.spark.topics import read_all, transformed, values, write_source
 
 PIPELINE = SINK_PIPELINE
-SPECULATION_CONF = {
-    "spark.speculation": "true",
-    "spark.speculation.interval": "100ms",
-    "spark.speculation.quantile": "0.5",
-    "spark.speculation.multiplier": "1.5",
-    "spark.speculation.minTaskRuntime": "300ms",
-    "spark.task.maxFailures": "4",
-}
 STALL_AT = {"partition": "partition:before-task-commit", "batch": "batch:before-handover"}
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from oncelog.spark.errors import SourceOptionError
-from oncelog.spark.options import (
+from oncelog.spark.source.options import (
     EARLIEST,
     LATEST,
     Assign,

@@ -25,7 +25,7 @@ COMMAND = (
     "except SystemExit:\n"
     "    pass\n"
 )
-SPARK_WORKER = "import oncelog.spark.source\n"
+SPARK_WORKER = "import oncelog.spark.source.data_source\n"
 
 
 @pytest.mark.parametrize("start, environment", [

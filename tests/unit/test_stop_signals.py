@@ -12,8 +12,8 @@ import sys
 import textwrap
 
 from oncelog.spark.pipeline import summary_line
-from oncelog.spark.pipeline_progress import RunResult
-from oncelog.spark.pipeline_spec import PipelineSpec
+from oncelog.spark.pipeline.progress import RunResult
+from oncelog.spark.pipeline.spec import PipelineSpec
 from oncelog.stop_signals import handle_again, stop_on_signals
 
 

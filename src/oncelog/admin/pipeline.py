@@ -16,7 +16,7 @@ from oncelog.errors import CommandError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    from oncelog.spark.pipeline import add_arguments
+    from oncelog.spark.pipeline.spec import add_arguments
 
     pipeline = commands.add_parser(
         "pipeline", help="run exactly-once Spark pipelines (topic -> transform -> topic or Iceberg table)"
@@ -45,8 +45,8 @@ def _run(args: argparse.Namespace) -> int:
     --command-config, else $ONCELOG_BOOTSTRAP; every other client property becomes a
     `kafka.*` option of both the source and the Kafka sink (--source-option and
     --sink-option win over them); an Iceberg sink takes no Kafka settings."""
-    from oncelog.spark.pipeline import PipelineError, run_from_args
-    from oncelog.spark.pipeline_spec import is_iceberg_sink
+    from oncelog.spark.pipeline.command import run_from_args
+    from oncelog.spark.pipeline.spec import PipelineError, is_iceberg_sink
 
     properties = user_properties(args)
     args.bootstrap_servers = (args.bootstrap_server or properties.pop("bootstrap.servers", None)

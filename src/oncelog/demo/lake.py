@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.spark.pipeline_spec import EMBEDDED_CATALOG_FILE
+from oncelog.spark.pipeline.spec import EMBEDDED_CATALOG_FILE
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -52,7 +52,7 @@ def table_exists(warehouse: Path) -> bool:
 
 def sink_snapshots(table: Table) -> int:
     """The snapshots the oncelog sink committed (their summary names the query and batch)."""
-    from oncelog.spark.iceberg_commit import QUERY_ID_PROPERTY
+    from oncelog.spark.iceberg.commit import QUERY_ID_PROPERTY
 
     return sum(1 for snapshot in table.snapshots() if snapshot.summary and snapshot.summary.get(QUERY_ID_PROPERTY))
 

@@ -41,7 +41,7 @@ def read_topic(bootstrap: str, topic: str, isolation: str) -> OutputRead:
     """Every record of `topic` a consumer with `isolation` can read now."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-    from oncelog.spark.sink import GATE_HEADER
+    from oncelog.spark.sink.batch_commit import GATE_HEADER
 
     consumer = Consumer({
         "bootstrap.servers": bootstrap,

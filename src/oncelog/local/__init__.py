@@ -7,8 +7,11 @@
 - `netns`: nodes in network namespaces of their own (NetworkLab), for real partitions;
 - `etcd`: a local etcd cluster (EtcdCluster);
 - `java`: where the Java 17+ runtime comes from (java_home), for Spark and the Java clients;
+- `spark_home`: the SPARK_HOME Spark is started with (a zip-free view of the installed pyspark);
 - `spark_cluster`: a Spark standalone cluster (StandaloneSpark).
 
 Used by `oncelog cluster` (oncelog.admin.cluster), the Spark session (oncelog.spark.session,
-for Java), the chaos run (oncelog.chaos), scripts/java_home.sh, the tests and bench.
+for Java and SPARK_HOME), the chaos run (oncelog.chaos), scripts/java_home.sh, the tests and
+bench. Nothing here imports oncelog.spark: the Spark side stands on this package, not the
+other way round.
 """

@@ -5,8 +5,8 @@ already runs).
 
 Each worker binds its own loopback address (127.0.0.2, 127.0.0.3, ...), which Spark
 takes for a separate host. The master and workers are the `spark-class` launchers of the
-installed pyspark (through oncelog.spark.session.spark_home()), run with the Java 17+
-that `java_home()` finds; executors run this Python interpreter, so they import the same
+installed pyspark (from oncelog.local.spark_home), run with the Java 17+ that
+`java_home()` finds; executors run this Python interpreter, so they import the same
 oncelog. Nothing is downloaded.
 
     with StandaloneSpark(workers=2) as cluster:
@@ -28,7 +28,7 @@ from typing import Self
 
 from oncelog.local.java import java_home
 from oncelog.local.process import free_port
-from oncelog.spark.session import spark_home
+from oncelog.local.spark_home import spark_home
 
 MASTER_HOST = "127.0.0.1"
 

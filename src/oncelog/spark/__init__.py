@@ -29,7 +29,7 @@ FORMAT_NAME = "oncelog"
 def __getattr__(name: str) -> Any:
     # Lazy: importing oncelog.spark must not import pyspark until it is used.
     if name == "OncelogDataSource":
-        from oncelog.spark.source import OncelogDataSource
+        from oncelog.spark.source.data_source import OncelogDataSource
 
         return OncelogDataSource
     if name == "join_table":

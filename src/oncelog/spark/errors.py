@@ -33,7 +33,7 @@ class ReadStalled(SourceError):
 
 
 class TwoPhaseError(Exception):
-    """A KIP-939 call (oncelog.spark.twophase) failed with an error that retrying will not fix."""
+    """A KIP-939 call (oncelog.spark.sink.twophase) failed with an error that retrying will not fix."""
 
 
 class TwoPhaseCommitUnavailable(TwoPhaseError):

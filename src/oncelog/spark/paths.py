@@ -5,6 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# Under a query's checkpointLocation, the sinks' own files: the Kafka sink's batch-mode
+# decisions (oncelog.spark.sink.batch_commit) and both sinks' per-micro-batch summaries
+# (oncelog.spark.sink_summary), each kept for the last DECISIONS_KEPT micro-batches.
+SINK_STATE_DIR = "oncelog-sink"
+DECISIONS_KEPT = 100  # like spark.sql.streaming.minBatchesToRetain's default
+
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 

@@ -6,26 +6,22 @@
 - Python: executors' Python workers run this interpreter, so they import the same
   oncelog, confluent-kafka and pyarrow.
 - No Spark packages or jars are downloaded: the source needs none.
-- SPARK_HOME: unless the user set it, a directory that links to the installed pyspark's
-  `bin`, `jars` and `sbin` but has no `python/lib/pyspark.zip`. Spark puts that zip first
-  on every Python worker's path, and modules imported from a zip are compiled from
-  source each time (no bytecode cache): 0.7-0.9 s per worker process here, against
-  0.13 s for the same modules from site-packages, and Spark starts several workers per
-  micro-batch for Python data sources. The code is the same pyspark either way.
+- SPARK_HOME: unless the user set it, a zip-free view of the installed pyspark
+  (`spark_home()`, from oncelog.local.spark_home), so Python workers import pyspark from
+  site-packages with its bytecode cache.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oncelog.local.java import JavaNotFound, java_home  # noqa: F401 (re-exported)
+from oncelog.local.java import java_home
+from oncelog.local.spark_home import spark_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,52 +58,6 @@ LOCAL_CONF = {
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
-
-
-SPARK_HOME_LINKS = ("bin", "jars", "sbin")
-
-
-def spark_home() -> str:
-    """The SPARK_HOME for sessions and clusters started from here: the user's, if set,
-    else a zip-free view of the installed pyspark (see the module docstring), made once
-    per pyspark installation. Sets SPARK_HOME in this process's environment."""
-    configured = os.environ.get("SPARK_HOME")
-    if configured:
-        return configured
-    import pyspark
-
-    installed = Path(pyspark.__file__).resolve().parent
-    tag = hashlib.sha256(str(installed).encode()).hexdigest()[:10]
-    name = f"spark-home-{pyspark.__version__}-{tag}"
-    for parent in (Path(sys.prefix) / "share" / "oncelog", Path(tempfile.gettempdir()) / f"oncelog-{os.getuid()}"):
-        home = parent / name
-        try:
-            if not home.is_dir():
-                _link_spark_home(installed, home)
-        except OSError:
-            continue  # not writable: try the next place
-        os.environ["SPARK_HOME"] = str(home)
-        return str(home)
-    return str(installed)  # nowhere to write: pyspark's own directory works, only slower
-
-
-def _link_spark_home(installed: Path, home: Path) -> None:
-    """Build the view in a temporary directory and rename it into place, so processes
-    starting at the same time never see half of it."""
-    home.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{home.name}-", dir=home.parent))
-    staging.chmod(0o755)  # mkdtemp's 0700 would hide it from other users of the venv
-    for name in SPARK_HOME_LINKS:
-        if (installed / name).exists():
-            (staging / name).symlink_to(installed / name)
-    try:
-        staging.rename(home)
-    except OSError:
-        if not home.is_dir():
-            raise
-        for link in staging.iterdir():  # another process won the race
-            link.unlink()
-        staging.rmdir()
 
 
 def _log_configuration(log_file: Path, *, also_stderr: bool) -> Path:
@@ -246,9 +196,9 @@ def leave_signals_to_python(spark: SparkSession) -> None:
 
 def register(spark: SparkSession) -> None:
     """Make `spark.read.format("oncelog")` and `spark.readStream.format("oncelog")` work, and
-    the Iceberg sink `writeStream.format("oncelog-iceberg")` (oncelog.spark.iceberg)."""
-    from oncelog.spark.iceberg import OncelogIcebergDataSource  # no pyiceberg import until it writes
-    from oncelog.spark.source import OncelogDataSource  # imports pyspark: only when used
+    the Iceberg sink `writeStream.format("oncelog-iceberg")` (oncelog.spark.iceberg.data_source)."""
+    from oncelog.spark.iceberg.data_source import OncelogIcebergDataSource  # no pyiceberg import until it writes
+    from oncelog.spark.source.data_source import OncelogDataSource  # imports pyspark: only when used
 
     spark.dataSource.register(OncelogDataSource)
     spark.dataSource.register(OncelogIcebergDataSource)

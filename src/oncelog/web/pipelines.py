@@ -2,7 +2,7 @@
 
 `oncelog pipeline run` produces one JSON record per finished micro-batch (and one when
 it starts and stops) to a compacted topic, `_oncelog_pipelines` by default, keyed by its
-query id (oncelog.spark.pipeline_report). The console reads that topic like any
+query id (oncelog.spark.pipeline.report). The console reads that topic like any
 consumer, through the broker's own listener, so every broker of a cluster shows every
 pipeline: the latest record per query is the pipeline's state.
 

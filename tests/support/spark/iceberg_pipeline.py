@@ -15,9 +15,16 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))  # `tests.support` as a package when run as a script (the driver process)
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType
+
+from tests.support.spark.pipeline_parts import read_source, run_queries
 
 FAILED_FIRST_ATTEMPT = "injected failure of a first attempt"
 
@@ -65,12 +72,7 @@ def transformed(stream, fail_partitions: tuple[int, ...] = ()):
 
 def start_query(spark, *, bootstrap: str, source: str, table: str, warehouse_dir: str, checkpoint: str,
                 max_offsets: int = 20, fail_partitions=(), extra_options: dict | None = None):
-    stream = (spark.readStream.format("oncelog")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", source)
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", max_offsets)
-              .load())
+    stream = read_source(spark, bootstrap=bootstrap, source=source, max_offsets=max_offsets)
     writer = (transformed(stream, tuple(fail_partitions)).writeStream.format("oncelog-iceberg")
               .option("table", table)
               .option("checkpointLocation", checkpoint)
@@ -81,24 +83,10 @@ def start_query(spark, *, bootstrap: str, source: str, table: str, warehouse_dir
 
 
 def main(config: dict) -> int:
-    from oncelog.spark.session import build_session
+    def start(spark):
+        return [("query", start_query(spark, **config["query"]))]
 
-    spark = build_session(
-        "oncelog-iceberg-pipeline", master=config.get("master", "local[2,4]"),
-        conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-              "spark.sql.streaming.minBatchesToRetain": "10", **config.get("conf", {})},
-        log_level="ERROR",
-    )
-    query = start_query(spark, **config["query"])
-    failed = 0
-    try:
-        query.awaitTermination()
-    except Exception as error:  # noqa: BLE001 (a failed query is reported; the test restarts the pipeline)
-        print(f"query failed: {str(error)[:2000]}", file=sys.stderr, flush=True)
-        failed = 1
-    print("pipeline finished", flush=True)
-    spark.stop()
-    return failed
+    return run_queries("oncelog-iceberg-pipeline", config, start)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from pathlib import Path
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import Table
 
-from oncelog.spark.iceberg_commit import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY
-from oncelog.spark.iceberg_files import ATTEMPTS_DIR
+from oncelog.spark.iceberg.commit import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY
+from oncelog.spark.iceberg.files import ATTEMPTS_DIR
 from tests.support.spark.iceberg_pipeline import catalog_options
 
 

@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))  # `tests.support` as a package when run as a script (the driver process)
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
+
+from tests.support.spark.pipeline_parts import read_source, run_queries
 
 FAILED_FIRST_ATTEMPT = "injected failure of a first attempt"
 
@@ -55,12 +62,7 @@ def tagged(stream, fail_partitions: tuple[int, ...] = ()):
 def start_query(spark, *, bootstrap: str, source: str, output: str, mode: str, checkpoint: str,
                 max_offsets: int = 20, fail_partitions=(), prefix: str = "oncelog-sink",
                 query_name: str | None = None, cluster_timeout_ms: int = 60000):
-    stream = (spark.readStream.format("oncelog")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", source)
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", max_offsets)
-              .load())
+    stream = read_source(spark, bootstrap=bootstrap, source=source, max_offsets=max_offsets)
     writer = (tagged(stream, tuple(fail_partitions)).writeStream.format("oncelog")
               .option("kafka.bootstrap.servers", bootstrap)
               .option("topic", output)
@@ -75,25 +77,10 @@ def start_query(spark, *, bootstrap: str, source: str, output: str, mode: str, c
 
 
 def main(config: dict) -> int:
-    from oncelog.spark.session import build_session
+    def start(spark):
+        return [(f"query {query.name}", query) for query in (start_query(spark, **q) for q in config["queries"])]
 
-    spark = build_session(
-        "oncelog-sink-pipeline", master=config.get("master", "local[2,4]"),
-        conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-              "spark.sql.streaming.minBatchesToRetain": "10", **config.get("conf", {})},
-        log_level="ERROR",
-    )
-    queries = [start_query(spark, **query) for query in config["queries"]]
-    failed = 0
-    for query in queries:
-        try:
-            query.awaitTermination()
-        except Exception as error:  # noqa: BLE001 (any failed query is reported; the test restarts the pipeline)
-            print(f"query {query.name} failed: {str(error)[:2000]}", file=sys.stderr, flush=True)
-            failed = 1
-    print("pipeline finished", flush=True)
-    spark.stop()
-    return failed
+    return run_queries("oncelog-sink-pipeline", config, start)
 
 
 if __name__ == "__main__":
