@@ -226,7 +226,7 @@ _O = AclOperation
 SUPPORTED_OPERATIONS: Mapping[ResourceType, frozenset[AclOperation]] = MappingProxyType({
     ResourceType.TOPIC: frozenset({_O.READ, _O.WRITE, _O.CREATE, _O.DESCRIBE, _O.DELETE, _O.ALTER,
                                    _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
-    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE}),
+    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
     ResourceType.CLUSTER: frozenset({_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS,
                                      _O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE}),
     ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE, _O.TWO_PHASE_COMMIT}),
@@ -252,7 +252,7 @@ def authorized_operations_bits(operations: Iterable[AclOperation]) -> int:
 
 
 # What Kafka answers for each resource type when no authorizer is configured: every
-# operation the type supports (TOPIC 3576, GROUP 328, CLUSTER 8096, TRANSACTIONAL_ID 33040,
+# operation the type supports (TOPIC 3576, GROUP 3400, CLUSTER 8096, TRANSACTIONAL_ID 33040,
 # DELEGATION_TOKEN 256, USER 24576).
 NO_AUTHORIZER_OPERATIONS_BITS: Mapping[ResourceType, int] = MappingProxyType({
     resource_type: authorized_operations_bits(operations) for resource_type, operations in SUPPORTED_OPERATIONS.items()

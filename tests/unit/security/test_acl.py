@@ -195,7 +195,7 @@ def test_what_delete_acls_refuses(binding_filter, error):
 def test_supported_operations_per_resource_type():
     assert supported_operations(TOPIC) == {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
                                            Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
-    assert supported_operations(GROUP) == {Op.READ, Op.DESCRIBE, Op.DELETE}
+    assert supported_operations(GROUP) == {Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
     assert supported_operations(CLUSTER) == {Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
                                              Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE}
     assert supported_operations(ResourceType.TRANSACTIONAL_ID) == {Op.DESCRIBE, Op.WRITE, Op.TWO_PHASE_COMMIT}
@@ -213,7 +213,7 @@ def test_authorized_operations_are_a_bit_per_operation_code():
 
 def test_without_an_authorizer_every_supported_operation_is_authorized():
     assert dict(NO_AUTHORIZER_OPERATIONS_BITS) == {
-        TOPIC: 3576, GROUP: 328, CLUSTER: 8096, ResourceType.TRANSACTIONAL_ID: 33040,
+        TOPIC: 3576, GROUP: 3400, CLUSTER: 8096, ResourceType.TRANSACTIONAL_ID: 33040,
         ResourceType.DELEGATION_TOKEN: 256, ResourceType.USER: 24576}
     assert AUTHORIZED_OPERATIONS_OMITTED == -2147483648
 

@@ -166,12 +166,20 @@ def test_authorize_refuses_a_filter_operation():
 # -- authorized operations --
 
 
+def test_a_groups_authorized_operations_include_its_configs():
+    """KIP-848 group configs: Kafka's groups support DESCRIBE_CONFIGS and ALTER_CONFIGS
+    (librdkafka 0081 expects five authorized operations of a group)."""
+    subject = authorizer(acl("g", operation=Op.ALTER_CONFIGS, resource_type=GROUP))
+    assert subject.authorized_operations("User:alice", HOST, GROUP, "g") == {Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS}
+
+
 def test_authorized_operations_of_a_topic():
     subject = authorizer(acl(operation=Op.WRITE), acl(operation=Op.ALTER_CONFIGS),
                          acl("ord", PREFIXED, operation=Op.DELETE, permission_type=DENY))
     assert subject.authorized_operations("User:alice", HOST, TOPIC, "orders") == {
         Op.WRITE, Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS}
-    assert subject.authorized_operations("User:admin", HOST, GROUP, "g") == {Op.READ, Op.DESCRIBE, Op.DELETE}
+    assert subject.authorized_operations("User:admin", HOST, GROUP, "g") == {
+        Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
     assert subject.authorized_operations("User:bob", HOST, TOPIC, "orders") == frozenset()
 
 
