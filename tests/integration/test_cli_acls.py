@@ -104,6 +104,9 @@ def test_topic_acl_added_listed_and_removed_decides_whether_alice_may_produce(se
     assert produce_one(secured, "alice", "payments") is None
     assert admin_cli.ok("--list", "--topic", "payments") == current(pattern("TOPIC", "payments"),
                                                                     entry("User:alice", "WRITE"))
+    # kafka-acls.sh takes --force with --list (scripts pass it to every call): the same list.
+    assert admin_cli.ok("--list", "--topic", "payments", "--force") == current(pattern("TOPIC", "payments"),
+                                                                               entry("User:alice", "WRITE"))
     again = admin_cli.ok("--add", "--allow-principal", "User:alice", "--operation", "WRITE", "--topic", "payments")
     assert again == (f"Acl (pattern={pattern('TOPIC', 'payments')}, entry={entry('User:alice', 'WRITE')}) "
                      "already exists.\n")

@@ -197,7 +197,7 @@ def _check_options(args: argparse.Namespace) -> None:
         given = [option for option, value in (
             ("--producer", args.producer), ("--consumer", args.consumer), ("--allow-principal", args.allow_principal),
             ("--deny-principal", args.deny_principal), ("--allow-host", args.allow_host),
-            ("--deny-host", args.deny_host), ("--force", args.force)) if value]
+            ("--deny-host", args.deny_host)) if value]  # --force is accepted, as kafka-acls.sh does
         if given:
             raise CommandError(f"{given[0]} does not go with --list (use --principal to pick a principal)")
     if args.add and args.principal:
