@@ -93,7 +93,6 @@ def test_bad_changes_get_kafkas_codes_with_the_key_named_and_change_nothing(shar
         (("retention.mss", "1", SET), "INVALID_CONFIG", "retention.mss"),
         (("retention.ms", "1", APPEND), "INVALID_CONFIG",
          "Can't APPEND to key retention.ms because its type is not LIST."),
-        (("cleanup.policy", "delete", SUBTRACT), "INVALID_CONFIG", "cleanup.policy"),  # nothing left
         (("cleanup.policy", "archive", APPEND), "INVALID_CONFIG", "archive"),
     ]
     for change, code, text in cases:
@@ -174,15 +173,32 @@ def test_a_retention_change_acts_on_the_live_log_and_survives_a_restart(tmp_path
         assert overrides(broker, "alter-live") == {"segment.bytes": "1024", "retention.ms": "1"}
 
 
-def _log_start(broker) -> int:
+def _log_start(broker, topic: str = "alter-live") -> int:
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "alter-live-probe"})
     try:
-        low, _high = consumer.get_watermark_offsets(TopicPartition("alter-live", 0), timeout=10)
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     finally:
         consumer.close()
     return low
+
+
+def test_an_empty_cleanup_policy_keeps_every_segment_as_kafka_4_2_does(tmp_path):
+    """Kafka 4.2: cleanup.policy may be an empty list, infinite retention (neither delete
+    nor compact), whether given at creation or left by SUBTRACT of the last policy."""
+    with EmbeddedBroker(tmp_path / "broker", {"log.retention.check.interval.ms": "100"}) as broker:
+        create(broker, "keep-all", **{"cleanup.policy": "", "segment.bytes": "1024", "retention.ms": "1"})
+        assert overrides(broker, "keep-all")["cleanup.policy"] == ""
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+        for i in range(20):
+            producer.produce("keep-all", b"x" * 200, key=str(i).encode())
+            producer.flush(10)  # one batch per record: segments of a few batches
+        time.sleep(1)  # ten retention passes, each of which would delete closed segments past retention.ms=1
+        assert _log_start(broker, "keep-all") == 0
+        create(broker, "policy-subtracted", **{"cleanup.policy": "compact"})
+        alter(broker, "policy-subtracted", ("cleanup.policy", "compact", SUBTRACT))
+        assert overrides(broker, "policy-subtracted") == {"cleanup.policy": ""}
 
 
 # -- dynamic broker configs (a broker of their own: they change every topic's defaults) ------
@@ -249,6 +265,39 @@ def test_static_only_broker_keys_and_bad_values_are_refused_as_kafka_does(tmp_pa
         assert "log.segment.bytes" in message
         assert describe_wire(broker, 4, "") == {}
         assert describe_wire(broker, 4, "1")["log.retention.ms"][:2] == (None, DEFAULT)
+
+
+def test_kafkas_reconfigurable_keys_oncelog_does_not_use_are_stored_and_described(tmp_path):
+    """librdkafka 0081 sets sasl.kerberos.min.time.before.relogin and expects NO_ERROR, as
+    Kafka gives for its reconfigurable keys; oncelog keeps them, says they have no effect,
+    and refuses what Kafka refuses of them."""
+    with EmbeddedBroker(tmp_path / "broker") as broker:
+        node = str(broker.broker.node_id)
+        [(_, code, message)] = wire_alter(broker, [(node, [("sasl.kerberos.min.time.before.relogin", 0, "60000")]),
+                                                   ], resource_type=4)
+        assert (code, message) == (ErrorCode.none, None)
+        [(_, code, message)] = wire_alter(broker, [("", [("num.io.threads", 0, "16")])], resource_type=4)
+        assert (code, message) == (ErrorCode.none, None)
+        refusals = [
+            ("", "sasl.kerberos.min.time.before.relogin", "60000",
+             ("Cannot update these configs at default cluster level, broker id must be specified: "
+              "Set(sasl.kerberos.min.time.before.relogin)")),
+            (node, "num.io.threads", "many",
+             (f"Invalid config value for resource ConfigResource(type=BROKER, name='{node}'): "
+              "Invalid value many for configuration num.io.threads: Not a number of type INT")),
+            (node, "ssl.keystore.location", "/elsewhere.jks",
+             ("These security configs can be dynamically updated only per-listener using the listener prefix: "
+              "Set(ssl.keystore.location)")),
+        ]
+        for name, key, value, expected in refusals:
+            [(_, code, message)] = wire_alter(broker, [(name, [(key, 0, value)])], resource_type=4)
+            assert (code, message) == (ErrorCode.invalid_request, expected)
+    with EmbeddedBroker(tmp_path / "broker") as broker:  # stored: a restart keeps them
+        described = describe_wire(broker, 4, str(broker.broker.node_id))
+        assert described["sasl.kerberos.min.time.before.relogin"][:3] == ("60000", DYNAMIC_BROKER, False)
+        assert described["num.io.threads"][:3] == ("16", DYNAMIC_DEFAULT, False)
+        assert describe_wire(broker, 4, "") == {"num.io.threads": ("16", DYNAMIC_DEFAULT, False,
+                                                                   [("num.io.threads", "16", DYNAMIC_DEFAULT)])}
 
 
 def test_append_to_the_cluster_default_starts_from_its_own_value_not_this_brokers(tmp_path):

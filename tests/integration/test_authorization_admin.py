@@ -305,7 +305,8 @@ def test_without_an_authorizer_every_supported_operation_is_authorized(shared_br
         "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
     assert {operation.name for operation in cluster.authorized_operations} == {
         "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}
-    assert {operation.name for operation in described.authorized_operations} == {"READ", "DELETE", "DESCRIBE"}
+    assert {operation.name for operation in described.authorized_operations} == {
+        "READ", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
     with WireClient.connect(shared_broker.bootstrap_servers) as client:
         answer = client.request(metadata_request([name], operations=True))
     assert answer.topics[0].topic_authorized_operations == NO_AUTHORIZER_OPERATIONS_BITS[TOPIC]

@@ -17,10 +17,17 @@ The keys that can change:
   allows; Apache Kafka keeps them static), `max.connections`, `max.connections.per.ip`
   and `max.connections.per.ip.overrides` (the next connection, as
   Kafka's SocketServer) and `log.cleaner.backoff.ms` (the cleaner's next pause, as
-  Kafka's LogCleaner).
-Any other key is INVALID_REQUEST, `Cannot update these configs dynamically: Set(...)`,
-and a bad value INVALID_REQUEST naming the resource and the key, as Kafka answers for
-broker resources.
+  Kafka's LogCleaner);
+- `UNUSED_KEYS`: Kafka's other reconfigurable broker keys (DynamicBrokerConfig's
+  AllDynamicConfigs) that name machinery oncelog does not have (thread pools, Kerberos,
+  metric reporters, tiered storage, ...): checked for their type, stored and described
+  ("not used by oncelog"), so that a tool that sets them gets Kafka's answer; the
+  listener-level ones only for one broker, as Kafka's per-broker configs.
+The keystores and truststores can only change per listener, as in Kafka (`These security
+configs can be dynamically updated only per-listener using the listener prefix`), which
+oncelog does not do at run time. Any other key is INVALID_REQUEST, `Cannot update these
+configs dynamically: Set(...)`, and a bad value INVALID_REQUEST naming the resource and
+the key, as Kafka answers for broker resources.
 
 This module is the domain: the layers as a value (`DynamicBrokerConfigs`), the checks,
 and the topic defaults a layering gives. Where the layers are kept is the broker's
@@ -29,7 +36,7 @@ and the topic defaults a layering gives. Where the layers are kept is the broker
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -50,7 +57,74 @@ TOPIC_DEFAULT_KEYS = frozenset(
 BROKER_LEVEL_KEYS = frozenset({"num.partitions", "default.replication.factor", "max.connections",
                                "max.connections.per.ip", "max.connections.per.ip.overrides",
                                "log.cleaner.backoff.ms"})
-DYNAMIC_KEYS = TOPIC_DEFAULT_KEYS | BROKER_LEVEL_KEYS
+
+
+def _kafka_number(type_name: str, low: int, high: int):
+    def parse(value: str) -> None:
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            raise ValueError(f"Not a number of type {type_name}")
+    return parse
+
+
+def _kafka_double(value: str) -> None:
+    try:
+        float(value.strip())
+    except ValueError:
+        raise ValueError("Not a number of type DOUBLE") from None
+
+
+def _kafka_boolean(value: str) -> None:
+    if value.strip().lower() not in ("true", "false"):
+        raise ValueError("Expected value to be either true or false")
+
+
+def _kafka_any(_value: str) -> None:  # STRING, CLASS (no class is loaded) and LIST
+    pass
+
+
+_SHORT, _INT, _LONG = (_kafka_number("SHORT", -2**15, 2**15 - 1), _kafka_number("INT", -2**31, 2**31 - 1),
+                       _kafka_number("LONG", -2**63, 2**63 - 1))
+# Kafka's reconfigurable listener-level keys oncelog does not use: per broker only.
+_UNUSED_LISTENER_KEYS: Mapping[str, Callable[[str], None]] = MappingProxyType({
+    "principal.builder.class": _kafka_any, "ssl.provider": _kafka_any, "ssl.keymanager.algorithm": _kafka_any,
+    "ssl.trustmanager.algorithm": _kafka_any, "ssl.secure.random.implementation": _kafka_any,
+    "ssl.engine.factory.class": _kafka_any, "sasl.kerberos.service.name": _kafka_any,
+    "sasl.kerberos.kinit.cmd": _kafka_any, "sasl.kerberos.ticket.renew.window.factor": _kafka_double,
+    "sasl.kerberos.ticket.renew.jitter": _kafka_double, "sasl.kerberos.min.time.before.relogin": _LONG,
+    "sasl.kerberos.principal.to.local.rules": _kafka_any, "sasl.login.refresh.window.factor": _kafka_double,
+    "sasl.login.refresh.window.jitter": _kafka_double, "sasl.login.refresh.min.period.seconds": _SHORT,
+    "sasl.login.refresh.buffer.seconds": _SHORT,
+})
+# Kafka's other reconfigurable broker keys oncelog does not use (cluster-wide or per broker).
+_UNUSED_CLUSTER_KEYS: Mapping[str, Callable[[str], None]] = MappingProxyType({
+    "max.connection.creation.rate": _INT, "num.network.threads": _INT, "num.io.threads": _INT,
+    "num.replica.fetchers": _INT, "num.recovery.threads.per.data.dir": _INT, "background.threads": _INT,
+    "log.cleaner.threads": _INT, "log.cleaner.io.max.bytes.per.second": _kafka_double,
+    "log.cleaner.io.buffer.size": _INT, "metric.reporters": _kafka_any,
+    "transaction.partition.verification.enable": _kafka_boolean, "config.providers": _kafka_any,
+    "log.preallocate": _kafka_boolean, "unclean.leader.election.enable": _kafka_boolean,
+    "log.local.retention.ms": _LONG, "log.local.retention.bytes": _LONG,
+    "log.message.timestamp.before.max.ms": _LONG, "log.message.timestamp.after.max.ms": _LONG,
+    "log.index.size.max.bytes": _INT, "log.segment.delete.delay.ms": _LONG, "log.roll.jitter.ms": _LONG,
+    "compression.type": _kafka_any, "compression.gzip.level": _INT, "compression.lz4.level": _INT,
+    "compression.zstd.level": _INT, "remote.log.index.file.cache.total.size.bytes": _LONG,
+    "remote.log.manager.copy.max.bytes.per.second": _LONG, "remote.log.manager.fetch.max.bytes.per.second": _LONG,
+    "remote.log.reader.threads": _INT, "remote.log.manager.copier.thread.pool.size": _INT,
+    "remote.log.manager.expiration.thread.pool.size": _INT, "remote.log.manager.follower.thread.pool.size": _INT,
+    "remote.fetch.max.wait.ms": _INT, "remote.list.offsets.request.timeout.ms": _LONG,
+})
+UNUSED_KEYS = frozenset(_UNUSED_LISTENER_KEYS) | frozenset(_UNUSED_CLUSTER_KEYS)
+# SslConfigs.RECONFIGURABLE_CONFIGS: Kafka changes these only with a listener prefix.
+PER_LISTENER_SECURITY_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates",
+})
+DYNAMIC_KEYS = TOPIC_DEFAULT_KEYS | BROKER_LEVEL_KEYS | UNUSED_KEYS
 
 CLUSTER_DEFAULT = ""  # the broker resource name of the cluster-wide default
 
@@ -103,18 +177,40 @@ def _strings(values: object) -> dict[str, str]:
 
 def topic_defaults(broker_keys: Mapping[str, str]) -> LogConfig:
     """The topic defaults a set of broker keys gives (raises ConfigError or
-    InvalidConfigError naming a bad key)."""
-    return LogConfig().with_overrides(BrokerConfig(broker_keys).log_defaults())
+    InvalidConfigError naming a bad key); the keys oncelog does not use play no part."""
+    read = {key: value for key, value in broker_keys.items() if key not in UNUSED_KEYS or key in SETTINGS}
+    return LogConfig().with_overrides(BrokerConfig(read).log_defaults())
 
 
 def check(resource_name: str, overrides: Mapping[str, str], layered: Mapping[str, str]) -> None:
     """Raise ConfigChangeError, as Kafka answers, unless `overrides` may become the
     dynamic config of broker resource `resource_name`; `layered`: the broker keys this
     broker would then run with (static, the cluster default, its own)."""
-    fixed = sorted(key for key in overrides if key not in DYNAMIC_KEYS)
+    fixed = sorted(key for key in overrides if key not in DYNAMIC_KEYS and key not in PER_LISTENER_SECURITY_KEYS)
     if fixed:
         raise ConfigChangeError(ErrorCode.invalid_request,
                                 f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+    security = sorted(key for key in overrides if key in PER_LISTENER_SECURITY_KEYS)
+    if security:
+        raise ConfigChangeError(ErrorCode.invalid_request,
+                                "These security configs can be dynamically updated only per-listener using the "
+                                f"listener prefix: Set({', '.join(security)})")
+    per_broker = sorted(key for key in overrides if key in _UNUSED_LISTENER_KEYS)
+    if resource_name == CLUSTER_DEFAULT and per_broker:
+        raise ConfigChangeError(ErrorCode.invalid_request,
+                                "Cannot update these configs at default cluster level, broker id must be "
+                                f"specified: Set({', '.join(per_broker)})")
+    for key, value in overrides.items():
+        parse = _UNUSED_LISTENER_KEYS.get(key) or _UNUSED_CLUSTER_KEYS.get(key)
+        try:
+            if parse is not None:
+                parse(value)
+        except ValueError as error:
+            raise ConfigChangeError(
+                ErrorCode.invalid_request,
+                f"Invalid config value for resource ConfigResource(type=BROKER, name='{resource_name}'): "
+                f"Invalid value {value} for configuration {key}: {error}",
+            ) from None
     try:
         topic_defaults(layered)  # BrokerConfig checks the broker-level keys on the way
     except (ConfigError, InvalidConfigError) as error:

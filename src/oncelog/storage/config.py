@@ -96,9 +96,8 @@ def _one_of(*choices: str) -> Callable[[str], str]:
 
 
 def _cleanup_policy(text: str) -> str:
+    """delete, compact, both, or (Kafka 4.2) none: infinite retention, nothing cleaned."""
     items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise ValueError("at least one of delete, compact is required")
     for item in items:
         if item not in (CLEANUP_DELETE, CLEANUP_COMPACT):
             raise ValueError(f"{item!r} is not one of delete, compact")

@@ -15,7 +15,9 @@
   value until set; the dynamic keys (oncelog.config.dynamic) are not read-only.
   Then the listener overrides set (`listener.name.<l>.<key>`, the listener in lower
   case, as Kafka names them; STATIC_BROKER_CONFIG), with the key they override as a
-  synonym (Kafka's brokerConfigSynonyms).
+  synonym (Kafka's brokerConfigSynonyms). Then Kafka's reconfigurable keys oncelog does
+  not use (`config.dynamic.UNUSED_KEYS`) where they were set dynamically, documented (v3+,
+  when asked) as having no effect here.
 - Sensitive keys (`config.is_sensitive`: Kafka's PASSWORD-typed keys, also behind a
   listener prefix) have a null value and `is_sensitive`, and so do their synonyms.
   The cluster default resource (empty name) lists the dynamic defaults only.
@@ -41,7 +43,7 @@ from collections.abc import Mapping
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.config.broker import SETTINGS, is_sensitive, overridden_key
-from oncelog.config.dynamic import DYNAMIC_KEYS
+from oncelog.config.dynamic import DYNAMIC_KEYS, UNUSED_KEYS
 from oncelog.config.groups import GROUP_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -86,6 +88,7 @@ _TOPIC_DEFAULTS = LogConfig().to_kafka_dict()
 _UNREAD_BROKER_DEFAULTS = {definition.broker_key: _TOPIC_DEFAULTS[name] for name, definition in TOPIC_CONFIGS.items()}
 
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
+UNUSED_DOCUMENTATION = "Not used by oncelog: stored and described, as Kafka's reconfigurable key, with no effect."
 _INT_KEYS = frozenset({"max.message.bytes", "index.interval.bytes", "segment.bytes", "num.partitions",
                        "node.id", "broker.id", "default.replication.factor", "socket.request.max.bytes",
                        "message.max.bytes", "log.index.interval.bytes", "max.connections"})
@@ -110,7 +113,8 @@ def _config_type(key: str, value: str | None) -> int:
 
 @api(32, "DescribeConfigs", range(1, 5))
 async def handle(ctx: RequestContext, request) -> object:
-    results = [await _describe(ctx, resource, request.include_synonyms)
+    documented = getattr(request, "include_documentation", False)  # v3+
+    results = [await _describe(ctx, resource, request.include_synonyms, documented)
                async for resource in ctx.paced(request.resources)]
     return ctx.response.make("DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
@@ -127,7 +131,7 @@ def _refusal(ctx: RequestContext, resource) -> tuple[ErrorCode, str] | None:
     return code, message
 
 
-async def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> object:
+async def _describe(ctx: RequestContext, resource, include_synonyms: bool, documented: bool) -> object:
     make = ctx.response.make
     broker = ctx.broker
     refusal = _refusal(ctx, resource)
@@ -163,6 +167,7 @@ async def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> ob
                 broker_value = next((layer[key] for _source, layer in layers if key in layer), _default(key))
                 entries.append((key, broker_value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
             entries += _listener_entries(broker, layers)
+            entries += _unused_entries(layers)
         else:  # the cluster-wide default: its dynamic keys only
             for key, default_value in sorted(_dynamic_layer(broker, "").items()):
                 entries.append((key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -191,7 +196,7 @@ async def _describe(ctx: RequestContext, resource, include_synonyms: bool) -> ob
                                 else v, source=s) for n, v, s in synonyms)
             if include_synonyms else (),
             config_type=_config_type(key, value),
-            documentation=None,
+            documentation=UNUSED_DOCUMENTATION if documented and key in UNUSED_KEYS and key not in SETTINGS else None,
         )
         for key, value, source, synonyms in entries
     )
@@ -219,6 +224,18 @@ def _listener_entries(broker, layers: list[tuple[int, Mapping[str, str]]]
     return entries
 
 
+def _unused_entries(layers: list[tuple[int, Mapping[str, str]]]
+                   ) -> list[tuple[str, str | None, int, list[tuple[str, str, int]]]]:
+    """Kafka's reconfigurable keys that oncelog stores but does not use, where set
+    dynamically (for this broker or as the cluster default)."""
+    entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
+    for key in sorted({key for source, layer in layers if source != STATIC_BROKER_CONFIG for key in layer}):
+        if key in UNUSED_KEYS and key not in SETTINGS:
+            synonyms = _synonyms(key, [key], layers)
+            entries.append((key, synonyms[0][1], synonyms[0][2], synonyms))
+    return entries
+
+
 def _default(broker_key: str) -> str | None:
     """A broker key's built-in default as Kafka reports it (None: Kafka has none)."""
     if broker_key in _NO_KAFKA_DEFAULT:
@@ -230,8 +247,7 @@ def _default(broker_key: str) -> str | None:
 
 
 def _dynamic_layer(broker, resource_name: str) -> Mapping[str, str]:
-    store = broker.dynamic_configs
-    return {} if store is None else store.current().of(resource_name)
+    return broker.dynamic_configs.current().of(resource_name)
 
 
 def _layers(broker) -> list[tuple[int, Mapping[str, str]]]:
