@@ -139,3 +139,23 @@ def test_only_an_operator_with_cluster_alter_gets_the_abort_button_and_it_fences
         page.close()
     with pytest.raises(KafkaException, match=r"(?i)fenced|epoch"):
         scene["producer"].commit_transaction(10)
+
+
+def get_records(url: str, user: str | None, topic: str) -> tuple[int, dict]:
+    headers = {} if user is None else {
+        "Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
+    request = urllib.request.Request(f"{url}/api/topics/{topic}/records", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_the_message_browser_needs_topic_read_as_a_fetch_of_the_records_would(scene):
+    assert get_records(scene["url"], None, "payments")[0] == 401
+    assert get_records(scene["url"], "alice", "payments") == (
+        403, {"error": "User:alice may not read topic 'payments' (needs Topic READ)"})  # DESCRIBE is not enough
+    status, page = get_records(scene["url"], "admin", "ledger")  # ledger-writer's transaction stays open
+    assert status == 200
+    assert [(r["value"]["text"], r["status"]) for r in page["records"]] == [("pending", "open")]

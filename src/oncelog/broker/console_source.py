@@ -16,7 +16,9 @@ partitions by Topic DESCRIBE (ListTransactions, DescribeTransactions); brokers, 
 counts and the coordinator's totals by Cluster DESCRIBE; the pipelines' reports by Topic
 READ on their topic (what reading them through Kafka needs). It also checks a SASL
 user's password (SCRAM or PLAIN) for the HTTP sign-in and aborts an open transaction for
-one who holds Cluster ALTER, as the coordinator aborts a timed-out one.
+one who holds Cluster ALTER, as the coordinator aborts a timed-out one. The message
+browser's records (oncelog.broker.console_records) are read on the loop too, for a
+principal with Topic READ.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from oncelog.broker.console_records import QueryError, RecordsQuery, records_json
 from oncelog.clock import now_ms
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.names import sink_marker_query
@@ -66,6 +69,8 @@ class ConsoleParts:
     acls: Callable[[], Acls | None] = lambda: None
     scram_lookup: Callable[[str, str], ScramCredential | None] = lambda _user, _mechanism: None
     plain_users: tuple[Mapping[str, str], ...] = ()
+    # The message browser: a partition's log here, None when this broker has no replica of it.
+    log_of: Callable[[str, int], PartitionLog | None] = lambda _topic, _partition: None
 
 
 def console_view(parts: ConsoleParts) -> ConsoleView:
@@ -262,6 +267,26 @@ class ConsoleSource:
     def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]:
         """(HTTP status, message) of aborting `transactional_id`'s open transaction."""
         return self._call(lambda: self._abort(principal, host, transactional_id))
+
+    def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of the message browser: the records the query string asks
+        of `topic`, with their fate, for a principal with Topic READ (what a Fetch of them
+        needs). The query is checked here, on the HTTP thread."""
+        try:
+            asked = RecordsQuery.parse(topic, query)
+        except QueryError as error:
+            return 400, {"error": str(error)}
+        return self._call(lambda: self._records(principal or ANONYMOUS, host, asked))
+
+    def _records(self, principal: str, host: str, query: RecordsQuery) -> tuple[int, dict[str, Any]]:
+        acls = self._parts.acls()
+        if acls is not None and not acls.authorizer.authorize(principal, host, AclOperation.READ,
+                                                              ResourceType.TOPIC, query.topic):
+            return 403, {"error": f"{principal} may not read topic {query.topic!r} (needs Topic READ)"}
+        log = self._parts.log_of(query.topic, query.partition)
+        if log is None:
+            return 404, {"error": f"this broker has no replica of {query.topic}-{query.partition}"}
+        return 200, records_json(log, query)
 
     def may_describe_cluster(self, principal: str, host: str) -> bool:
         """What /metrics needs of a principal when it requires credentials (it names every

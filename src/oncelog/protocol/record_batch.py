@@ -396,8 +396,12 @@ def iter_records(buffer: bytes | bytearray | memoryview, header: BatchHeader) ->
     """The records of one uncompressed batch; raises on a compressed or malformed one."""
     if header.compression_id != Compression.NONE:
         raise CorruptRecordError(f"cannot decode a batch with compression codec {header.compression_id} here")
-    data = memoryview(buffer)[header.position : header.position + header.size]
-    position = HEADER_SIZE
+    return parse_records(memoryview(buffer)[header.position : header.position + header.size], HEADER_SIZE, header)
+
+
+def parse_records(data: memoryview, position: int, header: BatchHeader) -> list[DecodedRecord]:
+    """The `header.record_count` records of a batch from `position` of `data`: the batch
+    itself after its header, or its payload once decompressed (oncelog.protocol.compression)."""
     records = []
     for _ in range(header.record_count):
         length, position = _read_varint(data, position)

@@ -76,11 +76,12 @@ class TransactionIndex:
 
     def collect(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""
-        found = []
-        for entry in self.entries[bisect_left(self._last_offsets, start_offset):]:
-            if entry.first_offset < end_offset:
-                found.append((entry.producer_id, entry.first_offset))
-        return found
+        return [(entry.producer_id, entry.first_offset) for entry in self.overlapping(start_offset, end_offset)]
+
+    def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, end), in marker order."""
+        return [entry for entry in self.entries[bisect_left(self._last_offsets, start_offset):]
+                if entry.first_offset < end_offset]
 
     def truncate_to(self, end_offset: int) -> None:
         """Forget aborts whose marker is at or after `end_offset` (log truncation)."""

@@ -16,6 +16,9 @@ with the broker's authorizer). Without an authorizer nobody signs in and everyth
 shown, as before. `/metrics` needs credentials when `http.metrics.require.auth` is true
 (and, with an authorizer, Cluster DESCRIBE).
 
+`GET /api/topics/{topic}/records` is the message browser (one partition's records with
+their fate, for a principal with Topic READ; oncelog.broker.console_records).
+
 Read-only, but for one action when the broker has an authorizer: a principal that holds
 Cluster ALTER may abort an open transaction: `POST /api/transactions/abort` with
 `{"transactional_id": ...}`. That POST must carry the `X-Oncelog-Console` header, which a
@@ -31,6 +34,7 @@ import json
 import logging
 import math
 import mimetypes
+import re
 from importlib import resources
 from typing import Any, Protocol
 
@@ -56,6 +60,8 @@ class ConsoleBackend(Protocol):
     def may_abort(self, principal: str, host: str) -> bool: ...
     def may_describe_cluster(self, principal: str, host: str) -> bool: ...
     def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]: ...
+    # The message browser: (HTTP status, JSON) for one topic and the request's query string.
+    def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]: ...
 
 
 _STATIC = resources.files("oncelog.web") / "static"
@@ -65,6 +71,8 @@ _SECURITY_HEADERS = (
     ("Referrer-Policy", "no-referrer"),
 )
 _API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/transactions/abort": "POST"}
+# GET /api/topics/{topic}/records: a topic name as Kafka allows it (up to 249 of [a-zA-Z0-9._-]).
+_RECORDS_ROUTE = re.compile(r"/api/topics/([a-zA-Z0-9._-]{1,249})/records")
 
 
 class ConsoleApp:
@@ -89,8 +97,8 @@ class ConsoleApp:
 
     def _route(self, request: HttpRequest) -> HttpResponse:
         method, path = request.method, request.path
-        if path in _API_ROUTES:
-            allowed = _API_ROUTES[path]
+        if path in _API_ROUTES or _RECORDS_ROUTE.fullmatch(path):
+            allowed = _API_ROUTES.get(path, "GET")
             if method != allowed and not (allowed == "GET" and method == "HEAD"):
                 return _answer(405, b"method not allowed\n", "text/plain", [("Allow", allowed)])
             return self._api(request)
@@ -114,6 +122,10 @@ class ConsoleApp:
             if sign_in.principal is None:
                 return self._refused(sign_in, request, realm="oncelog console")
             principal = sign_in.principal
+        records = _RECORDS_ROUTE.fullmatch(request.path)
+        if records is not None:  # for everyone who may read the topic (no authorizer: everyone)
+            status, answer = self._console.records(principal, host, records.group(1), request.query)
+            return _json(status, answer)
         if request.path == "/api/console":
             view = self._console.view(principal, host)
             view["actions"] = {"sign_in": self._console.sign_in_enabled}

@@ -1,0 +1,139 @@
+"""The console's message browser: `GET /api/topics/{topic}/records`, read on the loop.
+
+What is asked (`RecordsQuery`, parsed from the query string on the HTTP thread, every
+number bounded) picks a partition, where to start (`offset`, `timestamp`, or `offset=-1`:
+the last `limit` records below the end) and what a consumer of which isolation sees.
+`records_json` reads it (oncelog.storage.browse) and gives the JSON: per record `offset`,
+`timestamp`, `key` and `value` (`{"base64": ..., "text": ...}`, text when the bytes are
+UTF-8, cut at `MAX_FIELD_BYTES` with `truncated` and the whole `size`), `headers`,
+`producer_id`, `producer_epoch`, `status` (`committed`, `aborted`, `open`, `none`),
+`marker_offset` (the transaction's marker, null when unknown or none), and for a marker
+`control: true` with `marker` (`commit` or `abort`).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from oncelog.protocol.record_batch import ControlType
+from oncelog.storage.browse import MAX_RECORDS, Browsed, BrowsedRecord, browse
+from oncelog.storage.log import PartitionLog
+
+DEFAULT_LIMIT = 100
+MAX_FIELD_BYTES = 64 * 1024  # of a key, value or header value in the answer
+MAX_QUERY_BYTES = 1024
+_ISOLATIONS = {"read_uncommitted": False, "read_committed": True}
+
+
+class QueryError(ValueError):
+    """A query the browser cannot answer: 400 with this text."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsQuery:
+    topic: str
+    partition: int
+    offset: int | None  # None: by `timestamp`; -1: the last `limit` records
+    timestamp: int | None
+    limit: int
+    read_committed: bool
+
+    @classmethod
+    def parse(cls, topic: str, query: str) -> RecordsQuery:
+        if len(query) > MAX_QUERY_BYTES:
+            raise QueryError("the query is too long")
+        try:
+            values = parse_qs(query, strict_parsing=bool(query), max_num_fields=8)
+        except ValueError:
+            raise QueryError("a malformed query string") from None
+        unknown = sorted(set(values) - {"partition", "offset", "timestamp", "limit", "isolation"})
+        if unknown:
+            raise QueryError(f"unknown parameter {unknown[0]!r}")
+        if "offset" in values and "timestamp" in values:
+            raise QueryError("offset and timestamp exclude each other")
+        isolation = _one(values, "isolation", "read_uncommitted")
+        if isolation not in _ISOLATIONS:
+            raise QueryError("isolation is read_uncommitted or read_committed")
+        timestamp = _number(values, "timestamp", None, 0, 2**63 - 1)
+        return cls(topic, _number(values, "partition", 0, 0, 2**31 - 1) or 0,
+                   None if timestamp is not None else _number(values, "offset", 0, -1, 2**63 - 1),
+                   timestamp, _number(values, "limit", DEFAULT_LIMIT, 1, MAX_RECORDS) or DEFAULT_LIMIT,
+                   _ISOLATIONS[isolation])
+
+
+def _one(values: dict[str, list[str]], name: str, default: str) -> str:
+    given = values.get(name)
+    if not given:
+        return default
+    if len(given) > 1:
+        raise QueryError(f"{name} is given twice")
+    return given[0]
+
+
+def _number(values: dict[str, list[str]], name: str, default: int | None, low: int, high: int) -> int | None:
+    text = _one(values, name, "")
+    if not text:
+        return default
+    try:
+        number = int(text)
+    except ValueError:
+        raise QueryError(f"{name} must be a number") from None
+    if not low <= number <= high:
+        raise QueryError(f"{name} must be between {low} and {high}")
+    return number
+
+
+def records_json(log: PartitionLog, query: RecordsQuery) -> dict[str, Any]:
+    """The records `query` asks of `log` (on the loop)."""
+    offset = query.offset
+    if query.timestamp is not None:
+        found = log.offset_for_timestamp(query.timestamp)
+        offset = found[0] if found is not None else log.high_watermark
+    elif offset == -1:
+        end = log.last_stable_offset if query.read_committed else log.high_watermark
+        offset = max(end - query.limit, log.log_start_offset)
+    assert offset is not None
+    browsed = browse(log, offset, query.limit, read_committed=query.read_committed)
+    return _as_json(query, browsed)
+
+
+def _as_json(query: RecordsQuery, browsed: Browsed) -> dict[str, Any]:
+    return {
+        "topic": query.topic, "partition": query.partition,
+        "isolation": "read_committed" if query.read_committed else "read_uncommitted",
+        "log_start_offset": browsed.log_start_offset, "high_watermark": browsed.high_watermark,
+        "last_stable_offset": browsed.last_stable_offset, "next_offset": browsed.next_offset,
+        "records": [_record(record) for record in browsed.records],
+    }
+
+
+def _record(record: BrowsedRecord) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "offset": record.offset, "timestamp": record.timestamp,
+        "key": _bytes(record.key), "value": _bytes(record.value),
+        "headers": [{"key": key, "value": _bytes(value)} for key, value in record.headers],
+        "producer_id": record.producer_id, "producer_epoch": record.producer_epoch,
+        "status": record.fate.value, "marker_offset": record.marker_offset,
+    }
+    if record.control is not None:
+        answer["control"] = True
+        answer["marker"] = "commit" if record.control is ControlType.COMMIT else "abort"
+    return answer
+
+
+def _bytes(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    shown = data[:MAX_FIELD_BYTES]
+    answer: dict[str, Any] = {"base64": base64.b64encode(shown).decode()}
+    try:
+        answer["text"] = shown.decode()
+    except UnicodeDecodeError:
+        pass
+    if len(shown) < len(data):
+        answer["truncated"] = True
+        answer["size"] = len(data)
+    return answer
