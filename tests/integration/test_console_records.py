@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog import EmbeddedBroker
 from oncelog.storage import browse
+from tests.support.browser import chromium
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,38 @@ def test_past_what_a_page_reads_the_fate_comes_from_the_index_the_producer_state
         [record] = page["records"]
         found[offset] = (record["status"], record["marker_offset"])
     assert found == {2: ("committed", 4), 5: ("aborted", 7), 9: ("open", None)}
+
+
+def test_the_page_draws_each_records_fate_and_what_a_read_committed_consumer_sees(browsed):
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(browsed["url"] + "/")
+        page.wait_for_selector("body[data-loaded]", state="attached", timeout=15_000)
+
+        def shown(isolation: str, format_: str = "text") -> list[tuple[str, str, str]]:
+            drawn = page.get_attribute("#records", "data-shown") or "0"
+            page.fill("#records-topic", "ledger")
+            page.select_option("#records-isolation", isolation)
+            page.select_option("#records-format", format_)
+            page.click("#records-form button[type=submit]")
+            page.wait_for_selector(f"#records[data-shown='{int(drawn) + 1}']", state="attached", timeout=10_000)
+            return [(row.get_attribute("data-offset") or "", row.get_attribute("data-status") or "",
+                     row.locator("td").nth(5).inner_text())
+                    for row in page.locator("#records tbody tr").all()]
+
+        uncommitted = shown("read_uncommitted")
+        assert [(offset, status) for offset, status, _text in uncommitted] == [
+            ("0", "none"), ("1", "none"), ("2", "committed"), ("3", "committed"), ("4", "committed"),
+            ("5", "aborted"), ("6", "aborted"), ("7", "aborted"), ("8", "none"), ("9", "open"), ("10", "open")]
+        assert [text for _offset, _status, text in uncommitted][3:6] == ["committed", "commit marker", "aborted"]
+        assert [offset for offset, _status, _text in shown("read_committed")] == ["0", "1", "2", "3", "4", "7", "8"]
+        assert page.locator("#records tbody tr[data-offset='8'] td").nth(3).inner_text() == "ff fe 62 69 6e 61 72 79"
+        shown("read_uncommitted", "hex")
+        assert page.locator("#records tbody tr[data-offset='0'] td").nth(3).inner_text() == "70 6c 61 69 6e 2d 30"
+        page.close()
+    assert errors == []
 
 
 def test_a_decided_transaction_turns_from_open_to_committed_with_its_marker(browsed):

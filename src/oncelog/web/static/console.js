@@ -329,9 +329,13 @@ function clearView() {
   latest = null;
   document.getElementById("identity").textContent = "sign in to see this broker";
   document.getElementById("summary").replaceChildren();
-  for (const [id, columns] of [["transactions", 8], ["partitions", 11], ["groups", 7], ["brokers", 6]]) {
+  for (const [id, columns] of [["transactions", 8], ["partitions", 11], ["groups", 7], ["brokers", 6], ["records", 8]]) {
     fillTable(id, [], "Sign in to see this broker.", columns);
   }
+  document.getElementById("records-note").textContent = "";
+  document.getElementById("records-topics").replaceChildren();
+  document.getElementById("records-next").disabled = true;
+  recordsNext = null;
   document.getElementById("cluster").hidden = true;
   document.getElementById("pipelines").replaceChildren();
   document.getElementById("lso-chart-empty").hidden = false;
@@ -361,6 +365,79 @@ async function abortTransaction(transactionalId) {
   showResult(response.ok ? answer.message : `Not aborted: ${answer.error}`, !response.ok);
 }
 
+// -- the message browser: one partition's records with their fate (GET /api/topics/{topic}/records) --
+
+const RECORDS_LIMIT = 100;
+const FATE_FLAGS = { committed: "ok", aborted: "bad", open: "warn" };
+let recordsNext = null; // the next page's offset, once a page is shown
+
+function hex(base64) {
+  return Array.from(atob(base64), (c) => c.charCodeAt(0).toString(16).padStart(2, "0")).join(" ");
+}
+
+// A key, value or header value as the format asks: text (hex when it is not UTF-8), JSON
+// (pretty when it parses), or hex.
+function payload(field, format) {
+  if (field === null) return "null";
+  const cut = field.truncated ? ` … (${count(field.size)} bytes)` : "";
+  if (format === "hex" || field.text === undefined) return hex(field.base64) + cut;
+  if (format === "json") {
+    try {
+      return JSON.stringify(JSON.parse(field.text), null, 2) + cut;
+    } catch (_error) {
+      return field.text + cut;
+    }
+  }
+  return field.text + cut;
+}
+
+function recordRow(r, format) {
+  const status = r.control ? flag(`${r.marker} marker`, FATE_FLAGS[r.status]) : FATE_FLAGS[r.status]
+    ? flag(r.status, FATE_FLAGS[r.status]) : r.status;
+  const headers = r.headers.map((h) => `${h.key}=${payload(h.value, format)}`).join("\n");
+  return el("tr", { class: r.control ? "marker" : null, "data-status": r.status, "data-offset": r.offset },
+    cell(r.offset, true), cell(new Date(r.timestamp).toISOString()),
+    el("td", { class: "payload" }, r.control ? "" : payload(r.key, format)),
+    el("td", { class: "payload" }, r.control ? "" : payload(r.value, format)),
+    el("td", { class: "payload" }, headers), el("td", null, status),
+    cell(r.producer_id < 0 ? "–" : `${r.producer_id} / ${r.producer_epoch}`, true),
+    cell(r.marker_offset === null ? "–" : r.marker_offset, true));
+}
+
+async function showRecords(offset) {
+  const topic = document.getElementById("records-topic").value.trim();
+  const note = document.getElementById("records-note");
+  const params = new URLSearchParams({
+    partition: document.getElementById("records-partition").value || "0",
+    offset: String(offset), limit: String(RECORDS_LIMIT),
+    isolation: document.getElementById("records-isolation").value,
+  });
+  const response = await fetch(`/api/topics/${encodeURIComponent(topic)}/records?${params}`,
+    { cache: "no-store", headers: apiHeaders() });
+  const answer = await response.json().catch(() => ({}));
+  const next = document.getElementById("records-next");
+  if (!response.ok) {
+    recordsNext = null;
+    next.disabled = true;
+    note.textContent = answer.error || `${response.status} ${response.statusText}`;
+    fillTable("records", [], "No records.", 8);
+    return;
+  }
+  const format = document.getElementById("records-format").value;
+  fillTable("records", answer.records.map((r) => recordRow(r, format)), "No records from this offset.", 8);
+  note.textContent = `${answer.isolation}: log start ${count(answer.log_start_offset)}, ` +
+    `last stable offset ${count(answer.last_stable_offset)}, high watermark ${count(answer.high_watermark)}`;
+  const end = answer.isolation === "read_committed" ? answer.last_stable_offset : answer.high_watermark;
+  recordsNext = answer.next_offset < end ? answer.next_offset : null;
+  next.disabled = recordsNext === null;
+  document.getElementById("records").dataset.shown = String(Number(document.getElementById("records").dataset.shown || 0) + 1);
+}
+
+function renderRecordTopics(data) {
+  const topics = [...new Set(data.partitions.map((p) => p.topic))].filter(shown).sort();
+  document.getElementById("records-topics").replaceChildren(...topics.map((topic) => el("option", { value: topic })));
+}
+
 function render(data) {
   latest = data;
   renderSignIn(data);
@@ -373,6 +450,7 @@ function render(data) {
   renderGroups(data);
   renderBrokers(data);
   renderPipelines(data);
+  renderRecordTopics(data);
 }
 
 function refreshNow() {
@@ -412,5 +490,12 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
   document.getElementById("sign-in").addEventListener("submit", signIn);
   document.getElementById("sign-out").addEventListener("click", signOut);
+  document.getElementById("records-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    showRecords(document.getElementById("records-offset").value || "0");
+  });
+  document.getElementById("records-next").addEventListener("click", () => {
+    if (recordsNext !== null) showRecords(recordsNext);
+  });
   refresh();
 });
