@@ -115,6 +115,21 @@ def test_a_page_starts_where_asked_and_the_last_page_ends_at_the_high_watermark(
     assert [r["offset"] for r in by_time["records"]] == [0]
 
 
+def test_a_search_by_key_or_by_a_substring_of_the_value_returns_only_what_it_finds(browsed):
+    _, by_key = get(browsed, "/api/topics/ledger/records?key=k")
+    assert [r["offset"] for r in by_key["records"]] == [0, 1]
+    _, by_value = get(browsed, "/api/topics/ledger/records?contains=abort-")
+    assert [(r["offset"], r["status"], r["marker_offset"]) for r in by_value["records"]] == [
+        (5, "aborted", 7), (6, "aborted", 7)]
+    assert by_value["next_offset"] == 11  # the whole partition was searched
+    _, committed = get(browsed, "/api/topics/ledger/records?contains=abort-&isolation=read_committed")
+    assert committed["records"] == []
+    _, both = get(browsed, "/api/topics/ledger/records?key=k&contains=-1")
+    assert [r["offset"] for r in both["records"]] == [1]
+    _, paged = get(browsed, "/api/topics/ledger/records?contains=-&limit=3")
+    assert ([r["offset"] for r in paged["records"]], paged["next_offset"]) == ([0, 1, 2], 3)
+
+
 def test_past_what_a_page_reads_the_fate_comes_from_the_index_the_producer_state_and_a_marker_scan(
         browsed, monkeypatch):
     monkeypatch.setattr(browse, "MAX_READ_BYTES", 1)  # each read: the one batch asked for

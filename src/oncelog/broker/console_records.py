@@ -2,7 +2,9 @@
 
 What is asked (`RecordsQuery`, parsed from the query string on the HTTP thread, every
 number bounded) picks a partition, where to start (`offset`, `timestamp`, or `offset=-1`:
-the last `limit` records below the end) and what a consumer of which isolation sees.
+the last `limit` records below the end), what a consumer of which isolation sees, and
+maybe a search: `key` (records with that key) and `contains` (records whose value holds
+that text), over at most `storage.browse.SEARCH_BYTES` of the log per call.
 `records_json` reads it (oncelog.storage.browse) and gives the JSON: per record `offset`,
 `timestamp`, `key` and `value` (`{"base64": ..., "text": ...}`, text when the bytes are
 UTF-8, cut at `MAX_FIELD_BYTES` with `truncated` and the whole `size`), `headers`,
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from oncelog.protocol.record_batch import ControlType
+from oncelog.protocol.record_batch import ControlType, DecodedRecord
 from oncelog.storage.browse import MAX_RECORDS, Browsed, BrowsedRecord, browse
 from oncelog.storage.log import PartitionLog
 
@@ -40,6 +42,8 @@ class RecordsQuery:
     timestamp: int | None
     limit: int
     read_committed: bool
+    key: bytes | None = None  # search: records with this key
+    contains: bytes | None = None  # search: records whose value holds these bytes
 
     @classmethod
     def parse(cls, topic: str, query: str) -> RecordsQuery:
@@ -49,7 +53,7 @@ class RecordsQuery:
             values = parse_qs(query, strict_parsing=bool(query), max_num_fields=8)
         except ValueError:
             raise QueryError("a malformed query string") from None
-        unknown = sorted(set(values) - {"partition", "offset", "timestamp", "limit", "isolation"})
+        unknown = sorted(set(values) - {"partition", "offset", "timestamp", "limit", "isolation", "key", "contains"})
         if unknown:
             raise QueryError(f"unknown parameter {unknown[0]!r}")
         if "offset" in values and "timestamp" in values:
@@ -58,10 +62,16 @@ class RecordsQuery:
         if isolation not in _ISOLATIONS:
             raise QueryError("isolation is read_uncommitted or read_committed")
         timestamp = _number(values, "timestamp", None, 0, 2**63 - 1)
+        key, contains = _one(values, "key", ""), _one(values, "contains", "")
         return cls(topic, _number(values, "partition", 0, 0, 2**31 - 1) or 0,
                    None if timestamp is not None else _number(values, "offset", 0, -1, 2**63 - 1),
                    timestamp, _number(values, "limit", DEFAULT_LIMIT, 1, MAX_RECORDS) or DEFAULT_LIMIT,
-                   _ISOLATIONS[isolation])
+                   _ISOLATIONS[isolation], key.encode() if key else None, contains.encode() if contains else None)
+
+    def matches(self, record: DecodedRecord) -> bool:
+        """Whether a search takes `record` (both, when both are given)."""
+        return ((self.key is None or record.key == self.key)
+                and (self.contains is None or (record.value is not None and self.contains in record.value)))
 
 
 def _one(values: dict[str, list[str]], name: str, default: str) -> str:
@@ -96,7 +106,9 @@ def records_json(log: PartitionLog, query: RecordsQuery) -> dict[str, Any]:
         end = log.last_stable_offset if query.read_committed else log.high_watermark
         offset = max(end - query.limit, log.log_start_offset)
     assert offset is not None
-    browsed = browse(log, offset, query.limit, read_committed=query.read_committed)
+    searching = query.key is not None or query.contains is not None
+    browsed = browse(log, offset, query.limit, read_committed=query.read_committed,
+                     match=query.matches if searching else None)
     return _as_json(query, browsed)
 
 

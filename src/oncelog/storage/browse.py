@@ -20,11 +20,13 @@ only a committed batch's marker offset needs a further scan of batch headers, bo
 `MARKER_SCAN_BYTES` (left unknown past it).
 
 Bounds, whatever is asked: at most `MAX_RECORDS` records and `MAX_READ_BYTES` of batches
-per call (a first batch larger than that is read whole, as a Fetch reads it).
+per call (a first batch larger than that is read whole, as a Fetch reads it); a search (a
+`match` on key or value) reads on up to `SEARCH_BYTES` and gives the offset it stopped at.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -45,6 +47,7 @@ from oncelog.storage.log import PartitionLog
 MAX_RECORDS = 1000
 MAX_READ_BYTES = 4 * 1024 * 1024
 MARKER_SCAN_BYTES = 16 * 1024 * 1024
+SEARCH_BYTES = 64 * 1024 * 1024  # a search reads this much at most per call, then says where it stopped
 
 
 class Fate(Enum):
@@ -77,35 +80,43 @@ class Browsed:
     last_stable_offset: int
 
 
-def browse(log: PartitionLog, offset: int, limit: int, *, read_committed: bool = False) -> Browsed:
+def browse(log: PartitionLog, offset: int, limit: int, *, read_committed: bool = False,
+           match: Callable[[DecodedRecord], bool] | None = None) -> Browsed:
     """Up to `limit` records (and markers) of `log` from `offset` (the log start when
     below it), below the high watermark (`read_committed`: below the last stable offset,
-    without the aborted records, as a read_committed consumer sees them)."""
+    without the aborted records, as a read_committed consumer sees them). With `match` (a
+    search) only the records it takes, and no markers, reading on up to `SEARCH_BYTES`."""
     limit = max(1, min(limit, MAX_RECORDS))
     start = max(offset, log.log_start_offset)
     bound = log.last_stable_offset if read_committed else log.high_watermark
+    budget = MAX_READ_BYTES if match is None else SEARCH_BYTES
     picked: list[tuple[BatchHeader, DecodedRecord | None, ControlType | None]] = []
-    next_offset = start
-    data = b""
-    if start < bound:
-        data = log.read(start, MAX_READ_BYTES, upper_bound=bound).records
     markers: dict[int, list[tuple[int, ControlType]]] = {}  # producer id -> its markers read, in order
-    read_end = start
-    for header in parse_batches(data):
-        read_end = header.next_offset
-        if header.is_control:
-            marker = _marker_kind(data, header)
-            markers.setdefault(header.producer_id, []).append((header.base_offset, marker))
-            if len(picked) < limit and header.base_offset >= start:
-                picked.append((header, None, marker))
-                next_offset = header.next_offset
-            continue
-        if len(picked) >= limit:
-            continue  # read on for the markers of what was picked
-        for decoded in _records(data, header):
-            if decoded.offset >= start and len(picked) < limit:
-                picked.append((header, decoded, None))
-                next_offset = decoded.offset + 1
+    position, next_offset, read = start, start, 0
+    while position < bound and read < budget and len(picked) < limit:
+        data = log.read(position, min(MAX_READ_BYTES, budget - read), upper_bound=bound).records
+        if not data:
+            break
+        read += len(data)
+        for header in parse_batches(data):
+            position = header.next_offset
+            if header.is_control:
+                marker = _marker_kind(data, header)
+                markers.setdefault(header.producer_id, []).append((header.base_offset, marker))
+                if match is None and len(picked) < limit and header.base_offset >= start:
+                    picked.append((header, None, marker))
+                    next_offset = header.next_offset
+                continue
+            if len(picked) >= limit:
+                continue  # read on for the markers of what was picked
+            for decoded in _records(data, header):
+                if decoded.offset >= start and len(picked) < limit:
+                    if match is None or match(decoded):
+                        picked.append((header, decoded, None))
+                    next_offset = decoded.offset + 1
+    if len(picked) < limit:
+        next_offset = max(next_offset, position)  # all that was read was looked at
+    read_end = position
     fates = _Fates(log, markers, read_end)
     records = []
     for header, record, kind in picked:

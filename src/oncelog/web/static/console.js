@@ -412,6 +412,10 @@ async function showRecords(offset) {
     offset: String(offset), limit: String(RECORDS_LIMIT),
     isolation: document.getElementById("records-isolation").value,
   });
+  for (const [name, id] of [["key", "records-key"], ["contains", "records-contains"]]) {
+    const value = document.getElementById(id).value;
+    if (value) params.set(name, value); // a search: the records it finds, over a bounded part of the log
+  }
   const response = await fetch(`/api/topics/${encodeURIComponent(topic)}/records?${params}`,
     { cache: "no-store", headers: apiHeaders() });
   const answer = await response.json().catch(() => ({}));
