@@ -15,7 +15,11 @@ import urllib.request
 
 import pytest
 from confluent_kafka import KafkaException, Producer
+from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import f64
 
+from oncelog.client.wire import Cluster
 from oncelog.security.acl import AclOperation, ResourceType
 from tests.support.browser import chromium
 from tests.support.secured import secured_broker
@@ -43,7 +47,7 @@ def scene(tmp_path_factory):
         broker.allow("alice", ResourceType.TRANSACTIONAL_ID, "stuck-payments", AclOperation.DESCRIBE)
         host, port = broker.running.broker.http.address
         with chromium() as browser:
-            yield {"url": f"http://{host}:{port}", "browser": browser, "producer": producer}
+            yield {"url": f"http://{host}:{port}", "browser": browser, "producer": producer, "broker": broker}
 
 
 def post_abort(url: str, user: str | None, *, console_header: bool = True) -> tuple[int, dict]:
@@ -159,3 +163,41 @@ def test_the_message_browser_needs_topic_read_as_a_fetch_of_the_records_would(sc
     status, page = get_records(scene["url"], "admin", "ledger")  # ledger-writer's transaction stays open
     assert status == 200
     assert [(r["value"]["text"], r["status"]) for r in page["records"]] == [("pending", "open")]
+
+
+def get_security(url: str, user: str | None) -> tuple[int, dict]:
+    headers = {} if user is None else {
+        "Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
+    request = urllib.request.Request(f"{url}/api/security", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_the_acls_and_quotas_are_shown_read_only_to_whom_describe_acls_and_quotas_would_answer(scene):
+    properties = {key: str(value) for key, value in scene["broker"].client("admin").items()}
+    request = AlterClientQuotasRequest(entries=(EntryData(
+        entity=(EntityData(entity_type="user", entity_name="bob"),),
+        ops=(OpData(key="producer_byte_rate", value=f64(1024.0), remove=False),)),), validate_only=False)
+    with Cluster(properties.pop("bootstrap.servers"), properties=properties) as cluster:
+        assert [entry.error_code for entry in cluster.request(request).entries] == [ErrorCode.none]
+    assert get_security(scene["url"], "alice") == (
+        403, {"error": "User:alice may not describe ACLs or quotas (needs Cluster DESCRIBE or DESCRIBE_CONFIGS)"})
+    status, answer = get_security(scene["url"], "admin")
+    assert status == 200 and answer["authorizer"] is True
+    assert {"resource_type": "TOPIC", "name": "payments", "pattern_type": "LITERAL", "principal": "User:alice",
+            "host": "*", "operation": "DESCRIBE", "permission": "ALLOW"} in answer["acls"]
+    assert answer["quotas"] == [{"entity": [{"type": "user", "name": "bob"}], "values": {"producer_byte_rate": 1024.0}}]
+
+    page = scene["browser"].new_page()
+    page.goto(scene["url"] + "/")
+    sign_in(page, "admin", "admin-secret")
+    page.click("#security summary")
+    page.wait_for_selector("#security[data-loaded]", state="attached", timeout=10_000)
+    page.fill("#acls-filter", "alice topic")  # every word: the transactional id's ACL is left out
+    assert [row.inner_text().split("\t")[:4] for row in page.locator("#acls tbody tr").all()] == [
+        ["TOPIC", "payments", "LITERAL", "User:alice"]]
+    assert page.locator("#quotas tbody tr").inner_text().split("\t") == ["user=bob", "producer_byte_rate=1024"]
+    page.close()

@@ -243,7 +243,8 @@ class Broker:
             self.config["min.insync.replicas"],
             self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
             acls=lambda: self.acls, scram_lookup=self.scram_credentials.lookup,
-            plain_users=plain_users(self.config), log_of=self.logs.partition)
+            plain_users=plain_users(self.config), log_of=self.logs.partition,
+            client_quotas=self.client_quotas.current)
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from oncelog.broker.console_records import QueryError, RecordsQuery, records_json
 from oncelog.clock import now_ms
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
+from oncelog.kernel.quotas import QuotaConfigs, QuotaEntity, entity_text
 from oncelog.names import sink_marker_query
 from oncelog.protocol.messages import ErrorCode
-from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from oncelog.security.acl import CLUSTER_NAME, AclBinding, AclBindingFilter, AclOperation, ResourceType
 from oncelog.security.passwords import password_matches
 from oncelog.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
 from oncelog.web.history import LagHistory
@@ -51,6 +52,7 @@ _T = TypeVar("_T")
 VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this time
 ANONYMOUS = "User:ANONYMOUS"  # whom a view asked for without a principal is cut for, with an authorizer
 _PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
+MAX_SECURITY_ROWS = 10_000  # ACLs and quota entities per answer (`acls_total` counts them all)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class ConsoleParts:
     plain_users: tuple[Mapping[str, str], ...] = ()
     # The message browser: a partition's log here, None when this broker has no replica of it.
     log_of: Callable[[str, int], PartitionLog | None] = lambda _topic, _partition: None
+    # The security views: the stored client quotas.
+    client_quotas: Callable[[], QuotaConfigs] = dict
 
 
 def console_view(parts: ConsoleParts) -> ConsoleView:
@@ -288,12 +292,37 @@ class ConsoleSource:
             return 404, {"error": f"this broker has no replica of {query.topic}-{query.partition}"}
         return 200, records_json(log, query)
 
+    def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of the security views: the ACLs (as DescribeAcls gives them, to
+        a principal with Cluster DESCRIBE) and the client quotas (as DescribeClientQuotas, to
+        one with Cluster DESCRIBE_CONFIGS); without an authorizer no ACLs, every quota."""
+        return self._call(lambda: self._security(principal or ANONYMOUS, host))
+
+    def _security(self, principal: str, host: str) -> tuple[int, dict[str, Any]]:
+        acls = self._parts.acls()
+        may_acls = acls is not None and self._may(principal, host, AclOperation.DESCRIBE)
+        may_quotas = self._may(principal, host, AclOperation.DESCRIBE_CONFIGS)
+        if acls is not None and not (may_acls or may_quotas):
+            return 403, {"error": f"{principal} may not describe ACLs or quotas "
+                                  "(needs Cluster DESCRIBE or DESCRIBE_CONFIGS)"}
+        bindings = acls.describe(AclBindingFilter()) if acls is not None and may_acls else []
+        shown = bindings[:MAX_SECURITY_ROWS]
+        return 200, {
+            "authorizer": acls is not None,
+            "acls": [_acl_json(binding) for binding in shown] if may_acls else None,
+            "acls_total": len(bindings),
+            "quotas": [_quota_json(entity, values) for entity, values in
+                       sorted(self._parts.client_quotas().items(), key=lambda item: entity_text(item[0]))
+                       ][:MAX_SECURITY_ROWS] if may_quotas else None,
+        }
+
     def may_describe_cluster(self, principal: str, host: str) -> bool:
         """What /metrics needs of a principal when it requires credentials (it names every
         topic and group): Cluster DESCRIBE."""
         return self._call(lambda: self._may(principal, host, AclOperation.DESCRIBE))
 
     def _may(self, principal: str, host: str, operation: AclOperation) -> bool:
+        """Without an authorizer, everyone may."""
         acls = self._parts.acls()
         return acls is None or acls.authorizer.authorize(principal, host, operation, ResourceType.CLUSTER,
                                                          CLUSTER_NAME)
@@ -324,3 +353,14 @@ class ConsoleSource:
         except TimeoutError:
             future.cancel()
             raise
+
+
+def _acl_json(binding: AclBinding) -> dict[str, str]:
+    pattern, entry = binding.pattern, binding.entry
+    return {"resource_type": pattern.resource_type.name, "name": pattern.name,
+            "pattern_type": pattern.pattern_type.name, "principal": entry.principal, "host": entry.host,
+            "operation": entry.operation.name, "permission": entry.permission_type.name}
+
+
+def _quota_json(entity: QuotaEntity, values: Mapping[str, float]) -> dict[str, Any]:
+    return {"entity": [{"type": kind, "name": name} for kind, name in entity], "values": dict(sorted(values.items()))}

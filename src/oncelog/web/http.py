@@ -17,7 +17,8 @@ shown, as before. `/metrics` needs credentials when `http.metrics.require.auth` 
 (and, with an authorizer, Cluster DESCRIBE).
 
 `GET /api/topics/{topic}/records` is the message browser (one partition's records with
-their fate, for a principal with Topic READ; oncelog.broker.console_records).
+their fate, for a principal with Topic READ; oncelog.broker.console_records);
+`GET /api/security` the ACLs (Cluster DESCRIBE) and client quotas (Cluster DESCRIBE_CONFIGS).
 
 Read-only, but for one action when the broker has an authorizer: a principal that holds
 Cluster ALTER may abort an open transaction: `POST /api/transactions/abort` with
@@ -62,6 +63,8 @@ class ConsoleBackend(Protocol):
     def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]: ...
     # The message browser: (HTTP status, JSON) for one topic and the request's query string.
     def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]: ...
+    # The security views: ACLs and client quotas, for whom may describe them.
+    def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
 
 
 _STATIC = resources.files("oncelog.web") / "static"
@@ -70,7 +73,7 @@ _SECURITY_HEADERS = (
     ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"),
     ("Referrer-Policy", "no-referrer"),
 )
-_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/transactions/abort": "POST"}
+_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/security": "GET", "/api/transactions/abort": "POST"}
 # GET /api/topics/{topic}/records: a topic name as Kafka allows it (up to 249 of [a-zA-Z0-9._-]).
 _RECORDS_ROUTE = re.compile(r"/api/topics/([a-zA-Z0-9._-]{1,249})/records")
 
@@ -125,6 +128,9 @@ class ConsoleApp:
         records = _RECORDS_ROUTE.fullmatch(request.path)
         if records is not None:  # for everyone who may read the topic (no authorizer: everyone)
             status, answer = self._console.records(principal, host, records.group(1), request.query)
+            return _json(status, answer)
+        if request.path == "/api/security":
+            status, answer = self._console.security(principal, host)
             return _json(status, answer)
         if request.path == "/api/console":
             view = self._console.view(principal, host)

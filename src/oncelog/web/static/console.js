@@ -336,6 +336,10 @@ function clearView() {
   document.getElementById("records-topics").replaceChildren();
   document.getElementById("records-next").disabled = true;
   recordsNext = null;
+  security = null;
+  fillTable("acls", [], "Sign in to see this broker.", 7);
+  fillTable("quotas", [], "Sign in to see this broker.", 2);
+  document.getElementById("security").open = false;
   document.getElementById("cluster").hidden = true;
   document.getElementById("pipelines").replaceChildren();
   document.getElementById("lso-chart-empty").hidden = false;
@@ -442,6 +446,53 @@ function renderRecordTopics(data) {
   document.getElementById("records-topics").replaceChildren(...topics.map((topic) => el("option", { value: topic })));
 }
 
+// -- the security views: ACLs and client quotas (GET /api/security), loaded when opened --
+
+let security = null;
+
+function filtered(rows, filterId) {
+  const words = document.getElementById(filterId).value.toLowerCase().split(/\s+/).filter(Boolean);
+  return rows.filter((row) => words.every((word) => row.text.includes(word)));
+}
+
+function renderSecurity() {
+  if (security === null) return;
+  const acls = (security.acls || []).map((a) => ({
+    text: Object.values(a).join(" ").toLowerCase(),
+    row: el("tr", null, cell(a.resource_type), cell(a.name), cell(a.pattern_type), cell(a.principal), cell(a.host),
+      cell(a.operation), el("td", null, flag(a.permission, a.permission === "ALLOW" ? "ok" : "bad"))),
+  }));
+  const quotas = (security.quotas || []).map((q) => {
+    const entity = q.entity.map((e) => `${e.type}=${e.name === null ? "<default>" : e.name}`).join(", ");
+    const values = Object.entries(q.values).map(([key, value]) => `${key}=${value}`).join(", ");
+    return { text: `${entity} ${values}`.toLowerCase(), row: el("tr", null, cell(entity), cell(values)) };
+  });
+  fillTable("acls", filtered(acls, "acls-filter").map((r) => r.row),
+    security.acls === null ? (security.authorizer ? "Not yours to see (needs Cluster DESCRIBE)." : "No authorizer: no ACLs.")
+      : "No ACLs.", 7);
+  fillTable("quotas", filtered(quotas, "quotas-filter").map((r) => r.row),
+    security.quotas === null ? "Not yours to see (needs Cluster DESCRIBE_CONFIGS)." : "No client quotas.", 2);
+  const shown = security.acls === null ? 0 : security.acls.length;
+  document.getElementById("security-note").textContent =
+    security.acls_total > shown ? `showing ${count(shown)} of ${count(security.acls_total)} ACLs` : "";
+  document.getElementById("security").dataset.loaded = String(Number(document.getElementById("security").dataset.loaded || 0) + 1);
+}
+
+async function loadSecurity() {
+  if (!document.getElementById("security").open) return;
+  const response = await fetch("/api/security", { cache: "no-store", headers: apiHeaders() });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    security = null;
+    document.getElementById("security-note").textContent = answer.error || `${response.status} ${response.statusText}`;
+    fillTable("acls", [], "–", 7);
+    fillTable("quotas", [], "–", 2);
+    return;
+  }
+  security = answer;
+  renderSecurity();
+}
+
 function render(data) {
   latest = data;
   renderSignIn(data);
@@ -494,6 +545,9 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
   document.getElementById("sign-in").addEventListener("submit", signIn);
   document.getElementById("sign-out").addEventListener("click", signOut);
+  document.getElementById("security").addEventListener("toggle", loadSecurity);
+  document.getElementById("acls-filter").addEventListener("input", renderSecurity);
+  document.getElementById("quotas-filter").addEventListener("input", renderSecurity);
   document.getElementById("records-form").addEventListener("submit", (event) => {
     event.preventDefault();
     showRecords(document.getElementById("records-offset").value || "0");
