@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64
@@ -194,10 +195,92 @@ def test_the_acls_and_quotas_are_shown_read_only_to_whom_describe_acls_and_quota
     page = scene["browser"].new_page()
     page.goto(scene["url"] + "/")
     sign_in(page, "admin", "admin-secret")
+    page.wait_for_selector("#signed-in:not([hidden])", timeout=10_000)  # the session is set: the views may ask
     page.click("#security summary")
     page.wait_for_selector("#security[data-loaded]", state="attached", timeout=10_000)
     page.fill("#acls-filter", "alice topic")  # every word: the transactional id's ACL is left out
     assert [row.inner_text().split("\t")[:4] for row in page.locator("#acls tbody tr").all()] == [
         ["TOPIC", "payments", "LITERAL", "User:alice"]]
     assert page.locator("#quotas tbody tr").inner_text().split("\t") == ["user=bob", "producer_byte_rate=1024"]
+    page.close()
+
+
+def post_reset(url: str, user: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url + "/api/groups/reset-offsets", method="POST", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "X-Oncelog-Console": "1",
+                                              "Authorization": "Basic " + base64.b64encode(
+                                                  f"{user}:{user}-secret".encode()).decode()})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_only_by_a_reader(scene):
+    broker = scene["broker"]
+    broker.create_topic("reset-orders")
+    producer = Producer(broker.client("admin"))
+    for i in range(5):
+        producer.produce("reset-orders", str(i).encode())
+    producer.flush(10)
+    committer = Consumer({**broker.client("admin"), "group.id": "resettable"})
+    committer.commit(offsets=[TopicPartition("reset-orders", 0, 3)], asynchronous=False)
+    committer.close()
+    plan = {"group": "resettable", "topic": "reset-orders", "to": "earliest", "dry_run": True}
+
+    assert post_reset(scene["url"], "alice", plan) == (403, {
+        "error": "User:alice may not reset the offsets of group 'resettable' on topic 'reset-orders' "
+                 "(needs Group READ and Topic READ)"})
+    planned = {"group": "resettable", "dry_run": True,
+               "offsets": [{"topic": "reset-orders", "partition": 0, "current": 3, "target": 0}]}
+    assert post_reset(scene["url"], "admin", plan) == (200, planned)
+    assert post_reset(scene["url"], "admin", plan) == (200, planned)  # a dry run changes nothing
+    status, done = post_reset(scene["url"], "admin", {**plan, "to": "offset", "value": 99, "dry_run": False})
+    assert (status, done["offsets"][0]["target"]) == (200, 5)  # clamped to the high watermark, as the tool does
+    assert post_reset(scene["url"], "admin", plan)[1]["offsets"][0]["current"] == 5
+    assert post_reset(scene["url"], "admin", {**plan, "to": "sideways"}) == (
+        400, {"error": "to must be one of earliest, latest, timestamp, offset"})
+
+    member = Consumer({**broker.client("admin"), "group.id": "resettable", "auto.offset.reset": "earliest"})
+    member.subscribe(["reset-orders"])
+    try:
+        deadline = time.monotonic() + 20
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        status, answer = post_reset(scene["url"], "admin", plan)
+        assert status == 409
+        assert answer["error"].startswith("Assignments can only be reset if the group 'resettable' is inactive")
+        for group_id, protocol in (("resettable", "classic"), ("kip-848-readers", "consumer")):
+            if protocol == "consumer":  # a KIP-848 member too: its assignment comes from ConsumerGroupDescribe
+                other = Consumer({**broker.client("admin"), "group.id": group_id, "group.protocol": "consumer"})
+                other.subscribe(["reset-orders"])
+                deadline = time.monotonic() + 20
+                while not other.assignment() and time.monotonic() < deadline:
+                    other.poll(0.2)
+            view = json.load(urllib.request.urlopen(urllib.request.Request(scene["url"] + "/api/console", headers={
+                "Authorization": "Basic " + base64.b64encode(b"admin:admin-secret").decode()}), timeout=10))
+            [group] = [g for g in view["groups"] if g["group_id"] == group_id]
+            assert [(m["client_host"] != "", m["assignment"]) for m in group["member_list"]] == [
+                (True, [["reset-orders", [0]]])], protocol
+            if protocol == "consumer":
+                other.close()
+    finally:
+        member.close()
+
+    page = scene["browser"].new_page()
+    page.goto(scene["url"] + "/")
+    sign_in(page, "admin", "admin-secret")
+    page.wait_for_selector("#signed-in:not([hidden])", timeout=10_000)
+    page.click("#reset summary")
+    page.fill("#reset-group", "resettable")
+    page.fill("#reset-topic", "reset-orders")
+    page.select_option("#reset-to", "earliest")
+    page.click("#reset-form button[type=submit]")
+    page.wait_for_selector("#reset-plan[data-shown='1']", state="attached", timeout=10_000)
+    # the member committed what it read (5) as it left: the plan starts from there
+    assert page.locator("#reset-plan tbody tr").inner_text().split("\t")[1:] == ["5", "0"]
+    page.click("#reset-execute")
+    page.wait_for_selector("#reset-plan[data-shown='2']", state="attached", timeout=10_000)
+    assert post_reset(scene["url"], "admin", plan)[1]["offsets"][0]["current"] == 0
     page.close()

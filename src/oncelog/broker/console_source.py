@@ -24,12 +24,18 @@ principal with Topic READ.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from oncelog.broker.console_groups import ResetError, ResetRequest, reset_offsets
 from oncelog.broker.console_records import QueryError, RecordsQuery, records_json
 from oncelog.clock import now_ms
+from oncelog.coordinator.group.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    parse_assignment,
+)
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.kernel.quotas import QuotaConfigs, QuotaEntity, entity_text
 from oncelog.names import sink_marker_query
@@ -38,7 +44,15 @@ from oncelog.security.acl import CLUSTER_NAME, AclBinding, AclBindingFilter, Acl
 from oncelog.security.passwords import password_matches
 from oncelog.security.sasl.scram import SCRAM_MECHANISMS, ScramCredential
 from oncelog.web.history import LagHistory
-from oncelog.web.model import BrokerView, ConsoleView, GroupOffsetView, GroupView, PartitionView, TransactionView
+from oncelog.web.model import (
+    BrokerView,
+    ConsoleView,
+    GroupOffsetView,
+    GroupView,
+    MemberView,
+    PartitionView,
+    TransactionView,
+)
 from oncelog.web.pipelines import REPORT_TOPIC, PipelineReports
 
 if TYPE_CHECKING:
@@ -117,7 +131,9 @@ def visible_to(view: ConsoleView, history: dict[str, Any], may: Permission) -> t
         replace(each, partitions=tuple(p for p in each.partitions if topic(topic_of(p))))
         for each in view.transactions
         if may(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, each.transactional_id))
-    groups = tuple(replace(each, offsets=tuple(o for o in each.offsets if topic(o.topic)))
+    groups = tuple(replace(each, offsets=tuple(o for o in each.offsets if topic(o.topic)),
+                           member_list=tuple(replace(m, assignment=tuple(a for a in m.assignment if topic(a[0])))
+                                             for m in each.member_list))
                    for each in view.groups if may(AclOperation.DESCRIBE, ResourceType.GROUP, each.group_id))
     cut = replace(
         view, transactions=transactions, partitions=tuple(p for p in view.partitions if topic(p.topic)),
@@ -181,8 +197,35 @@ def _groups(coordinator: GroupCoordinator, logs: dict[tuple[str, int], Partition
             group.generation_id, len(group.members), tuple(offsets),
             sum(len(pending) for pending in group.pending_txn_offsets.values()),
             pipeline_query=sink_marker_query(group.group_id, listed.protocol_type, group.offsets.keys()),
+            member_list=_members(coordinator, group.group_id),
         ))
     return tuple(sorted(views, key=lambda view: view.group_id))
+
+
+def _members(coordinator: GroupCoordinator, group_id: str) -> tuple[MemberView, ...]:
+    """A group's members with what each holds now, as DescribeGroups (classic: the
+    consumer protocol's assignment) or ConsumerGroupDescribe (KIP-848) gives them."""
+    if coordinator.is_consumer_group(group_id):
+        _error, _message, summary = coordinator.consumer_group_describe(group_id)
+        return () if summary is None else tuple(
+            MemberView(m.member_id, m.instance_id, m.client_id, m.client_host,
+                       tuple((topic.topic_name, tuple(sorted(topic.partitions))) for topic in m.assignment))
+            for m in summary.members)
+    _error, classic = coordinator.describe_group(group_id)
+    if classic is None:
+        return ()
+    return tuple(MemberView(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            _assignment(classic.protocol_type, m.assignment)) for m in classic.members)
+
+
+def _assignment(protocol_type: str, data: bytes) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A classic member's partitions, when its group speaks the consumer protocol."""
+    if protocol_type != CONSUMER_PROTOCOL_TYPE or not data:
+        return ()
+    try:
+        return parse_assignment(data)
+    except ConsumerProtocolError:
+        return ()
 
 
 def _brokers(image: MetadataImage) -> tuple[BrokerView, ...]:
@@ -292,6 +335,29 @@ class ConsoleSource:
             return 404, {"error": f"this broker has no replica of {query.topic}-{query.partition}"}
         return 200, records_json(log, query)
 
+    def reset_offsets(self, principal: str, host: str, body: object) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of planning or executing a group's offset reset
+        (oncelog.broker.console_groups), for a principal with Group READ and Topic READ."""
+        try:
+            request = ResetRequest.parse(body)
+        except ResetError as error:
+            return error.status, {"error": str(error)}
+        return self._call_async(lambda: self._reset_offsets(principal, host, request))
+
+    async def _reset_offsets(self, principal: str, host: str, request: ResetRequest) -> tuple[int, dict[str, Any]]:
+        acls = self._parts.acls()
+        if acls is None:
+            return 403, {"error": "this broker has no authorizer: the console changes nothing"}
+        for resource_type, name in ((ResourceType.GROUP, request.group), (ResourceType.TOPIC, request.topic)):
+            if not acls.authorizer.authorize(principal, host, AclOperation.READ, resource_type, name):
+                return 403, {"error": f"{principal} may not reset the offsets of group {request.group!r} on "
+                                      f"topic {request.topic!r} (needs Group READ and Topic READ)"}
+        try:
+            return 200, await reset_offsets(self._parts.group_coordinator, self._parts.logs(), request,
+                                            f"{principal} (console, {host})")
+        except ResetError as error:
+            return error.status, {"error": str(error)}
+
     def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON) of the security views: the ACLs (as DescribeAcls gives them, to
         a principal with Cluster DESCRIBE) and the client quotas (as DescribeClientQuotas, to
@@ -347,7 +413,10 @@ class ConsoleSource:
         async def on_loop() -> _T:
             return work()
 
-        future = asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
+        return self._call_async(on_loop)
+
+    def _call_async(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        future = asyncio.run_coroutine_threadsafe(_awaited(work), self._loop)
         try:
             return future.result(VIEW_TIMEOUT_S)
         except TimeoutError:
@@ -364,3 +433,7 @@ def _acl_json(binding: AclBinding) -> dict[str, str]:
 
 def _quota_json(entity: QuotaEntity, values: Mapping[str, float]) -> dict[str, Any]:
     return {"entity": [{"type": kind, "name": name} for kind, name in entity], "values": dict(sorted(values.items()))}
+
+
+async def _awaited(work: Callable[[], Awaitable[_T]]) -> _T:
+    return await work()

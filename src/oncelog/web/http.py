@@ -20,9 +20,11 @@ shown, as before. `/metrics` needs credentials when `http.metrics.require.auth` 
 their fate, for a principal with Topic READ; oncelog.broker.console_records);
 `GET /api/security` the ACLs (Cluster DESCRIBE) and client quotas (Cluster DESCRIBE_CONFIGS).
 
-Read-only, but for one action when the broker has an authorizer: a principal that holds
+Read-only, but for two actions when the broker has an authorizer: a principal that holds
 Cluster ALTER may abort an open transaction: `POST /api/transactions/abort` with
-`{"transactional_id": ...}`. That POST must carry the `X-Oncelog-Console` header, which a
+`{"transactional_id": ...}`; and a principal with Group READ and Topic READ may reset an
+Empty group's offsets (`POST /api/groups/reset-offsets`, planned first:
+oncelog.broker.console_groups). Each POST must carry the `X-Oncelog-Console` header, which a
 page of another site cannot send without this server's consent (CORS, which it never
 gives): no cross-site request forgery. With `http.ssl.enabled` the listener speaks HTTPS
 (docs/console.md); without it, credentials cross the network in the clear.
@@ -63,6 +65,7 @@ class ConsoleBackend(Protocol):
     def abort(self, principal: str, host: str, transactional_id: str) -> tuple[int, str]: ...
     # The message browser: (HTTP status, JSON) for one topic and the request's query string.
     def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]: ...
+    def reset_offsets(self, principal: str, host: str, body: object) -> tuple[int, dict[str, Any]]: ...
     # The security views: ACLs and client quotas, for whom may describe them.
     def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
 
@@ -73,7 +76,9 @@ _SECURITY_HEADERS = (
     ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"),
     ("Referrer-Policy", "no-referrer"),
 )
-_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/security": "GET", "/api/transactions/abort": "POST"}
+_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/security": "GET", "/api/transactions/abort": "POST",
+               "/api/groups/reset-offsets": "POST"}
+_ACTIONS = frozenset(path for path, method in _API_ROUTES.items() if method == "POST")
 # GET /api/topics/{topic}/records: a topic name as Kafka allows it (up to 249 of [a-zA-Z0-9._-]).
 _RECORDS_ROUTE = re.compile(r"/api/topics/([a-zA-Z0-9._-]{1,249})/records")
 
@@ -117,7 +122,7 @@ class ConsoleApp:
 
     def _api(self, request: HttpRequest) -> HttpResponse:
         host = request.client_host
-        if request.path == "/api/transactions/abort" and request.header(CONSOLE_HEADER) != "1":
+        if request.path in _ACTIONS and request.header(CONSOLE_HEADER) != "1":
             return _json(403, {"error": "the X-Oncelog-Console header is missing"})
         principal: str | None = None
         if self._console.sign_in_enabled:
@@ -141,7 +146,19 @@ class ConsoleApp:
             return _json(401, {"error": "this broker has no authorizer: nobody signs in to its console"})
         if request.path == "/api/session":
             return _json(200, {"principal": principal, "may_abort": self._console.may_abort(principal, host)})
+        if request.path == "/api/groups/reset-offsets":
+            return self._reset_offsets(request, principal)
         return self._abort(request, principal)
+
+    def _reset_offsets(self, request: HttpRequest, principal: str) -> HttpResponse:
+        try:
+            if not 0 < len(request.body) <= MAX_BODY_BYTES:
+                raise ValueError
+            body = json.loads(request.body)
+        except ValueError:
+            return _json(400, {"error": "expected a JSON object of at most 4096 bytes"})
+        status, answer = self._console.reset_offsets(principal, request.client_host, body)
+        return _json(status, answer)
 
     def _abort(self, request: HttpRequest, principal: str) -> HttpResponse:
         try:

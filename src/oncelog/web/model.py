@@ -58,6 +58,15 @@ class GroupOffsetView:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberView:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, partitions) it holds now
+
+
+@dataclass(frozen=True, slots=True)
 class GroupView:
     group_id: str
     state: str
@@ -70,6 +79,7 @@ class GroupView:
     # A marker group of the Spark sink (oncelog.names): the id of the query whose pipeline
     # it belongs to. None: a consumer group.
     pipeline_query: str | None = None
+    member_list: tuple[MemberView, ...] = ()  # classic and KIP-848 members alike
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,6 +236,55 @@ function renderGroups(data) {
   fillTable("groups", rows, "No consumer groups coordinated here.", 7);
 }
 
+function renderMembers(data) {
+  const rows = [];
+  for (const g of data.groups.filter(shownGroup)) {
+    for (const m of g.member_list) {
+      const assigned = m.assignment.map(([topic, partitions]) => `${topic}: ${partitions.join(", ")}`).join("; ");
+      rows.push(el("tr", { "data-group": g.group_id, "data-member": m.member_id }, cell(g.group_id), cell(m.member_id),
+        cell(m.instance_id || "–"), cell(m.client_id), cell(m.client_host), cell(assigned || "–")));
+    }
+  }
+  fillTable("members", rows, "No group members.", 6);
+}
+
+// -- resetting a group's offsets: a dry run first, then the same plan executed --
+
+let resetPlan = null; // the request of the plan shown, until executed or changed
+
+function resetRequest(dryRun) {
+  const to = document.getElementById("reset-to").value;
+  const request = {
+    group: document.getElementById("reset-group").value.trim(),
+    topic: document.getElementById("reset-topic").value.trim(), to, dry_run: dryRun,
+  };
+  if (to === "timestamp" || to === "offset") request.value = Number(document.getElementById("reset-value").value);
+  return request;
+}
+
+async function resetOffsets(request) {
+  const response = await fetch("/api/groups/reset-offsets", {
+    method: "POST", headers: apiHeaders({ "Content-Type": "application/json" }), body: JSON.stringify(request),
+  });
+  const answer = await response.json().catch(() => ({}));
+  const execute = document.getElementById("reset-execute");
+  if (!response.ok) {
+    resetPlan = null;
+    execute.disabled = true;
+    fillTable("reset-plan", [], "–", 3);
+    showResult(`Not reset: ${answer.error || response.statusText}`, true);
+    return;
+  }
+  fillTable("reset-plan", answer.offsets.map((o) => el("tr", { "data-partition": o.partition },
+    cell(`${o.topic}-${o.partition}`), cell(o.current === null ? "–" : count(o.current), true),
+    cell(count(o.target), true))), "No partitions.", 3);
+  resetPlan = request.dry_run ? { ...request, dry_run: false } : null;
+  execute.disabled = resetPlan === null;
+  showResult(request.dry_run ? `Planned: ${answer.offsets.length} partition(s); execute to commit the new offsets`
+    : `Reset ${answer.offsets.length} partition(s) of ${answer.group}`, false);
+  document.getElementById("reset-plan").dataset.shown = String(Number(document.getElementById("reset-plan").dataset.shown || 0) + 1);
+}
+
 function renderBrokers(data) {
   const section = document.getElementById("cluster");
   section.hidden = data.mode !== "cluster";
@@ -329,7 +378,8 @@ function clearView() {
   latest = null;
   document.getElementById("identity").textContent = "sign in to see this broker";
   document.getElementById("summary").replaceChildren();
-  for (const [id, columns] of [["transactions", 8], ["partitions", 11], ["groups", 7], ["brokers", 6], ["records", 8]]) {
+  for (const [id, columns] of [["transactions", 8], ["partitions", 11], ["groups", 7], ["members", 6], ["brokers", 6],
+    ["records", 8], ["reset-plan", 3]]) {
     fillTable(id, [], "Sign in to see this broker.", columns);
   }
   document.getElementById("records-note").textContent = "";
@@ -503,6 +553,7 @@ function render(data) {
   renderPartitions(data);
   renderLsoChart(data);
   renderGroups(data);
+  renderMembers(data);
   renderBrokers(data);
   renderPipelines(data);
   renderRecordTopics(data);
@@ -545,6 +596,17 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
   document.getElementById("sign-in").addEventListener("submit", signIn);
   document.getElementById("sign-out").addEventListener("click", signOut);
+  document.getElementById("reset-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    resetOffsets(resetRequest(true));
+  });
+  document.getElementById("reset-form").addEventListener("input", () => {
+    resetPlan = null;
+    document.getElementById("reset-execute").disabled = true;
+  });
+  document.getElementById("reset-execute").addEventListener("click", () => {
+    if (resetPlan !== null) resetOffsets(resetPlan);
+  });
   document.getElementById("security").addEventListener("toggle", loadSecurity);
   document.getElementById("acls-filter").addEventListener("input", renderSecurity);
   document.getElementById("quotas-filter").addEventListener("input", renderSecurity);
