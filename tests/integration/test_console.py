@@ -53,7 +53,8 @@ def scene(tmp_path_factory):
     with EmbeddedBroker(tmp_path_factory.mktemp("console"), config) as running:
         bootstrap = running.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        for created in admin.create_topics([NewTopic("orders", 2, 1), NewTopic("enriched", 1, 1)]).values():
+        for created in admin.create_topics([NewTopic("orders", 2, 1), NewTopic("enriched", 1, 1),
+                                            NewTopic("traffic", 1, 1)]).values():
             created.result(10)
         ensure_report_topic({"bootstrap.servers": bootstrap}, REPORT_TOPIC)  # as the runner makes it
         plain = Producer({"bootstrap.servers": bootstrap})
@@ -96,7 +97,7 @@ def scene(tmp_path_factory):
         try:
             with chromium() as browser:
                 yield {"url": f"http://{host}:{port}", "browser": browser, "open_txn": open_txn,
-                       "metrics_url": metrics_url}
+                       "metrics_url": metrics_url, "bootstrap": bootstrap}
         finally:
             cluster.close()
             metrics.stop()
@@ -169,6 +170,36 @@ def test_the_console_shows_open_and_hanging_transactions_lso_lag_producers_group
         lake_card = row_text(page, '[data-pipeline="query-2"]')
         assert "orders → iceberg:shop.orders" in lake_card and "iceberg" in lake_card
         assert page.locator("#cluster").is_hidden()  # standalone: no brokers-and-ISR view
+    finally:
+        page.close()
+
+
+def test_topics_show_their_traffic_and_every_table_sorts_and_filters(scene):
+    producer = Producer({"bootstrap.servers": scene["bootstrap"], "linger.ms": 0})
+    page, errors = open_console(scene)
+    try:
+        deadline = time.monotonic() + 15
+        rate = "0"
+        while rate == "0" and time.monotonic() < deadline:  # produce until a 2 s sample has seen traffic
+            for _ in range(20):
+                producer.produce("traffic", b"x" * 100)
+            producer.flush(10)
+            page.wait_for_timeout(300)
+            row = page.locator('#topics tr[data-topic="traffic"] td')
+            rate = row.nth(4).inner_text() if row.count() else "0"
+        assert int(rate.replace(",", "")) > 0
+        assert page.locator('#topics tr[data-topic="traffic"] td').nth(1).inner_text() == "1"
+        page.click("#topics th:nth-child(4)")  # size, ascending
+        page.click("#topics th:nth-child(4)")  # descending: the biggest first
+        page.wait_for_function("document.querySelector('#topics th:nth-child(4)').dataset.sorted === 'descending'")
+        sizes = [int(size) for size in page.eval_on_selector_all(
+            "#topics tbody tr td:nth-child(4)", "cells => cells.map((cell) => cell.dataset.sort)")]
+        assert sizes == sorted(sizes, reverse=True) and len(sizes) >= 2
+        page.fill("#partitions-filter", "orders")
+        page.wait_for_function("[...document.querySelectorAll('#partitions tbody tr')]"
+                               ".every((row) => row.dataset.partition.startsWith('orders-'))")
+        assert page.locator("#partitions tbody tr").count() == 2
+        assert errors == []
     finally:
         page.close()
 

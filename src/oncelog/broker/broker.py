@@ -244,7 +244,8 @@ class Broker:
             self.config["transaction.max.timeout.ms"] + LATE_TRANSACTION_BUFFER_MS,
             acls=lambda: self.acls, scram_lookup=self.scram_credentials.lookup,
             plain_users=plain_users(self.config), log_of=self.logs.partition,
-            client_quotas=self.client_quotas.current)
+            client_quotas=self.client_quotas.current, topic_traffic=lambda: (
+                (t.topic, t.messages_in, t.bytes_in, t.bytes_out) for t in self.topic_stats.snapshot()))
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))

@@ -51,6 +51,7 @@ from oncelog.web.model import (
     GroupView,
     MemberView,
     PartitionView,
+    TopicView,
     TransactionView,
 )
 from oncelog.web.pipelines import REPORT_TOPIC, PipelineReports
@@ -89,9 +90,12 @@ class ConsoleParts:
     log_of: Callable[[str, int], PartitionLog | None] = lambda _topic, _partition: None
     # The security views: the stored client quotas.
     client_quotas: Callable[[], QuotaConfigs] = dict
+    # The topics' traffic counters (TopicStats): (topic, messages in, bytes in, bytes out).
+    topic_traffic: Callable[[], Iterable[tuple[str, int, int, int]]] = tuple
 
 
-def console_view(parts: ConsoleParts) -> ConsoleView:
+def console_view(parts: ConsoleParts, rates: Mapping[str, tuple[float, float, float]] | None = None) -> ConsoleView:
+    """The view; `rates`: per topic, (messages in, bytes in, bytes out) per second."""
     now = now_ms()
     image = parts.image()
     logs = {(log.topic, log.partition): log for log in parts.logs()}
@@ -104,6 +108,7 @@ def console_view(parts: ConsoleParts) -> ConsoleView:
         partitions=tuple(_partition(log, image, now, parts.late_transaction_ms) for _key, log in sorted(logs.items())),
         groups=_groups(parts.group_coordinator, logs),
         brokers=_brokers(image) if image is not None else (),
+        topics=_topics(logs, image, rates or {}),
         under_min_isr=_under_min_isr(image, parts.default_min_insync_replicas) if image is not None else 0,
         under_replicated=sum(len(p.isr) < len(p.replicas) for p in image.partitions.values()) if image else 0,
         late_transaction_ms=parts.late_transaction_ms, completed=completed,
@@ -137,6 +142,7 @@ def visible_to(view: ConsoleView, history: dict[str, Any], may: Permission) -> t
                    for each in view.groups if may(AclOperation.DESCRIBE, ResourceType.GROUP, each.group_id))
     cut = replace(
         view, transactions=transactions, partitions=tuple(p for p in view.partitions if topic(p.topic)),
+        topics=tuple(t for t in view.topics if topic(t.topic)),
         groups=groups, brokers=view.brokers if cluster else (),
         under_min_isr=view.under_min_isr if cluster else None,
         under_replicated=view.under_replicated if cluster else None,
@@ -202,6 +208,25 @@ def _groups(coordinator: GroupCoordinator, logs: dict[tuple[str, int], Partition
     return tuple(sorted(views, key=lambda view: view.group_id))
 
 
+def _topics(logs: Mapping[tuple[str, int], PartitionLog], image: MetadataImage | None,
+            rates: Mapping[str, tuple[float, float, float]]) -> tuple[TopicView, ...]:
+    sizes: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for (topic, _partition), log in logs.items():
+        sizes[topic] = sizes.get(topic, 0) + log.size_in_bytes
+        counts[topic] = counts.get(topic, 0) + 1
+    views = []
+    for topic in sorted(sizes):
+        partitions, factor = counts[topic], 1
+        if image is not None and (record := image.topics.get(topic)) is not None:
+            partitions = record.partitions
+            first = image.partitions.get((topic, 0))
+            factor = len(first.replicas) if first is not None else 0
+        messages_in, bytes_in, bytes_out = rates.get(topic, (0.0, 0.0, 0.0))
+        views.append(TopicView(topic, partitions, factor, sizes[topic], messages_in, bytes_in, bytes_out))
+    return tuple(views)
+
+
 def _members(coordinator: GroupCoordinator, group_id: str) -> tuple[MemberView, ...]:
     """A group's members with what each holds now, as DescribeGroups (classic: the
     consumer protocol's assignment) or ConsumerGroupDescribe (KIP-848) gives them."""
@@ -259,6 +284,7 @@ class ConsoleSource:
         self._parts = parts
         self._history = history
         self._pipelines = pipelines
+        self._rates = _Rates()
 
     def view(self, principal: str | None, host: str) -> dict[str, Any]:
         """The console's JSON, as much of it as `principal` (connected from `host`) may
@@ -268,7 +294,7 @@ class ConsoleSource:
         return view.as_json(lso_history=history, pipelines=pipelines, pipelines_error=error)
 
     def _view_on_loop(self, principal: str | None, host: str) -> tuple[ConsoleView, dict[str, Any], bool]:
-        view, history = console_view(self._parts), self._history.as_json()
+        view, history = console_view(self._parts, self._rates.per_second), self._history.as_json()
         acls = self._parts.acls()
         if acls is None:
             return view, history, True
@@ -281,9 +307,12 @@ class ConsoleSource:
         return view, history, may(AclOperation.READ, ResourceType.TOPIC, REPORT_TOPIC)
 
     def sample(self) -> None:
-        """One LSO-lag sample of every local partition (on the loop, by the broker's timer)."""
-        self._history.record(now_ms(), {f"{log.topic}-{log.partition}": log.high_watermark - log.last_stable_offset
-                                        for log in self._parts.logs()})
+        """One LSO-lag sample of every local partition, and the topics' rates since the last
+        sample (on the loop, by the broker's timer)."""
+        now = now_ms()
+        self._history.record(now, {f"{log.topic}-{log.partition}": log.high_watermark - log.last_stable_offset
+                                   for log in self._parts.logs()})
+        self._rates.record(now, self._parts.topic_traffic())
 
     def close(self) -> None:
         self._pipelines.close()
@@ -437,3 +466,23 @@ def _quota_json(entity: QuotaEntity, values: Mapping[str, float]) -> dict[str, A
 
 async def _awaited(work: Callable[[], Awaitable[_T]]) -> _T:
     return await work()
+
+
+class _Rates:
+    """Each topic's messages and bytes per second between the last two samples."""
+
+    def __init__(self) -> None:
+        self._last: tuple[int, dict[str, tuple[int, int, int]]] | None = None
+        self.per_second: dict[str, tuple[float, float, float]] = {}
+
+    def record(self, now: int, counters: Iterable[tuple[str, int, int, int]]) -> None:
+        current = {topic: (messages_in, bytes_in, bytes_out) for topic, messages_in, bytes_in, bytes_out in counters}
+        if self._last is not None and now > self._last[0]:
+            then, before = self._last
+            seconds = (now - then) / 1000
+            self.per_second = {}
+            for topic, (messages_in, bytes_in, bytes_out) in current.items():
+                was = before.get(topic, (0, 0, 0))
+                self.per_second[topic] = ((messages_in - was[0]) / seconds, (bytes_in - was[1]) / seconds,
+                                          (bytes_out - was[2]) / seconds)
+        self._last = (now, current)

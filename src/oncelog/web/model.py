@@ -27,6 +27,17 @@ class TransactionView:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicView:
+    topic: str
+    partitions: int  # here (cluster mode: the topic's, from the image)
+    replication_factor: int
+    size_bytes: int  # of the partitions this broker holds
+    messages_in_per_s: float  # over the last sample interval, as Kafka's MessagesInPerSec (leader appends)
+    bytes_in_per_s: float
+    bytes_out_per_s: float  # to consumers (BytesOutPerSec; replicas' fetches not counted)
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionView:
     topic: str
     partition: int
@@ -103,6 +114,7 @@ class ConsoleView:
     partitions: tuple[PartitionView, ...]
     groups: tuple[GroupView, ...]
     brokers: tuple[BrokerView, ...] = ()  # cluster mode
+    topics: tuple[TopicView, ...] = ()
     under_min_isr: int | None = 0  # None: not the signed-in principal's to see (no Cluster DESCRIBE)
     under_replicated: int | None = 0
     late_transaction_ms: int = 0
@@ -121,6 +133,7 @@ class ConsoleView:
             "transactions": [asdict(each) for each in self.transactions],
             "partitions": partitions,
             "groups": [asdict(each) for each in self.groups],
+            "topics": [asdict(each) for each in self.topics],
             "brokers": [asdict(each) for each in self.brokers],
             "under_min_isr": self.under_min_isr, "under_replicated": self.under_replicated,
             "late_transaction_ms": self.late_transaction_ms, "completed": self.completed,

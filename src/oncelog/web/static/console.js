@@ -76,9 +76,56 @@ function flag(text, kind) {
   return el("span", { class: `flag ${kind}` }, text);
 }
 
+// Tables marked data-sortable sort by the column whose header was clicked (again: the other
+// way); a cell's data-sort (a raw number) is its key when it has one, else its text.
+const sortedBy = new Map(); // table id -> {column, descending}
+
+function sortKey(row, column) {
+  const td = row.children[column];
+  if (td === undefined) return "";
+  if (td.dataset.sort !== undefined) return Number(td.dataset.sort);
+  const text = td.textContent.trim();
+  const number = Number(text.replace(/,/g, ""));
+  return text !== "" && text !== "–" && !Number.isNaN(number) ? number : text.toLowerCase();
+}
+
+function sortRows(id, rows) {
+  const sort = sortedBy.get(id);
+  if (sort === undefined) return rows;
+  return [...rows].sort((a, b) => {
+    const x = sortKey(a, sort.column), y = sortKey(b, sort.column);
+    const order = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0) : typeof x === "number" ? -1 : 1;
+    return sort.descending ? -order : order;
+  });
+}
+
 function fillTable(id, rows, emptyText, columns) {
   const body = document.querySelector(`#${id} tbody`);
+  const table = document.getElementById(id);
+  if (table.hasAttribute("data-sortable")) rows = sortRows(id, rows);
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText))]));
+}
+
+// Rows whose text holds every word typed in the filter box `filterId`.
+function matching(rows, filterId) {
+  const words = document.getElementById(filterId).value.toLowerCase().split(/\s+/).filter(Boolean);
+  return words.length ? rows.filter((row) => words.every((word) => row.textContent.toLowerCase().includes(word))) : rows;
+}
+
+function sortableHeaders() {
+  for (const table of document.querySelectorAll("table[data-sortable]")) {
+    [...table.querySelectorAll("thead th")].forEach((th, column) => {
+      th.classList.add("sortable");
+      th.addEventListener("click", () => {
+        const sort = sortedBy.get(table.id);
+        sortedBy.set(table.id, { column, descending: sort !== undefined && sort.column === column && !sort.descending });
+        for (const other of table.querySelectorAll("thead th")) delete other.dataset.sorted;
+        th.dataset.sorted = sortedBy.get(table.id).descending ? "descending" : "ascending";
+        if (table.id === "acls" || table.id === "quotas") renderSecurity();
+        else if (latest !== null) render(latest);
+      });
+    });
+  }
 }
 
 function duration(ms) {
@@ -164,6 +211,16 @@ function renderTransactions(data) {
   fillTable("transactions", rows, "No open transactions.", 8);
 }
 
+function renderTopics(data) {
+  const rows = data.topics.filter((t) => shown(t.topic)).map((t) => el("tr", { "data-topic": t.topic },
+    cell(t.topic), cell(count(t.partitions), true), cell(count(t.replication_factor), true),
+    el("td", { class: "num", "data-sort": t.size_bytes }, bytes(t.size_bytes)),
+    el("td", { class: "num", "data-sort": t.messages_in_per_s }, count(Math.round(t.messages_in_per_s))),
+    el("td", { class: "num", "data-sort": t.bytes_in_per_s }, bytes(t.bytes_in_per_s)),
+    el("td", { class: "num", "data-sort": t.bytes_out_per_s }, bytes(t.bytes_out_per_s))));
+  fillTable("topics", matching(rows, "topics-filter"), "No topics on this broker.", 7);
+}
+
 function renderPartitions(data) {
   const history = data.lso_history.series;
   const rows = data.partitions.filter((p) => shown(p.topic)).map((p) => {
@@ -175,9 +232,10 @@ function renderPartitions(data) {
       el("td", { class: "num" }, count(p.lso_lag), " ", p.late ? flag("late", "bad") : null),
       el("td", {}, sparkline(history[key] || [])),
       cell(count(p.producers), true), cell(count(p.open_transactions), true),
-      cell(duration(p.oldest_transaction_age_ms), true), cell(bytes(p.size_bytes), true));
+      cell(duration(p.oldest_transaction_age_ms), true),
+      el("td", { class: "num", "data-sort": p.size_bytes }, bytes(p.size_bytes)));
   });
-  fillTable("partitions", rows, "No partitions on this broker.", 11);
+  fillTable("partitions", matching(rows, "partitions-filter"), "No partitions on this broker.", 11);
 }
 
 function renderLsoChart(data) {
@@ -378,7 +436,7 @@ function clearView() {
   latest = null;
   document.getElementById("identity").textContent = "sign in to see this broker";
   document.getElementById("summary").replaceChildren();
-  for (const [id, columns] of [["transactions", 8], ["partitions", 11], ["groups", 7], ["members", 6], ["brokers", 6],
+  for (const [id, columns] of [["transactions", 8], ["topics", 7], ["partitions", 11], ["groups", 7], ["members", 6], ["brokers", 6],
     ["records", 8], ["reset-plan", 3]]) {
     fillTable(id, [], "Sign in to see this broker.", columns);
   }
@@ -550,6 +608,7 @@ function render(data) {
     `broker ${data.node_id} · cluster ${data.cluster_id} · ${data.mode}`;
   renderSummary(data);
   renderTransactions(data);
+  renderTopics(data);
   renderPartitions(data);
   renderLsoChart(data);
   renderGroups(data);
@@ -596,6 +655,10 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
   document.getElementById("sign-in").addEventListener("submit", signIn);
   document.getElementById("sign-out").addEventListener("click", signOut);
+  sortableHeaders();
+  for (const id of ["topics-filter", "partitions-filter"]) {
+    document.getElementById(id).addEventListener("input", () => { if (latest !== null) render(latest); });
+  }
   document.getElementById("reset-form").addEventListener("submit", (event) => {
     event.preventDefault();
     resetOffsets(resetRequest(true));
