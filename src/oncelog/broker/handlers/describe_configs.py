@@ -41,13 +41,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from oncelog.broker import config_sources as sources
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.config.broker import SETTINGS, is_sensitive, overridden_key
 from oncelog.config.dynamic import DYNAMIC_KEYS, UNUSED_KEYS
 from oncelog.config.groups import GROUP_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 from oncelog.storage.errors import InvalidTopicError
 from oncelog.storage.manager import validate_topic_name
 
@@ -65,27 +65,6 @@ _AUTHORIZED_ON = {
     CLIENT_METRICS: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed."),
     GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group authorization failed."),
 }
-
-DYNAMIC_TOPIC_CONFIG = 1  # Kafka's TOPIC_CONFIG
-DYNAMIC_BROKER_CONFIG = 2
-DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
-DYNAMIC_GROUP_CONFIG = 8  # Kafka's GROUP_CONFIG
-
-# Broker keys whose Kafka default is null (a coarser key supplies the value).
-_NO_KAFKA_DEFAULT = frozenset({"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms",
-                               "log.flush.interval.ms"})
-# Topic key -> the broker keys its default is read from, most precise first.
-_TOPIC_SYNONYMS = {
-    name: [definition.broker_key, *(key for key, _factor in definition.broker_fallbacks)]
-    for name, definition in TOPIC_CONFIGS.items()
-}
-# Broker key -> the keys that set the same thing (Kafka's brokerConfigSynonyms).
-_BROKER_SYNONYMS = {key: group for group in _TOPIC_SYNONYMS.values() if len(group) > 1 for key in group}
-# Built-in defaults of broker keys oncelog does not read, from the topic setting they feed.
-_TOPIC_DEFAULTS = LogConfig().to_kafka_dict()
-_UNREAD_BROKER_DEFAULTS = {definition.broker_key: _TOPIC_DEFAULTS[name] for name, definition in TOPIC_CONFIGS.items()}
 
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
 UNUSED_DOCUMENTATION = "Not used by oncelog: stored and described, as Kafka's reconfigurable key, with no effect."
@@ -140,7 +119,7 @@ async def _describe(ctx: RequestContext, resource, include_synonyms: bool, docum
                     resource_type=resource.resource_type, resource_name=resource.resource_name, configs=())
     entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
     code, message = ErrorCode.none, None
-    layers = _layers(broker)
+    layers = sources.layers(broker)
     if resource.resource_type == TOPIC:
         info = None
         try:
@@ -151,27 +130,22 @@ async def _describe(ctx: RequestContext, resource, include_synonyms: bool, docum
         if info is None and code == ErrorCode.none:
             code, message = ErrorCode.unknown_topic_or_partition, f"Topic '{resource.resource_name}' does not exist."
         if info is not None:
-            for key, value in sorted(info.config.to_kafka_dict().items()):
-                names = _TOPIC_SYNONYMS[key]
-                synonyms = _synonyms(names[0], names, layers)
-                if key in info.config_overrides:
-                    synonyms.insert(0, (key, value, DYNAMIC_TOPIC_CONFIG))
-                entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+            entries = sources.topic_entries(info, layers)
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             code = ErrorCode.invalid_request
             message = f"Unexpected broker id, expected {broker.node_id} or empty string."
         elif resource.resource_name:
             for key in sorted(SETTINGS):
-                synonyms = _synonyms(key, _BROKER_SYNONYMS.get(key, [key]), layers)
-                broker_value = next((layer[key] for _source, layer in layers if key in layer), _default(key))
-                entries.append((key, broker_value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+                synonyms = sources.synonyms(key, sources.BROKER_SYNONYMS.get(key, [key]), layers)
+                broker_value = next((layer[key] for _source, layer in layers if key in layer), sources.default(key))
+                entries.append((key, broker_value, synonyms[0][2] if synonyms else sources.DEFAULT_CONFIG, synonyms))
             entries += _listener_entries(broker, layers)
             entries += _unused_entries(layers)
         else:  # the cluster-wide default: its dynamic keys only
-            for key, default_value in sorted(_dynamic_layer(broker, "").items()):
-                entries.append((key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG,
-                                [(key, default_value, DYNAMIC_DEFAULT_BROKER_CONFIG)]))
+            for key, default_value in sorted(sources.dynamic_layer(broker, "").items()):
+                entries.append((key, default_value, sources.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                [(key, default_value, sources.DYNAMIC_DEFAULT_BROKER_CONFIG)]))
     elif resource.resource_type == GROUP:
         if resource.resource_name:
             entries = _group_entries(broker, resource.resource_name, layers)
@@ -219,8 +193,8 @@ def _listener_entries(broker, layers: list[tuple[int, Mapping[str, str]]]
         for suffix, value in sorted(overrides.items()):
             key = f"listener.name.{listener.lower()}.{suffix}"
             base = overridden_key(key) or suffix
-            synonyms = [(key, value, STATIC_BROKER_CONFIG), *_synonyms(base, [base], layers)]
-            entries.append((key, value, STATIC_BROKER_CONFIG, synonyms))
+            synonyms = [(key, value, sources.STATIC_BROKER_CONFIG), *sources.synonyms(base, [base], layers)]
+            entries.append((key, value, sources.STATIC_BROKER_CONFIG, synonyms))
     return entries
 
 
@@ -229,45 +203,11 @@ def _unused_entries(layers: list[tuple[int, Mapping[str, str]]]
     """Kafka's reconfigurable keys that oncelog stores but does not use, where set
     dynamically (for this broker or as the cluster default)."""
     entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
-    for key in sorted({key for source, layer in layers if source != STATIC_BROKER_CONFIG for key in layer}):
+    for key in sorted({key for source, layer in layers if source != sources.STATIC_BROKER_CONFIG for key in layer}):
         if key in UNUSED_KEYS and key not in SETTINGS:
-            synonyms = _synonyms(key, [key], layers)
+            synonyms = sources.synonyms(key, [key], layers)
             entries.append((key, synonyms[0][1], synonyms[0][2], synonyms))
     return entries
-
-
-def _default(broker_key: str) -> str | None:
-    """A broker key's built-in default as Kafka reports it (None: Kafka has none)."""
-    if broker_key in _NO_KAFKA_DEFAULT:
-        return None
-    setting = SETTINGS.get(broker_key)
-    if setting is not None:
-        return setting.default
-    return _UNREAD_BROKER_DEFAULTS.get(broker_key)
-
-
-def _dynamic_layer(broker, resource_name: str) -> Mapping[str, str]:
-    return broker.dynamic_configs.current().of(resource_name)
-
-
-def _layers(broker) -> list[tuple[int, Mapping[str, str]]]:
-    """The set broker keys by source, most precise first (the built-in defaults apart)."""
-    return [
-        (DYNAMIC_BROKER_CONFIG, _dynamic_layer(broker, str(broker.node_id))),
-        (DYNAMIC_DEFAULT_BROKER_CONFIG, _dynamic_layer(broker, "")),
-        (STATIC_BROKER_CONFIG, broker.config.explicit),
-    ]
-
-
-def _synonyms(name: str, names: list[str], layers: list[tuple[int, Mapping[str, str]]]) -> list[tuple[str, str, int]]:
-    """Kafka's ConfigHelper.configSynonyms: the keys of `names` set in each layer (this
-    broker's dynamic configs, the cluster default, server.properties or --override), then
-    their defaults, dropping those listed before `name`."""
-    found = [(key, layer[key], source) for source, layer in layers for key in names if key in layer]
-    found += [(key, default, DEFAULT_CONFIG) for key in names if (default := _default(key)) is not None]
-    while found and found[0][0] != name:
-        found.pop(0)
-    return found
 
 
 def _group_entries(broker, group_id: str, layers: list[tuple[int, Mapping[str, str]]]
@@ -276,9 +216,9 @@ def _group_entries(broker, group_id: str, layers: list[tuple[int, Mapping[str, s
     own = broker.group_configs.current().of(group_id)
     entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
     for key, group_key in sorted(GROUP_KEYS.items()):
-        synonyms = _synonyms(group_key.broker_key, [group_key.broker_key], layers)
+        synonyms = sources.synonyms(group_key.broker_key, [group_key.broker_key], layers)
         if key in own:
-            synonyms.insert(0, (key, own[key], DYNAMIC_GROUP_CONFIG))
+            synonyms.insert(0, (key, own[key], sources.DYNAMIC_GROUP_CONFIG))
         value = synonyms[0][1] if synonyms else None
-        entries.append((key, value, synonyms[0][2] if synonyms else DEFAULT_CONFIG, synonyms))
+        entries.append((key, value, synonyms[0][2] if synonyms else sources.DEFAULT_CONFIG, synonyms))
     return entries
