@@ -16,6 +16,8 @@ import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import ResourceType as AdminResourceType
 from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import f64
@@ -283,4 +285,59 @@ def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_on
     page.click("#reset-execute")
     page.wait_for_selector("#reset-plan[data-shown='2']", state="attached", timeout=10_000)
     assert post_reset(scene["url"], "admin", plan)[1]["offsets"][0]["current"] == 0
+    page.close()
+
+
+def test_a_topics_configs_show_their_source_and_one_is_set_by_whom_may_alter_them(scene):
+    def configs(user: str) -> tuple[int, dict]:
+        auth = {"Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(scene["url"] + "/api/topics/ledger/configs",
+                                                               headers=auth), timeout=10) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    def alter(user: str, body: dict) -> tuple[int, dict]:
+        request = urllib.request.Request(scene["url"] + "/api/topics/ledger/configs", method="POST",
+                                         data=json.dumps(body).encode(), headers={
+                                             "Content-Type": "application/json", "X-Oncelog-Console": "1",
+                                             "Authorization": "Basic " + base64.b64encode(
+                                                 f"{user}:{user}-secret".encode()).decode()})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    assert configs("alice")[0] == 403
+    status, answer = configs("admin")
+    assert status == 200
+    retention = {c["name"]: c for c in answer["configs"]}["retention.ms"]
+    assert (retention["value"], retention["source"]) == ("604800000", "DEFAULT_CONFIG")
+    assert alter("alice", {"name": "retention.ms", "value": "3600000"})[0] == 403
+    assert alter("admin", {"name": "retention.ms", "value": "soon"})[0] == 400
+    assert alter("admin", {"name": "retention.ms", "value": "3600000"}) == (
+        200, {"message": "retention.ms of ledger set"})
+    retention = {c["name"]: c for c in configs("admin")[1]["configs"]}["retention.ms"]
+    assert (retention["value"], retention["source"]) == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+    admin = scene["broker"].admin()  # kept until the answer: a collected client fails its futures
+    described = admin.describe_configs([ConfigResource(AdminResourceType.TOPIC, "ledger")])
+    [entries] = [future.result(10) for future in described.values()]
+    assert entries["retention.ms"].value == "3600000"  # what any client's DescribeConfigs now answers
+
+    page = scene["browser"].new_page()
+    page.goto(scene["url"] + "/")
+    sign_in(page, "admin", "admin-secret")
+    page.wait_for_selector("#signed-in:not([hidden])", timeout=10_000)
+    page.click('#topics tr[data-topic="ledger"]')
+    page.wait_for_selector("#topic-configs[data-shown='1']", state="attached", timeout=10_000)
+    assert page.get_attribute('#topic-configs-table tr[data-config="retention.ms"]', "data-source") == \
+        "DYNAMIC_TOPIC_CONFIG"
+    page.fill("#topic-config-key", "retention.ms")
+    page.fill("#topic-config-value", "")  # empty: the topic's own value goes, the default comes back
+    page.click("#topic-config-form button[type=submit]")
+    page.wait_for_selector("#topic-configs[data-shown='2']", state="attached", timeout=10_000)
+    assert page.get_attribute('#topic-configs-table tr[data-config="retention.ms"]', "data-source") == \
+        "DEFAULT_CONFIG"
     page.close()

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oncelog.broker import config_sources
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.listener_setup import listener_bindings, plain_users
 from oncelog.broker.metrics import (
@@ -245,7 +246,8 @@ class Broker:
             acls=lambda: self.acls, scram_lookup=self.scram_credentials.lookup,
             plain_users=plain_users(self.config), log_of=self.logs.partition,
             client_quotas=self.client_quotas.current, topic_traffic=lambda: (
-                (t.topic, t.messages_in, t.bytes_in, t.bytes_out) for t in self.topic_stats.snapshot()))
+                (t.topic, t.messages_in, t.bytes_in, t.bytes_out) for t in self.topic_stats.snapshot()),
+            topic_configs=self._topic_configs, alter_topic_configs=self.topics.alter_configs)
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))
@@ -261,6 +263,11 @@ class Broker:
                             config["http.request.timeout.ms"] / 1000)
         self.http = HttpListener(host, port, app, hosts, limits, tls=self._http_tls())
         self.http.start()
+
+    def _topic_configs(self, topic: str) -> list[config_sources.Entry] | None:
+        """A topic's configs as DescribeConfigs gives them (the console's view); None: not here."""
+        info = self.logs.topics().get(topic)
+        return None if info is None else config_sources.topic_entries(info, config_sources.layers(self))
 
     def _http_tls(self) -> ssl.SSLContext | None:
         """http.ssl.enabled: the HTTP listener's TLS, from the broker's ssl.* keys and its own http.ssl.*."""

@@ -24,13 +24,23 @@ principal with Topic READ.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from oncelog.broker.config_sources import (
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    Entry,
+)
 from oncelog.broker.console_groups import ResetError, ResetRequest, reset_offsets
 from oncelog.broker.console_records import QueryError, RecordsQuery, records_json
 from oncelog.clock import now_ms
+from oncelog.config.broker import is_sensitive
 from oncelog.coordinator.group.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
@@ -38,6 +48,7 @@ from oncelog.coordinator.group.consumer_protocol import (
 )
 from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.kernel.quotas import QuotaConfigs, QuotaEntity, entity_text
+from oncelog.kernel.topics import TopicRequestError
 from oncelog.names import sink_marker_query
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclBinding, AclBindingFilter, AclOperation, ResourceType
@@ -61,6 +72,7 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
     from oncelog.kernel.authorization import Acls
+    from oncelog.kernel.node import OverridesChange
     from oncelog.storage.log import PartitionLog
 
 _T = TypeVar("_T")
@@ -68,6 +80,13 @@ VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this
 ANONYMOUS = "User:ANONYMOUS"  # whom a view asked for without a principal is cut for, with an authorizer
 _PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
 MAX_SECURITY_ROWS = 10_000  # ACLs and quota entities per answer (`acls_total` counts them all)
+MAX_CONFIG_NAME_CHARS = 255
+SOURCE_NAMES = {  # Kafka's ConfigSource names
+    DYNAMIC_TOPIC_CONFIG: "DYNAMIC_TOPIC_CONFIG", DYNAMIC_BROKER_CONFIG: "DYNAMIC_BROKER_CONFIG",
+    DYNAMIC_DEFAULT_BROKER_CONFIG: "DYNAMIC_DEFAULT_BROKER_CONFIG", STATIC_BROKER_CONFIG: "STATIC_BROKER_CONFIG",
+    DEFAULT_CONFIG: "DEFAULT_CONFIG",
+}
+log = logging.getLogger("oncelog.console")
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,10 @@ class ConsoleParts:
     client_quotas: Callable[[], QuotaConfigs] = dict
     # The topics' traffic counters (TopicStats): (topic, messages in, bytes in, bytes out).
     topic_traffic: Callable[[], Iterable[tuple[str, int, int, int]]] = tuple
+    # A topic's configs as DescribeConfigs gives them (None: no such topic here), and
+    # changing one (TopicAdmin.alter_configs: its override set, from the current one).
+    topic_configs: Callable[[str], list[Entry] | None] = lambda _topic: None
+    alter_topic_configs: Callable[[str, OverridesChange], Awaitable[None]] | None = None
 
 
 def console_view(parts: ConsoleParts, rates: Mapping[str, tuple[float, float, float]] | None = None) -> ConsoleView:
@@ -386,6 +409,60 @@ class ConsoleSource:
                                             f"{principal} (console, {host})")
         except ResetError as error:
             return error.status, {"error": str(error)}
+
+    def topic_configs(self, principal: str | None, host: str, topic: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of a topic's configs with their sources, for a principal with
+        Topic DESCRIBE_CONFIGS, as DescribeConfigs answers (a password's value never shown)."""
+        return self._call(lambda: self._topic_configs(principal or ANONYMOUS, host, topic))
+
+    def _topic_configs(self, principal: str, host: str, topic: str) -> tuple[int, dict[str, Any]]:
+        acls = self._parts.acls()
+        if acls is not None and not acls.authorizer.authorize(principal, host, AclOperation.DESCRIBE_CONFIGS,
+                                                              ResourceType.TOPIC, topic):
+            return 403, {"error": f"{principal} may not describe the configs of topic {topic!r} "
+                                  "(needs Topic DESCRIBE_CONFIGS)"}
+        entries = self._parts.topic_configs(topic)
+        if entries is None:
+            return 404, {"error": f"this broker has no replica of topic {topic!r}"}
+        return 200, {"topic": topic, "configs": [
+            {"name": key, "value": None if is_sensitive(key) else value, "source": SOURCE_NAMES[source],
+             "sensitive": is_sensitive(key)} for key, value, source, _synonyms in entries]}
+
+    def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of setting (`{"name": ..., "value": ...}`) or removing
+        (`"value": null`) one of a topic's configs, as IncrementalAlterConfigs SET and
+        DELETE do, for a principal with Topic ALTER_CONFIGS."""
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str) or "value" not in body \
+                or not (body["value"] is None or isinstance(body["value"], str)) \
+                or not 0 < len(body["name"]) <= MAX_CONFIG_NAME_CHARS:
+            return 400, {"error": 'expected {"name": "...", "value": "..." or null}'}
+        name, value = body["name"], body["value"]
+        return self._call_async(lambda: self._alter_topic_config(principal, host, topic, name, value))
+
+    async def _alter_topic_config(self, principal: str, host: str, topic: str, name: str,
+                                  value: str | None) -> tuple[int, dict[str, Any]]:
+        acls, alter = self._parts.acls(), self._parts.alter_topic_configs
+        if acls is None or alter is None:
+            return 403, {"error": "this broker has no authorizer: the console changes nothing"}
+        if not acls.authorizer.authorize(principal, host, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, topic):
+            return 403, {"error": f"{principal} may not alter the configs of topic {topic!r} "
+                                  "(needs Topic ALTER_CONFIGS)"}
+
+        def change(current: Mapping[str, str]) -> dict[str, str]:
+            changed = dict(current)
+            if value is None:
+                changed.pop(name, None)
+            else:
+                changed[name] = value
+            return changed
+
+        try:
+            await alter(topic, change)
+        except TopicRequestError as error:
+            return 400, {"error": f"{error.code.name}: {error}"}
+        log.info("config %s of topic %r %s by %s (console, %s)", name, topic,
+                 "removed" if value is None else "set", principal, host)
+        return 200, {"message": f"{name} of {topic} {'removed' if value is None else 'set'}"}
 
     def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON) of the security views: the ACLs (as DescribeAcls gives them, to

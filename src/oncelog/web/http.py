@@ -66,6 +66,8 @@ class ConsoleBackend(Protocol):
     # The message browser: (HTTP status, JSON) for one topic and the request's query string.
     def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]: ...
     def reset_offsets(self, principal: str, host: str, body: object) -> tuple[int, dict[str, Any]]: ...
+    def topic_configs(self, principal: str | None, host: str, topic: str) -> tuple[int, dict[str, Any]]: ...
+    def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]: ...
     # The security views: ACLs and client quotas, for whom may describe them.
     def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
 
@@ -81,6 +83,8 @@ _API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/security": "G
 _ACTIONS = frozenset(path for path, method in _API_ROUTES.items() if method == "POST")
 # GET /api/topics/{topic}/records: a topic name as Kafka allows it (up to 249 of [a-zA-Z0-9._-]).
 _RECORDS_ROUTE = re.compile(r"/api/topics/([a-zA-Z0-9._-]{1,249})/records")
+# GET (DescribeConfigs) and POST (one key SET or DELETE) /api/topics/{topic}/configs.
+_CONFIGS_ROUTE = re.compile(r"/api/topics/([a-zA-Z0-9._-]{1,249})/configs")
 
 
 class ConsoleApp:
@@ -105,6 +109,10 @@ class ConsoleApp:
 
     def _route(self, request: HttpRequest) -> HttpResponse:
         method, path = request.method, request.path
+        if _CONFIGS_ROUTE.fullmatch(path):
+            if method not in ("GET", "HEAD", "POST"):
+                return _answer(405, b"method not allowed\n", "text/plain", [("Allow", "GET, POST")])
+            return self._api(request)
         if path in _API_ROUTES or _RECORDS_ROUTE.fullmatch(path):
             allowed = _API_ROUTES.get(path, "GET")
             if method != allowed and not (allowed == "GET" and method == "HEAD"):
@@ -122,7 +130,7 @@ class ConsoleApp:
 
     def _api(self, request: HttpRequest) -> HttpResponse:
         host = request.client_host
-        if request.path in _ACTIONS and request.header(CONSOLE_HEADER) != "1":
+        if (request.path in _ACTIONS or request.method == "POST") and request.header(CONSOLE_HEADER) != "1":
             return _json(403, {"error": "the X-Oncelog-Console header is missing"})
         principal: str | None = None
         if self._console.sign_in_enabled:
@@ -130,6 +138,10 @@ class ConsoleApp:
             if sign_in.principal is None:
                 return self._refused(sign_in, request, realm="oncelog console")
             principal = sign_in.principal
+        configs = _CONFIGS_ROUTE.fullmatch(request.path)
+        if configs is not None and request.method != "POST":
+            status, answer = self._console.topic_configs(principal, host, configs.group(1))
+            return _json(status, answer)
         records = _RECORDS_ROUTE.fullmatch(request.path)
         if records is not None:  # for everyone who may read the topic (no authorizer: everyone)
             status, answer = self._console.records(principal, host, records.group(1), request.query)
@@ -148,14 +160,17 @@ class ConsoleApp:
             return _json(200, {"principal": principal, "may_abort": self._console.may_abort(principal, host)})
         if request.path == "/api/groups/reset-offsets":
             return self._reset_offsets(request, principal)
+        if configs is not None:
+            body = _json_body(request)
+            if body is None:
+                return _json(400, {"error": "expected a JSON object of at most 4096 bytes"})
+            status, answer = self._console.alter_topic_config(principal, host, configs.group(1), body)
+            return _json(status, answer)
         return self._abort(request, principal)
 
     def _reset_offsets(self, request: HttpRequest, principal: str) -> HttpResponse:
-        try:
-            if not 0 < len(request.body) <= MAX_BODY_BYTES:
-                raise ValueError
-            body = json.loads(request.body)
-        except ValueError:
+        body = _json_body(request)
+        if body is None:
             return _json(400, {"error": "expected a JSON object of at most 4096 bytes"})
         status, answer = self._console.reset_offsets(principal, request.client_host, body)
         return _json(status, answer)
@@ -236,6 +251,16 @@ class ConsoleApp:
         if content_type.startswith("text/") or content_type.endswith("javascript"):
             content_type += "; charset=utf-8"
         return _answer(200, resource.read_bytes(), content_type, [("Cache-Control", "max-age=300")])
+
+
+def _json_body(request: HttpRequest) -> object | None:
+    """The request's JSON body, None when it is missing, too big or not JSON."""
+    if not 0 < len(request.body) <= MAX_BODY_BYTES:
+        return None
+    try:
+        return json.loads(request.body)
+    except ValueError:
+        return None
 
 
 def _json(status: int, value: dict[str, Any], headers: list[tuple[str, str]] | None = None, *,

@@ -122,6 +122,7 @@ function sortableHeaders() {
         for (const other of table.querySelectorAll("thead th")) delete other.dataset.sorted;
         th.dataset.sorted = sortedBy.get(table.id).descending ? "descending" : "ascending";
         if (table.id === "acls" || table.id === "quotas") renderSecurity();
+        else if (table.id === "topic-configs-table") { if (configsTopic !== null) showTopicConfigs(configsTopic); }
         else if (latest !== null) render(latest);
       });
     });
@@ -211,13 +212,49 @@ function renderTransactions(data) {
   fillTable("transactions", rows, "No open transactions.", 8);
 }
 
+// -- a topic's configs (GET /api/topics/{topic}/configs), and setting one (POST, signed in) --
+
+let configsTopic = null;
+
+async function showTopicConfigs(topic) {
+  configsTopic = topic;
+  const panel = document.getElementById("topic-configs");
+  panel.hidden = false;
+  document.getElementById("topic-configs-name").textContent = topic;
+  document.getElementById("topic-config-form").hidden = session === null;
+  const response = await fetch(`/api/topics/${encodeURIComponent(topic)}/configs`, { cache: "no-store", headers: apiHeaders() });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    fillTable("topic-configs-table", [], answer.error || response.statusText, 3);
+    return;
+  }
+  fillTable("topic-configs-table", answer.configs.map((c) => el("tr", { "data-config": c.name, "data-source": c.source },
+    cell(c.name), cell(c.sensitive ? "(hidden)" : c.value === null ? "null" : c.value),
+    el("td", null, c.source === "DYNAMIC_TOPIC_CONFIG" ? flag("topic", "info") : c.source))), "No configs.", 3);
+  panel.dataset.shown = String(Number(panel.dataset.shown || 0) + 1);
+}
+
+async function setTopicConfig(event) {
+  event.preventDefault();
+  if (configsTopic === null || session === null) return;
+  const value = document.getElementById("topic-config-value").value;
+  const response = await fetch(`/api/topics/${encodeURIComponent(configsTopic)}/configs`, {
+    method: "POST", headers: apiHeaders({ "Content-Type": "application/json" }),
+    body: JSON.stringify({ name: document.getElementById("topic-config-key").value.trim(), value: value === "" ? null : value }),
+  });
+  const answer = await response.json().catch(() => ({}));
+  showResult(response.ok ? answer.message : `Not changed: ${answer.error}`, !response.ok);
+  if (response.ok) showTopicConfigs(configsTopic);
+}
+
 function renderTopics(data) {
-  const rows = data.topics.filter((t) => shown(t.topic)).map((t) => el("tr", { "data-topic": t.topic },
+  const rows = data.topics.filter((t) => shown(t.topic)).map((t) => el("tr", { "data-topic": t.topic, class: "clickable" },
     cell(t.topic), cell(count(t.partitions), true), cell(count(t.replication_factor), true),
     el("td", { class: "num", "data-sort": t.size_bytes }, bytes(t.size_bytes)),
     el("td", { class: "num", "data-sort": t.messages_in_per_s }, count(Math.round(t.messages_in_per_s))),
     el("td", { class: "num", "data-sort": t.bytes_in_per_s }, bytes(t.bytes_in_per_s)),
     el("td", { class: "num", "data-sort": t.bytes_out_per_s }, bytes(t.bytes_out_per_s))));
+  for (const row of rows) row.addEventListener("click", () => showTopicConfigs(row.dataset.topic));
   fillTable("topics", matching(rows, "topics-filter"), "No topics on this broker.", 7);
 }
 
@@ -448,6 +485,8 @@ function clearView() {
   fillTable("acls", [], "Sign in to see this broker.", 7);
   fillTable("quotas", [], "Sign in to see this broker.", 2);
   document.getElementById("security").open = false;
+  document.getElementById("topic-configs").hidden = true;
+  configsTopic = null;
   document.getElementById("cluster").hidden = true;
   document.getElementById("pipelines").replaceChildren();
   document.getElementById("lso-chart-empty").hidden = false;
@@ -656,6 +695,7 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("sign-in").addEventListener("submit", signIn);
   document.getElementById("sign-out").addEventListener("click", signOut);
   sortableHeaders();
+  document.getElementById("topic-config-form").addEventListener("submit", setTopicConfig);
   for (const id of ["topics-filter", "partitions-filter"]) {
     document.getElementById(id).addEventListener("input", () => { if (latest !== null) render(latest); });
   }
