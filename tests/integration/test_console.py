@@ -204,6 +204,26 @@ def test_topics_show_their_traffic_and_every_table_sorts_and_filters(scene):
         page.close()
 
 
+def test_the_broker_configs_are_listed_with_their_sources_and_filter_by_key(scene):
+    with urllib.request.urlopen(scene["url"] + "/api/broker/configs", timeout=10) as answer:
+        configs = {c["name"]: c for c in json.load(answer)["configs"]}
+    assert configs["transaction.abort.timed.out.transaction.cleanup.interval.ms"]["source"] == "STATIC_BROKER_CONFIG"
+    assert configs["log.retention.hours"]["source"] == "DEFAULT_CONFIG"
+    assert configs["ssl.key.password"]["value"] is None and configs["ssl.key.password"]["sensitive"] is True
+    page, errors = open_console(scene)
+    try:
+        page.click("#broker-configs summary")
+        page.wait_for_selector("#broker-configs[data-loaded]", state="attached", timeout=10_000)
+        page.fill("#broker-configs-filter", "cleanup.interval")
+        rows = page.locator("#broker-configs-table tbody tr")
+        assert sorted(row.get_attribute("data-config") or "" for row in rows.all()) == [
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "transaction.remove.expired.transaction.cleanup.interval.ms"]
+        assert errors == []
+    finally:
+        page.close()
+
+
 def test_the_console_follows_the_broker_live_when_a_transaction_commits(scene):
     page, errors = open_console(scene)
     try:

@@ -247,7 +247,8 @@ class Broker:
             plain_users=plain_users(self.config), log_of=self.logs.partition,
             client_quotas=self.client_quotas.current, topic_traffic=lambda: (
                 (t.topic, t.messages_in, t.bytes_in, t.bytes_out) for t in self.topic_stats.snapshot()),
-            topic_configs=self._topic_configs, alter_topic_configs=self.topics.alter_configs)
+            topic_configs=self._topic_configs, alter_topic_configs=self.topics.alter_configs,
+            broker_configs=lambda: config_sources.broker_entries(self, config_sources.layers(self)))
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))

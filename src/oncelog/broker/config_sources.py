@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from oncelog.config.broker import SETTINGS
+from oncelog.config.broker import SETTINGS, overridden_key
+from oncelog.config.dynamic import UNUSED_KEYS
 from oncelog.storage.config import TOPIC_CONFIGS, LogConfig
 
 if TYPE_CHECKING:
@@ -98,4 +99,39 @@ def topic_entries(info: TopicInfo, layers: Layers) -> list[Entry]:
         if key in info.config_overrides:
             found.insert(0, (key, value, DYNAMIC_TOPIC_CONFIG))
         entries.append((key, value, found[0][2] if found else DEFAULT_CONFIG, found))
+    return entries
+
+
+def broker_entries(broker: ConfiguredBroker, layers: Layers) -> list[Entry]:
+    """This broker's keys with their values by layer, then the listener overrides set and
+    Kafka's reconfigurable keys it stores but does not use."""
+    entries: list[Entry] = []
+    for key in sorted(SETTINGS):
+        found = synonyms(key, BROKER_SYNONYMS.get(key, [key]), layers)
+        value = next((layer[key] for _source, layer in layers if key in layer), default(key))
+        entries.append((key, value, found[0][2] if found else DEFAULT_CONFIG, found))
+    return entries + _listener_entries(broker, layers) + _unused_entries(layers)
+
+
+def _listener_entries(broker: ConfiguredBroker, layers: Layers) -> list[Entry]:
+    """The listener overrides set (server.properties, --override), as Kafka lists its
+    originals: each with itself, then the key it overrides, as synonyms."""
+    entries: list[Entry] = []
+    for listener, overrides in sorted(broker.config.listener_overrides.items()):
+        for suffix, value in sorted(overrides.items()):
+            key = f"listener.name.{listener.lower()}.{suffix}"
+            base = overridden_key(key) or suffix
+            found = [(key, value, STATIC_BROKER_CONFIG), *synonyms(base, [base], layers)]
+            entries.append((key, value, STATIC_BROKER_CONFIG, found))
+    return entries
+
+
+def _unused_entries(layers: Layers) -> list[Entry]:
+    """Kafka's reconfigurable keys that oncelog stores but does not use, where set
+    dynamically (for this broker or as the cluster default)."""
+    entries: list[Entry] = []
+    for key in sorted({key for source, layer in layers if source != STATIC_BROKER_CONFIG for key in layer}):
+        if key in UNUSED_KEYS and key not in SETTINGS:
+            found = synonyms(key, [key], layers)
+            entries.append((key, found[0][1], found[0][2], found))
     return entries

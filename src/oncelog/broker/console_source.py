@@ -114,6 +114,7 @@ class ConsoleParts:
     # A topic's configs as DescribeConfigs gives them (None: no such topic here), and
     # changing one (TopicAdmin.alter_configs: its override set, from the current one).
     topic_configs: Callable[[str], list[Entry] | None] = lambda _topic: None
+    broker_configs: Callable[[], list[Entry]] = list  # this broker's, as DescribeConfigs gives them
     alter_topic_configs: Callable[[str, OverridesChange], Awaitable[None]] | None = None
 
 
@@ -424,9 +425,17 @@ class ConsoleSource:
         entries = self._parts.topic_configs(topic)
         if entries is None:
             return 404, {"error": f"this broker has no replica of topic {topic!r}"}
-        return 200, {"topic": topic, "configs": [
-            {"name": key, "value": None if is_sensitive(key) else value, "source": SOURCE_NAMES[source],
-             "sensitive": is_sensitive(key)} for key, value, source, _synonyms in entries]}
+        return 200, {"topic": topic, "configs": _configs_json(entries)}
+
+    def broker_configs(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of this broker's configs with their sources, for a principal
+        with Cluster DESCRIBE_CONFIGS, as DescribeConfigs answers for its broker resource."""
+        return self._call(lambda: self._broker_configs(principal or ANONYMOUS, host))
+
+    def _broker_configs(self, principal: str, host: str) -> tuple[int, dict[str, Any]]:
+        if not self._may(principal, host, AclOperation.DESCRIBE_CONFIGS):
+            return 403, {"error": f"{principal} may not describe the broker's configs (needs Cluster DESCRIBE_CONFIGS)"}
+        return 200, {"node_id": self._parts.node_id, "configs": _configs_json(self._parts.broker_configs())}
 
     def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON) of setting (`{"name": ..., "value": ...}`) or removing
@@ -563,3 +572,9 @@ class _Rates:
                 self.per_second[topic] = ((messages_in - was[0]) / seconds, (bytes_in - was[1]) / seconds,
                                           (bytes_out - was[2]) / seconds)
         self._last = (now, current)
+
+
+def _configs_json(entries: list[Entry]) -> list[dict[str, Any]]:
+    """DescribeConfigs' entries for the console: a password's value is never shown."""
+    return [{"name": key, "value": None if is_sensitive(key) else value, "source": SOURCE_NAMES[source],
+             "sensitive": is_sensitive(key)} for key, value, source, _synonyms in entries]

@@ -18,7 +18,9 @@ shown, as before. `/metrics` needs credentials when `http.metrics.require.auth` 
 
 `GET /api/topics/{topic}/records` is the message browser (one partition's records with
 their fate, for a principal with Topic READ; oncelog.broker.console_records);
-`GET /api/security` the ACLs (Cluster DESCRIBE) and client quotas (Cluster DESCRIBE_CONFIGS).
+`GET /api/security` the ACLs (Cluster DESCRIBE) and client quotas (Cluster DESCRIBE_CONFIGS);
+`GET /api/topics/{topic}/configs` and `GET /api/broker/configs` the configs with their
+sources (Topic / Cluster DESCRIBE_CONFIGS), as DescribeConfigs gives them.
 
 Read-only, but for two actions when the broker has an authorizer: a principal that holds
 Cluster ALTER may abort an open transaction: `POST /api/transactions/abort` with
@@ -67,6 +69,7 @@ class ConsoleBackend(Protocol):
     def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]: ...
     def reset_offsets(self, principal: str, host: str, body: object) -> tuple[int, dict[str, Any]]: ...
     def topic_configs(self, principal: str | None, host: str, topic: str) -> tuple[int, dict[str, Any]]: ...
+    def broker_configs(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
     def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]: ...
     # The security views: ACLs and client quotas, for whom may describe them.
     def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
@@ -78,7 +81,8 @@ _SECURITY_HEADERS = (
     ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"),
     ("Referrer-Policy", "no-referrer"),
 )
-_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/security": "GET", "/api/transactions/abort": "POST",
+_API_ROUTES = {"/api/console": "GET", "/api/session": "GET", "/api/security": "GET", "/api/broker/configs": "GET",
+               "/api/transactions/abort": "POST",
                "/api/groups/reset-offsets": "POST"}
 _ACTIONS = frozenset(path for path, method in _API_ROUTES.items() if method == "POST")
 # GET /api/topics/{topic}/records: a topic name as Kafka allows it (up to 249 of [a-zA-Z0-9._-]).
@@ -145,6 +149,9 @@ class ConsoleApp:
         records = _RECORDS_ROUTE.fullmatch(request.path)
         if records is not None:  # for everyone who may read the topic (no authorizer: everyone)
             status, answer = self._console.records(principal, host, records.group(1), request.query)
+            return _json(status, answer)
+        if request.path == "/api/broker/configs":
+            status, answer = self._console.broker_configs(principal, host)
             return _json(status, answer)
         if request.path == "/api/security":
             status, answer = self._console.security(principal, host)

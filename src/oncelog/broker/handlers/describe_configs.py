@@ -43,7 +43,7 @@ from collections.abc import Mapping
 
 from oncelog.broker import config_sources as sources
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.config.broker import SETTINGS, is_sensitive, overridden_key
+from oncelog.config.broker import SETTINGS, is_sensitive
 from oncelog.config.dynamic import DYNAMIC_KEYS, UNUSED_KEYS
 from oncelog.config.groups import GROUP_KEYS
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
@@ -136,12 +136,7 @@ async def _describe(ctx: RequestContext, resource, include_synonyms: bool, docum
             code = ErrorCode.invalid_request
             message = f"Unexpected broker id, expected {broker.node_id} or empty string."
         elif resource.resource_name:
-            for key in sorted(SETTINGS):
-                synonyms = sources.synonyms(key, sources.BROKER_SYNONYMS.get(key, [key]), layers)
-                broker_value = next((layer[key] for _source, layer in layers if key in layer), sources.default(key))
-                entries.append((key, broker_value, synonyms[0][2] if synonyms else sources.DEFAULT_CONFIG, synonyms))
-            entries += _listener_entries(broker, layers)
-            entries += _unused_entries(layers)
+            entries = sources.broker_entries(broker, layers)
         else:  # the cluster-wide default: its dynamic keys only
             for key, default_value in sorted(sources.dynamic_layer(broker, "").items()):
                 entries.append((key, default_value, sources.DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -182,32 +177,6 @@ async def _describe(ctx: RequestContext, resource, include_synonyms: bool, docum
         resource_name=resource.resource_name,
         configs=configs if code == ErrorCode.none else (),
     )
-
-
-def _listener_entries(broker, layers: list[tuple[int, Mapping[str, str]]]
-                      ) -> list[tuple[str, str | None, int, list[tuple[str, str, int]]]]:
-    """The listener overrides set (server.properties, --override), as Kafka lists its
-    originals: each with itself, then the key it overrides, as synonyms."""
-    entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
-    for listener, overrides in sorted(broker.config.listener_overrides.items()):
-        for suffix, value in sorted(overrides.items()):
-            key = f"listener.name.{listener.lower()}.{suffix}"
-            base = overridden_key(key) or suffix
-            synonyms = [(key, value, sources.STATIC_BROKER_CONFIG), *sources.synonyms(base, [base], layers)]
-            entries.append((key, value, sources.STATIC_BROKER_CONFIG, synonyms))
-    return entries
-
-
-def _unused_entries(layers: list[tuple[int, Mapping[str, str]]]
-                   ) -> list[tuple[str, str | None, int, list[tuple[str, str, int]]]]:
-    """Kafka's reconfigurable keys that oncelog stores but does not use, where set
-    dynamically (for this broker or as the cluster default)."""
-    entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
-    for key in sorted({key for source, layer in layers if source != sources.STATIC_BROKER_CONFIG for key in layer}):
-        if key in UNUSED_KEYS and key not in SETTINGS:
-            synonyms = sources.synonyms(key, [key], layers)
-            entries.append((key, synonyms[0][1], synonyms[0][2], synonyms))
-    return entries
 
 
 def _group_entries(broker, group_id: str, layers: list[tuple[int, Mapping[str, str]]]

@@ -123,6 +123,7 @@ function sortableHeaders() {
         th.dataset.sorted = sortedBy.get(table.id).descending ? "descending" : "ascending";
         if (table.id === "acls" || table.id === "quotas") renderSecurity();
         else if (table.id === "topic-configs-table") { if (configsTopic !== null) showTopicConfigs(configsTopic); }
+        else if (table.id === "broker-configs-table") renderBrokerConfigs();
         else if (latest !== null) render(latest);
       });
     });
@@ -228,9 +229,7 @@ async function showTopicConfigs(topic) {
     fillTable("topic-configs-table", [], answer.error || response.statusText, 3);
     return;
   }
-  fillTable("topic-configs-table", answer.configs.map((c) => el("tr", { "data-config": c.name, "data-source": c.source },
-    cell(c.name), cell(c.sensitive ? "(hidden)" : c.value === null ? "null" : c.value),
-    el("td", null, c.source === "DYNAMIC_TOPIC_CONFIG" ? flag("topic", "info") : c.source))), "No configs.", 3);
+  fillTable("topic-configs-table", answer.configs.map(configRow), "No configs.", 3);
   panel.dataset.shown = String(Number(panel.dataset.shown || 0) + 1);
 }
 
@@ -245,6 +244,29 @@ async function setTopicConfig(event) {
   const answer = await response.json().catch(() => ({}));
   showResult(response.ok ? answer.message : `Not changed: ${answer.error}`, !response.ok);
   if (response.ok) showTopicConfigs(configsTopic);
+}
+
+let brokerConfigs = null;
+
+function configRow(c) {
+  return el("tr", { "data-config": c.name, "data-source": c.source }, cell(c.name),
+    cell(c.sensitive ? "(hidden)" : c.value === null ? "null" : c.value), cell(c.source));
+}
+
+function renderBrokerConfigs() {
+  if (brokerConfigs === null) return;
+  fillTable("broker-configs-table", matching(brokerConfigs.map(configRow), "broker-configs-filter"), "No keys.", 3);
+}
+
+async function loadBrokerConfigs() {
+  if (!document.getElementById("broker-configs").open) return;
+  const response = await fetch("/api/broker/configs", { cache: "no-store", headers: apiHeaders() });
+  const answer = await response.json().catch(() => ({}));
+  brokerConfigs = response.ok ? answer.configs : null;
+  if (!response.ok) fillTable("broker-configs-table", [], answer.error || response.statusText, 3);
+  renderBrokerConfigs();
+  const details = document.getElementById("broker-configs");
+  details.dataset.loaded = String(Number(details.dataset.loaded || 0) + 1);
 }
 
 function renderTopics(data) {
@@ -487,6 +509,9 @@ function clearView() {
   document.getElementById("security").open = false;
   document.getElementById("topic-configs").hidden = true;
   configsTopic = null;
+  brokerConfigs = null;
+  document.getElementById("broker-configs").open = false;
+  fillTable("broker-configs-table", [], "Sign in to see this broker.", 3);
   document.getElementById("cluster").hidden = true;
   document.getElementById("pipelines").replaceChildren();
   document.getElementById("lso-chart-empty").hidden = false;
@@ -696,6 +721,8 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("sign-out").addEventListener("click", signOut);
   sortableHeaders();
   document.getElementById("topic-config-form").addEventListener("submit", setTopicConfig);
+  document.getElementById("broker-configs").addEventListener("toggle", loadBrokerConfigs);
+  document.getElementById("broker-configs-filter").addEventListener("input", renderBrokerConfigs);
   for (const id of ["topics-filter", "partitions-filter"]) {
     document.getElementById(id).addEventListener("input", () => { if (latest !== null) render(latest); });
   }
