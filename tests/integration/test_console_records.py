@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog import EmbeddedBroker
 from oncelog.storage import browse
 from tests.support.browser import chromium
+from tests.support.secured import secured_broker
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +192,13 @@ def test_a_decided_transaction_turns_from_open_to_committed_with_its_marker(brow
 ])
 def test_a_bad_query_is_a_clear_error(browsed, query, status, error):
     assert get(browsed, "/api/topics/ledger/records" + query) == (status, {"error": error})
+
+
+def test_without_an_authorizer_records_are_shown_only_where_kafka_lets_anyone_read_them(tmp_path):
+    """SASL listeners and no authorizer: a Kafka client must log in to read, so the console,
+    where nobody signs in without an authorizer, shows no records."""
+    config = {"http.listener": "127.0.0.1:0", "authorizer.class.name": ""}
+    with secured_broker(tmp_path / "sasl-only", config) as broker:
+        host, port = broker.running.broker.http.address
+        status, answer = get({"url": f"http://{host}:{port}"}, "/api/topics/anything/records")
+    assert status == 403 and answer["error"].startswith("without an authorizer the console shows records only")

@@ -11,8 +11,10 @@ from oncelog.protocol.record_batch import (
     build_batch,
     build_control_batch,
     parse_batches,
+    set_base_offset,
 )
 from oncelog.storage import AppendOrigin, CorruptLogError, LogConfig, LogManager, PartitionLog
+from oncelog.storage.batch_records import empty_batch
 from oncelog.storage.errors import CorruptBatchError, StorageError, UnexpectedAppendOffsetError
 from oncelog.storage.leader_epoch import FILE_NAME as EPOCH_FILE
 from oncelog.storage.leader_epoch import LeaderEpochCache
@@ -593,3 +595,20 @@ def test_an_abort_marker_whose_index_write_failed_is_gone_once_the_dir_takes_wri
     assert again is not None
     assert [(h.base_offset, h.partition_leader_epoch) for h in parse_batches(all_bytes(again))] == [(0, 0), (2, 1)]
     reopened.close()
+
+
+def test_a_follower_takes_a_marker_the_leaders_cleaner_emptied(tmp_path):
+    """The leader's cleaner keeps a producer's last marker as an empty batch; a follower
+    that fetches it appends it (it changes nothing, as on replay) instead of failing."""
+    follower = open_log(tmp_path, "follower")
+    data = batch(2, producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)  # offsets 0 and 1
+    control = bytearray(build_control_batch(ControlType.COMMIT, producer_id=7, producer_epoch=0,
+                                            coordinator_epoch=0, timestamp_ms=NOW_MS))
+    [header] = parse_batches(control)
+    emptied = bytearray(empty_batch(header))
+    [emptied_header] = parse_batches(emptied)
+    set_base_offset(emptied, emptied_header, 2)
+    follower.append_as_follower(bytes(data + emptied), NOW_MS)
+    assert follower.log_end_offset == 3
+    [last] = parse_batches(all_bytes(follower))[-1:]
+    assert (last.base_offset, last.is_control, last.record_count) == (2, True, 0)

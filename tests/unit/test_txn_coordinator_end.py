@@ -1,11 +1,14 @@
 """The transaction coordinator's EndTxn and InitProducerId refusals, on a coordinator
 without a log: a stale epoch is PRODUCER_FENCED, as an ErrorCode, and nothing is written."""
 
+from dataclasses import replace
+
 import pytest
 
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.coordinator.txn.metadata import TransactionMetadata, TxnEntry
 from oncelog.coordinator.txn.state import TransactionState
+from oncelog.kernel.node import ProducerIdsUnavailable
 from oncelog.kernel.peer import NoPeers
 from oncelog.protocol.messages import ErrorCode
 
@@ -69,3 +72,23 @@ def test_an_init_producer_id_naming_a_stale_epoch_is_producer_fenced_as_an_error
     result = coordinator.init_producer_id("tx", 60_000, 7, 2, now=100)
     assert isinstance(result.error, ErrorCode) and result.error is ErrorCode.producer_fenced
     assert coordinator.describe("tx") is before
+
+
+def test_a_timed_out_fence_on_an_exhausted_epoch_without_a_producer_id_is_retried_not_stuck(coordinator):
+    """TV2: the abort of a fenced, exhausted epoch needs a new producer id; while the
+    producer-id source has none, the fence is let go, so the next timeout sweep tries again
+    (with the epoch it bumped), and the id never answers CONCURRENT_TRANSACTIONS for good."""
+
+    class NoIds:
+        def next_producer_id(self) -> int:
+            raise ProducerIdsUnavailable("the next producer id block is being reserved")
+
+    coordinator.broker.producer_ids = NoIds()
+    with_transaction(coordinator, S.ONGOING, epoch=32_765)  # exhausted: MAX_EPOCH - 2 is the last a client gets
+    coordinator._entries["tx"].current = replace(coordinator.describe("tx"), client_transaction_version=2)
+    coordinator.abort_timed_out(now=10**12)
+    entry = coordinator._entries["tx"]
+    assert not entry.in_transition and entry.has_failed_epoch_fence
+    fenced_epoch = entry.current.producer_epoch
+    coordinator.abort_timed_out(now=10**12 + 1)  # tried again, with the same bumped epoch
+    assert not entry.in_transition and entry.current.producer_epoch == fenced_epoch

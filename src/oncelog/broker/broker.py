@@ -248,7 +248,8 @@ class Broker:
             client_quotas=self.client_quotas.current, topic_traffic=lambda: (
                 (t.topic, t.messages_in, t.bytes_in, t.bytes_out) for t in self.topic_stats.snapshot()),
             topic_configs=self._topic_configs, alter_topic_configs=self.topics.alter_configs,
-            broker_configs=lambda: config_sources.broker_entries(self, config_sources.layers(self)))
+            broker_configs=lambda: config_sources.broker_entries(self, config_sources.layers(self)),
+            records_open=self._kafka_readable_without_credentials(), leadership=self.leadership)
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
         self._timers.append(asyncio.create_task(self._every(SAMPLE_INTERVAL_MS, self._console.sample)))
@@ -264,6 +265,17 @@ class Broker:
                             config["http.request.timeout.ms"] / 1000)
         self.http = HttpListener(host, port, app, hosts, limits, tls=self._http_tls())
         self.http.start()
+
+    def _kafka_readable_without_credentials(self) -> bool:
+        """Whether a Kafka listener lets anyone read (PLAINTEXT, or SSL without required
+        client certificates): without an authorizer the console then shows records too."""
+        for spec in self.config.listeners:
+            if spec.protocol is SecurityProtocol.PLAINTEXT:
+                return True
+            client_auth = self.config.for_listener(spec.name, "ssl.client.auth")
+            if spec.protocol is SecurityProtocol.SSL and client_auth != "required":
+                return True
+        return False
 
     def _topic_configs(self, topic: str) -> list[config_sources.Entry] | None:
         """A topic's configs as DescribeConfigs gives them (the console's view); None: not here."""

@@ -50,8 +50,8 @@ def run_start(args: argparse.Namespace) -> int:
 
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
-    broker = Broker(config)
     try:
+        broker = Broker(config)  # its mode's parts: a bad inter-broker TLS or SASL setting stops here
         loop.run_until_complete(broker.start())
     except (ConfigError, OSError, LogError) as error:
         # e.g. "/data/oncelog: log directory is in use by another process"

@@ -6,7 +6,8 @@ READ (what that OffsetCommit needs).
 
 The request (`ResetRequest.parse`, on the HTTP thread): `{"group": ..., "topic": ...,
 "to": "earliest" | "latest" | "timestamp" | "offset", "value": N (timestamp or offset),
-"dry_run": true | false}`. Every partition of the topic this broker holds is planned: to
+"dry_run": true | false}`. Every partition of the topic is planned, on the broker that leads
+them all (in cluster mode another broker answers 409): to
 its log start, its high watermark, the first offset at or after the timestamp (the high
 watermark when none is), or the offset given, clamped to the log as the tool clamps it.
 """
@@ -23,9 +24,10 @@ from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable
 
     from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.kernel.node import Leadership
     from oncelog.storage.log import PartitionLog
 
 log = logging.getLogger("oncelog.console")
@@ -73,18 +75,32 @@ class ResetRequest:
         return cls(group, topic, to, value, dry_run)
 
 
-async def reset_offsets(coordinator: GroupCoordinator, logs: Iterable[PartitionLog], request: ResetRequest,
+async def reset_offsets(coordinator: GroupCoordinator, leadership: Leadership, node_id: int,
+                        log_of: Callable[[str, int], PartitionLog | None], request: ResetRequest,
                         by: str) -> dict[str, Any]:
-    """The plan (and, unless a dry run, its commit) of `request`; raises ResetError (on the loop)."""
-    if coordinator.owner_error(request.group) != ErrorCode.none:
+    """The plan (and, unless a dry run, its commit) of `request`; raises ResetError (on the
+    loop). Every partition of the topic is planned from its leader's log, so this broker
+    must lead them all (standalone: it does)."""
+    owner = coordinator.owner_error(request.group)
+    if owner == ErrorCode.not_coordinator:
         raise ResetError(409, f"group {request.group!r} is coordinated by another broker: reset it there")
+    if owner != ErrorCode.none:
+        raise ResetError(409, f"the coordinator of group {request.group!r} is not ready here ({owner.name}); "
+                              "try again")
     state = _state(coordinator, request.group)
     if state not in (EMPTY.value, DEAD.value):
         raise ResetError(409, f"Assignments can only be reset if the group '{request.group}' is inactive, "
                               f"but the current state is {state}.")
-    partitions = sorted((log_ for log_ in logs if log_.topic == request.topic), key=lambda each: each.partition)
-    if not partitions:
-        raise ResetError(404, f"this broker has no replica of topic {request.topic!r}")
+    count = leadership.partition_count(request.topic)
+    if count is None:
+        raise ResetError(404, f"topic {request.topic!r} does not exist")
+    partitions = []
+    for index in range(count):
+        log_ = log_of(request.topic, index)
+        if leadership.leader_of(request.topic, index) != node_id or log_ is None:
+            raise ResetError(409, f"{request.topic}-{index} is not led by this broker: reset the group on a "
+                                  "broker that leads every partition of the topic, or with kafka-consumer-groups.sh")
+        partitions.append(log_)
     wanted = {(request.topic, each.partition) for each in partitions}
     _error, committed = coordinator.fetch_offsets(request.group, wanted, require_stable=False)
     plan = []
@@ -95,6 +111,8 @@ async def reset_offsets(coordinator: GroupCoordinator, logs: Iterable[PartitionL
     if not request.dry_run:
         results = coordinator.commit_offsets(request.group, "", None, -1,
                                              {tp: CommitOffset(target) for tp, _current, target in plan})
+        log.info("offsets of group %r on %s reset to %s by %s (%s)", request.group, request.topic, request.to, by,
+                 ", ".join(f"{partition}: {code.name}" for (_topic, partition), code in sorted(results.items())))
         if any(code == ErrorCode.none for code in results.values()):
             error = await coordinator.replicated(request.group)
             if error != ErrorCode.none:
@@ -103,7 +121,6 @@ async def reset_offsets(coordinator: GroupCoordinator, logs: Iterable[PartitionL
                         if code != ErrorCode.none)
         if failed:
             raise ResetError(409, f"not reset: {', '.join(failed)}")
-        log.info("offsets of group %r on %s reset to %s by %s", request.group, request.topic, request.to, by)
     return {"group": request.group, "dry_run": request.dry_run, "offsets": [
         {"topic": topic, "partition": partition, "current": current, "target": target}
         for (topic, partition), current, target in plan]}

@@ -10,7 +10,7 @@ that text), over at most `storage.browse.SEARCH_BYTES` of the log per call.
 UTF-8, cut at `MAX_FIELD_BYTES` with `truncated` and the whole `size`), `headers`,
 `producer_id`, `producer_epoch`, `status` (`committed`, `aborted`, `open`, `none`),
 `marker_offset` (the transaction's marker, null when unknown or none), and for a marker
-`control: true` with `marker` (`commit` or `abort`).
+`control: true` with `marker` (`commit`, `abort`, or `emptied`: its kind cleaned away).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from oncelog.pacing import time_sliced
 from oncelog.protocol.record_batch import ControlType, DecodedRecord
 from oncelog.storage.browse import MAX_RECORDS, Browsed, BrowsedRecord, browse
 from oncelog.storage.log import PartitionLog
@@ -96,8 +97,8 @@ def _number(values: dict[str, list[str]], name: str, default: int | None, low: i
     return number
 
 
-def records_json(log: PartitionLog, query: RecordsQuery) -> dict[str, Any]:
-    """The records `query` asks of `log` (on the loop)."""
+async def records_json(log: PartitionLog, query: RecordsQuery) -> dict[str, Any]:
+    """The records `query` asks of `log` (on the loop, which serves its clients meanwhile)."""
     offset = query.offset
     if query.timestamp is not None:
         found = log.offset_for_timestamp(query.timestamp)
@@ -107,8 +108,8 @@ def records_json(log: PartitionLog, query: RecordsQuery) -> dict[str, Any]:
         offset = max(end - query.limit, log.log_start_offset)
     assert offset is not None
     searching = query.key is not None or query.contains is not None
-    browsed = browse(log, offset, query.limit, read_committed=query.read_committed,
-                     match=query.matches if searching else None)
+    browsed = await browse(log, offset, query.limit, read_committed=query.read_committed,
+                           match=query.matches if searching else None, pace=time_sliced())
     return _as_json(query, browsed)
 
 
@@ -130,9 +131,10 @@ def _record(record: BrowsedRecord) -> dict[str, Any]:
         "producer_id": record.producer_id, "producer_epoch": record.producer_epoch,
         "status": record.fate.value, "marker_offset": record.marker_offset,
     }
-    if record.control is not None:
+    if record.control is not None or record.emptied:
         answer["control"] = True
-        answer["marker"] = "commit" if record.control is ControlType.COMMIT else "abort"
+        answer["marker"] = ("emptied" if record.control is None else
+                            "commit" if record.control is ControlType.COMMIT else "abort")
     return answer
 
 
@@ -141,11 +143,20 @@ def _bytes(data: bytes | None) -> dict[str, Any] | None:
         return None
     shown = data[:MAX_FIELD_BYTES]
     answer: dict[str, Any] = {"base64": base64.b64encode(shown).decode()}
-    try:
-        answer["text"] = shown.decode()
-    except UnicodeDecodeError:
-        pass
+    text = _text(shown, cut=len(shown) < len(data))
+    if text is not None:
+        answer["text"] = text
     if len(shown) < len(data):
         answer["truncated"] = True
         answer["size"] = len(data)
     return answer
+
+
+def _text(data: bytes, *, cut: bool) -> str | None:
+    """`data` as UTF-8 text, None when it is not; a cut may split the last character."""
+    for end in range(len(data), max(len(data) - 3, 0) - 1, -1) if cut else (len(data),):
+        try:
+            return data[:end].decode()
+        except UnicodeDecodeError:
+            continue
+    return None

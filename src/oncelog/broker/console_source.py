@@ -72,11 +72,12 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
     from oncelog.kernel.authorization import Acls
-    from oncelog.kernel.node import OverridesChange
+    from oncelog.kernel.node import Leadership, OverridesChange
     from oncelog.storage.log import PartitionLog
 
 _T = TypeVar("_T")
 VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this time
+ACTION_TIMEOUT_S = 30.0  # a browse of records, a reset waiting for its replicas
 ANONYMOUS = "User:ANONYMOUS"  # whom a view asked for without a principal is cut for, with an authorizer
 _PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
 MAX_SECURITY_ROWS = 10_000  # ACLs and quota entities per answer (`acls_total` counts them all)
@@ -105,8 +106,12 @@ class ConsoleParts:
     acls: Callable[[], Acls | None] = lambda: None
     scram_lookup: Callable[[str, str], ScramCredential | None] = lambda _user, _mechanism: None
     plain_users: tuple[Mapping[str, str], ...] = ()
-    # The message browser: a partition's log here, None when this broker has no replica of it.
+    # The message browser: a partition's log here, None when this broker has no replica of it;
+    # and, without an authorizer, whether a Kafka listener lets anyone read (then so may the console).
     log_of: Callable[[str, int], PartitionLog | None] = lambda _topic, _partition: None
+    records_open: bool = False
+    # The offset reset: who leads each partition (it plans from the leaders' logs).
+    leadership: Leadership | None = None
     # The security views: the stored client quotas.
     client_quotas: Callable[[], QuotaConfigs] = dict
     # The topics' traffic counters (TopicStats): (topic, messages in, bytes in, bytes out).
@@ -309,6 +314,7 @@ class ConsoleSource:
         self._history = history
         self._pipelines = pipelines
         self._rates = _Rates()
+        self._browsing = False  # a records call is running (on the loop)
 
     def view(self, principal: str | None, host: str) -> dict[str, Any]:
         """The console's JSON, as much of it as `principal` (connected from `host`) may
@@ -376,17 +382,27 @@ class ConsoleSource:
             asked = RecordsQuery.parse(topic, query)
         except QueryError as error:
             return 400, {"error": str(error)}
-        return self._call(lambda: self._records(principal or ANONYMOUS, host, asked))
+        return self._call_async(lambda: self._records(principal or ANONYMOUS, host, asked), ACTION_TIMEOUT_S)
 
-    def _records(self, principal: str, host: str, query: RecordsQuery) -> tuple[int, dict[str, Any]]:
+    async def _records(self, principal: str, host: str, query: RecordsQuery) -> tuple[int, dict[str, Any]]:
         acls = self._parts.acls()
+        if acls is None and not self._parts.records_open:
+            return 403, {"error": "without an authorizer the console shows records only where a Kafka listener lets "
+                                  "anyone read them (PLAINTEXT, or SSL without ssl.client.auth=required); set "
+                                  "authorizer.class.name to sign in"}
         if acls is not None and not acls.authorizer.authorize(principal, host, AclOperation.READ,
                                                               ResourceType.TOPIC, query.topic):
             return 403, {"error": f"{principal} may not read topic {query.topic!r} (needs Topic READ)"}
         log = self._parts.log_of(query.topic, query.partition)
         if log is None:
             return 404, {"error": f"this broker has no replica of {query.topic}-{query.partition}"}
-        return 200, records_json(log, query)
+        if self._browsing:  # one at a time: each may read tens of megabytes, paced on the loop
+            return 429, {"error": "another browse of this broker's records is running; try again"}
+        self._browsing = True
+        try:
+            return 200, await records_json(log, query)
+        finally:
+            self._browsing = False
 
     def reset_offsets(self, principal: str, host: str, body: object) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON) of planning or executing a group's offset reset
@@ -395,7 +411,7 @@ class ConsoleSource:
             request = ResetRequest.parse(body)
         except ResetError as error:
             return error.status, {"error": str(error)}
-        return self._call_async(lambda: self._reset_offsets(principal, host, request))
+        return self._call_async(lambda: self._reset_offsets(principal, host, request), ACTION_TIMEOUT_S)
 
     async def _reset_offsets(self, principal: str, host: str, request: ResetRequest) -> tuple[int, dict[str, Any]]:
         acls = self._parts.acls()
@@ -405,9 +421,12 @@ class ConsoleSource:
             if not acls.authorizer.authorize(principal, host, AclOperation.READ, resource_type, name):
                 return 403, {"error": f"{principal} may not reset the offsets of group {request.group!r} on "
                                       f"topic {request.topic!r} (needs Group READ and Topic READ)"}
+        leadership = self._parts.leadership
+        if leadership is None:
+            return 403, {"error": "this console cannot reset offsets"}
         try:
-            return 200, await reset_offsets(self._parts.group_coordinator, self._parts.logs(), request,
-                                            f"{principal} (console, {host})")
+            return 200, await reset_offsets(self._parts.group_coordinator, leadership, self._parts.node_id,
+                                            self._parts.log_of, request, f"{principal} (console, {host})")
         except ResetError as error:
             return error.status, {"error": str(error)}
 
@@ -446,7 +465,8 @@ class ConsoleSource:
                 or not 0 < len(body["name"]) <= MAX_CONFIG_NAME_CHARS:
             return 400, {"error": 'expected {"name": "...", "value": "..." or null}'}
         name, value = body["name"], body["value"]
-        return self._call_async(lambda: self._alter_topic_config(principal, host, topic, name, value))
+        return self._call_async(lambda: self._alter_topic_config(principal, host, topic, name, value),
+                                ACTION_TIMEOUT_S)
 
     async def _alter_topic_config(self, principal: str, host: str, topic: str, name: str,
                                   value: str | None) -> tuple[int, dict[str, Any]]:
@@ -530,10 +550,10 @@ class ConsoleSource:
 
         return self._call_async(on_loop)
 
-    def _call_async(self, work: Callable[[], Awaitable[_T]]) -> _T:
+    def _call_async(self, work: Callable[[], Awaitable[_T]], timeout_s: float = VIEW_TIMEOUT_S) -> _T:
         future = asyncio.run_coroutine_threadsafe(_awaited(work), self._loop)
         try:
-            return future.result(VIEW_TIMEOUT_S)
+            return future.result(timeout_s)
         except TimeoutError:
             future.cancel()
             raise

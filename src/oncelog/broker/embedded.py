@@ -49,9 +49,9 @@ class EmbeddedBroker:
             loop = _new_event_loop()
             asyncio.set_event_loop(loop)
             self._loop = loop
-            self.broker = Broker(self.config)
             try:
-                loop.run_until_complete(self.broker.start())
+                self.broker = broker = Broker(self.config)
+                loop.run_until_complete(broker.start())
             except BaseException as error:  # noqa: BLE001 (reported to the starting thread)
                 failure.append(error)
                 started.set()
@@ -59,7 +59,7 @@ class EmbeddedBroker:
                 return
             started.set()
             loop.run_forever()
-            loop.run_until_complete(self.broker.stop())
+            loop.run_until_complete(broker.stop())
             loop.close()
 
         self._thread = threading.Thread(target=run, name="oncelog-broker", daemon=True)

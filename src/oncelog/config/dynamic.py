@@ -19,10 +19,12 @@ The keys that can change:
   Kafka's SocketServer) and `log.cleaner.backoff.ms` (the cleaner's next pause, as
   Kafka's LogCleaner);
 - `UNUSED_KEYS`: Kafka's other reconfigurable broker keys (DynamicBrokerConfig's
-  AllDynamicConfigs) that name machinery oncelog does not have (thread pools, Kerberos,
-  metric reporters, tiered storage, ...): checked for their type, stored and described
-  ("not used by oncelog"), so that a tool that sets them gets Kafka's answer; the
-  listener-level ones only for one broker, as Kafka's per-broker configs.
+  AllDynamicConfigs) that oncelog does not use (thread pools, Kerberos, metric reporters,
+  tiered storage, recompression, turning partition verification off, ...): checked for
+  their type, stored and described ("not used by oncelog": they change nothing here), so
+  that a tool that sets them gets Kafka's answer; the listener-level ones only for one
+  broker, as Kafka's per-broker configs. A broker of an older oncelog that reads them from
+  a shared store refuses them as unknown keys: upgrade every broker before setting one.
 The keystores and truststores can only change per listener, as in Kafka (`These security
 configs can be dynamically updated only per-listener using the listener prefix`), which
 oncelog does not do at run time. Any other key is INVALID_REQUEST, `Cannot update these
@@ -88,6 +90,13 @@ def _kafka_any(_value: str) -> None:  # STRING, CLASS (no class is loaded) and L
 
 _SHORT, _INT, _LONG = (_kafka_number("SHORT", -2**15, 2**15 - 1), _kafka_number("INT", -2**31, 2**31 - 1),
                        _kafka_number("LONG", -2**63, 2**63 - 1))
+
+
+def _threads(value: str) -> None:
+    """A thread count, as Kafka's DynamicThreadPool checks it: a number, at least 1."""
+    _INT(value)
+    if int(value.strip()) < 1:
+        raise ValueError("Value must be at least 1")
 # Kafka's reconfigurable listener-level keys oncelog does not use: per broker only.
 _UNUSED_LISTENER_KEYS: Mapping[str, Callable[[str], None]] = MappingProxyType({
     "principal.builder.class": _kafka_any, "ssl.provider": _kafka_any, "ssl.keymanager.algorithm": _kafka_any,
@@ -101,11 +110,11 @@ _UNUSED_LISTENER_KEYS: Mapping[str, Callable[[str], None]] = MappingProxyType({
 })
 # Kafka's other reconfigurable broker keys oncelog does not use (cluster-wide or per broker).
 _UNUSED_CLUSTER_KEYS: Mapping[str, Callable[[str], None]] = MappingProxyType({
-    "max.connection.creation.rate": _INT, "num.network.threads": _INT, "num.io.threads": _INT,
-    "num.replica.fetchers": _INT, "num.recovery.threads.per.data.dir": _INT, "background.threads": _INT,
-    "log.cleaner.threads": _INT, "log.cleaner.io.max.bytes.per.second": _kafka_double,
+    "max.connection.creation.rate": _INT, "num.network.threads": _threads, "num.io.threads": _threads,
+    "num.replica.fetchers": _threads, "num.recovery.threads.per.data.dir": _threads, "background.threads": _threads,
+    "log.cleaner.threads": _threads, "log.cleaner.io.max.bytes.per.second": _kafka_double,
     "log.cleaner.io.buffer.size": _INT, "metric.reporters": _kafka_any,
-    "transaction.partition.verification.enable": _kafka_boolean, "config.providers": _kafka_any,
+    "transaction.partition.verification.enable": _kafka_boolean,
     "log.preallocate": _kafka_boolean, "unclean.leader.election.enable": _kafka_boolean,
     "log.local.retention.ms": _LONG, "log.local.retention.bytes": _LONG,
     "log.message.timestamp.before.max.ms": _LONG, "log.message.timestamp.after.max.ms": _LONG,

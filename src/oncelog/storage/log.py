@@ -684,7 +684,8 @@ class PartitionLog:
         for header in batches:
             if origin is AppendOrigin.REPLICATION:
                 offset = header.base_offset
-            if header.has_producer_id:
+            if header.has_producer_id and not (header.is_control and header.size <= HEADER_SIZE):
+                # (a marker the leader's cleaner emptied changes nothing, as on replay)
                 control = _control_record(records, header) if header.is_control else None
                 # The max timestamp as written (the append time with LogAppendTime), which
                 # is also what a replay of the log after a restart reads.

@@ -471,6 +471,9 @@ class TransactionCoordinator:
         if transaction_version >= 2 and entry.current.epoch_exhausted:
             new_producer_id = self._new_producer_id()
             if new_producer_id is None:
+                if epoch_fence:  # let go of the fence, or the id answers CONCURRENT_TRANSACTIONS for good
+                    entry.abandon()
+                    entry.has_failed_epoch_fence = True  # its bumped epoch was never handed out: reused next time
                 return EndTxnResult(ErrorCode.coordinator_load_in_progress)
             next_producer_id = new_producer_id
         nothing_added = entry.current.state is not S.ONGOING  # TV2's abort from a completed state

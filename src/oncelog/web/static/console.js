@@ -568,7 +568,7 @@ function payload(field, format) {
 }
 
 function recordRow(r, format) {
-  const status = r.control ? flag(`${r.marker} marker`, FATE_FLAGS[r.status]) : FATE_FLAGS[r.status]
+  const status = r.control ? flag(`${r.marker} marker`, FATE_FLAGS[r.status] || "info") : FATE_FLAGS[r.status]
     ? flag(r.status, FATE_FLAGS[r.status]) : r.status;
   const headers = r.headers.map((h) => `${h.key}=${payload(h.value, format)}`).join("\n");
   return el("tr", { class: r.control ? "marker" : null, "data-status": r.status, "data-offset": r.offset },
