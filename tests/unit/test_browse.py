@@ -37,8 +37,8 @@ def marker(log: PartitionLog, producer_id: int, kind: ControlType, *, emptied: b
     if emptied:  # what the cleaner keeps of a producer's last marker, as a follower copies it
         [header] = parse_batches(data)
         data = bytearray(empty_batch(header))
-        [emptied] = parse_batches(data)
-        set_base_offset(data, emptied, log.log_end_offset)
+        [empty_header] = parse_batches(data)
+        set_base_offset(data, empty_header, log.log_end_offset)
         offset = log.append(data, parse_batches(data), now_ms=NOW_MS, origin=AppendOrigin.REPLICATION).base_offset
     else:
         offset = log.append(data, parse_batches(data), now_ms=NOW_MS, origin=AppendOrigin.COORDINATOR).base_offset
