@@ -68,6 +68,23 @@ def post_abort(url: str, user: str | None, *, console_header: bool = True) -> tu
         return error.code, json.load(error)
 
 
+def api(url: str, path: str, user: str | None, body: dict | None = None) -> tuple[int, dict]:
+    """(HTTP status, JSON) of one console API call: GET, or POST of `body` with the
+    console's header; signed in as `user` (its password is `<user>-secret`) unless None."""
+    headers = {} if user is None else {
+        "Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
+    data = None
+    if body is not None:
+        headers.update({"Content-Type": "application/json", "X-Oncelog-Console": "1"})
+        data = json.dumps(body).encode()
+    request = urllib.request.Request(url + path, method="GET" if body is None else "POST", headers=headers, data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
 def drawn_buttons(page) -> list[str]:
     """The header's buttons drawn on the page (Playwright's :visible: a box on the page)."""
     return page.locator("header button:visible").all_inner_texts()
@@ -148,35 +165,13 @@ def test_only_an_operator_with_cluster_alter_gets_the_abort_button_and_it_fences
         scene["producer"].commit_transaction(10)
 
 
-def get_records(url: str, user: str | None, topic: str) -> tuple[int, dict]:
-    headers = {} if user is None else {
-        "Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
-    request = urllib.request.Request(f"{url}/api/topics/{topic}/records", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
-
-
 def test_the_message_browser_needs_topic_read_as_a_fetch_of_the_records_would(scene):
-    assert get_records(scene["url"], None, "payments")[0] == 401
-    assert get_records(scene["url"], "alice", "payments") == (
+    assert api(scene["url"], "/api/topics/payments/records", None)[0] == 401
+    assert api(scene["url"], "/api/topics/payments/records", "alice") == (
         403, {"error": "User:alice may not read topic 'payments' (needs Topic READ)"})  # DESCRIBE is not enough
-    status, page = get_records(scene["url"], "admin", "ledger")  # ledger-writer's transaction stays open
+    status, page = api(scene["url"], "/api/topics/ledger/records", "admin")  # ledger-writer's transaction stays open
     assert status == 200
     assert [(r["value"]["text"], r["status"]) for r in page["records"]] == [("pending", "open")]
-
-
-def get_security(url: str, user: str | None) -> tuple[int, dict]:
-    headers = {} if user is None else {
-        "Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
-    request = urllib.request.Request(f"{url}/api/security", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
 
 
 def test_the_acls_and_quotas_are_shown_read_only_to_whom_describe_acls_and_quotas_would_answer(scene):
@@ -186,9 +181,9 @@ def test_the_acls_and_quotas_are_shown_read_only_to_whom_describe_acls_and_quota
         ops=(OpData(key="producer_byte_rate", value=f64(1024.0), remove=False),)),), validate_only=False)
     with Cluster(properties.pop("bootstrap.servers"), properties=properties) as cluster:
         assert [entry.error_code for entry in cluster.request(request).entries] == [ErrorCode.none]
-    assert get_security(scene["url"], "alice") == (
+    assert api(scene["url"], "/api/security", "alice") == (
         403, {"error": "User:alice may not describe ACLs or quotas (needs Cluster DESCRIBE or DESCRIBE_CONFIGS)"})
-    status, answer = get_security(scene["url"], "admin")
+    status, answer = api(scene["url"], "/api/security", "admin")
     assert status == 200 and answer["authorizer"] is True
     assert {"resource_type": "TOPIC", "name": "payments", "pattern_type": "LITERAL", "principal": "User:alice",
             "host": "*", "operation": "DESCRIBE", "permission": "ALLOW"} in answer["acls"]
@@ -207,18 +202,6 @@ def test_the_acls_and_quotas_are_shown_read_only_to_whom_describe_acls_and_quota
     page.close()
 
 
-def post_reset(url: str, user: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url + "/api/groups/reset-offsets", method="POST", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "X-Oncelog-Console": "1",
-                                              "Authorization": "Basic " + base64.b64encode(
-                                                  f"{user}:{user}-secret".encode()).decode()})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
-
-
 def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_only_by_a_reader(scene):
     broker = scene["broker"]
     broker.create_topic("reset-orders")
@@ -231,17 +214,20 @@ def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_on
     committer.close()
     plan = {"group": "resettable", "topic": "reset-orders", "to": "earliest", "dry_run": True}
 
-    assert post_reset(scene["url"], "alice", plan) == (403, {
+    def reset(user: str, body: dict) -> tuple[int, dict]:
+        return api(scene["url"], "/api/groups/reset-offsets", user, body)
+
+    assert reset("alice", plan) == (403, {
         "error": "User:alice may not reset the offsets of group 'resettable' on topic 'reset-orders' "
                  "(needs Group READ and Topic READ)"})
     planned = {"group": "resettable", "dry_run": True,
                "offsets": [{"topic": "reset-orders", "partition": 0, "current": 3, "target": 0}]}
-    assert post_reset(scene["url"], "admin", plan) == (200, planned)
-    assert post_reset(scene["url"], "admin", plan) == (200, planned)  # a dry run changes nothing
-    status, done = post_reset(scene["url"], "admin", {**plan, "to": "offset", "value": 99, "dry_run": False})
+    assert reset("admin", plan) == (200, planned)
+    assert reset("admin", plan) == (200, planned)  # a dry run changes nothing
+    status, done = reset("admin", {**plan, "to": "offset", "value": 99, "dry_run": False})
     assert (status, done["offsets"][0]["target"]) == (200, 5)  # clamped to the high watermark, as the tool does
-    assert post_reset(scene["url"], "admin", plan)[1]["offsets"][0]["current"] == 5
-    assert post_reset(scene["url"], "admin", {**plan, "to": "sideways"}) == (
+    assert reset("admin", plan)[1]["offsets"][0]["current"] == 5
+    assert reset("admin", {**plan, "to": "sideways"}) == (
         400, {"error": "to must be one of earliest, latest, timestamp, offset"})
 
     member = Consumer({**broker.client("admin"), "group.id": "resettable", "auto.offset.reset": "earliest"})
@@ -250,7 +236,7 @@ def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_on
         deadline = time.monotonic() + 20
         while not member.assignment() and time.monotonic() < deadline:
             member.poll(0.2)
-        status, answer = post_reset(scene["url"], "admin", plan)
+        status, answer = reset("admin", plan)
         assert status == 409
         assert answer["error"].startswith("Assignments can only be reset if the group 'resettable' is inactive")
         for group_id, protocol in (("resettable", "classic"), ("kip-848-readers", "consumer")):
@@ -284,31 +270,16 @@ def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_on
     assert page.locator("#reset-plan tbody tr").inner_text().split("\t")[1:] == ["5", "0"]
     page.click("#reset-execute")
     page.wait_for_selector("#reset-plan[data-shown='2']", state="attached", timeout=10_000)
-    assert post_reset(scene["url"], "admin", plan)[1]["offsets"][0]["current"] == 0
+    assert reset("admin", plan)[1]["offsets"][0]["current"] == 0
     page.close()
 
 
 def test_a_topics_configs_show_their_source_and_one_is_set_by_whom_may_alter_them(scene):
     def configs(user: str) -> tuple[int, dict]:
-        auth = {"Authorization": "Basic " + base64.b64encode(f"{user}:{user}-secret".encode()).decode()}
-        try:
-            with urllib.request.urlopen(urllib.request.Request(scene["url"] + "/api/topics/ledger/configs",
-                                                               headers=auth), timeout=10) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as error:
-            return error.code, json.load(error)
+        return api(scene["url"], "/api/topics/ledger/configs", user)
 
     def alter(user: str, body: dict) -> tuple[int, dict]:
-        request = urllib.request.Request(scene["url"] + "/api/topics/ledger/configs", method="POST",
-                                         data=json.dumps(body).encode(), headers={
-                                             "Content-Type": "application/json", "X-Oncelog-Console": "1",
-                                             "Authorization": "Basic " + base64.b64encode(
-                                                 f"{user}:{user}-secret".encode()).decode()})
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as error:
-            return error.code, json.load(error)
+        return api(scene["url"], "/api/topics/ledger/configs", user, body)
 
     assert configs("alice")[0] == 403
     status, answer = configs("admin")
