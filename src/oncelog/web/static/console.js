@@ -106,10 +106,11 @@ function fillTable(id, rows, emptyText, columns) {
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText))]));
 }
 
-// Rows whose text holds every word typed in the filter box `filterId`.
+// Rows whose cells' text (one space between cells) holds every word typed in the filter box `filterId`.
 function matching(rows, filterId) {
   const words = document.getElementById(filterId).value.toLowerCase().split(/\s+/).filter(Boolean);
-  return words.length ? rows.filter((row) => words.every((word) => row.textContent.toLowerCase().includes(word))) : rows;
+  const text = (row) => [...row.children].map((td) => td.textContent).join(" ").toLowerCase();
+  return words.length ? rows.filter((row) => words.every((word) => text(row).includes(word))) : rows;
 }
 
 function sortableHeaders() {
@@ -622,27 +623,20 @@ function renderRecordTopics(data) {
 
 let security = null;
 
-function filtered(rows, filterId) {
-  const words = document.getElementById(filterId).value.toLowerCase().split(/\s+/).filter(Boolean);
-  return rows.filter((row) => words.every((word) => row.text.includes(word)));
-}
-
 function renderSecurity() {
   if (security === null) return;
-  const acls = (security.acls || []).map((a) => ({
-    text: Object.values(a).join(" ").toLowerCase(),
-    row: el("tr", null, cell(a.resource_type), cell(a.name), cell(a.pattern_type), cell(a.principal), cell(a.host),
-      cell(a.operation), el("td", null, flag(a.permission, a.permission === "ALLOW" ? "ok" : "bad"))),
-  }));
+  const acls = (security.acls || []).map((a) => el("tr", null, cell(a.resource_type), cell(a.name),
+    cell(a.pattern_type), cell(a.principal), cell(a.host), cell(a.operation),
+    el("td", null, flag(a.permission, a.permission === "ALLOW" ? "ok" : "bad"))));
   const quotas = (security.quotas || []).map((q) => {
     const entity = q.entity.map((e) => `${e.type}=${e.name === null ? "<default>" : e.name}`).join(", ");
     const values = Object.entries(q.values).map(([key, value]) => `${key}=${value}`).join(", ");
-    return { text: `${entity} ${values}`.toLowerCase(), row: el("tr", null, cell(entity), cell(values)) };
+    return el("tr", null, cell(entity), cell(values));
   });
-  fillTable("acls", filtered(acls, "acls-filter").map((r) => r.row),
+  fillTable("acls", matching(acls, "acls-filter"),
     security.acls === null ? (security.authorizer ? "Not yours to see (needs Cluster DESCRIBE)." : "No authorizer: no ACLs.")
       : "No ACLs.", 7);
-  fillTable("quotas", filtered(quotas, "quotas-filter").map((r) => r.row),
+  fillTable("quotas", matching(quotas, "quotas-filter"),
     security.quotas === null ? "Not yours to see (needs Cluster DESCRIBE_CONFIGS)." : "No client quotas.", 2);
   const shown = security.acls === null ? 0 : security.acls.length;
   document.getElementById("security-note").textContent =
