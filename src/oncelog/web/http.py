@@ -183,14 +183,9 @@ class ConsoleApp:
         return _json(status, answer)
 
     def _abort(self, request: HttpRequest, principal: str) -> HttpResponse:
-        try:
-            if not 0 < len(request.body) <= MAX_BODY_BYTES:
-                raise ValueError
-            body = json.loads(request.body)
-            transactional_id = body["transactional_id"]
-            if not isinstance(transactional_id, str):
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
+        body = _json_body(request)
+        transactional_id = body.get("transactional_id") if isinstance(body, dict) else None
+        if not isinstance(transactional_id, str):
             return _json(400, {"error": 'expected {"transactional_id": "..."}'})
         status, message = self._console.abort(principal, request.client_host, transactional_id)
         return _json(status, {"message": message} if status == 200 else {"error": message})
