@@ -28,7 +28,7 @@ from oncelog.spark.pipeline.metrics import PipelineMetrics
 from oncelog.spark.pipeline.report import ensure_report_topic
 from oncelog.web.history import LagHistory
 from oncelog.web.pipelines import REPORT_TOPIC
-from tests.support.browser import chromium
+from tests.support.browser import chromium, until
 
 # Chosen by a client, so it must reach the page as text, never as markup.
 HANGING_ID = '<img src=x onerror="document.body.dataset.injected=1">hanging'
@@ -154,8 +154,9 @@ def test_the_console_shows_open_and_hanging_transactions_lso_lag_producers_group
         assert cells[7:9] == ["1", "1"]
         assert page.locator('#partitions tr[data-partition="orders-0"] svg.spark polyline').count() == 1
         assert page.locator('#partitions tr[data-partition^="__"]').count() == 0
-        page.check("#show-internal")
-        assert page.locator('#partitions tr[data-partition="__transaction_state-0"]').count() == 1
+        page.check("#show-internal")  # the broker then answers the internal topics' partitions too
+        page.wait_for_selector('#partitions tr[data-partition="__transaction_state-0"]', state="attached",
+                               timeout=10_000)
         # The chart draws the lagging partitions.
         page.wait_for_selector("#lso-chart canvas", timeout=10_000)
         assert "orders-0" in (page.locator("#lso-chart .u-legend").text_content() or "")
@@ -196,9 +197,21 @@ def test_topics_show_their_traffic_and_every_table_sorts_and_filters(scene):
             "#topics tbody tr td:nth-child(4)", "cells => cells.map((cell) => cell.dataset.sort)")]
         assert sizes == sorted(sizes, reverse=True) and len(sizes) >= 2
         page.fill("#partitions-filter", "orders")
-        page.wait_for_function("[...document.querySelectorAll('#partitions tbody tr')]"
-                               ".every((row) => row.dataset.partition.startsWith('orders-'))")
+        until(page, "[...document.querySelectorAll('#partitions tbody tr')]"  # asked of the broker
+                    ".every((row) => row.dataset.partition.startsWith('orders-'))")
         assert page.locator("#partitions tbody tr").count() == 2
+        order = "rows => rows.map((row) => row.dataset.txn)"
+        page.click("#transactions th:nth-child(5)")  # age, ascending
+        ages = [int(age) for age in page.eval_on_selector_all(
+            "#transactions tbody tr td:nth-child(5)", "cells => cells.map((cell) => cell.dataset.sort)")]
+        assert ages == sorted(ages) and len(ages) == 2
+        youngest_first = page.eval_on_selector_all("#transactions tbody tr", order)
+        page.click("#transactions th:nth-child(5)")  # descending
+        assert page.eval_on_selector_all("#transactions tbody tr", order) == youngest_first[::-1]
+        page.fill("#transactions-filter", "orders-1")  # the hanging one's partition
+        assert page.locator("#transactions tbody tr").count() == 1
+        page.fill("#groups-filter", "no-such-group")
+        assert page.locator("#groups tbody tr.empty").count() == 1
         assert errors == []
     finally:
         page.close()
@@ -244,7 +257,7 @@ def test_the_console_follows_the_broker_live_when_a_transaction_commits(scene):
 
 def test_the_console_is_read_only_and_serves_only_its_own_files(scene):
     url = scene["url"]
-    with urllib.request.urlopen(url + "/api/console", timeout=10) as response:
+    with urllib.request.urlopen(url + "/api/console?internal=1&partitions_limit=500", timeout=10) as response:
         assert response.headers["Content-Type"] == "application/json"
         data = json.load(response)
     assert data["mode"] == "standalone" and data["actions"] == {"sign_in": False}  # no authorizer: no actions
@@ -322,6 +335,7 @@ def test_the_sink_marker_groups_are_shown_under_their_pipeline_and_left_out_of_g
     assert drawn.locator('[data-card="consumer groups"] .value').inner_text() == "1"
     drawn.check("#show-internal")
     try:
+        drawn.wait_for_selector(f'#groups tr[data-group="{markers[0]}"]', state="attached", timeout=10_000)
         row = drawn.locator(f'#groups tr[data-group="{markers[0]}"] td').all_inner_texts()
         assert "sink marker of enrich-orders" in row[0]
         assert row[3:7] == ["enriched-0", "3", "\u2013", "\u2013"]  # its offset is a micro-batch: no lag

@@ -5,6 +5,7 @@ outside PyPI and Debian); `make setup` installs the chromium package."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,3 +36,12 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+def until(page: Any, expression: str, timeout_s: float = 15.0) -> None:
+    """Wait for `expression` to hold in `page`, polled. The console's Content-Security-Policy
+    forbids the eval that Playwright's wait_for_function needs to poll a string."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"still false after {timeout_s} s: {expression}"
+        page.wait_for_timeout(100)

@@ -50,6 +50,7 @@ from oncelog.coordinator.txn.state import COMPLETED, TransactionState
 from oncelog.kernel.quotas import QuotaConfigs, QuotaEntity, entity_text
 from oncelog.kernel.topics import TopicRequestError
 from oncelog.names import sink_marker_query
+from oncelog.pacing import Steps, run_paced, run_steps, time_sliced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclBinding, AclBindingFilter, AclOperation, ResourceType
 from oncelog.security.passwords import password_matches
@@ -61,6 +62,7 @@ from oncelog.web.model import (
     GroupOffsetView,
     GroupView,
     MemberView,
+    PartitionsQuery,
     PartitionView,
     TopicView,
     TransactionView,
@@ -125,16 +127,30 @@ class ConsoleParts:
 
 def console_view(parts: ConsoleParts, rates: Mapping[str, tuple[float, float, float]] | None = None) -> ConsoleView:
     """The view; `rates`: per topic, (messages in, bytes in, bytes out) per second."""
+    return run_steps(console_view_steps(parts, rates))
+
+
+def console_view_steps(parts: ConsoleParts,
+                       rates: Mapping[str, tuple[float, float, float]] | None = None) -> Steps[ConsoleView]:
+    """`console_view`, yielding between partitions: a broker of 10,000 partitions takes
+    about 60 ms to describe them, which the loop serves other clients between."""
     now = now_ms()
     image = parts.image()
     logs = {(log.topic, log.partition): log for log in parts.logs()}
+    partitions = []
+    for _key, log in sorted(logs.items()):
+        if log.closed:
+            continue  # deleted while this pass gave the loop away
+        partitions.append(_partition(log, image, now, parts.late_transaction_ms))
+        yield
+    image = parts.image()  # the brokers, ISR counts and groups of one moment: read after the last yield
     stats = parts.txn_coordinator.stats
     completed = {"commit": stats.commits, "abort": stats.aborts, "timed_out": stats.timed_out,
                  "fenced": stats.fenced}
     return ConsoleView(
         node_id=parts.node_id, cluster_id=parts.cluster_id(), mode="standalone" if image is None else "cluster",
         now_ms=now, transactions=_transactions(parts.txn_coordinator, now),
-        partitions=tuple(_partition(log, image, now, parts.late_transaction_ms) for _key, log in sorted(logs.items())),
+        partitions=tuple(partitions),
         groups=_groups(parts.group_coordinator, logs),
         brokers=_brokers(image) if image is not None else (),
         topics=_topics(logs, image, rates or {}),
@@ -316,15 +332,16 @@ class ConsoleSource:
         self._rates = _Rates()
         self._browsing = False  # a records call is running (on the loop)
 
-    def view(self, principal: str | None, host: str) -> dict[str, Any]:
+    def view(self, principal: str | None, host: str, query: PartitionsQuery) -> dict[str, Any]:
         """The console's JSON, as much of it as `principal` (connected from `host`) may
-        see; everything without an authorizer."""
-        view, history, reports_visible = self._call(lambda: self._view_on_loop(principal, host))
+        see (everything without an authorizer), with the page of partitions `query` asks for."""
+        view, history, reports_visible = self._call_async(lambda: self._view_on_loop(principal, host))
         pipelines, error = self._pipelines.read() if reports_visible else ([], None)
-        return view.as_json(lso_history=history, pipelines=pipelines, pipelines_error=error)
+        return view.as_json(lso_history=history, pipelines=pipelines, pipelines_error=error, query=query)
 
-    def _view_on_loop(self, principal: str | None, host: str) -> tuple[ConsoleView, dict[str, Any], bool]:
-        view, history = console_view(self._parts, self._rates.per_second), self._history.as_json()
+    async def _view_on_loop(self, principal: str | None, host: str) -> tuple[ConsoleView, dict[str, Any], bool]:
+        view = await run_paced(console_view_steps(self._parts, self._rates.per_second), time_sliced())
+        history = self._history.as_json()
         acls = self._parts.acls()
         if acls is None:
             return view, history, True

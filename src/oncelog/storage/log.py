@@ -467,6 +467,11 @@ class PartitionLog:
         return self.txn_index.collect(start_offset, end_offset)
 
     @property
+    def closed(self) -> bool:
+        """Closed or deleted: it serves nothing any more."""
+        return self._closed
+
+    @property
     def size_in_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
 

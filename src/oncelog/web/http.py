@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
+from oncelog.web.model import PartitionsQuery, QueryError
 from oncelog.web.server import HttpRequest, HttpResponse
 from oncelog.web.sign_in import Outcome, SignIn, SignIns
 
@@ -58,7 +59,8 @@ MAX_BODY_BYTES = 4096
 class ConsoleBackend(Protocol):
     """What the console asks of the broker (each call may raise TimeoutError)."""
 
-    def view(self, principal: str | None, host: str) -> dict[str, Any]: ...  # what `principal` may see, JSON-able
+    # What `principal` may see, JSON-able, with the page of partitions `query` asks for.
+    def view(self, principal: str | None, host: str, query: PartitionsQuery) -> dict[str, Any]: ...
     @property
     def sign_in_enabled(self) -> bool: ...  # the broker has an authorizer
     def authenticate(self, user: str, password: str) -> str | None: ...  # the principal, or None
@@ -157,7 +159,11 @@ class ConsoleApp:
             status, answer = self._console.security(principal, host)
             return _json(status, answer)
         if request.path == "/api/console":
-            view = self._console.view(principal, host)
+            try:
+                query = PartitionsQuery.parse(request.query)
+            except QueryError as error:
+                return _json(400, {"error": str(error)})
+            view = self._console.view(principal, host, query)
             view["actions"] = {"sign_in": self._console.sign_in_enabled}
             view["principal"] = principal
             return _json(200, view)

@@ -7,8 +7,13 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const CHARTED_PARTITIONS = 8;
 const STALE_PIPELINE_MS = 60000;
+const PAGE_ROWS = 100; // rows per page of every table
+// The partitions table is paged by the broker (it may hold 10,000 partitions and more):
+// the page asks /api/console for one page, sorted and filtered over all of them. These are
+// the names its columns sort by there (null: not sortable).
+const PARTITION_SORTS = ["partition", "leader", "log_start_offset", "high_watermark", "last_stable_offset", "lso_lag",
+  null, "producers", "open_transactions", "oldest_transaction_age_ms", "size_bytes"];
 
 let lsoChart = null;
 let lsoChartKeys = "";
@@ -99,11 +104,61 @@ function sortRows(id, rows) {
   });
 }
 
-function fillTable(id, rows, emptyText, columns) {
+// Every table shows PAGE_ROWS rows at a time, with a pager under it once it has more.
+const pages = new Map(); // table id -> the page shown (from 0)
+
+function pager(table) {
+  let node = table.nextElementSibling;
+  if (node === null || !node.classList.contains("pager")) {
+    node = el("div", { class: "pager", "data-pager-for": table.id });
+    table.after(node);
+  }
+  return node;
+}
+
+// Draws `rows` in table `id`, sorted as its header says and one page of them. `paged`:
+// rows already one page of `paged.matching` (the partitions, paged by the broker), whose
+// pager calls `paged.turn(page)`.
+function fillTable(id, rows, emptyText, columns, paged) {
   const body = document.querySelector(`#${id} tbody`);
   const table = document.getElementById(id);
-  if (table.hasAttribute("data-sortable")) rows = sortRows(id, rows);
+  let total = rows.length, page = paged ? paged.page : pages.get(id) || 0;
+  if (!paged) {
+    if (table.hasAttribute("data-sortable")) rows = sortRows(id, rows);
+    page = Math.min(page, Math.max(Math.ceil(total / PAGE_ROWS) - 1, 0));
+    pages.set(id, page);
+    rows = rows.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS);
+  } else {
+    total = paged.matching;
+  }
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText))]));
+  const limit = paged ? paged.limit : PAGE_ROWS;
+  const controls = pager(table);
+  controls.hidden = total <= limit;
+  if (controls.hidden) return;
+  const turn = (to) => {
+    if (paged) paged.turn(to);
+    else { pages.set(id, to); rerender(id); }
+  };
+  const last = Math.ceil(total / limit) - 1;
+  const button = (label, to, name) => {
+    const node = el("button", { type: "button", "data-page": name, disabled: to < 0 || to > last || to === page }, label);
+    node.addEventListener("click", () => turn(to));
+    return node;
+  };
+  controls.replaceChildren(button("« first", 0, "first"), button("‹ previous", page - 1, "previous"),
+    el("span", { class: "muted", "data-rows": "" },
+      `rows ${count(page * limit + 1)}–${count(Math.min((page + 1) * limit, total))} of ${count(total)}`),
+    button("next ›", page + 1, "next"), button("last »", last, "last"));
+}
+
+// Draws table `id` again from what the page holds (a sort, a filter or another page asked).
+function rerender(id) {
+  if (id === "acls" || id === "quotas") renderSecurity();
+  else if (id === "topic-configs-table") { if (configsTopic !== null) showTopicConfigs(configsTopic); }
+  else if (id === "broker-configs-table") renderBrokerConfigs();
+  else if (id === "partitions") refreshNow(); // sorted and paged by the broker
+  else if (latest !== null) render(latest);
 }
 
 // Rows whose cells' text (one space between cells) holds every word typed in the filter box `filterId`.
@@ -116,16 +171,15 @@ function matching(rows, filterId) {
 function sortableHeaders() {
   for (const table of document.querySelectorAll("table[data-sortable]")) {
     [...table.querySelectorAll("thead th")].forEach((th, column) => {
+      if (table.id === "partitions" && PARTITION_SORTS[column] === null) return;
       th.classList.add("sortable");
       th.addEventListener("click", () => {
         const sort = sortedBy.get(table.id);
         sortedBy.set(table.id, { column, descending: sort !== undefined && sort.column === column && !sort.descending });
         for (const other of table.querySelectorAll("thead th")) delete other.dataset.sorted;
         th.dataset.sorted = sortedBy.get(table.id).descending ? "descending" : "ascending";
-        if (table.id === "acls" || table.id === "quotas") renderSecurity();
-        else if (table.id === "topic-configs-table") { if (configsTopic !== null) showTopicConfigs(configsTopic); }
-        else if (table.id === "broker-configs-table") renderBrokerConfigs();
-        else if (latest !== null) render(latest);
+        pages.set(table.id, 0);
+        rerender(table.id);
       });
     });
   }
@@ -177,8 +231,8 @@ function sparkline(values) {
 function renderSummary(data) {
   const open = data.transactions.length;
   const hanging = data.transactions.filter((t) => t.hanging).length;
-  const maxLag = Math.max(0, ...data.partitions.map((p) => p.lso_lag));
-  const late = data.partitions.filter((p) => p.late).length;
+  const maxLag = data.max_lso_lag; // over every partition, not only the page shown
+  const late = data.late_partitions;
   const cards = [
     ["open transactions", count(open), false],
     ["hanging transactions", count(hanging), hanging > 0],
@@ -209,9 +263,11 @@ function renderTransactions(data) {
     el("td", {}, t.transactional_id, " ", t.hanging ? flag("hanging", "hanging") : null,
       t.prepared ? flag("prepared (2PC)", "info") : null),
     cell(t.producer_id, true), cell(t.producer_epoch, true), cell(t.state),
-    cell(duration(t.age_ms), true), cell(t.prepared ? "none (2PC)" : duration(t.timeout_ms), true),
+    el("td", { class: "num", "data-sort": t.age_ms }, duration(t.age_ms)),
+    el("td", { class: "num", "data-sort": t.prepared ? Number.MAX_SAFE_INTEGER : t.timeout_ms },
+      t.prepared ? "none (2PC)" : duration(t.timeout_ms)),
     cell(t.partitions.join(", ") || "–"), el("td", {}, abortButton(t))));
-  fillTable("transactions", rows, "No open transactions.", 8);
+  fillTable("transactions", matching(rows, "transactions-filter"), "No open transactions.", 8);
 }
 
 // -- a topic's configs (GET /api/topics/{topic}/configs), and setting one (POST, signed in) --
@@ -283,7 +339,7 @@ function renderTopics(data) {
 
 function renderPartitions(data) {
   const history = data.lso_history.series;
-  const rows = data.partitions.filter((p) => shown(p.topic)).map((p) => {
+  const rows = data.partitions.map((p) => {
     const key = `${p.topic}-${p.partition}`;
     const placement = p.leader === null ? "this broker" : `${p.leader} / [${p.isr.join(",")}]`;
     return el("tr", { class: p.late ? "late" : null, "data-partition": key },
@@ -295,18 +351,15 @@ function renderPartitions(data) {
       cell(duration(p.oldest_transaction_age_ms), true),
       el("td", { class: "num", "data-sort": p.size_bytes }, bytes(p.size_bytes)));
   });
-  fillTable("partitions", matching(rows, "partitions-filter"), "No partitions on this broker.", 11);
+  const paged = { ...data.partitions_page, turn: (page) => { pages.set("partitions", page); refreshNow(); } };
+  fillTable("partitions", rows, "No partitions on this broker.", 11, paged);
 }
 
 function renderLsoChart(data) {
   const container = document.getElementById("lso-chart");
   if (typeof uPlot === "undefined") return;
   const history = data.lso_history;
-  const peak = (values) => Math.max(0, ...values.filter((v) => v !== null));
-  const keys = Object.keys(history.series)
-    .filter((k) => peak(history.series[k]) > 0 && shown(k))
-    .sort((a, b) => peak(history.series[b]) - peak(history.series[a]) || a.localeCompare(b))
-    .slice(0, CHARTED_PARTITIONS);
+  const keys = history.charted; // chosen by the broker over every partition: the largest lag in the window
   const chartData = [history.times_ms.map((t) => t / 1000), ...keys.map((k) => history.series[k])];
   const signature = keys.join("\n");
   document.getElementById("lso-chart-empty").hidden = keys.length > 0;
@@ -338,20 +391,19 @@ function renderGroups(data) {
   for (const g of data.groups.filter(shownGroup)) {
     const offsets = g.offsets.length ? g.offsets : [null];
     const marker = g.pipeline_query !== null;
-    offsets.forEach((o, i) => {
-      const first = i === 0;
+    for (const o of offsets) { // one row per committed partition, each naming its group: the rows sort
       const stuck = !marker && o && o.lag_stable !== null && o.lag !== null && o.lag > o.lag_stable;
-      const name = first ? el("td", {}, g.group_id, " ", marker
-        ? flag(`sink marker of ${pipelines.get(g.pipeline_query) || g.pipeline_query}`, "info") : null) : cell("");
+      const name = el("td", {}, g.group_id, " ", marker
+        ? flag(`sink marker of ${pipelines.get(g.pipeline_query) || g.pipeline_query}`, "info") : null);
       rows.push(el("tr", { "data-group": g.group_id, class: marker ? "marker" : null },
-        name, cell(first ? g.state : ""), cell(first ? count(g.members) : "", true),
+        name, cell(g.state), cell(count(g.members), true),
         cell(o ? `${o.topic}-${o.partition}` : "–"), cell(o ? count(o.committed) : "–", true),
         cell(o && !marker ? count(o.lag) : "–", true),
         el("td", { class: "num" }, o && !marker ? count(o.lag_stable) : "–", " ",
           stuck ? flag("waits for transactions", "warn") : null)));
-    });
+    }
   }
-  fillTable("groups", rows, "No consumer groups coordinated here.", 7);
+  fillTable("groups", matching(rows, "groups-filter"), "No consumer groups coordinated here.", 7);
 }
 
 function renderMembers(data) {
@@ -363,7 +415,7 @@ function renderMembers(data) {
         cell(m.instance_id || "–"), cell(m.client_id), cell(m.client_host), cell(assigned || "–")));
     }
   }
-  fillTable("members", rows, "No group members.", 6);
+  fillTable("members", matching(rows, "members-filter"), "No group members.", 6);
 }
 
 // -- resetting a group's offsets: a dry run first, then the same plan executed --
@@ -615,7 +667,7 @@ async function showRecords(offset) {
 }
 
 function renderRecordTopics(data) {
-  const topics = [...new Set(data.partitions.map((p) => p.topic))].filter(shown).sort();
+  const topics = data.topics.map((t) => t.topic).filter(shown);
   document.getElementById("records-topics").replaceChildren(...topics.map((topic) => el("option", { value: topic })));
 }
 
@@ -676,6 +728,20 @@ function render(data) {
   renderRecordTopics(data);
 }
 
+// The page of partitions to ask the broker for: as the table's header sorts and its filter says.
+function partitionsQuery() {
+  const sort = sortedBy.get("partitions");
+  const params = new URLSearchParams({ partitions_page: String(pages.get("partitions") || 0), partitions_limit: String(PAGE_ROWS),
+    internal: showInternal() ? "1" : "0" });
+  if (sort !== undefined) {
+    params.set("partitions_sort", PARTITION_SORTS[sort.column]);
+    params.set("partitions_order", sort.descending ? "desc" : "asc");
+  }
+  const words = document.getElementById("partitions-filter").value.trim();
+  if (words) params.set("partitions_filter", words.slice(0, 256));
+  return params;
+}
+
 function refreshNow() {
   clearTimeout(refreshTimer);
   refresh();
@@ -685,7 +751,7 @@ async function refresh() {
   const generation = ++refreshGeneration;
   const status = document.getElementById("status");
   try {
-    const response = await fetch("/api/console", { cache: "no-store", headers: apiHeaders() });
+    const response = await fetch(`/api/console?${partitionsQuery()}`, { cache: "no-store", headers: apiHeaders() });
     const answer = await response.json().catch(() => ({}));
     if (generation !== refreshGeneration) return; // a newer refresh (a sign-in, a sign-out) took over
     if (response.status === 401 || response.status === 429) {
@@ -710,16 +776,30 @@ async function refresh() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  document.getElementById("show-internal").addEventListener("change", () => { if (latest !== null) render(latest); });
+  document.getElementById("show-internal").addEventListener("change", () => {
+    pages.set("partitions", 0);
+    refreshNow();
+  });
   document.getElementById("sign-in").addEventListener("submit", signIn);
   document.getElementById("sign-out").addEventListener("click", signOut);
   sortableHeaders();
   document.getElementById("topic-config-form").addEventListener("submit", setTopicConfig);
   document.getElementById("broker-configs").addEventListener("toggle", loadBrokerConfigs);
-  document.getElementById("broker-configs-filter").addEventListener("input", renderBrokerConfigs);
-  for (const id of ["topics-filter", "partitions-filter"]) {
-    document.getElementById(id).addEventListener("input", () => { if (latest !== null) render(latest); });
+  document.getElementById("broker-configs-filter").addEventListener("input", () => {
+    pages.set("broker-configs-table", 0);
+    renderBrokerConfigs();
+  });
+  for (const id of ["topics-filter", "transactions-filter", "groups-filter", "members-filter"]) {
+    document.getElementById(id).addEventListener("input", () => {
+      pages.set(id.replace("-filter", ""), 0);
+      if (latest !== null) render(latest);
+    });
   }
+  let typing = null; // the partitions' filter asks the broker once typing pauses
+  document.getElementById("partitions-filter").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { pages.set("partitions", 0); refreshNow(); }, 250);
+  });
   document.getElementById("reset-form").addEventListener("submit", (event) => {
     event.preventDefault();
     resetOffsets(resetRequest(true));
@@ -732,8 +812,12 @@ document.addEventListener("DOMContentLoaded", () => {
     if (resetPlan !== null) resetOffsets(resetPlan);
   });
   document.getElementById("security").addEventListener("toggle", loadSecurity);
-  document.getElementById("acls-filter").addEventListener("input", renderSecurity);
-  document.getElementById("quotas-filter").addEventListener("input", renderSecurity);
+  for (const id of ["acls", "quotas"]) {
+    document.getElementById(`${id}-filter`).addEventListener("input", () => {
+      pages.set(id, 0);
+      renderSecurity();
+    });
+  }
   document.getElementById("records-form").addEventListener("submit", (event) => {
     event.preventDefault();
     showRecords(document.getElementById("records-offset").value || "0");
