@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -406,3 +407,36 @@ def test_the_console_of_any_broker_shows_every_broker_and_the_isr(cluster):
         assert "controller" in page.locator("#brokers").inner_text()
         row = page.locator('#partitions tr[data-partition="watched-isr-0"]').inner_text()
         assert re.search(r"\d / \[[123],[123],[123]\]", row), row  # leader / ISR
+
+
+def test_the_console_of_one_broker_shows_each_brokers_own_configs(cluster):
+    """Static configs are each broker's own: broker 1's console asks broker 2 for its
+    configs (DescribeConfigs over the inter-broker listener), as kafka-configs.sh does."""
+    def configs(node: int, query: str = "") -> tuple[int, dict]:
+        try:
+            url = console_url(cluster, node) + "api/broker/configs" + query
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.load(refused)
+
+    status, own = configs(1)
+    assert status == 200 and own["node_id"] == 1
+    status, other = configs(1, "?broker=2")
+    assert status == 200 and other["node_id"] == 2
+    values = {entry["name"]: entry for entry in other["configs"]}
+    assert values["node.id"]["value"] == "2"
+    assert values["log.dirs"]["value"] != {entry["name"]: entry for entry in own["configs"]}["log.dirs"]["value"]
+    assert values["log.dirs"]["source"] == "STATIC_BROKER_CONFIG"
+    assert configs(1, "?broker=9")[0] == 404  # not registered
+    assert configs(1, "?broker=two")[0] == 400 and configs(1, "?broker=2&broker=3")[0] == 400
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(console_url(cluster, 1))
+        page.wait_for_selector("body[data-loaded]", state="attached", timeout=15_000)
+        page.click("#broker-configs summary")
+        page.wait_for_selector("#broker-configs[data-node='1']", state="attached", timeout=15_000)
+        page.select_option("#broker-configs-node", "3")
+        page.wait_for_selector("#broker-configs[data-node='3']", state="attached", timeout=15_000)
+        page.fill("#broker-configs-filter", "node.id")
+        assert page.locator('#broker-configs-table tr[data-config="node.id"] td').nth(1).inner_text() == "3"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker import config_sources
+from oncelog.broker.console_peers import PeerConfigs
 from oncelog.broker.console_source import ConsoleParts, ConsoleSource
 from oncelog.broker.listener_setup import listener_bindings, plain_users
 from oncelog.broker.metrics import (
@@ -115,6 +116,7 @@ class Broker:
         self._timers: list[asyncio.Task] = []
         self.http: HttpListener | None = None  # http.listener: /metrics and the console
         self._console: ConsoleSource | None = None
+        self._peer_configs = PeerConfigs(self)  # the console's: other brokers' configs
         self.topic_stats = TopicStats()  # per-topic traffic, counted by Produce and Fetch
         # KIP-227: consumers' and followers' incremental fetch sessions (a restart starts with none).
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
@@ -249,6 +251,7 @@ class Broker:
                 (t.topic, t.messages_in, t.bytes_in, t.bytes_out) for t in self.topic_stats.snapshot()),
             topic_configs=self._topic_configs, alter_topic_configs=self.topics.alter_configs,
             broker_configs=lambda: config_sources.broker_entries(self, config_sources.layers(self)),
+            peer_broker_configs=self._peer_configs.describe,
             records_open=self._kafka_readable_without_credentials(), leadership=self.leadership)
         self._console = ConsoleSource(loop, parts, LagHistory(), PipelineReports(self._plaintext_bootstrap()))
         self._console.sample()
@@ -335,6 +338,7 @@ class Broker:
             self.http.stop()
         if self._console is not None:
             self._console.close()
+            self._peer_configs.close()
         for task in self._timers:
             task.cancel()
         # A cancelled cleaning round aborts, waits for the cleaner thread and discards

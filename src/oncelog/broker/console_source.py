@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qs
 
 from oncelog.broker.config_sources import (
     DEFAULT_CONFIG,
@@ -38,6 +39,7 @@ from oncelog.broker.config_sources import (
     Entry,
 )
 from oncelog.broker.console_groups import ResetError, ResetRequest, reset_offsets
+from oncelog.broker.console_peers import PeerConfigError
 from oncelog.broker.console_records import QueryError, RecordsQuery, records_json
 from oncelog.clock import now_ms
 from oncelog.config.broker import is_sensitive
@@ -122,6 +124,8 @@ class ConsoleParts:
     # changing one (TopicAdmin.alter_configs: its override set, from the current one).
     topic_configs: Callable[[str], list[Entry] | None] = lambda _topic: None
     broker_configs: Callable[[], list[Entry]] = list  # this broker's, as DescribeConfigs gives them
+    # Another broker's (cluster mode: asked of it; PeerConfigError when it cannot answer).
+    peer_broker_configs: Callable[[int], Awaitable[list[Entry]]] | None = None
     alter_topic_configs: Callable[[str, OverridesChange], Awaitable[None]] | None = None
 
 
@@ -463,15 +467,28 @@ class ConsoleSource:
             return 404, {"error": f"this broker has no replica of topic {topic!r}"}
         return 200, {"topic": topic, "configs": _configs_json(entries)}
 
-    def broker_configs(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]:
-        """(HTTP status, JSON) of this broker's configs with their sources, for a principal
-        with Cluster DESCRIBE_CONFIGS, as DescribeConfigs answers for its broker resource."""
-        return self._call(lambda: self._broker_configs(principal or ANONYMOUS, host))
+    def broker_configs(self, principal: str | None, host: str, query: str = "") -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON) of a broker's configs with their sources (this one's, or with
+        `broker=N` in `query` another's of its cluster), for a principal with Cluster
+        DESCRIBE_CONFIGS, as DescribeConfigs answers for the broker resource."""
+        try:
+            node_id = _broker_id(query, self._parts.node_id)
+        except ValueError as error:
+            return 400, {"error": str(error)}
+        return self._call_async(lambda: self._broker_configs(principal or ANONYMOUS, host, node_id), ACTION_TIMEOUT_S)
 
-    def _broker_configs(self, principal: str, host: str) -> tuple[int, dict[str, Any]]:
+    async def _broker_configs(self, principal: str, host: str, node_id: int) -> tuple[int, dict[str, Any]]:
         if not self._may(principal, host, AclOperation.DESCRIBE_CONFIGS):
             return 403, {"error": f"{principal} may not describe the broker's configs (needs Cluster DESCRIBE_CONFIGS)"}
-        return 200, {"node_id": self._parts.node_id, "configs": _configs_json(self._parts.broker_configs())}
+        if node_id == self._parts.node_id:
+            return 200, {"node_id": node_id, "configs": _configs_json(self._parts.broker_configs())}
+        if self._parts.peer_broker_configs is None or self._parts.image() is None:
+            return 404, {"error": f"broker {node_id} is not this one, and a standalone broker has no other"}
+        try:
+            entries = await self._parts.peer_broker_configs(node_id)
+        except PeerConfigError as error:
+            return error.status, {"error": str(error)}
+        return 200, {"node_id": node_id, "configs": _configs_json(entries)}
 
     def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON) of setting (`{"name": ..., "value": ...}`) or removing
@@ -613,5 +630,20 @@ class _Rates:
 
 def _configs_json(entries: list[Entry]) -> list[dict[str, Any]]:
     """DescribeConfigs' entries for the console: a password's value is never shown."""
-    return [{"name": key, "value": None if is_sensitive(key) else value, "source": SOURCE_NAMES[source],
-             "sensitive": is_sensitive(key)} for key, value, source, _synonyms in entries]
+    return [{"name": key, "value": None if is_sensitive(key) else value,
+             "source": SOURCE_NAMES.get(source, str(source)), "sensitive": is_sensitive(key)}
+            for key, value, source, _synonyms in entries]
+
+
+def _broker_id(query: str, default: int) -> int:
+    """The `broker` of /api/broker/configs' query string (absent: `default`)."""
+    fields = parse_qs(query, max_num_fields=2)
+    values = fields.get("broker", [])
+    if len(fields) > 1 or len(values) > 1:
+        raise ValueError("expected at most one query parameter, broker")
+    if not values:
+        return default
+    text = values[0]
+    if not text.isdigit() or len(text) > 10 or int(text) > 2**31 - 1:
+        raise ValueError("broker must be a broker id (an integer from 0)")
+    return int(text)

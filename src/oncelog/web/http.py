@@ -19,8 +19,9 @@ shown, as before. `/metrics` needs credentials when `http.metrics.require.auth` 
 `GET /api/topics/{topic}/records` is the message browser (one partition's records with
 their fate, for a principal with Topic READ; oncelog.broker.console_records);
 `GET /api/security` the ACLs (Cluster DESCRIBE) and client quotas (Cluster DESCRIBE_CONFIGS);
-`GET /api/topics/{topic}/configs` and `GET /api/broker/configs` the configs with their
-sources (Topic / Cluster DESCRIBE_CONFIGS), as DescribeConfigs gives them.
+`GET /api/topics/{topic}/configs` and `GET /api/broker/configs` (`?broker=N`: another
+broker's of the cluster, asked of it) the configs with their sources (Topic / Cluster
+DESCRIBE_CONFIGS), as DescribeConfigs gives them.
 
 Read-only, but for two actions when the broker has an authorizer: a principal that holds
 Cluster ALTER may abort an open transaction: `POST /api/transactions/abort` with
@@ -71,7 +72,8 @@ class ConsoleBackend(Protocol):
     def records(self, principal: str | None, host: str, topic: str, query: str) -> tuple[int, dict[str, Any]]: ...
     def reset_offsets(self, principal: str, host: str, body: object) -> tuple[int, dict[str, Any]]: ...
     def topic_configs(self, principal: str | None, host: str, topic: str) -> tuple[int, dict[str, Any]]: ...
-    def broker_configs(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
+    # A broker's configs: this one's, or another's of its cluster (`broker=N` in `query`).
+    def broker_configs(self, principal: str | None, host: str, query: str) -> tuple[int, dict[str, Any]]: ...
     def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]: ...
     # The security views: ACLs and client quotas, for whom may describe them.
     def security(self, principal: str | None, host: str) -> tuple[int, dict[str, Any]]: ...
@@ -153,7 +155,7 @@ class ConsoleApp:
             status, answer = self._console.records(principal, host, records.group(1), request.query)
             return _json(status, answer)
         if request.path == "/api/broker/configs":
-            status, answer = self._console.broker_configs(principal, host)
+            status, answer = self._console.broker_configs(principal, host, request.query)
             return _json(status, answer)
         if request.path == "/api/security":
             status, answer = self._console.security(principal, host)

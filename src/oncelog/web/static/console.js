@@ -315,14 +315,32 @@ function renderBrokerConfigs() {
   fillTable("broker-configs-table", matching(brokerConfigs.map(configRow), "broker-configs-filter"), "No keys.", 3);
 }
 
+// In a cluster, the broker chosen (this one until another is): the console asks it for its configs.
+function renderBrokerChoice(data) {
+  const label = document.getElementById("broker-configs-node-label");
+  const select = document.getElementById("broker-configs-node");
+  label.hidden = data.mode !== "cluster" || !data.brokers.length;
+  if (label.hidden) return;
+  const ids = data.brokers.map((b) => String(b.node_id));
+  const signature = ids.join(",");
+  if (select.dataset.brokers === signature) return;
+  const chosen = select.value || String(data.node_id);
+  select.replaceChildren(...ids.map((id) => el("option", { value: id, selected: id === chosen },
+    id === String(data.node_id) ? `${id} (this broker)` : id)));
+  select.dataset.brokers = signature;
+}
+
 async function loadBrokerConfigs() {
   if (!document.getElementById("broker-configs").open) return;
-  const response = await fetch("/api/broker/configs", { cache: "no-store", headers: apiHeaders() });
+  const chosen = document.getElementById("broker-configs-node").value;
+  const query = chosen && latest !== null && chosen !== String(latest.node_id) ? `?broker=${encodeURIComponent(chosen)}` : "";
+  const response = await fetch(`/api/broker/configs${query}`, { cache: "no-store", headers: apiHeaders() });
   const answer = await response.json().catch(() => ({}));
   brokerConfigs = response.ok ? answer.configs : null;
   if (!response.ok) fillTable("broker-configs-table", [], answer.error || response.statusText, 3);
   renderBrokerConfigs();
   const details = document.getElementById("broker-configs");
+  if (response.ok) details.dataset.node = String(answer.node_id);
   details.dataset.loaded = String(Number(details.dataset.loaded || 0) + 1);
 }
 
@@ -724,6 +742,7 @@ function render(data) {
   renderGroups(data);
   renderMembers(data);
   renderBrokers(data);
+  renderBrokerChoice(data);
   renderPipelines(data);
   renderRecordTopics(data);
 }
@@ -785,6 +804,10 @@ document.addEventListener("DOMContentLoaded", () => {
   sortableHeaders();
   document.getElementById("topic-config-form").addEventListener("submit", setTopicConfig);
   document.getElementById("broker-configs").addEventListener("toggle", loadBrokerConfigs);
+  document.getElementById("broker-configs-node").addEventListener("change", () => {
+    pages.set("broker-configs-table", 0);
+    loadBrokerConfigs();
+  });
   document.getElementById("broker-configs-filter").addEventListener("input", () => {
     pages.set("broker-configs-table", 0);
     renderBrokerConfigs();
