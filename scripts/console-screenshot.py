@@ -1,12 +1,18 @@
 #!/usr/bin/env python
-"""Take docs/console.png: the web console of a real broker with a real pipeline.
+"""Take the screenshots of docs/console.md: the web console of real brokers, in Debian's
+Chromium through Playwright.
 
-Starts a broker with `http.listener`, writes orders, runs `oncelog pipeline run` (Spark
-local[2], batch mode) until it has reported a few micro-batches, then leaves an open
-transaction, a hanging one (its coordinator's abort timer held off) and a consumer group
-behind both, and photographs the console in Debian's Chromium through Playwright.
+- docs/console.png, the whole page: a broker with `http.listener`, orders, `oncelog
+  pipeline run` (Spark local[2], batch mode) until it has reported a few micro-batches,
+  an open transaction, a hanging one (its coordinator's abort timer held off) and a
+  consumer group behind both.
+- docs/console-records.png, docs/console-reset.png, docs/console-configs.png and
+  docs/console-security.png: a broker with an authorizer (tests/support/secured.py), signed
+  in as its super user: one partition's records with committed, aborted and open
+  transactions and their markers; a group's offset reset, planned; a topic's configs;
+  the ACLs.
 
-    .venv/bin/python scripts/console-screenshot.py [--output docs/console.png]
+    .venv/bin/python scripts/console-screenshot.py [--output-dir docs]
 """
 
 from __future__ import annotations
@@ -25,14 +31,23 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from oncelog import EmbeddedBroker  # noqa: E402
+from oncelog.security.acl import AclOperation, ResourceType  # noqa: E402
 from tests.support.browser import chromium  # noqa: E402
+from tests.support.secured import password, secured_broker  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default=str(REPO / "docs" / "console.png"))
+    parser.add_argument("--output-dir", default=str(REPO / "docs"))
     args = parser.parse_args()
+    output = Path(args.output_dir)
     work = Path(tempfile.mkdtemp(prefix="oncelog-console-"))
+    overview(work, output / "console.png")
+    views(work, output)
+    return 0
+
+
+def overview(work: Path, output: Path) -> None:
     config = {"http.listener": "127.0.0.1:0", "transaction.two.phase.commit.enable": "true",
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000"}
     with EmbeddedBroker(work / "broker", config) as running:
@@ -57,7 +72,8 @@ def main() -> int:
                                  "isolation.level": "read_committed", "enable.auto.commit": False})
             consumer.commit(offsets=[TopicPartition("enriched-orders", 0, 100)], asynchronous=False)
             consumer.close()
-            open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "billing-1"})
+            open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "billing-1",
+                                 "transaction.timeout.ms": 900_000})  # open, not hanging
             open_txn.init_transactions(10)
             open_txn.begin_transaction()
             for _ in range(40):
@@ -76,12 +92,76 @@ def main() -> int:
                 page.goto(f"http://{host}:{port}/")
                 page.wait_for_selector("[data-pipeline]", timeout=60_000)
                 time.sleep(3)
-                page.screenshot(path=args.output, full_page=True)
-            print(f"wrote {args.output}")
+                page.screenshot(path=str(output), full_page=True)
+            print(f"wrote {output}")
         finally:
             pipeline.terminate()
             pipeline.wait(60)
-    return 0
+
+
+def views(work: Path, output: Path) -> None:
+    """The views an operator opens, signed in on a broker with an authorizer."""
+    config = {"http.listener": "127.0.0.1:0"}
+    with secured_broker(work / "secured", config) as broker:
+        broker.create_topic("payments", configs={"retention.ms": "604800000", "min.insync.replicas": "1"})
+        admin = broker.client("admin")
+        plain = Producer(admin)
+        for i in range(2):
+            plain.produce("payments", f'{{"payment": {i}, "note": "written outside a transaction"}}'.encode(),
+                          key=f"p{i}".encode(), headers={"source": b"import"})
+        plain.flush(10)
+        for outcome, values in (("commit", [b'{"payment": 10, "amount": 25.0}', b'{"payment": 11, "amount": 7.5}']),
+                                ("abort", [b'{"payment": 12, "amount": 99.0}']),
+                                ("open", [b'{"payment": 13, "amount": 12.0}', b"\xff\xfe\x00\x01"])):
+            producer = Producer({**admin, "transactional.id": f"payments-{outcome}"})
+            producer.init_transactions(10)
+            producer.begin_transaction()
+            for index, value in enumerate(values):
+                producer.produce("payments", value, key=f"{outcome}-{index}".encode())
+            producer.flush(10)
+            if outcome == "commit":
+                producer.commit_transaction(10)
+            elif outcome == "abort":
+                producer.abort_transaction(10)
+        consumer = Consumer({**admin, "group.id": "payment-audit", "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition("payments", 0, 2)], asynchronous=False)
+        consumer.close()
+        broker.allow("alice", ResourceType.TOPIC, "payments", AclOperation.READ, AclOperation.DESCRIBE)
+        broker.allow("alice", ResourceType.GROUP, "payment-audit", AclOperation.READ)
+        broker.allow("bob", ResourceType.TOPIC, "payments", AclOperation.WRITE)
+        host, port = broker.running.broker.http.address
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://{host}:{port}/")
+            page.fill("#sign-in-user", "admin")
+            page.fill("#sign-in-password", password("admin"))
+            page.click("#sign-in button[type=submit]")
+            page.wait_for_selector('#topics tr[data-topic="payments"]', timeout=15_000)
+            page.fill("#records-topic", "payments")
+            page.select_option("#records-isolation", "read_uncommitted")
+            page.select_option("#records-format", "json")
+            page.click("#records-form button[type=submit]")
+            page.wait_for_selector("#records[data-shown]", state="attached", timeout=15_000)
+            shoot(page, "section[aria-labelledby=records-title]", output / "console-records.png")
+            page.click("#reset summary")
+            page.fill("#reset-group", "payment-audit")
+            page.fill("#reset-topic", "payments")
+            page.select_option("#reset-to", "earliest")
+            page.click("#reset-form button[type=submit]")
+            page.wait_for_selector("#reset-plan[data-shown]", state="attached", timeout=15_000)
+            shoot(page, "section[aria-labelledby=groups-title]", output / "console-reset.png")
+            page.click('#topics tr[data-topic="payments"]')
+            page.wait_for_selector("#topic-configs[data-shown]", state="attached", timeout=15_000)
+            shoot(page, "section[aria-labelledby=topics-title]", output / "console-configs.png")
+            page.click("#security summary")
+            page.wait_for_selector("#security[data-loaded]", state="attached", timeout=15_000)
+            shoot(page, "section[aria-labelledby=security-title]", output / "console-security.png")
+
+
+def shoot(page, selector: str, output: Path) -> None:
+    page.wait_for_timeout(500)
+    page.locator(selector).screenshot(path=str(output))
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":
