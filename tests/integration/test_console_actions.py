@@ -274,6 +274,18 @@ def test_a_groups_offsets_are_reset_after_a_dry_run_only_when_it_is_empty_and_on
     page.close()
 
 
+def test_a_brokers_configs_need_cluster_describe_configs_before_any_broker_is_asked(scene):
+    for query in ("", "?broker=1", "?broker=2"):  # 2: another broker's, had this broker a cluster
+        status, answer = api(scene["url"], "/api/broker/configs" + query, "alice")
+        assert status == 403 and "Cluster DESCRIBE_CONFIGS" in answer["error"]
+    assert api(scene["url"], "/api/broker/configs?broker=2", "admin")[0] == 404  # standalone: no other broker
+    assert api(scene["url"], "/api/broker/configs?broker=%D9%A3", "admin")[0] == 400  # an Arabic-Indic 3
+    status, answer = api(scene["url"], "/api/broker/configs", "admin")
+    assert status == 200
+    jaas = {c["name"]: c for c in answer["configs"]}["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert jaas["sensitive"] and jaas["value"] is None  # its users' passwords
+
+
 def test_a_topics_configs_show_their_source_and_one_is_set_by_whom_may_alter_them(scene):
     def configs(user: str) -> tuple[int, dict]:
         return api(scene["url"], "/api/topics/ledger/configs", user)

@@ -39,6 +39,10 @@ def test_sorting_is_over_every_partition_and_ties_keep_topic_and_partition_order
     assert [p.partition for p in youngest] == [1, 2, 0]  # no open transaction sorts below every age
 
 
+def test_the_filter_counts_each_word_once():
+    assert PartitionsQuery.parse("partitions_filter=" + "+".join(["orders"] * 30)).words == ("orders",)
+
+
 def test_the_filter_keeps_rows_holding_every_word():
     rows, matching, _page = PartitionsQuery.parse("partitions_filter=ORDERS-3 broker").select(PARTITIONS)
     assert matching == 1 and (rows[0].topic, rows[0].partition) == ("orders", 3)  # "this broker" is its placement
@@ -52,7 +56,8 @@ def test_the_query_string_is_parsed_with_defaults_and_bounded():
     for bad in ("partitions_limit=0", "partitions_limit=501", "partitions_page=-1", "partitions_page=1e3",
                 "partitions_page=99999999999", "partitions_sort=topic.__class__", "partitions_order=up",
                 "internal=true", "internal=1&internal=0", "partitions_filter=" + "w" * 257,
-                "&".join(f"p{index}=1" for index in range(9))):
+                "&".join(f"partitions_page={index}" for index in range(9)), "partitions_page=%C2%B2",
+                "partitions_limit=%D9%A3", "sort=lso_lag", "partitions_filter=" + "+".join(map(str, range(17)))):
         with pytest.raises(QueryError):
             PartitionsQuery.parse(bad)
 

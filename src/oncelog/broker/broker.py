@@ -336,9 +336,9 @@ class Broker:
         """Stop accepting requests, then flush and close every log with checkpoints."""
         if self.http is not None:
             self.http.stop()
+        self._peer_configs.close()
         if self._console is not None:
             self._console.close()
-            self._peer_configs.close()
         for task in self._timers:
             task.cancel()
         # A cancelled cleaning round aborts, waits for the cleaner thread and discards

@@ -18,7 +18,7 @@ from oncelog.kernel.peer import PeerHost, PeerPool
 from oncelog.protocol.messages import ErrorCode
 
 BROKER_RESOURCE = 4  # Kafka's ConfigResource.Type.BROKER
-DESCRIBE_TIMEOUT_S = 10.0
+DESCRIBE_TIMEOUT_S = 10.0  # one request; the console bounds the whole call, the lock wait included
 
 
 class PeerConfigError(Exception):
@@ -35,10 +35,13 @@ class PeerConfigs:
     def __init__(self, broker: PeerHost) -> None:
         self._broker = broker
         self._peers: PeerPool | None = None
+        self._closed = False
 
     async def describe(self, node_id: int) -> list[Entry]:
         """Broker `node_id`'s configs as its DescribeConfigs answers them (PeerConfigError:
         not registered, not reachable, or refused)."""
+        if self._closed:
+            raise PeerConfigError(503, "the broker is stopping")
         if self._peers is None:
             self._peers = PeerPool(self._broker, "console")
         peer = self._peers.get(node_id)
@@ -51,6 +54,8 @@ class PeerConfigs:
             response = await peer.request(request, DESCRIBE_TIMEOUT_S)
         except (ConnectionError, TimeoutError) as error:
             raise PeerConfigError(502, f"broker {node_id} did not answer: {error}") from None
+        if len(response.results) != 1:
+            raise PeerConfigError(502, f"broker {node_id} answered {len(response.results)} resources for one")
         [result] = response.results
         if result.error_code != ErrorCode.none:
             raise PeerConfigError(502, f"broker {node_id} answered {result.error_code.name.upper()}: "
@@ -58,5 +63,6 @@ class PeerConfigs:
         return [(entry.name, entry.value, int(entry.config_source), []) for entry in result.configs]
 
     def close(self) -> None:
+        self._closed = True
         if self._peers is not None:
             self._peers.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 VIEW_TIMEOUT_S = 5.0  # a request gives up when the loop does not answer in this time
 ACTION_TIMEOUT_S = 30.0  # a browse of records, a reset waiting for its replicas
+PEER_DESCRIBE_TIMEOUT_S = 10.0  # another broker's configs, the wait for its connection included
 ANONYMOUS = "User:ANONYMOUS"  # whom a view asked for without a principal is cut for, with an authorizer
 _PREPARED_TIMEOUT_MS = 2**31 - 1  # KIP-939: a transaction kept prepared for its external decision
 MAX_SECURITY_ROWS = 10_000  # ACLs and quota entities per answer (`acls_total` counts them all)
@@ -147,7 +149,9 @@ def console_view_steps(parts: ConsoleParts,
             continue  # deleted while this pass gave the loop away
         partitions.append(_partition(log, image, now, parts.late_transaction_ms))
         yield
-    image = parts.image()  # the brokers, ISR counts and groups of one moment: read after the last yield
+    # The groups, topics, brokers and ISR counts of one moment: read after the last yield.
+    logs = {(log.topic, log.partition): log for log in parts.logs()}
+    image = parts.image()
     stats = parts.txn_coordinator.stats
     completed = {"commit": stats.commits, "abort": stats.aborts, "timed_out": stats.timed_out,
                  "fenced": stats.fenced}
@@ -335,6 +339,7 @@ class ConsoleSource:
         self._pipelines = pipelines
         self._rates = _Rates()
         self._browsing = False  # a records call is running (on the loop)
+        self._describing = False  # another broker is being asked for its configs (on the loop)
 
     def view(self, principal: str | None, host: str, query: PartitionsQuery) -> dict[str, Any]:
         """The console's JSON, as much of it as `principal` (connected from `host`) may
@@ -475,7 +480,8 @@ class ConsoleSource:
             node_id = _broker_id(query, self._parts.node_id)
         except ValueError as error:
             return 400, {"error": str(error)}
-        return self._call_async(lambda: self._broker_configs(principal or ANONYMOUS, host, node_id), ACTION_TIMEOUT_S)
+        return self._call_async(lambda: self._broker_configs(principal or ANONYMOUS, host, node_id),
+                                PEER_DESCRIBE_TIMEOUT_S + 1)
 
     async def _broker_configs(self, principal: str, host: str, node_id: int) -> tuple[int, dict[str, Any]]:
         if not self._may(principal, host, AclOperation.DESCRIBE_CONFIGS):
@@ -484,10 +490,18 @@ class ConsoleSource:
             return 200, {"node_id": node_id, "configs": _configs_json(self._parts.broker_configs())}
         if self._parts.peer_broker_configs is None or self._parts.image() is None:
             return 404, {"error": f"broker {node_id} is not this one, and a standalone broker has no other"}
+        if self._describing:  # one at a time: a broker that does not answer holds one HTTP worker, not all
+            return 429, {"error": "another broker's configs are being asked for; try again"}
+        self._describing = True
         try:
-            entries = await self._parts.peer_broker_configs(node_id)
+            async with asyncio.timeout(PEER_DESCRIBE_TIMEOUT_S):
+                entries = await self._parts.peer_broker_configs(node_id)
         except PeerConfigError as error:
             return error.status, {"error": str(error)}
+        except TimeoutError:
+            return 502, {"error": f"broker {node_id} did not answer in {PEER_DESCRIBE_TIMEOUT_S:.0f} s"}
+        finally:
+            self._describing = False
         return 200, {"node_id": node_id, "configs": _configs_json(entries)}
 
     def alter_topic_config(self, principal: str, host: str, topic: str, body: object) -> tuple[int, dict[str, Any]]:
@@ -644,6 +658,6 @@ def _broker_id(query: str, default: int) -> int:
     if not values:
         return default
     text = values[0]
-    if not text.isdigit() or len(text) > 10 or int(text) > 2**31 - 1:
+    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > 2**31 - 1:  # ASCII digits: int() takes "٣"
         raise ValueError("broker must be a broker id (an integer from 0)")
     return int(text)

@@ -163,7 +163,7 @@ class ConsoleApp:
         if request.path == "/api/console":
             try:
                 query = PartitionsQuery.parse(request.query)
-            except QueryError as error:
+            except (QueryError, ValueError) as error:  # parse_qs raises ValueError for a malformed query
                 return _json(400, {"error": str(error)})
             view = self._console.view(principal, host, query)
             view["actions"] = {"sign_in": self._console.sign_in_enabled}

@@ -13,6 +13,7 @@ transactions or topics are and pages in the browser.
 from __future__ import annotations
 
 import heapq
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -73,6 +74,10 @@ CHARTED_PARTITIONS = 8  # the chart draws the partitions with the largest LSO la
 MAX_PAGE_ROWS = 500
 DEFAULT_PAGE_ROWS = 100
 MAX_FILTER_CHARS = 256
+MAX_FILTER_WORDS = 16
+QUERY_FIELDS = ("partitions_page", "partitions_limit", "partitions_sort", "partitions_order", "partitions_filter",
+                "internal")
+_DECIMAL = re.compile(r"[0-9]{1,10}")  # ASCII digits only: str.isdigit() takes "²", which int() refuses
 # The partitions table's sortable columns, as `sort` names them: each partition's value
 # (a partition without an open transaction has no age: it sorts as -1).
 PARTITION_SORTS = {
@@ -116,6 +121,8 @@ class PartitionsQuery:
         except ValueError as error:
             raise QueryError("too many query parameters") from error
         for name, values in fields.items():
+            if name not in QUERY_FIELDS:
+                raise QueryError(f"unknown query parameter {name[:40]!r}; expected {', '.join(QUERY_FIELDS)}")
             if len(values) > 1:
                 raise QueryError(f"{name} is given more than once")
         one = {name: values[0] for name, values in fields.items()}
@@ -125,15 +132,18 @@ class PartitionsQuery:
         order = one.get("partitions_order", "asc")
         if order not in ("asc", "desc"):
             raise QueryError("partitions_order must be asc or desc")
-        words = one.get("partitions_filter", "")
-        if len(words) > MAX_FILTER_CHARS:
+        text = one.get("partitions_filter", "")
+        if len(text) > MAX_FILTER_CHARS:
             raise QueryError(f"partitions_filter is longer than {MAX_FILTER_CHARS} characters")
+        words = tuple(dict.fromkeys(text.lower().split()))
+        if len(words) > MAX_FILTER_WORDS:
+            raise QueryError(f"partitions_filter has more than {MAX_FILTER_WORDS} words")
         internal = one.get("internal", "0")
         if internal not in ("0", "1"):
             raise QueryError("internal must be 0 or 1")
         return cls(_bounded(one, "partitions_page", 0, 10**9, 0),
                    _bounded(one, "partitions_limit", 1, MAX_PAGE_ROWS, DEFAULT_PAGE_ROWS), sort, order == "desc",
-                   tuple(words.lower().split()), internal == "1")
+                   words, internal == "1")
 
     def shown(self, topic: str) -> bool:
         return self.internal or not topic.startswith("_")
@@ -159,7 +169,7 @@ def _bounded(fields: dict[str, str], name: str, low: int, high: int, default: in
     text = fields.get(name)
     if text is None:
         return default
-    if not text.isdigit() or len(text) > 10 or not low <= int(text) <= high:
+    if not _DECIMAL.fullmatch(text) or not low <= int(text) <= high:
         raise QueryError(f"{name} must be an integer from {low} to {high}")
     return int(text)
 

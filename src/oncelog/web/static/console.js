@@ -106,6 +106,7 @@ function sortRows(id, rows) {
 
 // Every table shows PAGE_ROWS rows at a time, with a pager under it once it has more.
 const pages = new Map(); // table id -> the page shown (from 0)
+const drawn = new Map(); // table id -> the rows it was last given (a sort or another page draws them again)
 
 function pager(table) {
   let node = table.nextElementSibling;
@@ -122,6 +123,7 @@ function pager(table) {
 function fillTable(id, rows, emptyText, columns, paged) {
   const body = document.querySelector(`#${id} tbody`);
   const table = document.getElementById(id);
+  drawn.set(id, [rows, emptyText, columns, paged]);
   let total = rows.length, page = paged ? paged.page : pages.get(id) || 0;
   if (!paged) {
     if (table.hasAttribute("data-sortable")) rows = sortRows(id, rows);
@@ -152,13 +154,11 @@ function fillTable(id, rows, emptyText, columns, paged) {
     button("next ›", page + 1, "next"), button("last »", last, "last"));
 }
 
-// Draws table `id` again from what the page holds (a sort, a filter or another page asked).
+// Draws table `id` again, sorted as its header now says or at another page: the
+// partitions are asked of the broker, every other table draws the rows it was last given.
 function rerender(id) {
-  if (id === "acls" || id === "quotas") renderSecurity();
-  else if (id === "topic-configs-table") { if (configsTopic !== null) showTopicConfigs(configsTopic); }
-  else if (id === "broker-configs-table") renderBrokerConfigs();
-  else if (id === "partitions") refreshNow(); // sorted and paged by the broker
-  else if (latest !== null) render(latest);
+  if (id === "partitions") refreshNow();
+  else if (drawn.has(id)) fillTable(id, ...drawn.get(id));
 }
 
 // Rows whose cells' text (one space between cells) holds every word typed in the filter box `filterId`.
@@ -330,12 +330,16 @@ function renderBrokerChoice(data) {
   select.dataset.brokers = signature;
 }
 
+let brokerConfigsAsked = 0; // only the answer to the latest question is drawn
+
 async function loadBrokerConfigs() {
   if (!document.getElementById("broker-configs").open) return;
+  const asked = ++brokerConfigsAsked;
   const chosen = document.getElementById("broker-configs-node").value;
   const query = chosen && latest !== null && chosen !== String(latest.node_id) ? `?broker=${encodeURIComponent(chosen)}` : "";
   const response = await fetch(`/api/broker/configs${query}`, { cache: "no-store", headers: apiHeaders() });
   const answer = await response.json().catch(() => ({}));
+  if (asked !== brokerConfigsAsked) return; // the operator chose another broker meanwhile
   brokerConfigs = response.ok ? answer.configs : null;
   if (!response.ok) fillTable("broker-configs-table", [], answer.error || response.statusText, 3);
   renderBrokerConfigs();
@@ -417,7 +421,8 @@ function renderGroups(data) {
         name, cell(g.state), cell(count(g.members), true),
         cell(o ? `${o.topic}-${o.partition}` : "–"), cell(o ? count(o.committed) : "–", true),
         cell(o && !marker ? count(o.lag) : "–", true),
-        el("td", { class: "num" }, o && !marker ? count(o.lag_stable) : "–", " ",
+        el("td", { class: "num", "data-sort": o && !marker && o.lag_stable !== null ? o.lag_stable : undefined },
+          o && !marker ? count(o.lag_stable) : "–", " ",
           stuck ? flag("waits for transactions", "warn") : null)));
     }
   }
