@@ -392,6 +392,182 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[index]
 
 
+def wire_txn(args: argparse.Namespace) -> dict:
+    """Transactional producers that cost almost no CPU: scenario 3c's load (each of
+    `--producers` transactional ids commits transactions of `--transaction-size` records),
+    sent as raw Kafka requests from one asyncio loop, so that the broker, not the client,
+    has the cores. Per transaction: AddPartitionsToTxn (retried while the previous
+    transaction's markers are out: CONCURRENT_TRANSACTIONS), one Produce per leader (acks
+    all, one batch per partition), EndTxn. A transaction's partitions are as `--spread`
+    says (0: one partition, the next transaction the next one)."""
+    import asyncio
+    import datetime
+    import struct
+
+    import uvloop
+    from confluent_kafka.admin import AdminClient
+    from crc32c import crc32c
+    from kio.schema.add_partitions_to_txn.v3 import request as add_v3
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.types import ProducerId, TransactionalId
+    from kio.static.primitive import Records, i8, i16, i32, i32Timedelta
+
+    from oncelog.protocol import record_batch
+    from oncelog.protocol.client import decode_response, encode_request
+
+    concurrent_transactions = 51
+    metadata = AdminClient({"bootstrap.servers": args.bootstrap}).list_topics(args.topic, timeout=10)
+    addresses = {broker.id: (broker.host, broker.port) for broker in metadata.brokers.values()}
+    leaders = {number: partition.leader for number, partition in metadata.topics[args.topic].partitions.items()}
+    spread = _Spread(max(args.spread, 1), len(leaders))
+    value = os.urandom(args.size)
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=30))
+    latencies: list[float] = []
+    retries = [0]
+    ready = [0]  # producers warmed up
+
+    class Template:
+        """A request encoded once; each send patches its correlation id (and, for Produce,
+        each batch's base sequence and CRC) in place, as `wire-produce` does."""
+
+        def __init__(self, entity, batches: tuple[bytes, ...] = ()) -> None:
+            self.entity = entity
+            self.frame = bytearray(encode_request(entity, 0, "wire-txn"))
+            self.batches = []  # (where the batch starts, its length)
+            at = 0
+            for batch in batches:
+                at = self.frame.index(batch, at)
+                self.batches.append((at, len(batch)))
+                at += len(batch)
+
+        def patched(self, correlation: int, sequences: tuple[int, ...] = ()) -> bytearray:
+            struct.pack_into(">i", self.frame, 8, correlation)
+            view = memoryview(self.frame)
+            for (at, length), sequence in zip(self.batches, sequences, strict=True):
+                struct.pack_into(">i", self.frame, at + 53, sequence)  # the v2 batch's base sequence
+                struct.pack_into(">I", self.frame, at + 17, crc32c(view[at + 21: at + length]))
+            return self.frame
+
+    class Connection:
+        def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.reader, self.writer, self.correlation = reader, writer, 0
+
+        async def request(self, entity):
+            return await self.send(Template(entity))
+
+        async def send(self, template: Template, sequences: tuple[int, ...] = ()):
+            self.correlation += 1
+            self.writer.write(template.patched(self.correlation, sequences))
+            (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+            return decode_response(template.entity, await self.reader.readexactly(size), self.correlation)
+
+    async def connect(node: int) -> Connection:
+        return Connection(*await asyncio.open_connection(*addresses[node]))
+
+    async def producer(number: int, transactions: int, start: asyncio.Event) -> None:
+        transactional_id = TransactionalId(f"{args.transactional_id}-{number}")
+        any_broker = await connect(next(iter(addresses)))
+        found = await any_broker.request(FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
+        [coordinator] = found.coordinators
+        if coordinator.error_code != 0:
+            _fail(f"FindCoordinator: {coordinator.error_code!r}")
+        connections = {node: await connect(node) for node in addresses}
+        to_coordinator = connections[coordinator.node_id]
+        init = await to_coordinator.request(InitProducerIdRequest(
+            transactional_id=transactional_id, transaction_timeout=timeout, producer_id=ProducerId(-1),
+            producer_epoch=i16(-1)))
+        if init.error_code != 0:
+            _fail(f"InitProducerId: {init.error_code!r}")
+        producer_id, epoch = init.producer_id, init.producer_epoch
+        sequences = dict.fromkeys(leaders, 0)
+        adds: dict[tuple[int, ...], Template] = {}  # by the transaction's partitions
+        produces: dict[tuple[tuple[int, int], ...], Template] = {}  # by (partition, records) of one leader
+        end = Template(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+                                     committed=True))
+        for transaction in range(number, number + transactions + 1):  # the first one warms up
+            if transaction == number + 1:  # warmed up: connected, initialised, one transaction committed
+                ready[0] += 1
+                await start.wait()
+            records: dict[int, int] = {}
+            for record in range(args.transaction_size):
+                partition = spread.partition(transaction, record) if args.spread else transaction % len(leaders)
+                records[partition] = records.get(partition, 0) + 1
+            key = tuple(sorted(records))
+            add = adds.get(key)
+            if add is None:
+                add = adds[key] = Template(add_v3.AddPartitionsToTxnRequest(
+                    v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
+                    v3_and_below_producer_epoch=epoch, v3_and_below_topics=(add_v3.AddPartitionsToTxnTopic(
+                        name=args.topic, partitions=tuple(i32(p) for p in key)),)))
+            while True:
+                added = await to_coordinator.send(add)
+                codes = {r.partition_error_code for t in added.results_by_topic_v3_and_below
+                         for r in t.results_by_partition}
+                if codes == {0}:
+                    break
+                if codes != {concurrent_transactions}:
+                    _fail(f"AddPartitionsToTxn: {codes}")
+                retries[0] += 1
+                await asyncio.sleep(0.002)
+            by_leader: dict[int, list[tuple[int, int]]] = {}
+            for partition, count in sorted(records.items()):
+                by_leader.setdefault(leaders[partition], []).append((partition, count))
+            sends = []
+            for leader, shape in by_leader.items():
+                produce = produces.get(tuple(shape))
+                if produce is None:
+                    batches = tuple(record_batch.build_batch(
+                        [record_batch.Record(None, value)] * count, timestamp_ms=int(time.time() * 1000),
+                        producer_id=producer_id, producer_epoch=epoch, base_sequence=0, transactional=True)
+                        for _partition, count in shape)
+                    produce = produces[tuple(shape)] = Template(ProduceRequest(
+                        transactional_id=transactional_id, acks=i16(-1), timeout=timeout,
+                        topic_data=(TopicProduceData(name=args.topic, partition_data=tuple(
+                            PartitionProduceData(index=i32(partition), records=Records(batch))
+                            for (partition, _count), batch in zip(shape, batches, strict=True))),)), batches)
+                sends.append(connections[leader].send(produce, tuple(sequences[partition] for partition, _ in shape)))
+                for partition, count in shape:
+                    sequences[partition] += count
+            answers = await asyncio.gather(*sends)
+            for answer in answers:
+                for topic in answer.responses:
+                    for result in topic.partition_responses:
+                        if result.error_code != 0:
+                            _fail(f"Produce: {result.error_code!r}")
+            committing = time.perf_counter()
+            ended = await to_coordinator.send(end)
+            if ended.error_code != 0:
+                _fail(f"EndTxn: {ended.error_code!r}")
+            if transaction > number:
+                latencies.append(time.perf_counter() - committing)
+
+    async def run() -> tuple[float, float]:
+        start = asyncio.Event()
+        per_producer = args.messages // args.transaction_size // args.producers
+        tasks = [asyncio.create_task(producer(number, per_producer, start)) for number in range(args.producers)]
+        while ready[0] < args.producers:
+            for task in tasks:
+                if task.done():
+                    task.result()  # a producer that failed its warm-up: its error
+            await asyncio.sleep(0.01)
+        cpu_before, started = _cpu_seconds(), time.perf_counter()
+        start.set()
+        await asyncio.gather(*tasks)
+        return time.perf_counter() - started, _cpu_seconds() - cpu_before
+
+    elapsed, cpu = uvloop.run(run())
+    transactions = len(latencies)
+    latencies.sort()
+    messages = transactions * args.transaction_size
+    return {"messages": messages, "bytes": messages * args.size, "seconds": elapsed, "msg_per_s": messages / elapsed,
+            "mb_per_s": messages * args.size / elapsed / 1e6, "client_cpu_s": cpu, "transactions": transactions,
+            "commit_p50_ms": _percentile(latencies, 0.50) * 1000, "commit_p99_ms": _percentile(latencies, 0.99) * 1000,
+            "concurrent_transactions_retries": retries[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
@@ -428,6 +604,16 @@ def main() -> None:
     w.add_argument("--request-bytes", type=int, default=1_000_000, help="records per request (default ~1 MB)")
     w.add_argument("--in-flight", type=int, default=5)
     w.set_defaults(run=wire_produce)
+    x = modes.add_parser("wire-txn", help="scenario 3c's transactions as raw requests: a client of almost no CPU")
+    x.add_argument("--bootstrap", required=True)
+    x.add_argument("--topic", required=True)
+    x.add_argument("--messages", type=int, required=True)
+    x.add_argument("--size", type=int, default=1024)
+    x.add_argument("--transactional-id", required=True)
+    x.add_argument("--transaction-size", type=int, default=10)
+    x.add_argument("--producers", type=int, default=16)
+    x.add_argument("--spread", type=int, default=0, metavar="K")
+    x.set_defaults(run=wire_txn)
     t = modes.add_parser("create-topic")
     t.add_argument("--bootstrap", required=True)
     t.add_argument("--topic", required=True)

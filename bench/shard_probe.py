@@ -1,10 +1,12 @@
 """What shards as nodes of a local cluster would give today (issue 42, before shards exist).
 
-    python bench/shard_probe.py [--shards 2] [--messages 100000] [--runs 2]
+    python bench/shard_probe.py [--shards 2] [--messages 100000] [--runs 2] [--client wire|confluent]
 
 Runs scenario 3c's load (16 confluent-kafka transactional producers, a commit every 10
 records of 1 KB; `loadgen.py produce`) and 3p's (the same over 4 of 8 partitions per
-transaction; at least one partition per shard, the same for both) against a local
+transaction; at least one partition per shard, the same for both; `--client wire`:
+`loadgen.py wire-txn`, the same transactions as raw requests from a client of half the
+CPU, so that the brokers get the cores) against a local
 cluster of 1 node and of `--shards` nodes, in alternating
 order, each cluster new: node 1 runs the one etcd member (process.roles=broker,controller),
 the others are broker-only nodes on it. Every partition and internal topic has one
@@ -69,7 +71,7 @@ def loadgen(*args: object) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_once(scenario: str, nodes: int, messages: int, shards: int) -> dict[str, float]:
+def run_once(scenario: str, nodes: int, messages: int, shards: int, client: str) -> dict[str, float]:
     """One run; the topic has as many partitions for 1 node as for `shards` (at least one per shard)."""
     partitions, spread = LOADS[scenario]
     base = Path(tempfile.mkdtemp(prefix="oncelog-shard-probe-"))
@@ -78,9 +80,10 @@ def run_once(scenario: str, nodes: int, messages: int, shards: int) -> dict[str,
         loadgen("create-topic", "--bootstrap", bootstrap, "--topic", TOPIC, "--partitions", max(partitions, shards))
         pids = [node.process.pid for node in cluster.nodes.values() if node.process is not None]
         before, started = cpu_seconds(pids), time.monotonic()
-        load = loadgen("produce", "--bootstrap", bootstrap, "--topic", TOPIC, "--messages", messages, "--size", 1024,
-                       "--acks", "all", "--transactional-id", f"probe-{nodes}", "--transaction-size", 10,
-                       "--producers", 16, "--spread", spread)
+        common = ("--bootstrap", bootstrap, "--topic", TOPIC, "--messages", messages, "--size", 1024,
+                  "--transactional-id", f"probe-{nodes}", "--transaction-size", 10, "--producers", 16,
+                  "--spread", spread)
+        load = loadgen("wire-txn", *common) if client == "wire" else loadgen("produce", *common, "--acks", "all")
         used = cpu_seconds(pids) - before
     transactions = load["transactions"]
     return {"commits_per_s": transactions / load["seconds"], "broker_cpu_us_per_txn": used * 1e6 / transactions,
@@ -94,18 +97,21 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=100_000, help="records per run (default 100000)")
     parser.add_argument("--runs", type=int, default=2, help="runs per scenario and node count (default 2)")
     parser.add_argument("--scenarios", nargs="+", default=list(LOADS), choices=list(LOADS))
+    parser.add_argument("--client", default="confluent", choices=["confluent", "wire"],
+                        help="confluent-kafka's transactional producers (default) or loadgen.py wire-txn")
     args = parser.parse_args()
     for scenario in args.scenarios:
         figures: dict[int, list[dict[str, float]]] = {1: [], args.shards: []}
         for _run in range(args.runs):
             for nodes in (1, args.shards):  # alternating, each cluster new
-                figures[nodes].append(run_once(scenario, nodes, args.messages, args.shards))
-                print(json.dumps({"scenario": scenario, "nodes": nodes,
+                figures[nodes].append(run_once(scenario, nodes, args.messages, args.shards, args.client))
+                print(json.dumps({"scenario": scenario, "client": args.client, "nodes": nodes,
                                   **{k: round(v, 1) for k, v in figures[nodes][-1].items()}}), flush=True)
         median = {nodes: {key: statistics.median(run[key] for run in runs) for key in runs[0]}
                   for nodes, runs in figures.items()}
         one, many = median[1], median[args.shards]
-        print(f"{scenario}: {one['commits_per_s']:,.0f} commits/s on 1 node, {many['commits_per_s']:,.0f} on "
+        print(f"{scenario} ({args.client} client): {one['commits_per_s']:,.0f} commits/s on 1 node, "
+              f"{many['commits_per_s']:,.0f} on "
               f"{args.shards} ({many['commits_per_s'] / one['commits_per_s']:.2f}x); broker CPU per transaction "
               f"{one['broker_cpu_us_per_txn']:,.0f} and {many['broker_cpu_us_per_txn']:,.0f} us "
               f"({many['broker_cpu_us_per_txn'] / one['broker_cpu_us_per_txn']:.2f}x); client CPU per transaction "
