@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import shutil
+import threading
 import time
 
 import pytest
@@ -264,3 +265,43 @@ def test_confluent_kafka_transactions_commit_and_abort_over_leaders_that_are_not
     values = read_committed(cluster, partition, lambda values: b"kept-last" in values)
     assert [v for v in values if v.startswith(b"kept") or v == b"dropped"] == \
         [f"kept-{i}".encode() for i in range(5)] + [b"kept-last"]
+
+
+def test_transactions_ended_at_once_each_get_their_own_marker_on_every_leader(cluster):
+    """24 producers end their transactions at the same moment, half committing, half
+    aborting, each over every partition (so over leaders that are not its coordinator):
+    the coordinators' markers to one leader share WriteTxnMarkers requests, and each
+    transaction's records are then visible or not as its own decision says."""
+    producers = []
+    for number in range(24):
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": f"at-once-{number}",
+                             "transaction.timeout.ms": 60000, "linger.ms": 0})
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        for partition in range(3):
+            producer.produce(TOPIC, f"at-once-{number}-{partition}".encode(), partition=partition)
+        producer.flush(30)
+        producers.append(producer)
+    start = threading.Barrier(len(producers))
+
+    def end(number: int, producer: Producer) -> None:
+        start.wait()
+        if number % 2 == 0:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+
+    threads = [threading.Thread(target=end, args=pair) for pair in enumerate(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    last = producers[-2]  # a committing producer: its last record ends the reading
+    last.begin_transaction()
+    for partition in range(3):
+        last.produce(TOPIC, f"at-once-done-{partition}".encode(), partition=partition)
+    last.commit_transaction(60)
+    for partition in range(3):
+        values = read_committed(cluster, partition, lambda values, p=partition: f"at-once-done-{p}".encode() in values)
+        seen = sorted(v.decode() for v in values if v.startswith(b"at-once-") and b"done" not in v)
+        assert seen == sorted(f"at-once-{number}-{partition}" for number in range(0, 24, 2))

@@ -2,7 +2,15 @@
 each written by that partition's leader (Kafka's TransactionMarkerChannelManager).
 
 - The coordinator's broker writes the markers of the partitions it leads itself; the
-  others go to their leaders in WriteTxnMarkers requests, one per leader and round.
+  others go to their leaders in WriteTxnMarkers requests. One request is out per leader
+  at a time, and it carries every marker queued for that leader when it left, of every
+  transaction (Kafka's channel manager drains its queue per broker the same way): with
+  16 producers committing at once, a transaction's markers do not wait behind 15
+  requests of the others, so it completes about one round trip after its decision, and
+  its producer's next AddPartitionsToTxn is not refused meanwhile (CONCURRENT_TRANSACTIONS).
+  A marker whose write is given up before its request left is taken out of the queue;
+  one already in a request stays there (the others in it need it), and the request's own
+  timeout, not the caller's, bounds it.
 - Every marker is written with acks=all: a leader answers once the marker is on the
   ISR, so a marker acknowledged here survives the leader's failure.
 - A partition whose leader moved, has none yet, or is under min.insync.replicas is
@@ -27,7 +35,7 @@ import logging
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oncelog.kernel.internal_topics import CONSUMER_OFFSETS
@@ -63,6 +71,16 @@ class TxnMarker:
         return "COMMIT" if self.commit else "ABORT"
 
 
+@dataclass(slots=True)
+class _Queued:
+    """A marker for some partitions of one leader, waiting for the next request there."""
+
+    marker: TxnMarker
+    partitions: list[TopicPartition]
+    answer: asyncio.Future[dict[TopicPartition, ErrorCode]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
 def append_marker_here(broker: Node, topic: str, partition: int, marker: TxnMarker) -> tuple[ErrorCode, int]:
     """Append `marker` to a partition this broker leads: (NONE, the end offset to wait
     for) or (the error, -1). Synchronous, so a standalone broker's markers are in the
@@ -87,6 +105,8 @@ class MarkerChannel:
         self._broker = broker
         self._timeout_s = timeout_ms / 1000
         self._peers = PeerPool(broker, "txn-markers")
+        self._queued: dict[int, list[_Queued]] = defaultdict(list)  # by leader, in the order written
+        self._senders: dict[int, asyncio.Task[None]] = {}  # by leader: the one request out there
         self._backing_off: set[asyncio.Future[None]] = set()  # woken by a metadata change
         self._metadata_changes = 0  # so far: a round that saw one come skips its backoff
         broker.directory.add_listener(self._metadata_changed)
@@ -177,37 +197,89 @@ class MarkerChannel:
 
     async def _send(self, leader: int, marker: TxnMarker, partitions: list[TopicPartition]
                     ) -> dict[TopicPartition, ErrorCode]:
+        """`marker` on `partitions` of `leader`, in the next request to it."""
+        if self._peers.get(leader) is None:
+            return dict.fromkeys(partitions, ErrorCode.leader_not_available)
+        entry = _Queued(marker, partitions)
+        self._queued[leader].append(entry)
+        sender = self._senders.get(leader)
+        if sender is None or sender.done():
+            self._senders[leader] = asyncio.get_running_loop().create_task(self._send_queued(leader))
+        try:
+            return await asyncio.shield(entry.answer)
+        except asyncio.CancelledError:
+            queued = self._queued.get(leader, [])
+            if entry in queued:  # not sent yet: nobody wants it now
+                queued.remove(entry)
+            raise
+
+    async def _send_queued(self, leader: int) -> None:
+        """Send what is queued for `leader`, one request at a time, until nothing is."""
+        queued = self._queued[leader]
+        while queued:
+            batch = list(queued)
+            queued.clear()
+            try:
+                answers = await self._write_batch(leader, batch)
+            except BaseException:  # cancelled (the channel closes): nobody is left waiting for it
+                for entry in batch:
+                    if not entry.answer.done():
+                        entry.answer.set_result(dict.fromkeys(entry.partitions, ErrorCode.request_timed_out))
+                raise
+            for entry, codes in zip(batch, answers, strict=True):
+                if not entry.answer.done():
+                    entry.answer.set_result(codes)
+
+    async def _write_batch(self, leader: int, batch: list[_Queued]) -> list[dict[TopicPartition, ErrorCode]]:
+        """One WriteTxnMarkers to `leader` with every marker of `batch`, in order: the
+        codes of each one's partitions."""
+        def everywhere(code: ErrorCode) -> list[dict[TopicPartition, ErrorCode]]:
+            return [dict.fromkeys(entry.partitions, code) for entry in batch]
+
         peer = self._peers.get(leader)
         if peer is None:
-            return dict.fromkeys(partitions, ErrorCode.leader_not_available)
+            return everywhere(ErrorCode.leader_not_available)
         try:
-            response = await peer.request(_request(marker, partitions), self._timeout_s)
+            response = await peer.request(_request(batch), self._timeout_s)
         except (ConnectionError, TimeoutError) as error:
             log.info("WriteTxnMarkers to broker %d failed: %s", leader, error)
-            return dict.fromkeys(partitions, ErrorCode.request_timed_out)
-        codes = {}
-        for result in response.markers:
-            for topic in result.topics:
-                for partition in topic.partitions:
-                    codes[(topic.name, partition.partition_index)] = ErrorCode(partition.error_code)
-        return {tp: codes.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
+            return everywhere(ErrorCode.request_timed_out)
+        answers = []
+        results = list(response.markers)  # Kafka answers the markers in the request's order
+        for position, entry in enumerate(batch):
+            result = results[position] if position < len(results) else None
+            codes: dict[TopicPartition, ErrorCode] = {}
+            if result is not None and result.producer_id == entry.marker.producer_id:
+                for topic in result.topics:
+                    for partition in topic.partitions:
+                        codes[(topic.name, partition.partition_index)] = ErrorCode(partition.error_code)
+            answers.append({tp: codes.get(tp, ErrorCode.unknown_server_error) for tp in entry.partitions})
+        return answers
 
     def close(self) -> None:
+        for sender in self._senders.values():
+            sender.cancel()
+        self._senders.clear()
         self._peers.close()
 
 
-def _request(marker: TxnMarker, partitions: list[TopicPartition]):
-    request_type: Any = request_class(27, WRITE_TXN_MARKERS_VERSION)  # WriteTxnMarkers of that version
+def _request(batch: list[_Queued]):
+    """WriteTxnMarkers (of WRITE_TXN_MARKERS_VERSION) with one marker per queued entry."""
+    request_type: Any = request_class(27, WRITE_TXN_MARKERS_VERSION)
     module = sys.modules[request_type.__module__]
-    by_topic: dict[str, list[int]] = defaultdict(list)
-    for topic, partition in partitions:
-        by_topic[topic].append(partition)
-    return request_type(markers=(module.WritableTxnMarker(
-        producer_id=marker.producer_id,
-        producer_epoch=marker.producer_epoch,
-        transaction_result=marker.commit,
-        topics=tuple(module.WritableTxnMarkerTopic(name=topic, partition_indexes=tuple(indexes))
-                     for topic, indexes in by_topic.items()),
-        coordinator_epoch=marker.coordinator_epoch,
-        transaction_version=marker.transaction_version,
-    ),))
+    markers = []
+    for entry in batch:
+        marker = entry.marker
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in entry.partitions:
+            by_topic[topic].append(partition)
+        markers.append(module.WritableTxnMarker(
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            transaction_result=marker.commit,
+            topics=tuple(module.WritableTxnMarkerTopic(name=topic, partition_indexes=tuple(indexes))
+                         for topic, indexes in by_topic.items()),
+            coordinator_epoch=marker.coordinator_epoch,
+            transaction_version=marker.transaction_version,
+        ))
+    return request_type(markers=tuple(markers))
