@@ -12,7 +12,8 @@ TopicPartition = tuple[str, int]
 
 CONSUMER_OFFSETS = "__consumer_offsets"  # the group coordinator's offsets and groups
 TRANSACTION_STATE = "__transaction_state"  # the transaction coordinator's transactions
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
+SHARE_GROUP_STATE = "__share_group_state"  # the share coordinator's share-partition states
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE})
 
 # The sink's partition mode (oncelog.spark.sink.partition_mode): task p of query Q writes under the
 # transactional id `<prefix>-<Q>-<p>` and, in the same transaction, commits the next

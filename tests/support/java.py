@@ -82,8 +82,10 @@ class JavaProgram:
         self._classpath = os.pathsep.join([jars, str(classes)])
         self._main = source.stem
 
+    def command(self, *jvm_options: str) -> list[str]:
+        """The command that runs the program (its arguments go after it)."""
+        return [str(self._java), *JVM_OPTIONS, *jvm_options, "-cp", self._classpath, self._main]
+
     def run(self, *args: str, timeout: float = 240) -> JavaRun:
-        return JavaRun(subprocess.run(
-            [str(self._java), *JVM_OPTIONS, "-cp", self._classpath, self._main, *args],
-            capture_output=True, text=True, timeout=timeout, check=False,
-        ))
+        return JavaRun(subprocess.run([*self.command(), *args], capture_output=True, text=True, timeout=timeout,
+                                      check=False))

@@ -16,6 +16,7 @@ from oncelog.config.groups import (
     GroupConfigs,
     StoredGroupTimings,
     check,
+    duration_ms,
     normalized,
 )
 from oncelog.coordinator.group.api import HeartbeatRequest
@@ -25,7 +26,12 @@ from tests.support.group_harness import Harness
 # Bounds wide enough that a heartbeat interval can reach the session timeout.
 BROKER = {"group.consumer.session.timeout.ms": 45_000, "group.consumer.min.session.timeout.ms": 1_000,
           "group.consumer.max.session.timeout.ms": 60_000, "group.consumer.heartbeat.interval.ms": 5_000,
-          "group.consumer.min.heartbeat.interval.ms": 100, "group.consumer.max.heartbeat.interval.ms": 50_000}
+          "group.consumer.min.heartbeat.interval.ms": 100, "group.consumer.max.heartbeat.interval.ms": 50_000,
+          "group.share.session.timeout.ms": 45_000, "group.share.min.session.timeout.ms": 45_000,
+          "group.share.max.session.timeout.ms": 60_000, "group.share.heartbeat.interval.ms": 5_000,
+          "group.share.min.heartbeat.interval.ms": 5_000, "group.share.max.heartbeat.interval.ms": 15_000,
+          "group.share.record.lock.duration.ms": 30_000, "group.share.min.record.lock.duration.ms": 15_000,
+          "group.share.max.record.lock.duration.ms": 60_000}
 
 
 def refusal(overrides: dict[str, str]) -> tuple[ErrorCode, str]:
@@ -55,6 +61,24 @@ def test_group_configs_are_checked_with_kafkas_codes_and_messages():
     assert refusal({SESSION_TIMEOUT: "3000", HEARTBEAT_INTERVAL: "3000"})[1] == \
         "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms"
     assert normalized({SESSION_TIMEOUT: " +50000", "other": "x"}) == {SESSION_TIMEOUT: "50000", "other": "x"}
+
+
+def test_share_group_configs_are_checked_as_kafkas_group_config():
+    check({"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed",
+           "share.record.lock.duration.ms": "20000", "share.session.timeout.ms": "50000"}, BROKER)
+    check({"share.auto.offset.reset": "by_duration:P1DT2H30M"}, BROKER)
+    invalid = ErrorCode.invalid_config
+    assert refusal({"share.isolation.level": "serializable"}) == (
+        invalid, "Invalid value serializable for configuration share.isolation.level: String must be one of: "
+                 "read_committed, read_uncommitted")
+    assert refusal({"share.auto.offset.reset": "by_duration:an hour"}) == (
+        invalid, "Invalid value by_duration:an hour for configuration share.auto.offset.reset: Unable to parse "
+                 "duration string after by_duration.")
+    assert refusal({"share.record.lock.duration.ms": "1000"}) == (
+        invalid, "share.record.lock.duration.ms must be greater than or equal to "
+                 "group.share.min.record.lock.duration.ms")
+    assert duration_ms("PT1H30M") == 5_400_000 and duration_ms("P2D") == 172_800_000
+    assert duration_ms("PT0.5S") == 500 and duration_ms("PT") is None and duration_ms("1h") is None
 
 
 def test_group_configs_round_trip_as_json_and_as_a_metadata_key():

@@ -39,11 +39,17 @@ from oncelog.config.broker import BrokerConfig, ConfigError
 from oncelog.config.dynamic import BROKER_LEVEL_KEYS, DynamicBrokerConfigs, topic_defaults
 from oncelog.config.groups import StoredGroupTimings
 from oncelog.coordinator.group import GroupCoordinator
+from oncelog.coordinator.group.scheduler import LoopScheduler
+from oncelog.coordinator.group.state import DEAD
+from oncelog.coordinator.share.groups import ShareGroups
+from oncelog.coordinator.share.manager import SharePartitions
+from oncelog.coordinator.share.settings import ShareGroupSettings
+from oncelog.coordinator.share.state_topic import ShareStateTopic
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.kernel.fetch_sessions import FetchSessionCache
 from oncelog.kernel.fetch_waiters import FetchWaiters
 from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
-from oncelog.names import TopicPartition
+from oncelog.names import SHARE_GROUP_STATE, TopicPartition
 from oncelog.security.listeners import SecurityProtocol
 from oncelog.security.scram_credentials import load_fake_salt_key
 from oncelog.security.tls import TlsConfigError, server_context
@@ -99,6 +105,11 @@ class Broker:
         self.producer_ids: ProducerIdSource
         self.txn_coordinator: TransactionCoordinator
         self.group_coordinator: GroupCoordinator
+        # Share groups (KIP-932): their membership, the share partitions led here and
+        # their sessions, and the share coordinator's __share_group_state.
+        self.share_groups: ShareGroups
+        self.share_partitions: SharePartitions
+        self.share_state: ShareStateTopic
         self.cleaner: LogCleaner
         self._cleaner_thread: ThreadPoolExecutor | None = None  # log.cleaner.threads=1
         self.server = KafkaServer(self)
@@ -170,6 +181,7 @@ class Broker:
         # (KIP-848) at each use.
         self.group_coordinator = GroupCoordinator(self, group_timings=StoredGroupTimings(self.group_configs.current))
         self.txn_coordinator = TransactionCoordinator(self)
+        self._start_share_groups()
         self.leadership.add_leadership_listener(self._coordinator_leadership)
         self.mode.lead()
         await self._listen()
@@ -350,6 +362,8 @@ class Broker:
         if hasattr(self, "txn_coordinator"):  # start() got as far as the coordinators
             self.group_coordinator.close()  # no session or rebalance timer may fire while the logs close
             self.txn_coordinator.close()
+            self.share_groups.close()
+            await self.share_partitions.close()
         await self.server.close()
         await self.mode.close()
         self.fetch_waiters.cancel_all()
@@ -459,6 +473,21 @@ class Broker:
             if expired:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 
+    def _start_share_groups(self) -> None:
+        settings = ShareGroupSettings(self.config, lambda group_id: self.group_configs.current().of(group_id))
+        coordinator = self.group_coordinator
+
+        def other_group(group_id: str) -> bool:
+            group = coordinator.group(group_id)
+            return group is not None and group.state != DEAD
+
+        self.share_state = ShareStateTopic(self)
+        self.share_groups = ShareGroups(
+            self.logs, LoopScheduler(), timings=settings.timings, max_size=lambda: self.config["group.share.max.size"],
+            owner_error=coordinator.owner_error, other_group=other_group)
+        self.share_partitions = SharePartitions(self, self.share_state, settings.settings, self.wait_for_append)
+        self.share_partitions.start()
+
     def _coordinator_leadership(self, tp: TopicPartition, leader: bool, leader_epoch: int) -> None:
         """A coordinator's partition moved to or away from this broker."""
         topic, partition = tp
@@ -466,6 +495,8 @@ class Broker:
             self.group_coordinator.on_leadership(partition, leader, leader_epoch)
         elif topic == TRANSACTION_STATE:
             self.txn_coordinator.on_leadership(partition, leader, leader_epoch)
+        elif topic == SHARE_GROUP_STATE:
+            self.share_state.on_leadership(partition, leader, leader_epoch)
 
 
 FLUSH_BATCH = 64  # logs the flusher thread syncs at a time

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from oncelog.config.dynamic_store import DynamicConfigStore
     from oncelog.config.group_store import GroupConfigStore
     from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.coordinator.share.groups import ShareGroups
+    from oncelog.coordinator.share.manager import SharePartitions
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
     from oncelog.kernel.authorization import Acls
     from oncelog.kernel.fetch_sessions import FetchSessionCache
@@ -85,6 +87,10 @@ class BrokerServices(Node, Protocol):
     def txn_coordinator(self) -> TransactionCoordinator: ...
     @property
     def group_coordinator(self) -> GroupCoordinator: ...
+    @property
+    def share_groups(self) -> ShareGroups: ...  # share group membership (KIP-932)
+    @property
+    def share_partitions(self) -> SharePartitions: ...  # the share partitions led here, their sessions
     @property
     def dynamic_configs(self) -> DynamicConfigStore: ...
     @property

@@ -430,7 +430,7 @@ class _Connection(asyncio.BufferedProtocol):
 class KafkaServer:
     def __init__(self, broker: BrokerServices) -> None:
         self.broker = broker
-        self.handlers = handler_table(broker.config["transaction.version"])
+        self.handlers = handler_table(broker.config["transaction.version"], broker.config["share.version"])
         # ApiVersions' FinalizedFeaturesEpoch (Kafka: the metadata offset of the features).
         # The level can only change across a restart, so the start time orders them.
         self.finalized_features_epoch = time.time_ns() // 1_000_000

@@ -56,6 +56,16 @@ def _transaction_version(value: str) -> int:
     return level
 
 
+MAX_SHARE_VERSION = 1
+
+
+def _share_version(value: str) -> int:
+    level = int(value.strip())
+    if not 0 <= level <= MAX_SHARE_VERSION:
+        raise ValueError(f"expected a share.version level from 0 to {MAX_SHARE_VERSION}, got {level}")
+    return level
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     key: str
@@ -241,6 +251,37 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("group.consumer.migration.policy", _str, "bidirectional",
                 "Online conversion between classic and consumer groups: disabled, upgrade, downgrade or "
                 "bidirectional."),
+        # Share groups (KIP-932): the group.share.* keys and __share_group_state, as Kafka 4.2 names them.
+        Setting("share.version", _share_version, "1",
+                "The finalized level of Kafka's share.version feature (Kafka sets it with kafka-features; oncelog "
+                "reads it here). 1 enables share groups (KIP-932); at 0 the share APIs are not offered."),
+        Setting("group.share.session.timeout.ms", _int, "45000",
+                "Share groups: a member that sends no heartbeat for this long is removed."),
+        Setting("group.share.min.session.timeout.ms", _int, "45000", "Smallest share.session.timeout.ms allowed."),
+        Setting("group.share.max.session.timeout.ms", _int, "60000", "Largest share.session.timeout.ms allowed."),
+        Setting("group.share.heartbeat.interval.ms", _int, "5000",
+                "Share groups: how often members are told to heartbeat."),
+        Setting("group.share.min.heartbeat.interval.ms", _int, "5000",
+                "Smallest share.heartbeat.interval.ms allowed."),
+        Setting("group.share.max.heartbeat.interval.ms", _int, "15000",
+                "Largest share.heartbeat.interval.ms allowed."),
+        Setting("group.share.record.lock.duration.ms", _int, "30000",
+                "Share groups: how long a member holds the records it acquired before they are handed out again."),
+        Setting("group.share.min.record.lock.duration.ms", _int, "15000",
+                "Smallest share.record.lock.duration.ms allowed."),
+        Setting("group.share.max.record.lock.duration.ms", _int, "60000",
+                "Largest share.record.lock.duration.ms allowed."),
+        Setting("group.share.delivery.count.limit", _int, "5",
+                "Share groups: a record delivered this many times without being acknowledged is archived."),
+        Setting("group.share.partition.max.record.locks", _int, "2000",
+                "Share groups: most in-flight records of one share partition."),
+        Setting("group.share.max.size", _int, "200", "Most members a share group may have."),
+        Setting("group.share.max.share.sessions", _int, "2000", "Most share sessions a broker keeps."),
+        Setting("share.coordinator.state.topic.num.partitions", _int, "50", "Partitions of __share_group_state."),
+        Setting("share.coordinator.state.topic.segment.bytes", _int, "104857600",
+                "Segment size of __share_group_state."),
+        Setting("share.coordinator.write.timeout.ms", _int, "5000",
+                "How long a share-partition state write waits to be replicated before it fails."),
         # Cluster mode (docs/cluster.md): set controller.quorum.voters or
         # controller.quorum.bootstrap.servers; without either the broker runs standalone.
         Setting("process.roles", _str, "",
@@ -310,6 +351,9 @@ SETTINGS: Mapping[str, Setting] = {
         Setting("transaction.state.log.replication.factor", _int, "3",
                 "Replication factor of __transaction_state (cluster mode)."),
         Setting("transaction.state.log.min.isr", _int, "2", "min.insync.replicas of __transaction_state."),
+        Setting("share.coordinator.state.topic.replication.factor", _int, "3",
+                "Replication factor of __share_group_state (cluster mode)."),
+        Setting("share.coordinator.state.topic.min.isr", _int, "2", "min.insync.replicas of __share_group_state."),
         Setting("offsets.commit.timeout.ms", _int, "5000",
                 "How long an offset commit or group write waits to be replicated before it fails."),
         Setting("request.timeout.ms", _int, "30000",
@@ -352,8 +396,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.max.bytes.per.second",
         "unclean.leader.election.enable",
-        "share.coordinator.state.topic.replication.factor",
-        "share.coordinator.state.topic.min.isr",
     }
 )
 

@@ -2,18 +2,23 @@
 set with IncrementalAlterConfigs/AlterConfigs on a GROUP resource (type 32, named by the
 group id) whether or not the group exists yet.
 
-The keys, as Kafka 4's GroupConfig (its share.* and streams.* keys are left out: oncelog
-has no share or streams groups):
+The keys, as Kafka 4's GroupConfig (its streams.* keys are left out: oncelog has no
+streams groups):
 - `consumer.session.timeout.ms`: how long the coordinator waits for a member's heartbeat
   before removing it; default the broker's group.consumer.session.timeout.ms.
 - `consumer.heartbeat.interval.ms`: what ConsumerGroupHeartbeat tells the members;
   default the broker's group.consumer.heartbeat.interval.ms.
+- Share groups (KIP-932): `share.session.timeout.ms`, `share.heartbeat.interval.ms` and
+  `share.record.lock.duration.ms` (defaults and bounds the broker's group.share.*),
+  `share.auto.offset.reset` (latest, earliest or by_duration:<ISO-8601 duration>; where
+  a new share partition starts) and `share.isolation.level` (read_uncommitted or
+  read_committed).
 
 A group's overrides are checked as Kafka's GroupConfigManager checks them, on the broker's
 values with the overrides over them: an unknown key is INVALID_CONFIG `Unknown group
-config name: K`; a value that is no int or below 1 INVALID_CONFIG in ConfigDef's words; then
-each key within the broker's group.consumer.min/max.* bounds, and the session timeout
-above the heartbeat interval, with Kafka's messages. The bounds are checked when a value
+config name: K`; a value that is no int or below 1, or a string not among its choices, INVALID_CONFIG in
+ConfigDef's words; then each int within the broker's min/max bounds, and each session
+timeout above its heartbeat interval, with Kafka's messages. The bounds are checked when a value
 is set only: a stored value stays in force if the broker later starts with other bounds.
 
 This module is the domain: the overrides of every group as a value (`GroupConfigs`), the
@@ -34,18 +39,33 @@ from oncelog.protocol.messages import ErrorCode
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+SHARE_SESSION_TIMEOUT = "share.session.timeout.ms"
+SHARE_HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
+SHARE_RECORD_LOCK_DURATION = "share.record.lock.duration.ms"
+SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_ISOLATION_LEVEL = "share.isolation.level"
 INT_MAX = 2**31 - 1
 _INT = re.compile(r"[+-]?[0-9]+")
+# share.auto.offset.reset's third form: by_duration:<ISO-8601 duration>, as Java's Duration.parse reads it.
+BY_DURATION = "by_duration:"
+_DURATION = re.compile(r"P(?:(?P<d>[0-9]+)D)?(?:T(?:(?P<h>[0-9]+)H)?(?:(?P<m>[0-9]+)M)?"
+                       r"(?:(?P<s>[0-9]+(?:\.[0-9]{1,9})?)S)?)?", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
 class GroupKey:
-    """A group config key: the broker key its default comes from, and the broker keys
-    that bound it."""
+    """A group config key: an int whose default is a broker key's, bounded by two others,
+    or a string among `choices` with its own `default`."""
 
-    broker_key: str
-    min_key: str
-    max_key: str
+    broker_key: str | None
+    min_key: str | None = None
+    max_key: str | None = None
+    default: str | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def is_int(self) -> bool:
+        return self.broker_key is not None
 
 
 GROUP_KEYS: Mapping[str, GroupKey] = MappingProxyType({
@@ -53,10 +73,38 @@ GROUP_KEYS: Mapping[str, GroupKey] = MappingProxyType({
                               "group.consumer.max.session.timeout.ms"),
     HEARTBEAT_INTERVAL: GroupKey("group.consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
                                  "group.consumer.max.heartbeat.interval.ms"),
+    SHARE_SESSION_TIMEOUT: GroupKey("group.share.session.timeout.ms", "group.share.min.session.timeout.ms",
+                                    "group.share.max.session.timeout.ms"),
+    SHARE_HEARTBEAT_INTERVAL: GroupKey("group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+                                       "group.share.max.heartbeat.interval.ms"),
+    SHARE_RECORD_LOCK_DURATION: GroupKey("group.share.record.lock.duration.ms",
+                                         "group.share.min.record.lock.duration.ms",
+                                         "group.share.max.record.lock.duration.ms"),
+    SHARE_AUTO_OFFSET_RESET: GroupKey(None, default="latest", choices=("latest", "earliest")),
+    SHARE_ISOLATION_LEVEL: GroupKey(None, default="read_uncommitted", choices=("read_committed", "read_uncommitted")),
 })
 # The broker keys a check reads (BrokerConfig keys, all ints).
-BROKER_KEYS = tuple(key for group_key in GROUP_KEYS.values()
-                    for key in (group_key.broker_key, group_key.min_key, group_key.max_key))
+BROKER_KEYS: tuple[str, ...] = tuple(key for group_key in GROUP_KEYS.values()
+                                     for key in (group_key.broker_key, group_key.min_key, group_key.max_key)
+                                     if key is not None)
+# (session timeout, heartbeat interval) pairs: the first must be greater.
+_TIMEOUT_PAIRS = ((SESSION_TIMEOUT, HEARTBEAT_INTERVAL), (SHARE_SESSION_TIMEOUT, SHARE_HEARTBEAT_INTERVAL))
+
+
+def default_value(key: str, broker: Mapping[str, int]) -> str:
+    """A group key's value where the group sets none: its broker key's, or its own default."""
+    broker_key = GROUP_KEYS[key].broker_key
+    return str(broker[broker_key]) if broker_key is not None else str(GROUP_KEYS[key].default)
+
+
+def duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration (`PT1H`, `P1DT30M`) in milliseconds, None if it is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or text.strip().upper() in ("P", "PT"):
+        return None
+    days, hours, minutes = (int(match.group(name) or 0) for name in "dhm")
+    seconds = float(match.group("s") or 0)
+    return round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
 @dataclass(frozen=True)
@@ -131,19 +179,35 @@ def check(overrides: Mapping[str, str], broker: Mapping[str, int]) -> None:
     for key in overrides:
         if key not in GROUP_KEYS:
             raise ConfigChangeError(ErrorCode.invalid_config, f"Unknown group config name: {key}")
-    values = {key: parse_int(key, overrides[key]) if key in overrides else broker[group_key.broker_key]
-              for key, group_key in GROUP_KEYS.items()}
-    for key in (HEARTBEAT_INTERVAL, SESSION_TIMEOUT):  # Kafka's order
-        group_key = GROUP_KEYS[key]
+    for key, group_key in GROUP_KEYS.items():
+        if group_key.is_int or key not in overrides:
+            continue
+        value = overrides[key].strip()
+        if value in group_key.choices:
+            continue
+        if key == SHARE_AUTO_OFFSET_RESET and value.startswith(BY_DURATION):
+            if duration_ms(value.removeprefix(BY_DURATION)) is None:
+                raise ConfigChangeError(ErrorCode.invalid_config,
+                                        f"Invalid value {overrides[key]} for configuration {key}: Unable to parse "
+                                        "duration string after by_duration.")
+            continue
+        raise ConfigChangeError(ErrorCode.invalid_config,
+                                f"Invalid value {overrides[key]} for configuration {key}: String must be one of: "
+                                f"{', '.join(group_key.choices)}")
+    values: dict[str, int] = {}
+    for key, group_key in GROUP_KEYS.items():  # Kafka's order: each interval before its timeout
+        if group_key.broker_key is None or group_key.min_key is None or group_key.max_key is None:
+            continue
+        values[key] = parse_int(key, overrides[key]) if key in overrides else broker[group_key.broker_key]
         if values[key] < broker[group_key.min_key]:
             raise ConfigChangeError(ErrorCode.invalid_config,
                                     f"{key} must be greater than or equal to {group_key.min_key}")
         if values[key] > broker[group_key.max_key]:
             raise ConfigChangeError(ErrorCode.invalid_config,
                                     f"{key} must be less than or equal to {group_key.max_key}")
-    if values[SESSION_TIMEOUT] <= values[HEARTBEAT_INTERVAL]:
-        raise ConfigChangeError(ErrorCode.invalid_config,
-                                f"{SESSION_TIMEOUT} must be greater than {HEARTBEAT_INTERVAL}")
+    for timeout, interval in _TIMEOUT_PAIRS:
+        if values[timeout] <= values[interval]:
+            raise ConfigChangeError(ErrorCode.invalid_config, f"{timeout} must be greater than {interval}")
 
 
 class StoredGroupTimings:

@@ -1,15 +1,17 @@
 """The internal topics coordinators keep their state in, and how keys map to partitions.
 
-`__consumer_offsets` (group coordinator) and `__transaction_state` (transaction
-coordinator) are compacted topics created on first use (the first FindCoordinator),
-like Kafka does, through the broker's `TopicAdmin.ensure_internal`. A group id or
+`__consumer_offsets` (group coordinator), `__transaction_state` (transaction
+coordinator) and `__share_group_state` (share coordinator) are compacted topics
+created on first use (the first FindCoordinator, the first share fetch), like Kafka
+does, through the broker's `TopicAdmin.ensure_internal`. A group id or
 transactional id belongs to partition `abs(java_hash(key)) % partitions`, Kafka's
 mapping, so the coordinator of a key is the leader of that partition.
 
 In cluster mode they are created through the metadata quorum with
 `offsets.topic.replication.factor` / `transaction.state.log.replication.factor`
-replicas, and `__transaction_state` gets `min.insync.replicas` =
-`transaction.state.log.min.isr`. While fewer brokers are up than the replication
+(`share.coordinator.state.topic.replication.factor`) replicas, and
+`__transaction_state` gets `min.insync.replicas` = `transaction.state.log.min.isr`
+(`__share_group_state`: `share.coordinator.state.topic.min.isr`). While fewer brokers are up than the replication
 factor asks, creation fails and FindCoordinator answers COORDINATOR_NOT_AVAILABLE, as
 Kafka's does.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from oncelog.names import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.names import CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE
 
 if TYPE_CHECKING:
     from oncelog.config.broker import BrokerConfig
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 REPLICATION_FACTOR_KEY = {
     CONSUMER_OFFSETS: "offsets.topic.replication.factor",
     TRANSACTION_STATE: "transaction.state.log.replication.factor",
+    SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor",
 }
 
 
@@ -57,6 +60,12 @@ def internal_topic_spec(config: BrokerConfig, name: str, *, replicated: bool) ->
         configs = {"cleanup.policy": "compact", "segment.bytes": str(config["offsets.topic.segment.bytes"])}
         if replicated:
             configs["compression.type"] = "producer"
+    elif name == SHARE_GROUP_STATE:
+        partitions = config["share.coordinator.state.topic.num.partitions"]
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(config["share.coordinator.state.topic.segment.bytes"])}
+        if replicated:
+            configs["min.insync.replicas"] = str(config["share.coordinator.state.topic.min.isr"])
     else:
         partitions = config["transaction.state.log.num.partitions"]
         configs = {"cleanup.policy": "compact", "segment.bytes": str(config["transaction.state.log.segment.bytes"])}

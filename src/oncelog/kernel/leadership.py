@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.names import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.names import CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 LeadershipListener = Callable[["TopicPartition", bool, int], None]
 
 STANDALONE_LEADER_EPOCH = 0
-INTERNAL_TOPICS_IN_LOAD_ORDER = (CONSUMER_OFFSETS, TRANSACTION_STATE)
+INTERNAL_TOPICS_IN_LOAD_ORDER = (CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,10 @@ from oncelog.broker.handlers import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -114,17 +118,29 @@ HANDLERS: tuple[ApiHandler, ...] = (
     produce.handle,
     sasl_authenticate.handle,
     sasl_handshake.handle,
+    share_acknowledge.handle,
+    share_fetch.handle,
+    share_group_describe.handle,
+    share_group_heartbeat.handle,
     sync_group.handle,
     txn_offset_commit.handle,
     write_txn_markers.handle,
 )
 
 
-def handler_table(transaction_version: int = TRANSACTION_V2_LEVEL) -> dict[int, ApiHandler]:
+# The share group APIs (KIP-932): offered only with share.version finalized at 1.
+SHARE_APIS = frozenset({share_group_heartbeat.handle.api_key, share_group_describe.handle.api_key,
+                        share_fetch.handle.api_key, share_acknowledge.handle.api_key})
+
+
+def handler_table(transaction_version: int = TRANSACTION_V2_LEVEL, share_version: int = 1) -> dict[int, ApiHandler]:
     """Every handler by API key, as a broker with `transaction.version` finalized at
-    `transaction_version` offers them (below 2, without KIP-890 part 2's versions)."""
+    `transaction_version` offers them (below 2, without KIP-890 part 2's versions), and
+    without the share group APIs at `share_version` 0."""
     table: dict[int, ApiHandler] = {}
     for declared in HANDLERS:
+        if share_version < 1 and declared.api_key in SHARE_APIS:
+            continue
         if declared.api_key in table:
             raise RuntimeError(f"API {declared.api_key} ({declared.name}) declared twice")
         first_v2 = declared.first_transaction_v2_version

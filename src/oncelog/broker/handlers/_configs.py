@@ -187,7 +187,7 @@ async def _alter_group(ctx: RequestContext, group_id: str, change: Change, valid
     groups.check_group_id(group_id)
     config = ctx.broker.config
     broker_values = {key: config[key] for key in groups.BROKER_KEYS}
-    defaults = {key: str(broker_values[group_key.broker_key]) for key, group_key in groups.GROUP_KEYS.items()}
+    defaults = {key: groups.default_value(key, broker_values) for key in groups.GROUP_KEYS}
     await ctx.broker.group_configs.alter(
         group_id, lambda current: groups.normalized(change(current, defaults, frozenset())),
         lambda overrides: groups.check(overrides, broker_values), validate_only=validate_only)

@@ -3,9 +3,10 @@
 - Answered from the dispatcher's registry: every API the broker handles, with exactly
   the versions it handles. The versions of KIP-890 part 2 (EndTxn v5, Produce v12,
   TxnOffsetCommit v5) are offered only with `transaction.version` finalized at 2.
-- v3 carries the features: SupportedFeatures `transaction.version` 0-2, and
-  FinalizedFeatures `transaction.version` at the broker's `transaction.version` setting
-  (left out at level 0, as Kafka leaves out features finalized at 0). Clients (the Java
+- v3 carries the features: SupportedFeatures `transaction.version` 0-2 and
+  `share.version` 0-1, and FinalizedFeatures each at the broker's setting of that name
+  (left out at level 0, as Kafka leaves out features finalized at 0). The share group
+  APIs are offered only with `share.version` at 1. Clients (the Java
   client from 4.0) use transaction version 2 only when it is finalized at 2.
   FinalizedFeaturesEpoch is the time the broker started (Kafka: the metadata offset of
   the finalized features), so a client sees a changed level after a restart.
@@ -23,28 +24,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from oncelog.broker.dispatch import ApiHandler, RequestContext, api
-from oncelog.config.broker import MAX_TRANSACTION_VERSION
+from oncelog.config.broker import MAX_SHARE_VERSION, MAX_TRANSACTION_VERSION
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode, ResponseBuilder, encode_response
 
 KEY = 18
 TRANSACTION_VERSION_FEATURE = "transaction.version"
+SHARE_VERSION_FEATURE = "share.version"
 
 
 @api(KEY, "ApiVersions", range(0, 4))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
-    level = ctx.broker.config["transaction.version"]
+    levels = {SHARE_VERSION_FEATURE: ctx.broker.config["share.version"],
+              TRANSACTION_VERSION_FEATURE: ctx.broker.config["transaction.version"]}
     fields: dict[str, object] = {}
     if ctx.response.has("ApiVersionsResponse", "supported_features"):
         fields["supported_features"] = (
+            make("SupportedFeatureKey", name=SHARE_VERSION_FEATURE, min_version=0, max_version=MAX_SHARE_VERSION),
             make("SupportedFeatureKey", name=TRANSACTION_VERSION_FEATURE, min_version=0,
                  max_version=MAX_TRANSACTION_VERSION),
         )
         fields["finalized_features_epoch"] = ctx.finalized_features_epoch
-        fields["finalized_features"] = () if level == 0 else (
-            make("FinalizedFeatureKey", name=TRANSACTION_VERSION_FEATURE, max_version_level=level,
-                 min_version_level=level),
-        )
+        fields["finalized_features"] = tuple(
+            make("FinalizedFeatureKey", name=name, max_version_level=level, min_version_level=level)
+            for name, level in levels.items() if level != 0)
     return make(
         "ApiVersionsResponse",
         error_code=ErrorCode.none,

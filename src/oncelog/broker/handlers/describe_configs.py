@@ -76,7 +76,7 @@ _LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy", "log.dirs", "lis
 
 def _config_type(key: str, value: str | None) -> int:
     if key in GROUP_KEYS:
-        return TYPE_INT
+        return TYPE_INT if GROUP_KEYS[key].is_int else TYPE_STRING
     if is_sensitive(key):
         return TYPE_PASSWORD
     if key in _LIST_KEYS:
@@ -185,6 +185,11 @@ def _group_entries(broker, group_id: str, layers: list[tuple[int, Mapping[str, s
     own = broker.group_configs.current().of(group_id)
     entries: list[tuple[str, str | None, int, list[tuple[str, str, int]]]] = []
     for key, group_key in sorted(GROUP_KEYS.items()):
+        if group_key.broker_key is None:  # a key of its own, with its own default
+            synonyms = [(key, own[key], sources.DYNAMIC_GROUP_CONFIG)] if key in own else []
+            entries.append((key, synonyms[0][1] if synonyms else group_key.default,
+                            synonyms[0][2] if synonyms else sources.DEFAULT_CONFIG, synonyms))
+            continue
         synonyms = sources.synonyms(group_key.broker_key, [group_key.broker_key], layers)
         if key in own:
             synonyms.insert(0, (key, own[key], sources.DYNAMIC_GROUP_CONFIG))

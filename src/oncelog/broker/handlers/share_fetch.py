@@ -1,0 +1,132 @@
+"""ShareFetch (key 78), v1-v2: records of share partitions for a share group's member,
+and the acknowledgements of those it had (KIP-932).
+
+- The share session: epoch 0 opens one for the member (acknowledgements with it are
+  INVALID_REQUEST), each next request carries the previous epoch plus one
+  (INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND without a session),
+  -1 acknowledges and closes it, releasing the member's acquired records; at
+  group.share.max.share.sessions, SHARE_SESSION_LIMIT_REACHED. Its partitions are those
+  ever fetched with it, less `forgotten_topics_data`; a fetch reads all of them.
+- Acknowledgements are applied first, per partition all or none (the partition's
+  `acknowledge_error_code`: INVALID_RECORD_STATE for a record the member does not hold,
+  INVALID_REQUEST for a malformed batch or type; RENEW, type 4, only at v2 with
+  IsRenewAck). Then up to MaxRecords records are acquired over the partitions, in
+  request order, each with the group's lock (share.record.lock.duration.ms, answered as
+  AcquisitionLockTimeoutMs); the answer carries their batches and the acquired ranges
+  with delivery counts. With nothing to acquire the request waits up to MaxWaitMs for
+  an append. The work is coordinator/share/manager.py's.
+- Partitions answered: those with records, an error or acknowledgements, and on the
+  session's first request every partition it names.
+- Authorization, as Kafka's KafkaApis: Group READ, else GROUP_AUTHORIZATION_FAILED for
+  the request; Topic READ per topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
+  A topic id this broker does not know is UNKNOWN_TOPIC_ID, a partition it does not
+  lead NOT_LEADER_OR_FOLLOWER with the leader it knows.
+- Deviation: MaxRecords is never exceeded (Kafka may round it up to a batch boundary),
+  and MinBytes is read as "at least one record".
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._share import (
+    acknowledge_code,
+    by_topic,
+    has_acknowledgements,
+    leader_and_epoch,
+    partitions_of,
+)
+from oncelog.coordinator.share.manager import FINAL_EPOCH, INITIAL_EPOCH, PartitionResult
+from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
+
+
+@api(78, "ShareFetch", range(1, 3))
+async def handle(ctx: RequestContext, request) -> object:
+    group_id = request.group_id or ""
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return _error(ctx, ErrorCode.group_authorization_failed)
+    if not group_id:
+        return _error(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
+    if not request.member_id:
+        return _error(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    epoch = request.share_session_epoch
+    if epoch == INITIAL_EPOCH and has_acknowledgements(request.topics):
+        return _error(ctx, ErrorCode.invalid_request, "Acknowledge data present on initial fetch request.")
+    manager = ctx.broker.share_partitions
+    outcome = manager.open_session(group_id, request.member_id, epoch, ctx.principal, fetching=True)
+    if outcome.error is not ErrorCode.none or outcome.session is None:
+        return _error(ctx, outcome.error, outcome.message)
+    session = outcome.session
+    found = await partitions_of(ctx, request.topics)
+    renew = bool(getattr(request, "is_renew_ack", False))
+    acknowledged = await manager.acknowledge(group_id, request.member_id, found.acknowledgements,
+                                             renew_allowed=renew) if found.acknowledgements else {}
+    fetched: dict = {}
+    if epoch == FINAL_EPOCH:
+        manager.close_session(group_id, request.member_id)
+        lock_ms = manager.lock_duration_ms(group_id)
+    else:
+        session.partitions.update(found.usable)
+        async for topic in ctx.paced(getattr(request, "forgotten_topics_data", ())):
+            info = ctx.broker.logs.topic_by_id(topic.topic_id) if topic.topic_id is not None else None
+            if info is not None:
+                for partition in topic.partitions:
+                    session.partitions.pop((info.name, partition), None)
+        max_bytes = min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
+        wanted = [(tp, topic_id) for tp, topic_id in session.partitions.items()]
+        fetched, lock_ms = await manager.fetch(
+            group_id, request.member_id, wanted, max_records=max(0, request.max_records),
+            max_bytes=max(0, max_bytes), max_wait_ms=max(0, round(request.max_wait.total_seconds() * 1000)))
+    make = ctx.response.make
+    entries: dict = {}
+    for (topic_id, partition), code in found.refused.items():
+        entries[(topic_id, partition)] = (None, _partition(ctx, None, partition, PartitionResult(code)))
+    answered = set(found.usable) if epoch == INITIAL_EPOCH else set()
+    answered.update(acknowledged)
+    answered.update(tp for tp, result in fetched.items() if result.acquired or result.error is not ErrorCode.none)
+    stats = ctx.broker.topic_stats
+    for tp in [tp for tp in session.partitions if tp in answered] + [tp for tp in acknowledged
+                                                                     if tp not in session.partitions]:
+        await ctx.pace()
+        result = fetched.get(tp) or PartitionResult()
+        ack = acknowledged.get(tp)
+        if ack is not None:
+            result.acknowledge_error, result.acknowledge_message = acknowledge_code(ack), ack.acknowledge_message
+        topic_id = session.partitions.get(tp) or found.usable.get(tp)
+        entries[(topic_id, tp[1])] = (tp[0], _partition(ctx, tp[0], tp[1], result))
+        if result.records:
+            stats.of(tp[0]).bytes_out += len(result.records)
+    return make(
+        "ShareFetchResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
+        responses=tuple(make("ShareFetchableTopicResponse", topic_id=topic_id, partitions=tuple(partitions))
+                        for topic_id, partitions in by_topic(ctx, entries)),
+        node_endpoints=(),
+    )
+
+
+def _partition(ctx: RequestContext, topic: str | None, partition: int, result: PartitionResult) -> object:
+    make = ctx.response.make
+    return make(
+        "PartitionData",
+        partition_index=partition,
+        error_code=result.error,
+        error_message=result.error_message,
+        acknowledge_error_code=result.acknowledge_error,
+        acknowledge_error_message=result.acknowledge_message,
+        current_leader=leader_and_epoch(ctx, topic, partition),
+        records=result.records,
+        acquired_records=tuple(make("AcquiredRecords", first_offset=run.first, last_offset=run.last,
+                                    delivery_count=run.delivery_count) for run in result.acquired),
+    )
+
+
+def _error(ctx: RequestContext, code: ErrorCode, message: str | None = None) -> object:
+    make = ctx.response.make
+    return make("ShareFetchResponse", throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                acquisition_lock_timeout=datetime.timedelta(0), responses=(), node_endpoints=())

@@ -1,0 +1,392 @@
+"""The share partitions this broker leads and the share sessions of their consumers
+(Kafka's SharePartitionManager and ShareSessionCache): what ShareFetch and
+ShareAcknowledge do.
+
+- A share partition is made the first time a group fetches it: from its persisted
+  state (`__share_group_state`) if it has one, else starting where the group's
+  share.auto.offset.reset says (the log start for `earliest`, the high watermark for
+  `latest`), and that start is persisted at once so a restart does not move it.
+- Every change (records acquired, acknowledged, released, their locks expired) is
+  appended to `__share_group_state` in the same turn of the event loop as it is made,
+  so writes are in the order of the changes, and a fetch or an acknowledgement is
+  answered once its writes are on the ISR. A write that cannot be made (the state
+  partition moved) drops the share partition from memory: the next use reloads what
+  was persisted, as if the change had not happened, and the client gets the error.
+- A fetch reads the log from the partition's first AVAILABLE record (or its end), up to
+  the high watermark, or the last stable offset for a group with
+  share.isolation.level=read_committed; there, records of aborted transactions are
+  archived, never delivered, as are transaction markers in both levels. Records go to
+  the member up to the request's MaxRecords in all, and the answer carries whole
+  batches with the ranges acquired: the client delivers only those.
+- A share session (member, epoch) is opened by a fetch with epoch 0, continued with
+  the epoch the previous request had plus one, and closed with -1, which releases the
+  member's acquired records at once. Its partitions are those fetched with it, less the
+  forgotten ones; an incremental fetch reads all of them.
+- Acquisition locks run out after share.record.lock.duration.ms: a sweep every
+  `SWEEP_MS` hands such records out again (archived at group.share.delivery.count.limit).
+
+Deviation: share-partition state is written only where this broker leads the key's
+`__share_group_state` partition, which a standalone broker always does; in cluster mode
+a share fetch whose state partition is led by another broker gets
+COORDINATOR_NOT_AVAILABLE (Kafka forwards the write with WriteShareGroupState).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from oncelog import clock
+from oncelog.coordinator.share.partition import (
+    AcknowledgeError,
+    Acknowledgement,
+    Acquired,
+    SharePartition,
+    Span,
+    SpanKind,
+)
+from oncelog.coordinator.share.records import StateKey
+from oncelog.coordinator.share.settings import ShareSettings
+from oncelog.names import SHARE_GROUP_STATE, TopicPartition
+from oncelog.protocol import record_batch
+from oncelog.protocol.messages import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.coordinator.share.state_topic import ShareStateTopic
+    from oncelog.kernel.node import Node
+    from oncelog.storage.log import PartitionLog
+
+log = logging.getLogger("oncelog.share")
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+SWEEP_MS = 100
+MAX_READS_PER_PARTITION = 8  # reads past archived-only stretches (aborted, markers) in one fetch
+
+
+@dataclass(slots=True)
+class ShareSession:
+    principal: object
+    next_epoch: int = 1
+    partitions: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    error: ErrorCode
+    session: ShareSession | None = None
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class PartitionResult:
+    """One partition's part of a ShareFetch or ShareAcknowledge answer."""
+
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    acknowledge_error: ErrorCode = ErrorCode.none
+    acknowledge_message: str | None = None
+    records: bytes | memoryview = b""
+    acquired: list[Acquired] = field(default_factory=list)
+    acknowledged: bool = False
+
+
+@dataclass(slots=True)
+class _Held:
+    key: StateKey
+    partition: SharePartition
+
+
+class SharePartitions:
+    def __init__(self, broker: Node, store: ShareStateTopic, settings: Callable[[str], ShareSettings],
+                 wait_for_append: Callable[[list[TopicPartition], float], Awaitable[None]]) -> None:
+        """`wait_for_append(partitions, timeout_s)`: returns when one of them got data."""
+        self._broker = broker
+        self._wait_for_append = wait_for_append
+        self._store = store
+        self._settings = settings
+        self._held: dict[tuple[str, str, int], _Held] = {}
+        self._sessions: dict[tuple[str, str], ShareSession] = {}
+        self._max_sessions = broker.config["group.share.max.share.sessions"]
+        self._sweeper: asyncio.Task | None = None
+        self._topic_ready = False
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+
+    # ---- sessions --------------------------------------------------------------------------
+
+    def open_session(self, group_id: str, member_id: str, epoch: int, principal: object, *,
+                     fetching: bool) -> SessionOutcome:
+        """The share session a request with `epoch` continues, opens (0) or closes (-1:
+        answered, then `close_session`)."""
+        key = (group_id, member_id)
+        session = self._sessions.get(key)
+        if epoch == INITIAL_EPOCH:
+            if not fetching:
+                return SessionOutcome(ErrorCode.invalid_share_session_epoch)
+            if session is not None:
+                self.close_session(group_id, member_id)
+            elif len(self._sessions) >= self._max_sessions:
+                return SessionOutcome(ErrorCode.share_session_limit_reached,
+                                      message="The share session cache is full")
+            session = self._sessions[key] = ShareSession(principal)
+            return SessionOutcome(ErrorCode.none, session)
+        if session is None or session.principal != principal:
+            return SessionOutcome(ErrorCode.share_session_not_found,
+                                  message=f"Share session for member {member_id} not found")
+        if epoch == FINAL_EPOCH:
+            return SessionOutcome(ErrorCode.none, session)
+        if epoch != session.next_epoch:
+            return SessionOutcome(ErrorCode.invalid_share_session_epoch,
+                                  message=f"Share session epoch {epoch} is not the expected {session.next_epoch}")
+        session.next_epoch += 1
+        return SessionOutcome(ErrorCode.none, session)
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """Forget the session and hand the member's acquired records out again."""
+        session = self._sessions.pop((group_id, member_id), None)
+        if session is None:
+            return
+        now = clock.now_ms()
+        for (topic, partition) in session.partitions:
+            held = self._held.get((group_id, topic, partition))
+            if held is not None and held.partition.release_member(member_id):
+                self._append(held, now)
+
+    # ---- fetching --------------------------------------------------------------------------
+
+    async def fetch(self, group_id: str, member_id: str, wanted: Sequence[tuple[TopicPartition, uuid.UUID]], *,
+                    max_records: int, max_bytes: int, max_wait_ms: int,
+                    ) -> tuple[dict[TopicPartition, PartitionResult], int]:
+        """Acquire records of `wanted` for the member: the results per partition and the
+        group's lock duration. Waits up to `max_wait_ms` for records when none is free."""
+        settings = self._settings(group_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            results: dict[TopicPartition, PartitionResult] = {}
+            budget_records, budget_bytes = max_records, max_bytes
+            written: list[tuple[TopicPartition, _Held, int]] = []
+            for tp, topic_id in wanted:
+                held, error = await self._partition(group_id, tp, topic_id, settings)
+                if held is None:
+                    results[tp] = PartitionResult(error)
+                    continue
+                result = self._acquire(held, member_id, settings, budget_records, budget_bytes, first=not written)
+                results[tp] = result
+                if result.acquired:
+                    budget_records -= sum(run.last - run.first + 1 for run in result.acquired)
+                    budget_bytes -= len(result.records)
+                    end = self._append(held, clock.now_ms())
+                    if end is None:
+                        results[tp] = PartitionResult(ErrorCode.coordinator_not_available)
+                    else:
+                        written.append((tp, held, end))
+                if budget_records <= 0 or budget_bytes <= 0:
+                    break
+            for tp, held, end in written:
+                code = await self._store.replicated(held.key, end)
+                if code is not ErrorCode.none:
+                    results[tp] = PartitionResult(code)
+            remaining = deadline - loop.time()
+            if written or remaining <= 0 or any(r.error is not ErrorCode.none for r in results.values()):
+                return results, settings.lock_duration_ms
+            await self._wait_for_append([tp for tp, _ in wanted], min(remaining, SWEEP_MS / 1000 * 5))
+
+    def _acquire(self, held: _Held, member_id: str, settings: ShareSettings, max_records: int, max_bytes: int, *,
+                 first: bool) -> PartitionResult:
+        log_ = self._broker.logs.partition(self._topic_name(held), held.key.partition)
+        if log_ is None:
+            return PartitionResult(ErrorCode.unknown_topic_or_partition)
+        share = held.partition
+        now = clock.now_ms()
+        share.expire_locks(now)
+        share.move_start(log_.log_start_offset)
+        bound = log_.last_stable_offset if settings.read_committed else log_.high_watermark
+        pieces: list[bytes | memoryview] = []
+        acquired: list[Acquired] = []
+        for _ in range(MAX_READS_PER_PARTITION):
+            offset = share.next_fetch_offset()
+            if offset >= bound or max_records <= 0 or not share.can_acquire():
+                break
+            records = log_.read(offset, max_bytes, upper_bound=bound, min_one_batch=first and not pieces).records
+            if not records:
+                break
+            headers = record_batch.parse_batches(records, verify_crc=False)
+            spans = _spans(log_, headers, settings.read_committed, offset, bound)
+            runs = share.acquire(member_id, spans, max_records=max_records, now_ms=now,
+                                 lock_ms=settings.lock_duration_ms)
+            if runs:
+                last = runs[-1].last
+                end = next((h.position + h.size for h in headers if h.last_offset >= last), len(records))
+                pieces.append(memoryview(records)[:end])
+                acquired.extend(runs)
+                max_records -= sum(run.last - run.first + 1 for run in runs)
+                max_bytes -= end
+                if max_bytes <= 0:
+                    break
+            elif share.next_fetch_offset() <= offset:
+                break  # nothing more to hand out from here (the window is full)
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return PartitionResult(records=data, acquired=acquired)
+
+    # ---- acknowledging ---------------------------------------------------------------------
+
+    async def acknowledge(self, group_id: str, member_id: str,
+                          batches: Mapping[TopicPartition, tuple[uuid.UUID, Sequence[Acknowledgement]]], *,
+                          renew_allowed: bool) -> dict[TopicPartition, PartitionResult]:
+        """Apply the member's acknowledgements, partition by partition (each all or none),
+        answered once their writes are on the ISR."""
+        settings = self._settings(group_id)
+        results: dict[TopicPartition, PartitionResult] = {}
+        written: list[tuple[TopicPartition, _Held, int]] = []
+        for tp, (topic_id, acknowledgements) in batches.items():
+            held, error = await self._partition(group_id, tp, topic_id, settings)
+            if held is None:
+                results[tp] = PartitionResult(error, acknowledge_error=error, acknowledged=True)
+                continue
+            try:
+                held.partition.acknowledge(member_id, acknowledgements, now_ms=clock.now_ms(),
+                                           lock_ms=settings.lock_duration_ms, renew_allowed=renew_allowed)
+            except AcknowledgeError as error:
+                results[tp] = PartitionResult(acknowledge_error=error.code, acknowledge_message=str(error),
+                                              acknowledged=True)
+                continue
+            end = self._append(held, clock.now_ms())
+            if end is None:
+                results[tp] = PartitionResult(acknowledge_error=ErrorCode.coordinator_not_available, acknowledged=True)
+                continue
+            results[tp] = PartitionResult(acknowledged=True)
+            written.append((tp, held, end))
+        for tp, held, end in written:
+            code = await self._store.replicated(held.key, end)
+            if code is not ErrorCode.none:
+                results[tp] = PartitionResult(acknowledge_error=code, acknowledged=True)
+        return results
+
+    # ---- the share partitions --------------------------------------------------------------
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        return self._settings(group_id).lock_duration_ms
+
+    def states(self, group_id: str) -> list[tuple[StateKey, int]]:
+        """(key, start offset) of the group's share partitions persisted here."""
+        return [(key, state.start_offset) for key in self._store.persisted_keys() if key.group_id == group_id
+                and (state := self._store.read(key)) is not None]
+
+    def forget_group(self, group_id: str) -> None:
+        """Drop what is in memory of a deleted group (its persisted state is deleted apart)."""
+        for held_key in [k for k in self._held if k[0] == group_id]:
+            del self._held[held_key]
+        for session_key in [k for k in self._sessions if k[0] == group_id]:
+            del self._sessions[session_key]
+
+    async def _partition(self, group_id: str, tp: TopicPartition, topic_id: uuid.UUID,
+                         settings: ShareSettings) -> tuple[_Held | None, ErrorCode]:
+        topic, partition = tp
+        found = self._held.get((group_id, topic, partition))
+        if found is not None and found.key.topic_id == topic_id:
+            return found, ErrorCode.none
+        log_ = self._broker.logs.partition(topic, partition)
+        if log_ is None:
+            return None, ErrorCode.unknown_topic_or_partition
+        if not self._topic_ready:
+            code, _reason = await self._broker.topics.ensure_internal(SHARE_GROUP_STATE)
+            if code is not ErrorCode.none:
+                return None, code
+            self._topic_ready = True
+        found = self._held.get((group_id, topic, partition))  # made while ensuring
+        if found is not None and found.key.topic_id == topic_id:
+            return found, ErrorCode.none
+        key = StateKey(group_id, topic_id, partition)
+        if not self._store.owns(key):
+            return None, ErrorCode.coordinator_not_available
+        state = self._store.read(key)
+        if state is not None:
+            share = SharePartition.restore(state, delivery_limit=settings.delivery_limit,
+                                           max_in_flight=settings.max_in_flight)
+            held = self._held[(group_id, topic, partition)] = _Held(key, share)
+            return held, ErrorCode.none
+        start = _initial_offset(log_, settings)
+        share = SharePartition(start, delivery_limit=settings.delivery_limit, max_in_flight=settings.max_in_flight)
+        held = _Held(key, share)
+        self._held[(group_id, topic, partition)] = held
+        end = self._append(held, clock.now_ms())
+        if end is None:
+            return None, ErrorCode.coordinator_not_available
+        code = await self._store.replicated(key, end)
+        return (held, ErrorCode.none) if code is ErrorCode.none else (None, code)
+
+    def _topic_name(self, held: _Held) -> str:
+        info = self._broker.logs.topic_by_id(held.key.topic_id)
+        return info.name if info is not None else ""
+
+    def _append(self, held: _Held, now_ms: int) -> int | None:
+        """Persist the partition's state (the end offset to wait for); on failure forget
+        it, so its next use reloads what was persisted."""
+        end = self._store.append(held.key, held.partition.snapshot(), now_ms=now_ms)
+        if end is None:
+            name = self._topic_name(held)
+            self._held.pop((held.key.group_id, name, held.key.partition), None)
+        return end
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_MS / 1000)
+            try:
+                self.sweep(clock.now_ms())
+            except Exception:
+                log.exception("expiring share acquisition locks failed")
+
+    def sweep(self, now_ms: int) -> None:
+        """Hand out again the records whose acquisition locks ran out."""
+        for held in list(self._held.values()):
+            deadline = held.partition.next_lock_deadline()
+            if deadline is not None and deadline <= now_ms and held.partition.expire_locks(now_ms):
+                self._append(held, now_ms)
+
+
+def _spans(log_: PartitionLog, headers: Iterable[record_batch.BatchHeader], read_committed: bool, start: int,
+           end: int) -> list[Span]:
+    """What each batch read holds: data, a marker, or (read_committed) an aborted
+    transaction's records, as a read_committed consumer tells them apart."""
+    headers = list(headers)
+    aborted: list[tuple[int, int]] = sorted(
+        log_.aborted_transactions(start, end), key=lambda entry: entry[1]) if read_committed else []
+    open_aborted: set[int] = set()
+    next_aborted = 0
+    spans: list[Span] = []
+    for header in headers:
+        while next_aborted < len(aborted) and aborted[next_aborted][1] <= header.last_offset:
+            open_aborted.add(aborted[next_aborted][0])
+            next_aborted += 1
+        if header.is_control:
+            open_aborted.discard(header.producer_id)
+            kind = SpanKind.CONTROL
+        elif header.is_transactional and header.producer_id in open_aborted:
+            kind = SpanKind.ABORTED
+        else:
+            kind = SpanKind.DATA
+        spans.append(Span(header.base_offset, header.last_offset, kind))
+    return spans
+
+
+def _initial_offset(log_: PartitionLog, settings: ShareSettings) -> int:
+    """Where a new share partition starts: share.auto.offset.reset's offset."""
+    if settings.auto_offset_reset == "earliest":
+        return log_.log_start_offset
+    duration = settings.reset_duration_ms()
+    if duration is not None:
+        found = log_.offset_for_timestamp(clock.now_ms() - duration)
+        return min(found[0], log_.high_watermark) if found is not None else log_.high_watermark
+    return log_.high_watermark
