@@ -33,6 +33,7 @@ GROUP = 32
 SESSION, HEARTBEAT = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"
 DYNAMIC_GROUP, STATIC, DEFAULT = 8, 4, 5
 TYPE_INT = 3
+TYPE_STRING = 2
 SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
 CONSUMER_GROUP_HEARTBEAT = "68"  # the API key, as the request stats name an API the snapshot is not told of
 
@@ -65,11 +66,20 @@ def groups_with_configs(broker) -> list[str]:
 def test_a_group_config_is_set_described_and_deleted_with_kafkas_sources(shared_broker):
     admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap_servers})
     alter(admin, "gc-round-trip", (SESSION, "50000", SET))  # no such group yet: fine, as in Kafka
-    assert described(shared_broker, "gc-round-trip") == {
+    found = described(shared_broker, "gc-round-trip")
+    assert {key: found[key] for key in (SESSION, HEARTBEAT)} == {
         SESSION: ("50000", DYNAMIC_GROUP, TYPE_INT, [(SESSION, "50000", DYNAMIC_GROUP),
                                                      ("group.consumer.session.timeout.ms", "45000", DEFAULT)]),
         HEARTBEAT: ("5000", DEFAULT, TYPE_INT, [("group.consumer.heartbeat.interval.ms", "5000", DEFAULT)]),
     }
+    # Share group keys (KIP-932): ints after their broker keys, strings with their own defaults.
+    assert found["share.record.lock.duration.ms"][:2] == ("30000", DEFAULT)
+    assert found["share.auto.offset.reset"] == ("latest", DEFAULT, TYPE_STRING, [])
+    assert found["share.isolation.level"] == ("read_uncommitted", DEFAULT, TYPE_STRING, [])
+    alter(admin, "gc-round-trip", ("share.isolation.level", "read_committed", SET))
+    assert described(shared_broker, "gc-round-trip")["share.isolation.level"] == (
+        "read_committed", DYNAMIC_GROUP, TYPE_STRING, [("share.isolation.level", "read_committed", DYNAMIC_GROUP)])
+    alter(admin, "gc-round-trip", ("share.isolation.level", None, DELETE))
     resource = ConfigResource(ResourceType.GROUP, "gc-round-trip")
     entries = admin.describe_configs([resource])[resource].result(10)
     assert (entries[SESSION].value, entries[SESSION].source) == ("50000", ConfigSource.GROUP_CONFIG.value)
@@ -100,8 +110,7 @@ def test_bad_group_configs_get_kafkas_answers_and_validate_only_changes_nothing(
         ErrorCode.invalid_request, "Default group resources are not allowed.")
     assert answer((SESSION, 0, "50000"), validate_only=True) == (ErrorCode.none, None)
     assert answer((SESSION, 0, "1"), validate_only=True)[0] == invalid
-    assert [source for _value, source, _type, _synonyms in described(shared_broker, "gc-bad").values()] == \
-        [DEFAULT, DEFAULT]
+    assert {source for _value, source, _type, _synonyms in described(shared_broker, "gc-bad").values()} == {DEFAULT}
     with pytest.raises(KafkaException, match="Unknown group config name"):  # and through librdkafka
         alter(AdminClient({"bootstrap.servers": shared_broker.bootstrap_servers}), "gc-bad", ("nope", "1", SET))
     request = describe_v4.DescribeConfigsRequest(resources=(describe_v4.DescribeConfigsResource(

@@ -154,9 +154,9 @@ def test_api_versions_finalizes_transaction_version_2_and_offers_the_kip890_part
     assert versions[0] == (3, 12), "Produce v12"
     assert versions[28] == (0, 5), "TxnOffsetCommit v5"
     assert [(f.name, f.min_version, f.max_version) for f in response.supported_features] == [
-        ("transaction.version", 0, 2)]
+        ("share.version", 0, 1), ("transaction.version", 0, 2)]
     assert [(f.name, f.min_version_level, f.max_version_level) for f in response.finalized_features] == [
-        ("transaction.version", 2, 2)]
+        ("share.version", 1, 1), ("transaction.version", 2, 2)]
     assert response.finalized_features_epoch >= 0, "the Java client ignores features of epoch -1"
 
 
@@ -167,8 +167,9 @@ def test_api_versions_at_level_1_finalizes_it_and_keeps_the_classic_versions(tmp
     versions = {key.api_key: (key.min_version, key.max_version) for key in response.api_keys}
     assert (versions[26], versions[0], versions[28]) == ((0, 4), (3, 11), (0, 3))
     assert [(f.name, f.min_version, f.max_version) for f in response.supported_features] == [
-        ("transaction.version", 0, 2)]
-    assert [(f.name, f.max_version_level) for f in response.finalized_features] == [("transaction.version", 1)]
+        ("share.version", 0, 1), ("transaction.version", 0, 2)]
+    assert [(f.name, f.max_version_level) for f in response.finalized_features] == [
+        ("share.version", 1), ("transaction.version", 1)]
 
 
 def test_end_txn_v5_returns_the_bumped_epoch_which_the_markers_and_the_next_transaction_carry(tv2_broker, client):

@@ -16,6 +16,7 @@ from oncelog.broker.handlers import (
     alter_configs,
     alter_partition_reassignments,
     alter_replica_log_dirs,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -26,6 +27,7 @@ from oncelog.broker.handlers import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -34,6 +36,7 @@ from oncelog.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_share_group_offsets,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -72,6 +75,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     add_offsets_to_txn.handle,
     add_partitions_to_txn.handle,
     alter_client_quotas.handle,
+    alter_share_group_offsets.handle,
     alter_configs.handle,
     alter_partition_reassignments.handle,
     alter_replica_log_dirs.handle,
@@ -85,6 +89,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     delete_acls.handle,
     delete_groups.handle,
     delete_records.handle,
+    delete_share_group_offsets.handle,
     delete_topics.handle,
     describe_acls.handle,
     describe_client_quotas.handle,
@@ -93,6 +98,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     describe_groups.handle,
     describe_log_dirs.handle,
     describe_producers.handle,
+    describe_share_group_offsets.handle,
     describe_topic_partitions.handle,
     describe_transactions.handle,
     describe_user_scram_credentials.handle,
@@ -129,8 +135,9 @@ HANDLERS: tuple[ApiHandler, ...] = (
 
 
 # The share group APIs (KIP-932): offered only with share.version finalized at 1.
-SHARE_APIS = frozenset({share_group_heartbeat.handle.api_key, share_group_describe.handle.api_key,
-                        share_fetch.handle.api_key, share_acknowledge.handle.api_key})
+SHARE_APIS = frozenset(handler.api_key for handler in (
+    share_group_heartbeat.handle, share_group_describe.handle, share_fetch.handle, share_acknowledge.handle,
+    describe_share_group_offsets.handle, alter_share_group_offsets.handle, delete_share_group_offsets.handle))
 
 
 def handler_table(transaction_version: int = TRANSACTION_V2_LEVEL, share_version: int = 1) -> dict[int, ApiHandler]:

@@ -16,8 +16,8 @@
   UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED
   (group.consumer.max.size), UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, FENCED_INSTANCE_ID,
   UNRELEASED_INSTANCE_ID (a static member's instance id still held by a live member),
-  GROUP_ID_NOT_FOUND (a classic group with members of that name), each with Kafka's
-  error message.
+  GROUP_ID_NOT_FOUND (a classic group with members of that name, or a share group's
+  id), each with Kafka's error message.
 - Answered once the coordinator's records are on the ISR of the group's
   `__consumer_offsets` partition; NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE otherwise,
   and NOT_COORDINATOR for a group coordinated by another broker.
@@ -33,6 +33,7 @@ import datetime
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import client_host, duration_ms, group_coordinator
+from oncelog.broker.handlers._share_admin import is_share_group
 from oncelog.coordinator.group.api import HeartbeatRequest, HeartbeatResult
 from oncelog.coordinator.group.assignment import to_wire
 from oncelog.pacing import sorted_paced
@@ -53,6 +54,9 @@ async def handle(ctx: RequestContext, request) -> object:
         if refused:
             return _response(ctx, HeartbeatResult(ErrorCode.topic_authorization_failed,
                                                   f"The following topics are not authorized: {', '.join(refused)}"))
+    if is_share_group(ctx, request.group_id):
+        return _response(ctx, HeartbeatResult(ErrorCode.group_id_not_found,
+                                              f"Group {request.group_id} is not a consumer group."))
     coordinator = group_coordinator(ctx)
     owned = request.topic_partitions
     heartbeat = HeartbeatRequest(

@@ -1,7 +1,8 @@
 """DeleteGroups (key 42), v0-v2.
 
 - Deletes groups with no members: their offsets and metadata get tombstones in
-  `__consumer_offsets` and the group is gone (Dead).
+  `__consumer_offsets` and the group is gone (Dead). A share group's share partitions
+  get tombstones in `__share_group_state` instead (KIP-932).
 - Per group: NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND for an unknown group.
 - Each deleted group is answered once its tombstones are on the ISR of its
   `__consumer_offsets` partition (acks=all, as Kafka's); in cluster mode, when they are
@@ -16,6 +17,7 @@ import asyncio
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.broker.handlers._share_admin import is_share_group, share_group_error
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -30,6 +32,8 @@ async def handle(ctx: RequestContext, request) -> object:
     async for group_id in ctx.paced(names):
         if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, group_id):
             results[group_id] = ErrorCode.group_authorization_failed
+        elif is_share_group(ctx, group_id):
+            results[group_id] = await _delete_share_group(ctx, group_id)
         else:
             # Each group is deleted on its own, as Kafka's coordinator deletes them.
             results.update(coordinator.delete_groups((group_id,)))
@@ -52,3 +56,19 @@ async def handle(ctx: RequestContext, request) -> object:
             async for group_id in ctx.paced(request.groups_names)
         ]),
     )
+
+
+async def _delete_share_group(ctx: RequestContext, group_id: str) -> ErrorCode:
+    """A share group: NON_EMPTY_GROUP while it has members, else its share partitions'
+    states get tombstones in `__share_group_state` and the group is gone."""
+    code, _message = share_group_error(ctx, group_id, must_be_empty=True)
+    if code is not ErrorCode.none:
+        return code
+    manager = ctx.broker.share_partitions
+    for tp in manager.persisted_partitions(group_id):
+        code = await manager.reset(group_id, tp, None)
+        if code is not ErrorCode.none:
+            return code
+    ctx.broker.share_groups.delete(group_id)
+    manager.forget_group(group_id)
+    return ErrorCode.none

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import client_host, duration_ms, group_coordinator
+from oncelog.broker.handlers._share_admin import is_share_group
 from oncelog.coordinator.group.api import JoinRequest, JoinResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
@@ -34,6 +35,8 @@ from oncelog.security.acl import AclOperation, ResourceType
 async def handle(ctx: RequestContext, request) -> object:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _response(ctx, JoinResult(ErrorCode.group_authorization_failed))
+    if is_share_group(ctx, request.group_id):  # a share group's id (KIP-932)
+        return _response(ctx, JoinResult(ErrorCode.inconsistent_group_protocol))
     coordinator = group_coordinator(ctx)
     session_timeout_ms = duration_ms(request.session_timeout)
     rebalance_timeout_ms = duration_ms(getattr(request, "rebalance_timeout", None), session_timeout_ms)

@@ -5,9 +5,11 @@
   `__consumer_offsets` partitions this broker leads, as in Kafka: admin clients ask
   every broker and merge the answers.
 - v4+: states_filter (case-insensitive; empty = all) and each group's state.
-- v5+: types_filter ("classic", "consumer"; case-insensitive) and each group's type.
-  Classic and consumer (KIP-848) groups are listed together: a consumer group with
-  protocol type "consumer" and its state (Empty, Assigning, Reconciling, Stable).
+- v5+: types_filter ("classic", "consumer", "share"; case-insensitive) and each group's
+  type. Classic and consumer (KIP-848) groups are listed together: a consumer group with
+  protocol type "consumer" and its state (Empty, Assigning, Reconciling, Stable). Share
+  groups (KIP-932) have protocol type "share" and state Stable or Empty (no members, but
+  share partitions persisted).
 - Authorization, as Kafka's KafkaApis: with Cluster DESCRIBE every group is listed,
   else only those the principal may DESCRIBE (never an error).
 """
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
+from oncelog.coordinator.group.api import ListedGroup
 from oncelog.coordinator.group.coordinator import filter_value
+from oncelog.coordinator.share.groups import EMPTY, SHARE
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -27,7 +31,7 @@ async def handle(ctx: RequestContext, request) -> object:
     coordinator = group_coordinator(ctx)
     states = {filter_value(state) async for state in ctx.paced(getattr(request, "states_filter", ()))}
     types = {filter_value(kind) async for kind in ctx.paced(getattr(request, "types_filter", ()))}
-    listed = coordinator.list_groups_matching(states, types)
+    listed = coordinator.list_groups_matching(states, types) + _share_groups(ctx, states, types)
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         listed = [g async for g in ctx.paced(listed)
                   if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
@@ -37,3 +41,18 @@ async def handle(ctx: RequestContext, request) -> object:
         async for g in ctx.paced(listed)
     ])
     return make("ListGroupsResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
+
+
+def _share_groups(ctx: RequestContext, states: set[str], types: set[str]) -> list[ListedGroup]:
+    """The share groups coordinated here: those with members, and those whose share
+    partitions are persisted (Empty)."""
+    if types and SHARE not in types:
+        return []
+    share_groups = ctx.broker.share_groups
+    found = {group.group_id: group.state for group in share_groups.groups()}
+    owner = ctx.broker.group_coordinator.owner_error
+    for group_id in ctx.broker.share_partitions.persisted_groups():
+        if group_id not in found and owner(group_id) is ErrorCode.none:
+            found[group_id] = EMPTY
+    return [ListedGroup(group_id, SHARE, state, SHARE) for group_id, state in sorted(found.items())
+            if not states or state.lower() in states]

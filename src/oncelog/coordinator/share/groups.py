@@ -31,6 +31,7 @@ from oncelog.coordinator.group.scheduler import Cancellable, Scheduler
 from oncelog.protocol.messages import ErrorCode
 
 STABLE, EMPTY = "Stable", "Empty"
+SHARE = "share"  # the group type and protocol type ListGroups gives share groups
 LEAVE_EPOCH = -1
 SIMPLE_ASSIGNOR = "simple"
 
@@ -129,6 +130,7 @@ class ShareGroups:
         return self._groups.get(group_id)
 
     def is_share_group(self, group_id: str) -> bool:
+        """Whether a share group with members, or one emptied but not deleted, has the id."""
         return group_id in self._groups
 
     def groups(self) -> list[ShareGroup]:

@@ -279,10 +279,72 @@ class SharePartitions:
     def lock_duration_ms(self, group_id: str) -> int:
         return self._settings(group_id).lock_duration_ms
 
-    def states(self, group_id: str) -> list[tuple[StateKey, int]]:
-        """(key, start offset) of the group's share partitions persisted here."""
-        return [(key, state.start_offset) for key in self._store.persisted_keys() if key.group_id == group_id
-                and (state := self._store.read(key)) is not None]
+    def persisted_groups(self) -> set[str]:
+        """The groups with a share partition persisted here."""
+        return self._store.groups()
+
+    def has_persisted(self, group_id: str) -> bool:
+        return self._store.has_group(group_id)
+
+    def persisted_partitions(self, group_id: str) -> list[TopicPartition]:
+        """The group's share partitions persisted here, by topic name (topics that still exist)."""
+        found = []
+        for key in self._store.persisted_keys():
+            info = self._broker.logs.topic_by_id(key.topic_id) if key.group_id == group_id else None
+            if info is not None:
+                found.append((info.name, key.partition))
+        return found
+
+    def start_and_lag(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
+        """(share-partition start offset, lag) of a share partition, None if it was never
+        initialized. The lag counts the records from the start offset to the high
+        watermark (the LSO under read_committed) not yet acknowledged or archived."""
+        topic, partition = tp
+        info = self._broker.logs.topic(topic)
+        log_ = self._broker.logs.partition(topic, partition)
+        if info is None or log_ is None:
+            return None
+        held = self._held.get((group_id, topic, partition))
+        key = StateKey(group_id, info.topic_id, partition)
+        share = held.partition if held is not None and held.key == key else None
+        if share is None:
+            state = self._store.read(key)
+            if state is None:
+                return None
+            settings = self._settings(group_id)
+            share = SharePartition.restore(state, delivery_limit=settings.delivery_limit,
+                                           max_in_flight=settings.max_in_flight)
+        bound = log_.last_stable_offset if self._settings(group_id).read_committed else log_.high_watermark
+        return share.start_offset, max(0, bound - share.start_offset - share.done_in_flight())
+
+    async def reset(self, group_id: str, tp: TopicPartition, start_offset: int | None) -> ErrorCode:
+        """AlterShareGroupOffsets (a new start offset) or DeleteShareGroupOffsets (None) of
+        one share partition of an empty group: what was in flight is forgotten."""
+        topic, partition = tp
+        info = self._broker.logs.topic(topic)
+        if info is None or self._broker.logs.partition(topic, partition) is None:
+            return ErrorCode.unknown_topic_or_partition
+        if not self._topic_ready:
+            code, _reason = await self._broker.topics.ensure_internal(SHARE_GROUP_STATE)
+            if code is not ErrorCode.none:
+                return code
+            self._topic_ready = True
+        key = StateKey(group_id, info.topic_id, partition)
+        settings = self._settings(group_id)
+        previous = self._store.read(key)
+        self._held.pop((group_id, topic, partition), None)
+        if start_offset is None:
+            end = self._store.append(key, None, now_ms=clock.now_ms()) if previous is not None else None
+            if end is None:
+                return ErrorCode.none if previous is None else ErrorCode.coordinator_not_available
+            return await self._store.replicated(key, end)
+        share = SharePartition(start_offset, delivery_limit=settings.delivery_limit,
+                               max_in_flight=settings.max_in_flight,
+                               state_epoch=0 if previous is None else previous.state_epoch + 1)
+        end = self._store.append(key, share.snapshot(), now_ms=clock.now_ms())
+        if end is None:
+            return ErrorCode.coordinator_not_available
+        return await self._store.replicated(key, end)
 
     def forget_group(self, group_id: str) -> None:
         """Drop what is in memory of a deleted group (its persisted state is deleted apart)."""

@@ -212,6 +212,10 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
+    def done_in_flight(self) -> int:
+        """In-flight records acknowledged or archived (past the start, behind others)."""
+        return sum(1 for r in self._records.values() if r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+
     def acquired_by(self, member: str) -> int:
         return sum(1 for r in self._records.values() if r.state is RecordState.ACQUIRED and r.member == member)
 

@@ -13,6 +13,7 @@ each of its keys.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.coordinator_log import CoordinatorLog, append_failure
@@ -36,6 +37,7 @@ class ShareStateTopic:
         self._log = CoordinatorLog(broker, SHARE_GROUP_STATE, broker.config["share.coordinator.write.timeout.ms"],
                                    broker.config["share.coordinator.state.topic.num.partitions"])
         self._states: dict[StateKey, ShareState] = {}  # of the partitions led here
+        self._per_group: Counter[str] = Counter()  # how many of those keys each group has
 
     def partition_of(self, key: StateKey) -> int:
         return self._log.partition_of(key.routing_key())
@@ -48,6 +50,24 @@ class ShareStateTopic:
 
     def persisted_keys(self) -> list[StateKey]:
         return sorted(self._states)
+
+    def groups(self) -> set[str]:
+        """The groups with a state persisted here."""
+        return set(self._per_group)
+
+    def has_group(self, group_id: str) -> bool:
+        return group_id in self._per_group
+
+    def _set(self, key: StateKey, state: ShareState | None) -> None:
+        had = key in self._states
+        if state is None:
+            self._states.pop(key, None)
+        else:
+            self._states[key] = state
+        if had != (state is not None):
+            self._per_group[key.group_id] += 1 if state is not None else -1
+            if self._per_group[key.group_id] <= 0:
+                del self._per_group[key.group_id]
 
     def append(self, key: StateKey, state: ShareState | None, *, now_ms: int) -> int | None:
         """Append `state` (None: delete it) on the key's partition: the end offset to wait
@@ -64,10 +84,7 @@ class ShareStateTopic:
             log.warning("%s-%d: cannot write the state of %s: %s (%s)", SHARE_GROUP_STATE, partition, key,
                         error, append_failure(error).name)
             return None
-        if state is None:
-            self._states.pop(key, None)
-        else:
-            self._states[key] = state
+        self._set(key, state)
         return end
 
     async def replicated(self, key: StateKey, end: int) -> ErrorCode:
@@ -79,7 +96,7 @@ class ShareStateTopic:
         if not leader:
             if self._log.release(partition):
                 for key in [k for k in self._states if self.partition_of(k) == partition]:
-                    del self._states[key]
+                    self._set(key, None)
             return
         self._log.take(partition, leader_epoch)
         loaded: dict[StateKey, ShareState | None] = {}
@@ -95,7 +112,8 @@ class ShareStateTopic:
             except (CorruptRecordError, ValueError, KeyError, TypeError) as error:
                 log.error("%s-%d: skipping the batch at offset %d: %s", SHARE_GROUP_STATE, partition,
                           header.base_offset, error)
-        self._states.update({key: state for key, state in loaded.items() if state is not None})
+        for key, state in loaded.items():
+            self._set(key, state)
         self._log.loaded(partition)
         if loaded:
             log.info("%s-%d: loaded the state of %d share partition(s)", SHARE_GROUP_STATE, partition,
