@@ -69,14 +69,14 @@ def test_share_group_configs_are_checked_as_kafkas_group_config():
     check({"share.auto.offset.reset": "by_duration:P1DT2H30M"}, BROKER)
     invalid = ErrorCode.invalid_config
     assert refusal({"share.isolation.level": "serializable"}) == (
-        invalid, "Invalid value serializable for configuration share.isolation.level: String must be one of: "
-                 "read_committed, read_uncommitted")
+        invalid, ("Invalid value serializable for configuration share.isolation.level: String must be one of: "
+                  "read_committed, read_uncommitted"))
     assert refusal({"share.auto.offset.reset": "by_duration:an hour"}) == (
-        invalid, "Invalid value by_duration:an hour for configuration share.auto.offset.reset: Unable to parse "
-                 "duration string after by_duration.")
+        invalid, ("Invalid value by_duration:an hour for configuration share.auto.offset.reset: Unable to parse "
+                  "duration string after by_duration."))
     assert refusal({"share.record.lock.duration.ms": "1000"}) == (
-        invalid, "share.record.lock.duration.ms must be greater than or equal to "
-                 "group.share.min.record.lock.duration.ms")
+        invalid, ("share.record.lock.duration.ms must be greater than or equal to "
+                  "group.share.min.record.lock.duration.ms"))
     assert duration_ms("PT1H30M") == 5_400_000 and duration_ms("P2D") == 172_800_000
     assert duration_ms("PT0.5S") == 500 and duration_ms("PT") is None and duration_ms("1h") is None
 
