@@ -199,7 +199,8 @@ def test_share_group_offsets_are_described_altered_and_deleted_and_the_group_lis
         assert acknowledge(client, "wire-offsets", "m1", 1, topic_id, [(0, 1, ACCEPT)]).error_code == ErrorCode.none
 
         def described():
-            wanted = describe_offsets.DescribeShareGroupOffsetsRequestGroup(group_id=GroupId("wire-offsets"), topics=None)
+            wanted = describe_offsets.DescribeShareGroupOffsetsRequestGroup(group_id=GroupId("wire-offsets"),
+                                                                            topics=None)
             response = client.request(describe_offsets.DescribeShareGroupOffsetsRequest(groups=(wanted,)))
             [group] = response.groups
             return group.error_code, [(t.topic_name, p.partition_index, p.start_offset, p.lag)

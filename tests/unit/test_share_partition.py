@@ -14,8 +14,8 @@ import pytest
 from oncelog.coordinator.group.scheduler import ManualScheduler
 from oncelog.coordinator.share.groups import ShareGroups, ShareHeartbeat, ShareTimings, assign
 from oncelog.coordinator.share.partition import (
-    Acknowledgement,
     AcknowledgeError,
+    Acknowledgement,
     AckType,
     Acquired,
     RecordState,
