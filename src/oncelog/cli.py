@@ -49,6 +49,7 @@ COMMAND_MODULES = {
     "produce": "oncelog.admin.console",
     "consume": "oncelog.admin.console",
     "groups": "oncelog.admin.groups",
+    "share-groups": "oncelog.admin.share_groups",
     "producers": "oncelog.admin.producers",
     "transactions": "oncelog.admin.transactions",
     "leader-election": "oncelog.admin.leader_election",

@@ -30,10 +30,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from oncelog.admin.clients import add_connection_arguments, client_config, command_error, fetch_metadata, make_client
+from oncelog.admin.output import print_table
 from oncelog.errors import CommandError
 
 REQUEST_TIMEOUT_S = 30.0
-MISSING = "-"
 
 OFFSET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LSO", "LAG", "LSO-LAG",
                   "CONSUMER-ID", "HOST", "CLIENT-ID")
@@ -112,15 +112,6 @@ def _state_name(state: Any) -> str:
         ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
     }
     return names.get(state, "Unknown")
-
-
-def print_table(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    """Columns padded to their widest value, one space apart, as Kafka's tools print."""
-    texts = [tuple(MISSING if value is None else str(value) for value in row) for row in rows]
-    widths = [max([len(column)] + [len(row[i]) for row in texts]) for i, column in enumerate(columns)]
-    print(" ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True)).rstrip())
-    for row in texts:
-        print(" ".join(value.ljust(width) for value, width in zip(row, widths, strict=False)).rstrip())
 
 
 # ---- list ---------------------------------------------------------------------------------

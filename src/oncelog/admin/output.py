@@ -17,7 +17,7 @@ import select
 import signal
 import stat
 import sys
-from typing import IO
+from typing import IO, Any
 
 # What a shell reports for a process SIGPIPE ended (`yes | head -1` under `set -o pipefail`).
 EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
@@ -56,3 +56,16 @@ def end_on_closed_output(error: BrokenPipeError) -> int:
     finally:
         os.close(devnull)
     return EXIT_OUTPUT_CLOSED
+
+
+MISSING = "-"  # a value a table has none of, as Kafka's tools print it
+
+
+def print_table(columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, gap: str = " ") -> None:
+    """Columns padded to their widest value and `gap` apart, as Kafka's tools print them
+    (kafka-consumer-groups.sh and kafka-share-groups.sh one space, kafka-transactions.sh two)."""
+    texts = [tuple(MISSING if value is None else str(value) for value in row) for row in rows]
+    widths = [max([len(column)] + [len(row[i]) for row in texts]) for i, column in enumerate(columns)]
+    print(gap.join(column.ljust(width) for column, width in zip(columns, widths, strict=True)).rstrip())
+    for row in texts:
+        print(gap.join(value.ljust(width) for value, width in zip(row, widths, strict=False)).rstrip())

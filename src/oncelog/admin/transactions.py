@@ -39,6 +39,7 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
+from oncelog.admin import output
 from oncelog.admin.clients import add_connection_arguments, wire_cluster
 from oncelog.client.wire import Cluster, PartitionInfo, describe_error
 from oncelog.errors import CommandError
@@ -271,9 +272,5 @@ def run_abort(args: argparse.Namespace) -> int:
 
 
 def print_table(headers: tuple[str, ...], rows: list[tuple]) -> None:
-    cells = [tuple(str(value) for value in row) for row in rows]
-    widths = [max(len(header), *(len(row[i]) for row in cells)) if cells else len(header)
-              for i, header in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)).rstrip())
+    """kafka-transactions.sh's tables: columns two spaces apart."""
+    output.print_table(headers, rows, gap="  ")
