@@ -11,6 +11,7 @@
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions, full disks and lease losses on a cluster with Kafka's 9 s sessions
 #   make soak-secure   15 minutes of every fault kind on a SASL_SSL cluster with ACLs and Kafka's 9 s sessions (`--secure`)
+#   make soak-share    10 minutes of a read_committed share group (KIP-932) through consumer and broker kills
 #   make cluster-faults a minute of every kind of fault on a 3-broker cluster, judged by the history checker
 #   make groups-faults the KIP-848 consumer protocol's slow fault runs (a Java loop killed again and again, a failover)
 #   make iceberg-faults the Iceberg sink's fault runs (driver kills at every pause point, task retries, a concurrent writer),
@@ -43,7 +44,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-cluster soak-faults soak-secure cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
+.PHONY: help setup test lint demo bench soak soak-share soak-cluster soak-faults soak-secure cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -114,6 +115,9 @@ $(BENCH_STAMP): pyproject.toml
 
 soak: setup
 	$(VENV)/bin/oncelog chaos --minutes 10
+
+soak-share: setup
+	$(VENV)/bin/python scripts/share-soak.py --minutes 10
 
 soak-cluster: setup
 	$(VENV)/bin/oncelog chaos --brokers 3 --minutes 10
