@@ -23,7 +23,14 @@ from oncelog.coordinator.share.partition import (
     Span,
     SpanKind,
 )
-from oncelog.coordinator.share.records import StateKey, decode_key, decode_value, encode_key, encode_value
+from oncelog.coordinator.share.records import (
+    StateKey,
+    StoredState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from oncelog.protocol.messages import ErrorCode
 
 LOCK_MS = 1000
@@ -129,8 +136,9 @@ def test_the_persisted_state_round_trips_and_acquired_records_come_back_availabl
     share.acquire("a", batches((10, 19)), max_records=10, now_ms=0, lock_ms=LOCK_MS)
     share.acknowledge("a", [ack(10, 11, AckType.ACCEPT), ack(13, 13, AckType.REJECT), ack(14, 15, AckType.RELEASE)],
                       now_ms=0, lock_ms=LOCK_MS)
-    state = decode_value(encode_value(share.snapshot()))
-    assert state == share.snapshot()
+    stored = decode_value(encode_value(StoredState(share.snapshot(), leader_epoch=7)))
+    assert (stored.state, stored.leader_epoch) == (share.snapshot(), 7)
+    state = stored.state
     restored = SharePartition.restore(state, delivery_limit=3, max_in_flight=100)
     assert restored.start_offset == 12 and restored.end_offset == 20
     assert restored.state_of(12) == (RecordState.AVAILABLE, 1)  # was acquired: handed out again, counted

@@ -43,12 +43,14 @@ from oncelog.coordinator.group.scheduler import LoopScheduler
 from oncelog.coordinator.group.state import DEAD
 from oncelog.coordinator.share.groups import ShareGroups
 from oncelog.coordinator.share.manager import SharePartitions
+from oncelog.coordinator.share.persister import SharePersister
 from oncelog.coordinator.share.settings import ShareGroupSettings
 from oncelog.coordinator.share.state_topic import ShareStateTopic
 from oncelog.coordinator.txn.coordinator import TransactionCoordinator
 from oncelog.kernel.fetch_sessions import FetchSessionCache
 from oncelog.kernel.fetch_waiters import FetchWaiters
 from oncelog.kernel.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.kernel.peer import PeerPool
 from oncelog.names import SHARE_GROUP_STATE, TopicPartition
 from oncelog.security.listeners import SecurityProtocol
 from oncelog.security.scram_credentials import load_fake_salt_key
@@ -364,6 +366,7 @@ class Broker:
             self.txn_coordinator.close()
             self.share_groups.close()
             await self.share_partitions.close()
+            self._share_peers.close()
         await self.server.close()
         await self.mode.close()
         self.fetch_waiters.cancel_all()
@@ -482,10 +485,14 @@ class Broker:
             return group is not None and group.state != DEAD
 
         self.share_state = ShareStateTopic(self)
+        self._share_peers = PeerPool(self, "share-state")
+        persister = SharePersister(self.share_state, self.leadership.leader_of, self._share_peers.get, self.node_id,
+                                   self.config["share.coordinator.write.timeout.ms"] / 1000)
         self.share_groups = ShareGroups(
             self.logs, LoopScheduler(), timings=settings.timings, max_size=lambda: self.config["group.share.max.size"],
             owner_error=coordinator.owner_error, other_group=other_group)
-        self.share_partitions = SharePartitions(self, self.share_state, settings.settings, self.wait_for_append)
+        self.share_partitions = SharePartitions(self, self.share_state, persister, settings.settings,
+                                                self.wait_for_append)
         self.share_partitions.start()
 
     def _coordinator_leadership(self, tp: TopicPartition, leader: bool, leader_epoch: int) -> None:
@@ -497,6 +504,8 @@ class Broker:
             self.txn_coordinator.on_leadership(partition, leader, leader_epoch)
         elif topic == SHARE_GROUP_STATE:
             self.share_state.on_leadership(partition, leader, leader_epoch)
+        else:  # cluster mode announces every partition: its share partitions follow it
+            self.share_partitions.on_leadership(tp, leader)
 
 
 FLUSH_BATCH = 64  # logs the flusher thread syncs at a time

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.share.groups import ShareGroups
     from oncelog.coordinator.share.manager import SharePartitions
+    from oncelog.coordinator.share.state_topic import ShareStateTopic
     from oncelog.coordinator.txn.coordinator import TransactionCoordinator
     from oncelog.kernel.authorization import Acls
     from oncelog.kernel.fetch_sessions import FetchSessionCache
@@ -91,6 +92,8 @@ class BrokerServices(Node, Protocol):
     def share_groups(self) -> ShareGroups: ...  # share group membership (KIP-932)
     @property
     def share_partitions(self) -> SharePartitions: ...  # the share partitions led here, their sessions
+    @property
+    def share_state(self) -> ShareStateTopic: ...  # the share coordinator's __share_group_state partitions
     @property
     def dynamic_configs(self) -> DynamicConfigStore: ...
     @property

@@ -28,6 +28,7 @@ from oncelog.broker.handlers import (
     delete_groups,
     delete_records,
     delete_share_group_offsets,
+    delete_share_group_state,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -47,6 +48,7 @@ from oncelog.broker.handlers import (
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    initialize_share_group_state,
     join_group,
     leave_group,
     list_config_resources,
@@ -60,6 +62,7 @@ from oncelog.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    read_share_group_state,
     sasl_authenticate,
     sasl_handshake,
     share_acknowledge,
@@ -68,6 +71,7 @@ from oncelog.broker.handlers import (
     share_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    write_share_group_state,
     write_txn_markers,
 )
 
@@ -90,6 +94,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     delete_groups.handle,
     delete_records.handle,
     delete_share_group_offsets.handle,
+    delete_share_group_state.handle,
     delete_topics.handle,
     describe_acls.handle,
     describe_client_quotas.handle,
@@ -109,6 +114,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     heartbeat.handle,
     incremental_alter_configs.handle,
     init_producer_id.handle,
+    initialize_share_group_state.handle,
     join_group.handle,
     leave_group.handle,
     list_config_resources.handle,
@@ -122,6 +128,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     offset_fetch.handle,
     offset_for_leader_epoch.handle,
     produce.handle,
+    read_share_group_state.handle,
     sasl_authenticate.handle,
     sasl_handshake.handle,
     share_acknowledge.handle,
@@ -130,6 +137,7 @@ HANDLERS: tuple[ApiHandler, ...] = (
     share_group_heartbeat.handle,
     sync_group.handle,
     txn_offset_commit.handle,
+    write_share_group_state.handle,
     write_txn_markers.handle,
 )
 
@@ -137,7 +145,9 @@ HANDLERS: tuple[ApiHandler, ...] = (
 # The share group APIs (KIP-932): offered only with share.version finalized at 1.
 SHARE_APIS = frozenset(handler.api_key for handler in (
     share_group_heartbeat.handle, share_group_describe.handle, share_fetch.handle, share_acknowledge.handle,
-    describe_share_group_offsets.handle, alter_share_group_offsets.handle, delete_share_group_offsets.handle))
+    describe_share_group_offsets.handle, alter_share_group_offsets.handle, delete_share_group_offsets.handle,
+    initialize_share_group_state.handle, read_share_group_state.handle, write_share_group_state.handle,
+    delete_share_group_state.handle))
 
 
 def handler_table(transaction_version: int = TRANSACTION_V2_LEVEL, share_version: int = 1) -> dict[int, ApiHandler]:

@@ -2,7 +2,7 @@
 
 - Deletes groups with no members: their offsets and metadata get tombstones in
   `__consumer_offsets` and the group is gone (Dead). A share group's share partitions
-  get tombstones in `__share_group_state` instead (KIP-932).
+  are reset in `__share_group_state` instead (KIP-932).
 - Per group: NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND for an unknown group.
 - Each deleted group is answered once its tombstones are on the ISR of its
   `__consumer_offsets` partition (acks=all, as Kafka's); in cluster mode, when they are
@@ -18,6 +18,7 @@ import asyncio
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._groups import group_coordinator
 from oncelog.broker.handlers._share_admin import is_share_group, share_group_error
+from oncelog.coordinator.share.partition import UNINITIALIZED
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -59,14 +60,15 @@ async def handle(ctx: RequestContext, request) -> object:
 
 
 async def _delete_share_group(ctx: RequestContext, group_id: str) -> ErrorCode:
-    """A share group: NON_EMPTY_GROUP while it has members, else its share partitions'
-    states get tombstones in `__share_group_state` and the group is gone."""
+    """A share group: NON_EMPTY_GROUP while it has members, else its share partitions
+    are reset (to start again where share.auto.offset.reset says, should the group come
+    back) and the group is gone."""
     code, _message = share_group_error(ctx, group_id, must_be_empty=True)
     if code is not ErrorCode.none:
         return code
     manager = ctx.broker.share_partitions
     for tp in manager.persisted_partitions(group_id):
-        code = await manager.reset(group_id, tp, None)
+        code = await manager.reset(group_id, tp, UNINITIALIZED)
         if code is not ErrorCode.none:
             return code
     ctx.broker.share_groups.delete(group_id)

@@ -2,7 +2,8 @@
 of the topics named (`kafka-share-groups.sh --delete-offsets`); the next fetch starts
 them again where share.auto.offset.reset says.
 
-- Their states get tombstones in `__share_group_state`; answered once those are on its ISR.
+- Each share partition starts again where share.auto.offset.reset says, at a new state
+  epoch in `__share_group_state`; answered once that is on its ISR.
 - Errors: NON_EMPTY_GROUP while the group has members, GROUP_ID_NOT_FOUND for a classic
   or consumer group's id, NOT_COORDINATOR for a group coordinated by another broker;
   per topic UNKNOWN_TOPIC_OR_PARTITION.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._share_admin import share_group_error
+from oncelog.coordinator.share.partition import UNINITIALIZED
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -39,7 +41,7 @@ async def handle(ctx: RequestContext, request) -> object:
         else:
             for topic_name, partition in manager.persisted_partitions(request.group_id):
                 if topic_name == name and error is ErrorCode.none:
-                    error = await manager.reset(request.group_id, (name, partition), None)
+                    error = await manager.reset(request.group_id, (name, partition), UNINITIALIZED)
         topics.append(make("DeleteShareGroupOffsetsResponseTopic", topic_name=name,
                            topic_id=info.topic_id if info is not None and error is not
                            ErrorCode.topic_authorization_failed else None,

@@ -2,16 +2,21 @@
 (Kafka's SharePartitionManager and ShareSessionCache): what ShareFetch and
 ShareAcknowledge do.
 
-- A share partition is made the first time a group fetches it: from its persisted
-  state (`__share_group_state`) if it has one, else starting where the group's
-  share.auto.offset.reset says (the log start for `earliest`, the high watermark for
-  `latest`), and that start is persisted at once so a restart does not move it.
+- A share partition is loaded the first time a group fetches it here, from its share
+  coordinator (persister.py: this broker or the leader of the key's
+  `__share_group_state` partition), at this broker's leader epoch of the partition,
+  which fences the previous leader's late writes. Never initialized (or reset by an
+  admin), it starts where the group's share.auto.offset.reset says (the log start for
+  `earliest`, the high watermark for `latest`, the first offset at or after now minus
+  the duration for `by_duration:`), and that start is persisted at once.
 - Every change (records acquired, acknowledged, released, their locks expired) is
-  appended to `__share_group_state` in the same turn of the event loop as it is made,
-  so writes are in the order of the changes, and a fetch or an acknowledgement is
-  answered once its writes are on the ISR. A write that cannot be made (the state
-  partition moved) drops the share partition from memory: the next use reloads what
-  was persisted, as if the change had not happened, and the client gets the error.
+  written in order by the partition's `StateWriter` (writer.py), and a fetch or an
+  acknowledgement is answered once its changes are persisted. A write that fails (the
+  share coordinator moved, a newer leader, an admin reset) drops the partition from
+  memory: the next use reloads what was persisted, and the client gets the error
+  (COORDINATOR_NOT_AVAILABLE or the like, which it retries).
+- When this broker stops leading a partition (cluster mode), its share partitions are
+  dropped; the new leader loads them from the share coordinator.
 - A fetch reads the log from the partition's first AVAILABLE record (or its end), up to
   the high watermark, or the last stable offset for a group with
   share.isolation.level=read_committed; there, records of aborted transactions are
@@ -24,11 +29,6 @@ ShareAcknowledge do.
   forgotten ones; an incremental fetch reads all of them.
 - Acquisition locks run out after share.record.lock.duration.ms: a sweep every
   `SWEEP_MS` hands such records out again (archived at group.share.delivery.count.limit).
-
-Deviation: share-partition state is written only where this broker leads the key's
-`__share_group_state` partition, which a standalone broker always does; in cluster mode
-a share fetch whose state partition is led by another broker gets
-COORDINATOR_NOT_AVAILABLE (Kafka forwards the write with WriteShareGroupState).
 """
 
 from __future__ import annotations
@@ -51,11 +51,13 @@ from oncelog.coordinator.share.partition import (
 )
 from oncelog.coordinator.share.records import StateKey
 from oncelog.coordinator.share.settings import ShareSettings
+from oncelog.coordinator.share.writer import HeldPartition, StateWriter
 from oncelog.names import SHARE_GROUP_STATE, TopicPartition
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 
 if TYPE_CHECKING:
+    from oncelog.coordinator.share.persister import SharePersister
     from oncelog.coordinator.share.state_topic import ShareStateTopic
     from oncelog.kernel.node import Node
     from oncelog.storage.log import PartitionLog
@@ -95,21 +97,21 @@ class PartitionResult:
     acknowledged: bool = False
 
 
-@dataclass(slots=True)
-class _Held:
-    key: StateKey
-    partition: SharePartition
-
-
 class SharePartitions:
-    def __init__(self, broker: Node, store: ShareStateTopic, settings: Callable[[str], ShareSettings],
+    def __init__(self, broker: Node, store: ShareStateTopic, persister: SharePersister,
+                 settings: Callable[[str], ShareSettings],
                  wait_for_append: Callable[[list[TopicPartition], float], Awaitable[None]]) -> None:
-        """`wait_for_append(partitions, timeout_s)`: returns when one of them got data."""
+        """`store`: the share coordinator's partitions led here (listing, summaries);
+        `persister`: where each share partition's state is read and written;
+        `wait_for_append(partitions, timeout_s)`: returns when one of them got data."""
         self._broker = broker
         self._wait_for_append = wait_for_append
         self._store = store
+        self._persister = persister
+        self._writer = StateWriter(persister, self._write_failed)
         self._settings = settings
-        self._held: dict[tuple[str, str, int], _Held] = {}
+        self._held: dict[tuple[str, str, int], HeldPartition] = {}
+        self._loading: dict[tuple[str, str, int], asyncio.Future] = {}
         self._sessions: dict[tuple[str, str], ShareSession] = {}
         self._max_sessions = broker.config["group.share.max.share.sessions"]
         self._sweeper: asyncio.Task | None = None
@@ -122,6 +124,15 @@ class SharePartitions:
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
+        await self._writer.close()
+
+    def on_leadership(self, tp: TopicPartition, leader: bool) -> None:
+        """This broker stopped (or started) leading a partition: its share partitions are
+        the next leader's, loaded from the share coordinator."""
+        if not leader:
+            topic, partition = tp
+            for key in [k for k in self._held if k[1] == topic and k[2] == partition]:
+                del self._held[key]
 
     # ---- sessions --------------------------------------------------------------------------
 
@@ -157,11 +168,10 @@ class SharePartitions:
         session = self._sessions.pop((group_id, member_id), None)
         if session is None:
             return
-        now = clock.now_ms()
         for (topic, partition) in session.partitions:
             held = self._held.get((group_id, topic, partition))
             if held is not None and held.partition.release_member(member_id):
-                self._append(held, now)
+                self._writer.changed(held)
 
     # ---- fetching --------------------------------------------------------------------------
 
@@ -176,7 +186,7 @@ class SharePartitions:
         while True:
             results: dict[TopicPartition, PartitionResult] = {}
             budget_records, budget_bytes = max_records, max_bytes
-            written: list[tuple[TopicPartition, _Held, int]] = []
+            written: list[tuple[TopicPartition, HeldPartition, int]] = []
             for tp, topic_id in wanted:
                 held, error = await self._partition(group_id, tp, topic_id, settings)
                 if held is None:
@@ -187,25 +197,21 @@ class SharePartitions:
                 if result.acquired:
                     budget_records -= sum(run.last - run.first + 1 for run in result.acquired)
                     budget_bytes -= len(result.records)
-                    end = self._append(held, clock.now_ms())
-                    if end is None:
-                        results[tp] = PartitionResult(ErrorCode.coordinator_not_available)
-                    else:
-                        written.append((tp, held, end))
+                    written.append((tp, held, self._writer.changed(held)))
                 if budget_records <= 0 or budget_bytes <= 0:
                     break
-            for tp, held, end in written:
-                code = await self._store.replicated(held.key, end)
+            for tp, held, version in written:
+                code = await self._writer.written(held, version)
                 if code is not ErrorCode.none:
-                    results[tp] = PartitionResult(code)
+                    results[tp] = PartitionResult(_client_error(code))
             remaining = deadline - loop.time()
             if written or remaining <= 0 or any(r.error is not ErrorCode.none for r in results.values()):
                 return results, settings.lock_duration_ms
             await self._wait_for_append([tp for tp, _ in wanted], min(remaining, SWEEP_MS / 1000 * 5))
 
-    def _acquire(self, held: _Held, member_id: str, settings: ShareSettings, max_records: int, max_bytes: int, *,
-                 first: bool) -> PartitionResult:
-        log_ = self._broker.logs.partition(self._topic_name(held), held.key.partition)
+    def _acquire(self, held: HeldPartition, member_id: str, settings: ShareSettings, max_records: int,
+                 max_bytes: int, *, first: bool) -> PartitionResult:
+        log_ = self._broker.logs.partition(held.topic, held.key.partition)
         if log_ is None:
             return PartitionResult(ErrorCode.unknown_topic_or_partition)
         share = held.partition
@@ -246,10 +252,10 @@ class SharePartitions:
                           batches: Mapping[TopicPartition, tuple[uuid.UUID, Sequence[Acknowledgement]]], *,
                           renew_allowed: bool) -> dict[TopicPartition, PartitionResult]:
         """Apply the member's acknowledgements, partition by partition (each all or none),
-        answered once their writes are on the ISR."""
+        answered once their changes are persisted."""
         settings = self._settings(group_id)
         results: dict[TopicPartition, PartitionResult] = {}
-        written: list[tuple[TopicPartition, _Held, int]] = []
+        written: list[tuple[TopicPartition, HeldPartition, int]] = []
         for tp, (topic_id, acknowledgements) in batches.items():
             held, error = await self._partition(group_id, tp, topic_id, settings)
             if held is None:
@@ -262,16 +268,12 @@ class SharePartitions:
                 results[tp] = PartitionResult(acknowledge_error=error.code, acknowledge_message=str(error),
                                               acknowledged=True)
                 continue
-            end = self._append(held, clock.now_ms())
-            if end is None:
-                results[tp] = PartitionResult(acknowledge_error=ErrorCode.coordinator_not_available, acknowledged=True)
-                continue
             results[tp] = PartitionResult(acknowledged=True)
-            written.append((tp, held, end))
-        for tp, held, end in written:
-            code = await self._store.replicated(held.key, end)
+            written.append((tp, held, self._writer.changed(held)))
+        for tp, held, version in written:
+            code = await self._writer.written(held, version)
             if code is not ErrorCode.none:
-                results[tp] = PartitionResult(acknowledge_error=code, acknowledged=True)
+                results[tp] = PartitionResult(acknowledge_error=_client_error(code), acknowledged=True)
         return results
 
     # ---- the share partitions --------------------------------------------------------------
@@ -297,7 +299,7 @@ class SharePartitions:
 
     def start_and_lag(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
         """(share-partition start offset, lag) of a share partition, None if it was never
-        initialized. The lag counts the records from the start offset to the high
+        initialized here. The lag counts the records from the start offset to the high
         watermark (the LSO under read_committed) not yet acknowledged or archived."""
         topic, partition = tp
         info = self._broker.logs.topic(topic)
@@ -317,90 +319,84 @@ class SharePartitions:
         bound = log_.last_stable_offset if self._settings(group_id).read_committed else log_.high_watermark
         return share.start_offset, max(0, bound - share.start_offset - share.done_in_flight())
 
-    async def reset(self, group_id: str, tp: TopicPartition, start_offset: int | None) -> ErrorCode:
-        """AlterShareGroupOffsets (a new start offset) or DeleteShareGroupOffsets (None) of
-        one share partition of an empty group: what was in flight is forgotten."""
+    async def reset(self, group_id: str, tp: TopicPartition, start_offset: int) -> ErrorCode:
+        """AlterShareGroupOffsets (a new start offset) or DeleteShareGroupOffsets
+        (UNINITIALIZED) of one share partition of an empty group: what was in flight is
+        forgotten, and its leader, fenced by the new state epoch, reloads."""
         topic, partition = tp
         info = self._broker.logs.topic(topic)
-        if info is None or self._broker.logs.partition(topic, partition) is None:
+        if info is None or not self._broker.leadership.has_partition(topic, partition):
             return ErrorCode.unknown_topic_or_partition
-        if not self._topic_ready:
-            code, _reason = await self._broker.topics.ensure_internal(SHARE_GROUP_STATE)
-            if code is not ErrorCode.none:
-                return code
-            self._topic_ready = True
-        key = StateKey(group_id, info.topic_id, partition)
-        settings = self._settings(group_id)
-        previous = self._store.read(key)
+        code = await self._ensure_state_topic()
+        if code is not ErrorCode.none:
+            return code
         self._held.pop((group_id, topic, partition), None)
-        if start_offset is None:
-            end = self._store.append(key, None, now_ms=clock.now_ms()) if previous is not None else None
-            if end is None:
-                return ErrorCode.none if previous is None else ErrorCode.coordinator_not_available
-            return await self._store.replicated(key, end)
-        share = SharePartition(start_offset, delivery_limit=settings.delivery_limit,
-                               max_in_flight=settings.max_in_flight,
-                               state_epoch=0 if previous is None else previous.state_epoch + 1)
-        end = self._store.append(key, share.snapshot(), now_ms=clock.now_ms())
-        if end is None:
-            return ErrorCode.coordinator_not_available
-        return await self._store.replicated(key, end)
+        return _client_error(await self._persister.reset(StateKey(group_id, info.topic_id, partition), start_offset))
 
     def forget_group(self, group_id: str) -> None:
-        """Drop what is in memory of a deleted group (its persisted state is deleted apart)."""
+        """Drop what is in memory of a deleted group (its persisted state is reset apart)."""
         for held_key in [k for k in self._held if k[0] == group_id]:
             del self._held[held_key]
         for session_key in [k for k in self._sessions if k[0] == group_id]:
             del self._sessions[session_key]
 
+    async def _ensure_state_topic(self) -> ErrorCode:
+        if self._topic_ready:
+            return ErrorCode.none
+        code, _reason = await self._broker.topics.ensure_internal(SHARE_GROUP_STATE)
+        self._topic_ready = code is ErrorCode.none
+        return code
+
     async def _partition(self, group_id: str, tp: TopicPartition, topic_id: uuid.UUID,
-                         settings: ShareSettings) -> tuple[_Held | None, ErrorCode]:
+                         settings: ShareSettings) -> tuple[HeldPartition | None, ErrorCode]:
+        """The held share partition, loaded (once, however many requests ask) if need be."""
         topic, partition = tp
-        found = self._held.get((group_id, topic, partition))
-        if found is not None and found.key.topic_id == topic_id:
-            return found, ErrorCode.none
-        log_ = self._broker.logs.partition(topic, partition)
-        if log_ is None:
-            return None, ErrorCode.unknown_topic_or_partition
-        if not self._topic_ready:
-            code, _reason = await self._broker.topics.ensure_internal(SHARE_GROUP_STATE)
-            if code is not ErrorCode.none:
-                return None, code
-            self._topic_ready = True
-        found = self._held.get((group_id, topic, partition))  # made while ensuring
-        if found is not None and found.key.topic_id == topic_id:
-            return found, ErrorCode.none
-        key = StateKey(group_id, topic_id, partition)
-        if not self._store.owns(key):
-            return None, ErrorCode.coordinator_not_available
-        state = self._store.read(key)
-        if state is not None:
+        held_key = (group_id, topic, partition)
+        while True:
+            found = self._held.get(held_key)
+            if found is not None and found.key.topic_id == topic_id:
+                return found, ErrorCode.none
+            loading = self._loading.get(held_key)
+            if loading is None:
+                break
+            await asyncio.shield(loading)
+        future = self._loading[held_key] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._load(StateKey(group_id, topic_id, partition), topic, settings)
+        finally:
+            del self._loading[held_key]
+            future.set_result(None)
+
+    async def _load(self, key: StateKey, topic: str, settings: ShareSettings) -> tuple[HeldPartition | None, ErrorCode]:
+        log_ = self._broker.logs.partition(topic, key.partition)
+        code, leader_epoch = self._broker.leadership.leader_epoch(topic, key.partition)
+        if log_ is None or code is not ErrorCode.none:
+            return None, ErrorCode.unknown_topic_or_partition if code is ErrorCode.none else code
+        code = await self._ensure_state_topic()
+        if code is not ErrorCode.none:
+            return None, code
+        code, state = await self._persister.read(key, leader_epoch)
+        if code is not ErrorCode.none:
+            return None, _client_error(code)
+        if state is not None and state.initialized:
             share = SharePartition.restore(state, delivery_limit=settings.delivery_limit,
                                            max_in_flight=settings.max_in_flight)
-            held = self._held[(group_id, topic, partition)] = _Held(key, share)
+            held = HeldPartition(key, topic, share, leader_epoch)
+            self._held[(key.group_id, topic, key.partition)] = held
             return held, ErrorCode.none
-        start = _initial_offset(log_, settings)
-        share = SharePartition(start, delivery_limit=settings.delivery_limit, max_in_flight=settings.max_in_flight)
-        held = _Held(key, share)
-        self._held[(group_id, topic, partition)] = held
-        end = self._append(held, clock.now_ms())
-        if end is None:
-            return None, ErrorCode.coordinator_not_available
-        code = await self._store.replicated(key, end)
-        return (held, ErrorCode.none) if code is ErrorCode.none else (None, code)
+        share = SharePartition(_initial_offset(log_, settings), delivery_limit=settings.delivery_limit,
+                               max_in_flight=settings.max_in_flight,
+                               state_epoch=0 if state is None else state.state_epoch)
+        held = HeldPartition(key, topic, share, leader_epoch)
+        self._held[(key.group_id, topic, key.partition)] = held
+        code = await self._writer.written(held, self._writer.changed(held))
+        return (held, ErrorCode.none) if code is ErrorCode.none else (None, _client_error(code))
 
-    def _topic_name(self, held: _Held) -> str:
-        info = self._broker.logs.topic_by_id(held.key.topic_id)
-        return info.name if info is not None else ""
-
-    def _append(self, held: _Held, now_ms: int) -> int | None:
-        """Persist the partition's state (the end offset to wait for); on failure forget
-        it, so its next use reloads what was persisted."""
-        end = self._store.append(held.key, held.partition.snapshot(), now_ms=now_ms)
-        if end is None:
-            name = self._topic_name(held)
-            self._held.pop((held.key.group_id, name, held.key.partition), None)
-        return end
+    def _write_failed(self, held: HeldPartition, _code: ErrorCode) -> None:
+        """A write of `held` failed: forget it, so its next use reloads what is persisted."""
+        held_key = (held.key.group_id, held.topic, held.key.partition)
+        if self._held.get(held_key) is held:
+            del self._held[held_key]
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -415,7 +411,21 @@ class SharePartitions:
         for held in list(self._held.values()):
             deadline = held.partition.next_lock_deadline()
             if deadline is not None and deadline <= now_ms and held.partition.expire_locks(now_ms):
-                self._append(held, now_ms)
+                self._writer.changed(held)
+
+
+# How a failed state write is answered: a fenced write (a newer leader, an admin reset)
+# means the client must find the partition again or retry; the others are the share
+# coordinator's errors, which the client retries.
+_CLIENT_ERRORS = {
+    ErrorCode.fenced_leader_epoch: ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_state_epoch: ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator: ErrorCode.coordinator_not_available,
+}
+
+
+def _client_error(code: ErrorCode) -> ErrorCode:
+    return _CLIENT_ERRORS.get(code, code)
 
 
 def _spans(log_: PartitionLog, headers: Iterable[record_batch.BatchHeader], read_committed: bool, start: int,

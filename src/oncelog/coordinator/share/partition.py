@@ -126,6 +126,15 @@ class ShareState:
     def end_offset(self) -> int:
         return self.batches[-1].last + 1 if self.batches else self.start_offset
 
+    @property
+    def initialized(self) -> bool:
+        """False for the state an admin reset leaves (DeleteShareGroupOffsets): start
+        again where share.auto.offset.reset says, at this state epoch."""
+        return self.start_offset >= 0
+
+
+UNINITIALIZED = -1  # the start offset of a state reset to start again
+
 
 @dataclass(slots=True)
 class _Record:

@@ -1,6 +1,7 @@
 """The records of `__share_group_state`: one per share partition, keyed by (group, topic
 id, partition), whose value is the partition's whole persisted state (start offset and
-in-flight batches); a tombstone (no value) deletes it.
+in-flight batches, the state epoch, the writer's leader epoch); a tombstone (no value)
+deletes it.
 
 Kafka's share coordinator writes ShareSnapshot and ShareUpdate records in its own schema;
 oncelog writes one full snapshot per change, as JSON with a version, since no tool reads
@@ -35,9 +36,21 @@ def encode_key(key: StateKey) -> bytes:
                        "partition": key.partition}, separators=(",", ":")).encode()
 
 
-def encode_value(state: ShareState) -> bytes:
+@dataclass(frozen=True, slots=True)
+class StoredState:
+    """A share partition's state as the share coordinator keeps it: with the leader epoch
+    of the partition leader that wrote it last (or read it to take it over), below which
+    writes are fenced."""
+
+    state: ShareState
+    leader_epoch: int = -1
+
+
+def encode_value(stored: StoredState) -> bytes:
+    state = stored.state
     return json.dumps({
-        "v": VERSION, "state_epoch": state.state_epoch, "start": state.start_offset,
+        "v": VERSION, "state_epoch": state.state_epoch, "leader_epoch": stored.leader_epoch,
+        "start": state.start_offset,
         "batches": [[b.first, b.last, int(b.state), b.delivery_count] for b in state.batches],
     }, separators=(",", ":")).encode()
 
@@ -49,10 +62,11 @@ def decode_key(data: bytes) -> StateKey:
     return StateKey(str(document["group"]), uuid.UUID(document["topic_id"]), int(document["partition"]))
 
 
-def decode_value(data: bytes) -> ShareState:
+def decode_value(data: bytes) -> StoredState:
     document = json.loads(data)
     if document.get("v") != VERSION:
         raise ValueError(f"unknown share state value version {document.get('v')!r}")
     batches = tuple(StateBatch(int(first), int(last), RecordState(int(state)), int(count))
                     for first, last, state, count in document["batches"])
-    return ShareState(int(document["start"]), batches, int(document.get("state_epoch", 0)))
+    return StoredState(ShareState(int(document["start"]), batches, int(document.get("state_epoch", 0))),
+                       int(document.get("leader_epoch", -1)))

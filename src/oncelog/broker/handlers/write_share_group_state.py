@@ -1,0 +1,48 @@
+"""WriteShareGroupState (key 85), v0-v1: a share partition's leader persisting its state
+with its share coordinator (coordinator/share/persister.py sends it).
+
+- Per partition: the state (state epoch, start offset, state batches) replaces the one
+  kept, answered once it is on the ISR of the key's `__share_group_state` partition;
+  FENCED_LEADER_EPOCH from a leader older than the last writer, NOT_COORDINATOR where
+  this broker does not lead that partition, INVALID_REQUEST for a malformed batch.
+- Authorization, as Kafka's KafkaApis: CLUSTER_ACTION on the cluster, else
+  CLUSTER_AUTHORIZATION_FAILED for every partition.
+"""
+
+from __future__ import annotations
+
+from oncelog import clock
+from oncelog.broker.dispatch import RequestContext, api
+from oncelog.broker.handlers._share_state import key_of, refusal
+from oncelog.coordinator.share.partition import RecordState, ShareState, StateBatch
+from oncelog.protocol.messages import ErrorCode
+
+_STATES = {int(state) for state in RecordState}
+
+
+@api(85, "WriteShareGroupState", range(0, 2))
+async def handle(ctx: RequestContext, request) -> object:
+    make = ctx.response.make
+    refused = refusal(ctx, request.group_id)
+    limit = ctx.broker.config["group.share.partition.max.record.locks"]
+    results = []
+    async for topic in ctx.paced(request.topics):
+        partitions = []
+        async for data in ctx.paced(topic.partitions):
+            code = refused
+            key = key_of(request.group_id, topic.topic_id, data.partition)
+            if code is ErrorCode.none:
+                batches = data.state_batches
+                if key is None:
+                    code = ErrorCode.unknown_topic_id
+                elif data.start_offset < 0 or len(batches) > limit or not all(
+                        b.first_offset <= b.last_offset and b.delivery_state in _STATES for b in batches):
+                    code = ErrorCode.invalid_request
+                else:
+                    state = ShareState(data.start_offset, tuple(
+                        StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
+                        for b in batches), data.state_epoch)
+                    code = await ctx.broker.share_state.write(key, state, data.leader_epoch, now_ms=clock.now_ms())
+            partitions.append(make("PartitionResult", partition=data.partition, error_code=code, error_message=None))
+        results.append(make("WriteStateResult", topic_id=topic.topic_id, partitions=tuple(partitions)))
+    return make("WriteShareGroupStateResponse", results=tuple(results))
