@@ -136,7 +136,7 @@ def test_read_committed_share_consumers_never_see_aborted_records(broker, share_
     assert values == sorted([f"committed-{i}" for i in range(5)] + ["plain-0", "plain-1", "plain-2"])
 
 
-def test_a_killed_share_consumers_records_are_delivered_again_once_its_locks_run_out(broker, share_program):
+def test_a_killed_share_consumers_records_are_delivered_again_and_counted(broker, share_program):
     topic = group = "share-lock-expiry"
     create_topic(broker.bootstrap_servers, topic)
     values = [f"v{i}" for i in range(20)]

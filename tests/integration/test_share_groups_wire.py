@@ -7,6 +7,7 @@ the share.version feature, and the ACLs Kafka checks."""
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 
 import pytest
@@ -42,7 +43,8 @@ SHARE_APIS = {76, 77, 78, 79, 90, 91, 92}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    config = {"share.coordinator.state.topic.num.partitions": "3", "offsets.topic.num.partitions": "3"}
+    config = {"share.coordinator.state.topic.num.partitions": "3", "offsets.topic.num.partitions": "3",
+              "group.share.min.record.lock.duration.ms": "500"}
     with EmbeddedBroker(tmp_path_factory.mktemp("share-wire"), config) as running:
         yield running
 
@@ -108,12 +110,14 @@ def partition_of(response):
     return partition
 
 
-def set_earliest(bootstrap: str, group: str) -> None:
+def set_earliest(bootstrap: str, group: str, **configs: str) -> None:
+    """The group starts at the log start (share.auto.offset.reset), with `configs` besides."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource("group", group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        for key, value in {"share.auto.offset.reset": "earliest", **configs}.items()])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
 
@@ -164,6 +168,32 @@ def test_a_closed_share_session_releases_the_records_it_held(broker):
         assert acquired(fetch(client, "wire-close", "b", 0, topic_id)) == []
         assert acknowledge(client, "wire-close", "a", -1, topic_id, [(0, 0, ACCEPT)]).error_code == ErrorCode.none
         assert acquired(fetch(client, "wire-close", "b", 1, topic_id)) == [(1, 2, 2)]
+
+
+def test_records_whose_lock_ran_out_go_to_another_member_and_a_closed_connection_releases_at_once(broker):
+    topic_id = topic_with(broker.bootstrap_servers, "wire-locks", 4)
+    set_earliest(broker.bootstrap_servers, "wire-locks", **{"share.record.lock.duration.ms": "800"})
+    with WireClient.connect(broker.bootstrap_servers) as idle, WireClient.connect(broker.bootstrap_servers) as other:
+        held = fetch(idle, "wire-locks", "idle", 0, topic_id, max_records=2)
+        assert acquired(held) == [(0, 1, 1)] and held.acquisition_lock_timeout == datetime.timedelta(milliseconds=800)
+        assert acquired(fetch(other, "wire-locks", "other", 0, topic_id, max_records=2)) == [(2, 3, 1)]
+        assert acknowledge(other, "wire-locks", "other", 1, topic_id, [(2, 3, ACCEPT)]).error_code == ErrorCode.none
+        # The idle member's connection stays open: its records come back once the lock runs out.
+        time.sleep(1.0)
+        assert acquired(fetch(other, "wire-locks", "other", 2, topic_id)) == [(0, 1, 2)]
+        late = acknowledge(idle, "wire-locks", "idle", 1, topic_id, [(0, 1, ACCEPT)])
+        assert partition_of(late).error_code == ErrorCode.invalid_record_state  # no longer its records
+    topic_id = topic_with(broker.bootstrap_servers, "wire-locks-2", 2)
+    set_earliest(broker.bootstrap_servers, "wire-locks-2")
+    with WireClient.connect(broker.bootstrap_servers) as other:
+        with WireClient.connect(broker.bootstrap_servers) as dying:
+            assert acquired(fetch(dying, "wire-locks-2", "dying", 0, topic_id)) == [(0, 1, 1)]
+        # Its connection closed, its lock (30 s) far from over: the records are another's at once.
+        found, epoch, deadline = [], 0, time.monotonic() + 5
+        while not found and time.monotonic() < deadline:
+            found = acquired(fetch(other, "wire-locks-2", "other", epoch, topic_id))
+            epoch += 1
+        assert found == [(0, 1, 2)]
 
 
 def test_a_share_group_id_is_not_a_classic_or_consumer_groups(broker):

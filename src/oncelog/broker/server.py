@@ -611,6 +611,7 @@ class KafkaServer:
             self._connections.discard(task)
             connection.transport.close()
             connection.release_all()
+            session.connection_closed()  # e.g. its share sessions end, their records go back
             self._forget(connection)
 
     @staticmethod

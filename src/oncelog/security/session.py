@@ -22,7 +22,7 @@ that arrives after it, other than a re-authentication, closes the connection.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -100,6 +100,24 @@ class ConnectionSession:
         self._server: SaslServer | None = None
         self._mechanism: str | None = None
         self.expires_at_ms: int | None = None  # when the SASL session ends (None: never)
+        # What the connection holds that ends with it (a share session, KIP-932), by key.
+        self._at_close: dict[Hashable, Callable[[], None]] = {}
+
+    def at_close(self, key: Hashable, callback: Callable[[], None]) -> None:
+        """Call `callback` when the connection closes (one per `key`: a later one replaces it)."""
+        self._at_close[key] = callback
+
+    def forget_at_close(self, key: Hashable) -> None:
+        self._at_close.pop(key, None)
+
+    def connection_closed(self) -> None:
+        """The connection closed: what it held is released."""
+        callbacks, self._at_close = list(self._at_close.values()), {}
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("releasing what a closed connection held failed")
 
     @property
     def authenticated(self) -> bool:

@@ -43,6 +43,7 @@ async def handle(ctx: RequestContext, request) -> object:
                                         renew_allowed=bool(getattr(request, "is_renew_ack", False)))
     if request.share_session_epoch == FINAL_EPOCH:
         manager.close_session(group_id, request.member_id)
+        ctx.session.forget_at_close(("share-session", group_id, request.member_id))
     entries: dict = {}
     for (topic_id, partition), code in found.refused.items():
         entries[(topic_id, partition)] = (None, _partition(ctx, None, partition, code, None))

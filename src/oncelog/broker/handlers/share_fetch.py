@@ -6,7 +6,9 @@ and the acknowledgements of those it had (KIP-932).
   (INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND without a session),
   -1 acknowledges and closes it, releasing the member's acquired records; at
   group.share.max.share.sessions, SHARE_SESSION_LIMIT_REACHED. Its partitions are those
-  ever fetched with it, less `forgotten_topics_data`; a fetch reads all of them.
+  ever fetched with it, less `forgotten_topics_data`; a fetch reads all of them. A
+  session ends with the connection that opened it, as in Kafka, and what its member
+  held goes back to the others at once.
 - Acknowledgements are applied first, per partition all or none (the partition's
   `acknowledge_error_code`: INVALID_RECORD_STATE for a record the member does not hold,
   INVALID_REQUEST for a malformed batch or type; RENEW, type 4, only at v2 with
@@ -59,6 +61,9 @@ async def handle(ctx: RequestContext, request) -> object:
     if outcome.error is not ErrorCode.none or outcome.session is None:
         return _error(ctx, outcome.error, outcome.message)
     session = outcome.session
+    if epoch == INITIAL_EPOCH:  # the session ends with its connection, as in Kafka
+        ctx.session.at_close(("share-session", group_id, request.member_id),
+                             lambda: manager.close_session(group_id, request.member_id, session))
     found = await partitions_of(ctx, request.topics)
     renew = bool(getattr(request, "is_renew_ack", False))
     acknowledged = await manager.acknowledge(group_id, request.member_id, found.acknowledgements,
@@ -66,6 +71,7 @@ async def handle(ctx: RequestContext, request) -> object:
     fetched: dict = {}
     if epoch == FINAL_EPOCH:
         manager.close_session(group_id, request.member_id)
+        ctx.session.forget_at_close(("share-session", group_id, request.member_id))
         lock_ms = manager.lock_duration_ms(group_id)
     else:
         session.partitions.update(found.usable)

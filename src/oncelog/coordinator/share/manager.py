@@ -163,11 +163,14 @@ class SharePartitions:
         session.next_epoch += 1
         return SessionOutcome(ErrorCode.none, session)
 
-    def close_session(self, group_id: str, member_id: str) -> None:
-        """Forget the session and hand the member's acquired records out again."""
-        session = self._sessions.pop((group_id, member_id), None)
-        if session is None:
+    def close_session(self, group_id: str, member_id: str, session: ShareSession | None = None) -> None:
+        """Forget the member's session (only if it is still `session`, when given) and hand
+        the member's acquired records out again."""
+        current = self._sessions.get((group_id, member_id))
+        if current is None or (session is not None and current is not session):
             return
+        del self._sessions[(group_id, member_id)]
+        session = current
         for (topic, partition) in session.partitions:
             held = self._held.get((group_id, topic, partition))
             if held is not None and held.partition.release_member(member_id):
