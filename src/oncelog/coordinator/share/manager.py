@@ -417,13 +417,14 @@ class SharePartitions:
                 self._writer.changed(held)
 
 
-# How a failed state write is answered: a fenced write (a newer leader, an admin reset)
-# means the client must find the partition again or retry; the others are the share
-# coordinator's errors, which the client retries.
+# How a failed state read or write is answered, as Kafka's SharePartition answers it: a
+# newer leader means the client must find the partition's leader again; the share
+# coordinator's own errors are COORDINATOR_NOT_AVAILABLE, which the client retries; an
+# admin reset (FENCED_STATE_EPOCH) is answered as it is.
 _CLIENT_ERRORS = {
     ErrorCode.fenced_leader_epoch: ErrorCode.not_leader_or_follower,
-    ErrorCode.fenced_state_epoch: ErrorCode.coordinator_not_available,
     ErrorCode.not_coordinator: ErrorCode.coordinator_not_available,
+    ErrorCode.coordinator_load_in_progress: ErrorCode.coordinator_not_available,
 }
 
 
