@@ -23,6 +23,20 @@ BROKER_CONFIG = {
     "transaction.state.log.num.partitions": "3",
 }
 
+def text(message) -> str:
+    """A record's value as text (the tests write no tombstones)."""
+    value = message.value()
+    assert value is not None
+    return value.decode()
+
+
+def count_of(message) -> int:
+    """A share consumer's delivery count of a record."""
+    count = message.delivery_count()
+    assert count is not None
+    return count
+
+
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
@@ -65,7 +79,7 @@ def test_two_librdkafka_share_consumers_get_every_record_once(broker):
                 for message in consumer.poll(0.2):
                     if message.error() is None:
                         with lock:
-                            seen.append((message.value().decode(), name, message.delivery_count()))
+                            seen.append((text(message), name, count_of(message)))
                             if len({value for value, _, _ in seen}) >= len(values):
                                 done.set()
             consumer.commit_sync(10)
@@ -99,7 +113,7 @@ def test_librdkafka_explicit_acknowledgements_release_and_reject(broker):
         while len(delivered) < 5 and time.monotonic() < deadline:
             messages = [m for m in consumer.poll(0.2) if m.error() is None]
             for message in messages:
-                value, count = message.value().decode(), message.delivery_count()
+                value, count = text(message), count_of(message)
                 delivered.append((value, count))
                 kind = (AcknowledgeType.RELEASE if value.startswith("release") and count == 1 else
                         AcknowledgeType.REJECT if value.startswith("reject") else AcknowledgeType.ACCEPT)
@@ -131,8 +145,8 @@ def test_a_read_committed_librdkafka_share_consumer_skips_aborted_transactions(b
     try:
         deadline = time.monotonic() + 60
         while len(seen) < 3 and time.monotonic() < deadline:
-            seen.extend(m.value().decode() for m in consumer.poll(0.2) if m.error() is None)
-        seen.extend(m.value().decode() for m in consumer.poll(1.0) if m.error() is None)
+            seen.extend(text(m) for m in consumer.poll(0.2) if m.error() is None)
+        seen.extend(text(m) for m in consumer.poll(1.0) if m.error() is None)
     finally:
         consumer.close()
     assert sorted(seen) == ["committed-0", "committed-1", "committed-2"]
