@@ -30,7 +30,8 @@ from kio.schema.share_fetch.v2 import request as share_fetch
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.schema.write_share_group_state.v0 import request as write_state
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from oncelog import EmbeddedBroker
 from oncelog.protocol.client import WireClient
@@ -194,6 +195,78 @@ def test_records_whose_lock_ran_out_go_to_another_member_and_a_closed_connection
             found = acquired(fetch(other, "wire-locks-2", "other", epoch, topic_id))
             epoch += 1
         assert found == [(0, 1, 2)]
+
+
+def test_a_busy_partition_does_not_starve_the_others_of_a_share_session(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("wire-turns", 2, 1)])["wire-turns"].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(50):
+        producer.produce("wire-turns", b"busy", partition=0)
+    producer.produce("wire-turns", b"quiet", partition=1)
+    assert producer.flush(30) == 0
+    topic_id = topic_id_of(admin, "wire-turns")
+    set_earliest(broker.bootstrap_servers, "wire-turns")
+    with WireClient.connect(broker.bootstrap_servers) as client:
+        partitions_served = set()
+        for epoch in range(3):
+            response = fetch(client, "wire-turns", "m1", epoch, topic_id, max_records=5, partitions=(0, 1))
+            partitions_served.update(p.partition_index for t in response.responses for p in t.partitions
+                                     if p.acquired_records)
+        assert partitions_served == {0, 1}
+
+
+def test_a_revoked_read_acl_stops_an_open_share_session(tmp_path):
+    with secured_broker(tmp_path) as secured:
+        secured.create_topic("acl-revoked", 1)
+        secured.allow("alice", ResourceType.GROUP, "acl-revoked", AclOperation.READ)
+        secured.allow("alice", ResourceType.TOPIC, "acl-revoked", AclOperation.READ)
+        producer = Producer(secured.client("admin"))
+        for _ in range(4):
+            producer.produce("acl-revoked", b"x")
+        assert producer.flush(30) == 0
+        admin = secured.admin()
+        topic_id = topic_id_of(admin, "acl-revoked")
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        resource = ConfigResource("group", "acl-revoked", incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+        with WireClient.connect(secured.bootstrap_servers) as client:
+            assert client.request(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.none
+            assert client.request(SaslAuthenticateRequest(
+                auth_bytes=f"\0alice\0{password('alice')}".encode())).error_code == ErrorCode.none
+            assert acquired(fetch(client, "acl-revoked", "m1", 0, topic_id, max_records=1)) == [(0, 0, 1)]
+            secured.allow("alice", ResourceType.TOPIC, "acl-revoked", AclOperation.READ, deny=True)
+            # An incremental fetch names no partition: the session's are checked again.
+            response = client.request(share_fetch.ShareFetchRequest(
+                group_id=GroupId("acl-revoked"), member_id="m1", share_session_epoch=i32(1),
+                max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=100)), min_bytes=i32(1),
+                max_records=i32(10), batch_size=i32(10), topics=(), forgotten_topics_data=()))
+            assert partition_of(response).error_code == ErrorCode.topic_authorization_failed
+            assert acquired(response) == []
+
+
+def test_a_share_state_no_leader_could_write_is_refused(broker):
+    topic_id = topic_with(broker.bootstrap_servers, "wire-state", 1)
+    with WireClient.connect(broker.bootstrap_servers) as client:
+        find_coordinator(client, "wire-state")
+        fetch(client, "wire-state", "m1", 0, topic_id)  # the share coordinator's topic exists now
+
+        def write(start: int, *state_batches: tuple[int, int]):
+            response = client.request(write_state.WriteShareGroupStateRequest(group_id="wire-state", topics=(
+                write_state.WriteStateData(topic_id=topic_id, partitions=(write_state.PartitionData(
+                    partition=i32(0), state_epoch=i32(0), leader_epoch=i32(0), start_offset=i64(start),
+                    state_batches=tuple(write_state.StateBatch(
+                        first_offset=i64(first), last_offset=i64(last), delivery_state=i8(0), delivery_count=i16(1))
+                        for first, last in state_batches)),)),)))
+            return response.results[0].partitions[0].error_code
+
+        assert write(0, (0, 2**62)) == ErrorCode.invalid_request  # would cost its next leader 2**62 steps
+        assert write(5, (0, 1)) == ErrorCode.invalid_request  # before the start
+        assert write(0, (0, 3), (2, 4)) == ErrorCode.invalid_request  # overlapping
+        assert write(0, (0, 3), (4, 4)) == ErrorCode.none
 
 
 def test_a_share_group_id_is_not_a_classic_or_consumer_groups(broker):

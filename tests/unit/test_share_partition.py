@@ -108,6 +108,41 @@ def test_locks_run_out_and_a_closed_session_gives_its_records_back():
     assert (share.start_offset, share.end_offset, share.in_flight()) == (2, 2, 0)
 
 
+def test_overlapping_acknowledgement_batches_are_refused_whole():
+    share = partition()
+    share.acquire("a", batches((0, 5)), max_records=6, now_ms=0, lock_ms=LOCK_MS)
+    for overlapping in ([ack(0, 4, AckType.ACCEPT), ack(3, 5, AckType.RELEASE)],
+                        [ack(4, 5, AckType.ACCEPT), ack(0, 1, AckType.ACCEPT)],
+                        [ack(2, 2, AckType.ACCEPT), ack(2, 2, AckType.ACCEPT)]):
+        with pytest.raises(AcknowledgeError) as refused:
+            share.acknowledge("a", overlapping, now_ms=1, lock_ms=LOCK_MS)
+        assert refused.value.code is ErrorCode.invalid_request
+        assert [share.state_of(offset) for offset in range(6)] == [(RecordState.ACQUIRED, 1)] * 6
+
+
+def test_a_record_restored_at_the_delivery_limit_is_archived_not_delivered_again():
+    share = partition(limit=2)
+    share.acquire("a", batches((0, 1)), max_records=2, now_ms=0, lock_ms=LOCK_MS)
+    share.acknowledge("a", [ack(0, 1, AckType.RELEASE)], now_ms=0, lock_ms=LOCK_MS)
+    share.acquire("a", batches((0, 1)), max_records=1, now_ms=0, lock_ms=LOCK_MS)  # offset 0: its second
+    restored = SharePartition.restore(share.snapshot(), delivery_limit=2, max_in_flight=100)  # a crash
+    assert restored.acquire("b", batches((0, 1)), max_records=2, now_ms=0, lock_ms=LOCK_MS) == [Acquired(1, 1, 2)]
+    assert restored.state_of(0) is None and restored.start_offset == 1  # archived, passed
+
+
+def test_an_available_record_compacted_away_is_archived_so_the_start_moves_on():
+    share = partition()
+    share.acquire("a", batches((0, 2), (3, 5)), max_records=6, now_ms=0, lock_ms=LOCK_MS)
+    share.acknowledge("a", [Acknowledgement(0, 5, (1, 2, 1, 1, 2, 1))], now_ms=0, lock_ms=LOCK_MS)
+    assert share.next_fetch_offset() == 1
+    # Compaction removed offsets 1-2 and 4: the read from 1 returns the batch 3-3, then 5-5.
+    changes = share.changes
+    assert share.acquire("b", batches((3, 3), (5, 5)), max_records=10, now_ms=0, lock_ms=LOCK_MS,
+                         from_offset=1) == []
+    assert share.changes > changes and share.state_of(1) is None
+    assert (share.start_offset, share.end_offset) == (6, 6)
+
+
 def test_renew_extends_a_lock_at_v2():
     share = partition()
     share.acquire("a", batches((0, 0)), max_records=1, now_ms=0, lock_ms=LOCK_MS)

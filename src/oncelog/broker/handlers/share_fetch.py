@@ -18,9 +18,11 @@ and the acknowledgements of those it had (KIP-932).
   with delivery counts. With nothing to acquire the request waits up to MaxWaitMs for
   an append. The work is coordinator/share/manager.py's.
 - Partitions answered: those with records, an error or acknowledgements, and on the
-  session's first request every partition it names.
+  session's first request every partition it names. Each fetch starts one partition
+  further on than the one before, so that one busy partition cannot starve the others.
 - Authorization, as Kafka's KafkaApis: Group READ, else GROUP_AUTHORIZATION_FAILED for
-  the request; Topic READ per topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
+  the request; Topic READ per topic, else TOPIC_AUTHORIZATION_FAILED for its partitions,
+  checked again on every request for every partition of the session.
   A topic id this broker does not know is UNKNOWN_TOPIC_ID, a partition it does not
   lead NOT_LEADER_OR_FOLLOWER with the leader it knows.
 - Deviation: MaxRecords is never exceeded (Kafka may round it up to a batch boundary),
@@ -81,7 +83,10 @@ async def handle(ctx: RequestContext, request) -> object:
                 for partition in topic.partitions:
                     session.partitions.pop((info.name, partition), None)
         max_bytes = min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
-        wanted = [(tp, topic_id) for tp, topic_id in session.partitions.items()]
+        wanted = await _fetchable(ctx, session.partitions, found.refused)
+        if wanted:  # each fetch starts one partition further on: a busy one cannot starve the rest
+            turn = session.next_epoch % len(wanted)
+            wanted = wanted[turn:] + wanted[:turn]
         fetched, lock_ms = await manager.fetch(
             group_id, request.member_id, wanted, max_records=max(0, request.max_records),
             max_bytes=max(0, max_bytes), max_wait_ms=max(0, round(request.max_wait.total_seconds() * 1000)))
@@ -114,6 +119,24 @@ async def handle(ctx: RequestContext, request) -> object:
                         for topic_id, partitions in by_topic(ctx, entries)),
         node_endpoints=(),
     )
+
+
+async def _fetchable(ctx: RequestContext, partitions, refused: dict) -> list:
+    """The session's partitions this fetch reads, checked again as Kafka checks every
+    partition of a share session on every request: Topic READ (TOPIC_AUTHORIZATION_FAILED)
+    and the topic id still the topic's (UNKNOWN_TOPIC_ID: deleted, or made anew); the
+    refused ones go into `refused`."""
+    wanted = []
+    logs = ctx.broker.logs
+    async for tp, topic_id in ctx.paced(list(partitions.items())):
+        info = logs.topic(tp[0])
+        if info is None or info.topic_id != topic_id:
+            refused.setdefault((topic_id, tp[1]), ErrorCode.unknown_topic_id)
+        elif not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, tp[0]):
+            refused.setdefault((topic_id, tp[1]), ErrorCode.topic_authorization_failed)
+        else:
+            wanted.append((tp, topic_id))
+    return wanted
 
 
 def _partition(ctx: RequestContext, topic: str | None, partition: int, result: PartitionResult) -> object:

@@ -4,7 +4,9 @@ with its share coordinator (coordinator/share/persister.py sends it).
 - Per partition: the state (state epoch, start offset, state batches) replaces the one
   kept, answered once it is on the ISR of the key's `__share_group_state` partition;
   FENCED_LEADER_EPOCH from a leader older than the last writer, NOT_COORDINATOR where
-  this broker does not lead that partition, INVALID_REQUEST for a malformed batch.
+  this broker does not lead that partition, INVALID_REQUEST for a state no leader could
+  have written (batches out of order or overlapping, before the start offset, unknown
+  states, spanning more than twice group.share.partition.max.record.locks).
 - Authorization, as Kafka's KafkaApis: CLUSTER_ACTION on the cluster, else
   CLUSTER_AUTHORIZATION_FAILED for every partition.
 """
@@ -35,8 +37,7 @@ async def handle(ctx: RequestContext, request) -> object:
                 batches = data.state_batches
                 if key is None:
                     code = ErrorCode.unknown_topic_id
-                elif data.start_offset < 0 or len(batches) > limit or not all(
-                        b.first_offset <= b.last_offset and b.delivery_state in _STATES for b in batches):
+                elif not _valid(data.start_offset, batches, limit):
                     code = ErrorCode.invalid_request
                 else:
                     state = ShareState(data.start_offset, tuple(
@@ -46,3 +47,20 @@ async def handle(ctx: RequestContext, request) -> object:
             partitions.append(make("PartitionResult", partition=data.partition, error_code=code, error_message=None))
         results.append(make("WriteStateResult", topic_id=topic.topic_id, partitions=tuple(partitions)))
     return make("WriteShareGroupStateResponse", results=tuple(results))
+
+
+def _valid(start_offset: int, batches, limit: int) -> bool:
+    """A state a partition leader could have written: batches in order, not overlapping,
+    from the start offset, with known states and counts, spanning no more than the
+    window of in-flight records can (twice group.share.partition.max.record.locks, for a
+    leader configured with more): anything else could cost the next leader unbounded
+    work to load."""
+    if start_offset < 0 or len(batches) > limit:
+        return False
+    previous_last = start_offset - 1
+    for batch in batches:
+        if not (previous_last < batch.first_offset <= batch.last_offset and batch.delivery_state in _STATES
+                and batch.delivery_count >= 0):
+            return False
+        previous_last = batch.last_offset
+    return previous_last - start_offset < 2 * limit

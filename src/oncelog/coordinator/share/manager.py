@@ -195,12 +195,14 @@ class SharePartitions:
                 if held is None:
                     results[tp] = PartitionResult(error)
                     continue
+                before = held.partition.changes
                 result = self._acquire(held, member_id, settings, budget_records, budget_bytes, first=not written)
                 results[tp] = result
+                if held.partition.changes != before:  # acquired, or archived, expired, moved on
+                    written.append((tp, held, self._writer.changed(held)))
                 if result.acquired:
                     budget_records -= sum(run.last - run.first + 1 for run in result.acquired)
                     budget_bytes -= len(result.records)
-                    written.append((tp, held, self._writer.changed(held)))
                 if budget_records <= 0 or budget_bytes <= 0:
                     break
             for tp, held, version in written:
@@ -208,7 +210,7 @@ class SharePartitions:
                 if code is not ErrorCode.none:
                     results[tp] = PartitionResult(_client_error(code))
             remaining = deadline - loop.time()
-            if written or remaining <= 0 or any(r.error is not ErrorCode.none for r in results.values()):
+            if remaining <= 0 or any(r.acquired or r.error is not ErrorCode.none for r in results.values()):
                 return results, settings.lock_duration_ms
             await self._wait_for_append([tp for tp, _ in wanted], min(remaining, SWEEP_MS / 1000 * 5))
 
@@ -224,6 +226,7 @@ class SharePartitions:
         bound = log_.last_stable_offset if settings.read_committed else log_.high_watermark
         pieces: list[bytes | memoryview] = []
         acquired: list[Acquired] = []
+        answered_end = -1  # the offset past the last batch the answer carries
         for _ in range(MAX_READS_PER_PARTITION):
             offset = share.next_fetch_offset()
             if offset >= bound or max_records <= 0 or not share.can_acquire():
@@ -234,14 +237,19 @@ class SharePartitions:
             headers = record_batch.parse_batches(records, verify_crc=False)
             spans = _spans(log_, headers, settings.read_committed, offset, bound)
             runs = share.acquire(member_id, spans, max_records=max_records, now_ms=now,
-                                 lock_ms=settings.lock_duration_ms)
+                                 lock_ms=settings.lock_duration_ms, from_offset=offset)
             if runs:
                 last = runs[-1].last
+                # Whole batches up to the one holding the last record acquired, less those
+                # an earlier read of this fetch already carries (a read starts with the
+                # batch holding its offset).
+                begin = next((h.position for h in headers if h.last_offset >= answered_end), len(records))
                 end = next((h.position + h.size for h in headers if h.last_offset >= last), len(records))
-                pieces.append(memoryview(records)[:end])
+                answered_end = next((h.next_offset for h in headers if h.last_offset >= last), answered_end)
+                pieces.append(memoryview(records)[begin:end])
                 acquired.extend(runs)
                 max_records -= sum(run.last - run.first + 1 for run in runs)
-                max_bytes -= end
+                max_bytes -= end - begin
                 if max_bytes <= 0:
                     break
             elif share.next_fetch_offset() <= offset:
@@ -381,6 +389,9 @@ class SharePartitions:
         code, state = await self._persister.read(key, leader_epoch)
         if code is not ErrorCode.none:
             return None, _client_error(code)
+        code, now_epoch = self._broker.leadership.leader_epoch(topic, key.partition)
+        if code is not ErrorCode.none or now_epoch != leader_epoch:  # the leadership moved meanwhile
+            return None, ErrorCode.not_leader_or_follower
         if state is not None and state.initialized:
             share = SharePartition.restore(state, delivery_limit=settings.delivery_limit,
                                            max_in_flight=settings.max_in_flight)
@@ -410,10 +421,10 @@ class SharePartitions:
                 log.exception("expiring share acquisition locks failed")
 
     def sweep(self, now_ms: int) -> None:
-        """Hand out again the records whose acquisition locks ran out."""
+        """Hand out again the records whose acquisition locks ran out (a partition whose
+        earliest lock is still ahead costs one comparison)."""
         for held in list(self._held.values()):
-            deadline = held.partition.next_lock_deadline()
-            if deadline is not None and deadline <= now_ms and held.partition.expire_locks(now_ms):
+            if held.partition.expire_locks(now_ms):
                 self._writer.changed(held)
 
 

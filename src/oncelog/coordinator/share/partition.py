@@ -144,6 +144,9 @@ class _Record:
     lock_deadline_ms: int = 0
 
 
+_NEVER = 2**63 - 1
+
+
 class AcknowledgeError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -167,6 +170,8 @@ class SharePartition:
         self.delivery_limit = delivery_limit
         self.max_in_flight = max_in_flight
         self._records: dict[int, _Record] = {}  # every offset in [start_offset, end_offset)
+        self._earliest_deadline_ms = _NEVER  # no acquisition lock runs out before it
+        self.changes = 0  # counts every change of state: what the manager persists
 
     # ---- persisted form --------------------------------------------------------------------
 
@@ -231,14 +236,20 @@ class SharePartition:
     # ---- changes ---------------------------------------------------------------------------
 
     def acquire(self, member: str, spans: Iterable[Span], *, max_records: int, now_ms: int,
-                lock_ms: int) -> list[Acquired]:
+                lock_ms: int, from_offset: int | None = None) -> list[Acquired]:
         """Hand `member` up to `max_records` records of `spans` (the log as read, in offset
-        order, from `next_fetch_offset()`): AVAILABLE in-flight ones again, then new ones
-        up to the window's limit. Aborted and control offsets are archived, never handed
-        out. The runs acquired, in order."""
+        order, from `from_offset`, default `next_fetch_offset()`): AVAILABLE in-flight
+        ones again, then new ones up to the window's limit. Aborted and control offsets
+        are archived, never handed out, and so are in-flight offsets the log no longer
+        has (compacted away between `from_offset` and the spans); an AVAILABLE record
+        already delivered `delivery_limit` times (after a restart, or a lowered limit)
+        is archived too. The runs acquired, in order."""
         runs: list[Acquired] = []
         budget = max_records
+        expected = max(self.start_offset, self.next_fetch_offset() if from_offset is None else from_offset)
         for span in spans:
+            self._archive_missing(expected, min(span.first, self.end_offset))
+            expected = max(expected, span.last + 1)
             for offset in range(max(span.first, self.start_offset), span.last + 1):
                 if budget <= 0:
                     return self._finish(runs)
@@ -252,15 +263,22 @@ class SharePartition:
                         self._records[gap] = _Record(RecordState.ARCHIVED)
                     record = self._records[offset] = _Record(RecordState.AVAILABLE)
                     self.end_offset = offset + 1
+                    self.changes += 1
                     if span.kind is not SpanKind.DATA:
                         record.state = TRANSITIONS[(record.state, Event.SKIP)]
                         continue
                 if record.state is not RecordState.AVAILABLE:
                     continue
+                if record.delivery_count >= self.delivery_limit:
+                    record.state = TRANSITIONS[(record.state, Event.SKIP)]
+                    self.changes += 1
+                    continue
                 record.state = TRANSITIONS[(record.state, Event.ACQUIRE)]
                 record.delivery_count += 1
                 record.member = member
                 record.lock_deadline_ms = now_ms + lock_ms
+                self._earliest_deadline_ms = min(self._earliest_deadline_ms, record.lock_deadline_ms)
+                self.changes += 1
                 budget -= 1
                 last = runs[-1] if runs else None
                 if last is not None and last.last == offset - 1 and last.delivery_count == record.delivery_count:
@@ -268,6 +286,15 @@ class SharePartition:
                 else:
                     runs.append(Acquired(offset, offset, record.delivery_count))
         return self._finish(runs)
+
+    def _archive_missing(self, first: int, end: int) -> None:
+        """In-flight AVAILABLE offsets in [first, end) that the read did not return: gone
+        from the log (compaction), archived."""
+        for offset in range(max(first, self.start_offset), min(end, self.end_offset)):
+            record = self._records[offset]
+            if record.state is RecordState.AVAILABLE:
+                record.state = TRANSITIONS[(record.state, Event.SKIP)]
+                self.changes += 1
 
     def _finish(self, runs: list[Acquired]) -> list[Acquired]:
         self._advance()
@@ -279,10 +306,16 @@ class SharePartition:
         `member`, else AcknowledgeError(INVALID_RECORD_STATE); malformed batches or types
         are INVALID_REQUEST."""
         changes: list[tuple[int, AckType]] = []
+        previous_last = -1
         for batch in acknowledgements:
             if batch.first > batch.last or batch.first < 0:
                 raise AcknowledgeError(ErrorCode.invalid_request,
                                        f"Invalid acknowledgement batch {batch.first}-{batch.last}")
+            if batch.first <= previous_last:  # Kafka's validateAcknowledgementBatches
+                raise AcknowledgeError(ErrorCode.invalid_request,
+                                       f"Acknowledgement batch {batch.first}-{batch.last} overlaps or precedes "
+                                       f"the one before it (ending at {previous_last})")
+            previous_last = batch.last
             count = batch.last - batch.first + 1
             if len(batch.types) not in (1, count):
                 raise AcknowledgeError(ErrorCode.invalid_request,
@@ -302,6 +335,7 @@ class SharePartition:
                 changes.append((offset, AckType(raw)))
         for offset, ack in changes:
             record = self._records[offset]
+            self.changes += 1
             if ack is AckType.RENEW:
                 record.lock_deadline_ms = now_ms + lock_ms
                 continue
@@ -310,16 +344,25 @@ class SharePartition:
 
     def expire_locks(self, now_ms: int) -> bool:
         """Records whose acquisition lock ran out go back (or, at the limit, to the
-        archive). Whether any did."""
-        return self._release(lambda record: record.lock_deadline_ms <= now_ms, Event.LOCK_EXPIRED)
+        archive). Whether any did. Cheap when no lock can have run out yet."""
+        if now_ms < self._earliest_deadline_ms:
+            return False
+        expired = self._release(lambda record: record.lock_deadline_ms <= now_ms, Event.LOCK_EXPIRED)
+        self._earliest_deadline_ms = self._exact_deadline()
+        return expired
 
     def release_member(self, member: str) -> bool:
         """`member`'s acquired records go back: its share session closed."""
         return self._release(lambda record: record.member == member, Event.MEMBER_GONE)
 
     def next_lock_deadline(self) -> int | None:
-        deadlines = [r.lock_deadline_ms for r in self._records.values() if r.state is RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        """No lock runs out before this (a bound: a lock renewed or given back since may
+        make it early); None when nothing is acquired."""
+        return None if self._earliest_deadline_ms == _NEVER else self._earliest_deadline_ms
+
+    def _exact_deadline(self) -> int:
+        return min((r.lock_deadline_ms for r in self._records.values() if r.state is RecordState.ACQUIRED),
+                   default=_NEVER)
 
     def move_start(self, log_start_offset: int) -> bool:
         """The log lost records below `log_start_offset` (retention, DeleteRecords): the
@@ -329,6 +372,7 @@ class SharePartition:
         for offset in range(self.start_offset, min(log_start_offset, self.end_offset)):
             del self._records[offset]
         self.start_offset = log_start_offset
+        self.changes += 1
         self.end_offset = max(self.end_offset, log_start_offset)
         self._advance()
         return True
@@ -338,6 +382,7 @@ class SharePartition:
         for record in self._records.values():
             if record.state is RecordState.ACQUIRED and selected(record):
                 self._settle(record, TRANSITIONS[(record.state, event)])
+                self.changes += 1
                 changed = True
         if changed:
             self._advance()
