@@ -201,7 +201,7 @@ def test_a_busy_partition_does_not_starve_the_others_of_a_share_session(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.create_topics([NewTopic("wire-turns", 2, 1)])["wire-turns"].result(30)
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
-    for i in range(50):
+    for _ in range(50):
         producer.produce("wire-turns", b"busy", partition=0)
     producer.produce("wire-turns", b"quiet", partition=1)
     assert producer.flush(30) == 0
