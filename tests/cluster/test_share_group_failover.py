@@ -16,6 +16,10 @@ from collections import Counter
 import pytest
 from confluent_kafka import KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.describe_share_group_offsets.v1 import request as describe_offsets
+from kio.schema.errors import ErrorCode
+from kio.schema.types import GroupId
 
 from oncelog.local.cluster import ClusterProcess
 from tests.support.cluster import create
@@ -118,3 +122,18 @@ def test_share_consumers_get_every_record_once_through_a_partition_leaders_kill(
         thread.join(150)
     assert sorted(set(delivered)) == sorted(values), f"{len(values) - len(set(delivered))} never delivered"
     assert [value for value, count in accepted.items() if count > 1] == []
+    # The group's coordinator describes and deletes the share partitions wherever their
+    # states are kept (one of them, at least, on another broker).
+    coordinator = cluster.coordinator_of(GROUP, key_type=0)
+
+    def described() -> dict[int, int]:
+        request = describe_offsets.DescribeShareGroupOffsetsRequest(groups=(
+            describe_offsets.DescribeShareGroupOffsetsRequestGroup(group_id=GroupId(GROUP), topics=None),))
+        [group] = cluster.ask(coordinator, request).groups
+        assert group.error_code == ErrorCode.none
+        return {p.partition_index: p.start_offset for t in group.topics for p in t.partitions}
+
+    cluster.wait_for(lambda: described() == {0: 300, 1: 300}, 30, "the start offsets at the end")
+    [result] = cluster.ask(coordinator, DeleteGroupsRequest(groups_names=(GroupId(GROUP),))).results
+    assert result.error_code == ErrorCode.none
+    assert described() == {}

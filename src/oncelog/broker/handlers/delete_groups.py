@@ -67,7 +67,7 @@ async def _delete_share_group(ctx: RequestContext, group_id: str) -> ErrorCode:
     if code is not ErrorCode.none:
         return code
     manager = ctx.broker.share_partitions
-    for tp in manager.persisted_partitions(group_id):
+    for tp in await manager.group_partitions(group_id):
         code = await manager.reset(group_id, tp, UNINITIALIZED)
         if code is not ErrorCode.none:
             return code

@@ -39,8 +39,8 @@ async def handle(ctx: RequestContext, request) -> object:
         elif info is None:
             error = ErrorCode.unknown_topic_or_partition
         else:
-            for topic_name, partition in manager.persisted_partitions(request.group_id):
-                if topic_name == name and error is ErrorCode.none:
+            for partition in range(info.num_partitions):  # wherever each one's state is kept
+                if error is ErrorCode.none:
                     error = await manager.reset(request.group_id, (name, partition), UNINITIALIZED)
         topics.append(make("DeleteShareGroupOffsetsResponseTopic", topic_name=name,
                            topic_id=info.topic_id if info is not None and error is not

@@ -1,10 +1,15 @@
 """DescribeShareGroupOffsets (key 90), v0-v1: each share partition's start offset and,
 at v1, its lag (`kafka-share-groups.sh --describe`, Admin.listShareGroupOffsets).
 
-- Per group, the topics asked (null: every share partition the group has): the
-  share-partition start offset, or -1 for a partition the group never read; the lag
-  counts the records from the start offset to the high watermark (the LSO under
-  share.isolation.level=read_committed) not yet acknowledged or archived.
+- Per group, the topics asked (null: every share partition the group has, wherever its
+  share coordinator is): the share-partition start offset, or -1 for a partition the
+  group never read; the lag counts the records from the start offset to the high
+  watermark (the LSO under share.isolation.level=read_committed) not yet acknowledged or
+  archived, -1 where this broker does not lead the partition.
+- Deviation: in cluster mode a partition whose state another broker keeps is asked of it
+  with ReadShareGroupState (no fencing), one request per partition, and with null topics
+  every partition of every topic is (Kafka asks with ReadShareGroupStateSummary the
+  partitions its group coordinator remembers initializing).
 - Errors: GROUP_ID_NOT_FOUND for a classic or consumer group's id, NOT_COORDINATOR for a
   group coordinated by another broker, UNKNOWN_TOPIC_OR_PARTITION per partition.
 - Authorization, as Kafka's KafkaApis: Group DESCRIBE, else GROUP_AUTHORIZATION_FAILED for
@@ -37,20 +42,20 @@ async def handle(ctx: RequestContext, request) -> object:
             continue
         wanted: dict[str, list[int]] = defaultdict(list)
         if group.topics is None:
-            for topic, partition in sorted(ctx.broker.share_partitions.persisted_partitions(group.group_id)):
+            for topic, partition in await ctx.broker.share_partitions.group_partitions(group.group_id):
                 wanted[topic].append(partition)
         else:
             async for topic in ctx.paced(group.topics):
                 wanted[topic.topic_name].extend(topic.partitions)
         topics = []
         async for name in ctx.paced(sorted(wanted)):
-            topics.append(_topic(ctx, group.group_id, name, wanted[name]))
+            topics.append(await _topic(ctx, group.group_id, name, wanted[name]))
         groups.append(make("DescribeShareGroupOffsetsResponseGroup", group_id=group.group_id, topics=tuple(topics),
                            error_code=ErrorCode.none, error_message=None))
     return make("DescribeShareGroupOffsetsResponse", throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
-def _topic(ctx: RequestContext, group_id: str, name: str, partitions: list[int]) -> object:
+async def _topic(ctx: RequestContext, group_id: str, name: str, partitions: list[int]) -> object:
     make = ctx.response.make
     info = ctx.broker.logs.topic(name)
     allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
@@ -62,7 +67,7 @@ def _topic(ctx: RequestContext, group_id: str, name: str, partitions: list[int])
         elif info is None or ctx.broker.logs.partition(name, partition) is None:
             code = ErrorCode.unknown_topic_or_partition
         else:
-            found = ctx.broker.share_partitions.start_and_lag(group_id, (name, partition))
+            found = await ctx.broker.share_partitions.start_and_lag(group_id, (name, partition))
             if found is not None:
                 start, lag = found
         _code, epoch = ctx.broker.leadership.leader_epoch(name, partition)

@@ -52,7 +52,7 @@ from oncelog.coordinator.share.partition import (
 from oncelog.coordinator.share.records import StateKey
 from oncelog.coordinator.share.settings import ShareSettings
 from oncelog.coordinator.share.writer import HeldPartition, StateWriter
-from oncelog.names import SHARE_GROUP_STATE, TopicPartition
+from oncelog.names import INTERNAL_TOPICS, SHARE_GROUP_STATE, TopicPartition
 from oncelog.protocol import record_batch
 from oncelog.protocol.messages import ErrorCode
 
@@ -66,6 +66,7 @@ log = logging.getLogger("oncelog.share")
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
+SUMMARY = -1  # the leader epoch of a read that takes nothing over (no fencing): a summary
 SWEEP_MS = 100
 MAX_READS_PER_PARTITION = 8  # reads past archived-only stretches (aborted, markers) in one fetch
 
@@ -308,10 +309,33 @@ class SharePartitions:
                 found.append((info.name, key.partition))
         return found
 
-    def start_and_lag(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
+    async def group_partitions(self, group_id: str) -> list[TopicPartition]:
+        """Every share partition of the group with a state, wherever its share coordinator
+        is: those kept here, and (cluster mode) each partition of every topic whose key
+        another broker keeps, asked of it, one request per partition (Kafka's group
+        coordinator remembers which it initialized; oncelog asks)."""
+        found = set(self.persisted_partitions(group_id))
+        looked = 0
+        for name, info in sorted(self._broker.logs.topics().items()):
+            if name in INTERNAL_TOPICS:
+                continue
+            for partition in range(info.num_partitions):
+                looked += 1
+                if looked % 512 == 0:
+                    await asyncio.sleep(0)  # a broker of many partitions: the other clients get turns
+                key = StateKey(group_id, info.topic_id, partition)
+                if (name, partition) in found or self._store.owns(key):
+                    continue  # kept here: known already
+                code, state = await self._persister.read(key, SUMMARY)
+                if code is ErrorCode.none and state is not None and state.initialized:
+                    found.add((name, partition))
+        return sorted(found)
+
+    async def start_and_lag(self, group_id: str, tp: TopicPartition) -> tuple[int, int] | None:
         """(share-partition start offset, lag) of a share partition, None if it was never
-        initialized here. The lag counts the records from the start offset to the high
-        watermark (the LSO under read_committed) not yet acknowledged or archived."""
+        initialized. The lag counts the records from the start offset to the high
+        watermark (the LSO under read_committed) not yet acknowledged or archived; -1
+        where this broker does not lead the partition (its log here may be behind)."""
         topic, partition = tp
         info = self._broker.logs.topic(topic)
         log_ = self._broker.logs.partition(topic, partition)
@@ -321,12 +345,19 @@ class SharePartitions:
         key = StateKey(group_id, info.topic_id, partition)
         share = held.partition if held is not None and held.key == key else None
         if share is None:
-            state = self._store.read(key)
-            if state is None:
+            if self._store.owns(key):
+                state = self._store.read(key)
+            else:
+                code, state = await self._persister.read(key, SUMMARY)
+                state = state if code is ErrorCode.none else None
+            if state is None or not state.initialized:
                 return None
             settings = self._settings(group_id)
             share = SharePartition.restore(state, delivery_limit=settings.delivery_limit,
                                            max_in_flight=settings.max_in_flight)
+        code, _epoch = self._broker.leadership.leader_epoch(topic, partition)
+        if code is not ErrorCode.none:
+            return share.start_offset, -1
         bound = log_.last_stable_offset if self._settings(group_id).read_committed else log_.high_watermark
         return share.start_offset, max(0, bound - share.start_offset - share.done_in_flight())
 
