@@ -54,6 +54,13 @@ def test_a_share_group_is_listed_described_reset_and_deleted(cli_broker, capsys)
         status, rows, _ = oncelog(cli_broker, capsys, "share-groups", "describe", "--group", "workers")
         assert rows == [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"],
                         ["workers", "jobs", "0", "5", "0"], ["workers", "jobs", "1", "5", "0"]]
+        # `oncelog groups` shows them too, with --type share.
+        status, rows, _ = oncelog(cli_broker, capsys, "groups", "list", "--type", "share", "--state", "stable")
+        assert status == 0 and rows == [["GROUP", "STATE"], ["workers", "Stable"]]
+        status, rows, _ = oncelog(cli_broker, capsys, "groups", "describe", "--type", "share", "--all-groups")
+        assert status == 0 and rows[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"] and len(rows) == 3
+        status, rows, _ = oncelog(cli_broker, capsys, "groups", "list")
+        assert ["workers"] not in rows  # consumer groups only, as kafka-consumer-groups.sh
         status, rows, _ = oncelog(cli_broker, capsys, "share-groups", "describe", "--group", "workers", "--members")
         assert rows[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
         assert (rows[1][0], rows[1][3], rows[1][4], rows[1][5]) == ("workers", "worker-1", "2", "jobs:0,1")

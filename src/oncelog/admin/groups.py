@@ -54,6 +54,9 @@ just as LAG is never negative. "-" means unknown: no committed offset, or the to
 gone. LSO and LSO-LAG are oncelog's; Kafka's tool shows the others."""
 
 
+GROUP_TYPES = ("consumer", "share")
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     groups = commands.add_parser(
         "groups", help="list, describe and delete consumer groups (kafka-consumer-groups.sh)"
@@ -66,6 +69,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--state", nargs="?", const="", default=None, metavar="STATES",
         help="show each group's state; with comma-separated states, only groups in them",
     )
+    list_.add_argument("--type", choices=GROUP_TYPES, default="consumer",
+                       help="consumer groups (classic and KIP-848; the default) or share groups (KIP-932, as "
+                            "`oncelog share-groups list`)")
     list_.set_defaults(run=run_list)
 
     describe = actions.add_parser(
@@ -79,6 +85,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true", help="show members instead of offsets")
     view.add_argument("--state", action="store_true", help="show group state instead of offsets")
+    describe.add_argument("--type", choices=GROUP_TYPES, default="consumer",
+                          help="consumer groups (the default) or share groups (start offsets and lag, as "
+                               "`oncelog share-groups describe`)")
     describe.set_defaults(run=run_describe)
 
     delete = actions.add_parser("delete", help="delete consumer groups with no members")
@@ -118,6 +127,10 @@ def _state_name(state: Any) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    if args.type == "share":
+        from oncelog.admin import share_groups
+
+        return share_groups.run_list(args)
     admin = _admin(args)
     result = _wait(admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), args)
     if result.errors:
@@ -151,6 +164,10 @@ class PartitionRow:
 
 
 def run_describe(args: argparse.Namespace) -> int:
+    if args.type == "share":
+        from oncelog.admin import share_groups
+
+        return share_groups.describe_groups(args)
     admin = _admin(args)
     if args.all_groups:
         listed = _wait(admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), args)

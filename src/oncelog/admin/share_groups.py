@@ -8,6 +8,9 @@ kafka-share-groups.sh does.
     oncelog share-groups delete-offsets --group G --topic T
     oncelog share-groups delete --group G
 
+`oncelog groups list --type share` and `oncelog groups describe --type share` give the
+same lists and descriptions.
+
 `describe` shows each share partition's start offset (where the group's next undelivered
 record is) and its lag; a partition the group never read shows "-". `reset-offsets` is a
 dry run unless `--execute`, and like `delete-offsets` and `delete` needs a group with no
@@ -93,7 +96,9 @@ def _coordinator(cluster: Cluster, group: str) -> int:
     return cluster.coordinator(group, GROUP_COORDINATOR, COORDINATOR_WAIT_S)
 
 
-def run_list(args: argparse.Namespace) -> int:
+def _listed(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(group id, state) of every share group, from every broker (each lists those it
+    coordinates), sorted."""
     with wire_cluster(args) as cluster:
         if not cluster.brokers:
             cluster.metadata(())
@@ -103,12 +108,32 @@ def run_list(args: argparse.Namespace) -> int:
             if response.error_code != ErrorCode.none:
                 raise _error(f"ListGroups on broker {node_id}", response.error_code)
             listed += [(group.group_id, group.group_state) for group in response.groups]
-    listed.sort()
-    if args.state:
+    return sorted(listed)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """`--state` shows each group's state; from `oncelog groups list --type share` it may
+    also name the states to list (comma-separated)."""
+    listed = _listed(args)
+    if isinstance(args.state, str) and args.state.strip():
+        wanted = {state.strip().lower() for state in args.state.split(",") if state.strip()}
+        listed = [(group_id, state) for group_id, state in listed if state.lower() in wanted]
+    if args.state not in (None, False):
         print_table(("GROUP", "STATE"), listed)
     else:
         for group_id, _state in listed:
             print(group_id)
+    return 0
+
+
+def describe_groups(args: argparse.Namespace) -> int:
+    """`oncelog groups describe --type share`: each group of `--group` (or every share
+    group with `--all-groups`), as `share-groups describe` shows one."""
+    groups = [group_id for group_id, _state in _listed(args)] if args.all_groups else list(dict.fromkeys(args.group))
+    for number, group_id in enumerate(groups):
+        if number:
+            print()
+        run_describe(argparse.Namespace(**{**vars(args), "group": group_id}))
     return 0
 
 
