@@ -83,3 +83,16 @@ def by_topic(ctx: RequestContext, entries: dict[tuple[uuid.UUID | None, int], tu
 
 def acknowledge_code(result: PartitionResult) -> ErrorCode:
     return result.acknowledge_error if result.acknowledged else ErrorCode.none
+
+
+def request_refusal(ctx: RequestContext, request) -> tuple[ErrorCode, str | None] | None:
+    """A ShareFetch's or ShareAcknowledge's error for the whole request, as Kafka's
+    KafkaApis checks it: Group READ, then a group id and a member id; None to go on."""
+    group_id = request.group_id or ""
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, None
+    if not group_id:
+        return ErrorCode.invalid_group_id, "The group id is empty."
+    if not request.member_id:
+        return ErrorCode.invalid_request, "The member id is empty."
+    return None

@@ -15,27 +15,16 @@ from __future__ import annotations
 
 from oncelog import clock
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._share_state import key_of, refusal
+from oncelog.broker.handlers._share_state import each_partition
 from oncelog.protocol.messages import ErrorCode
 
 
 @api(83, "InitializeShareGroupState", range(0, 1))
 async def handle(ctx: RequestContext, request) -> object:
-    make = ctx.response.make
-    refused = refusal(ctx, request.group_id)
-    results = []
-    async for topic in ctx.paced(request.topics):
-        partitions = []
-        async for data in ctx.paced(topic.partitions):
-            code = refused
-            key = key_of(request.group_id, topic.topic_id, data.partition)
-            if code is ErrorCode.none:
-                if key is None:
-                    code = ErrorCode.unknown_topic_id
-                elif data.start_offset < 0:
-                    code = ErrorCode.invalid_request
-                else:
-                    code = await ctx.broker.share_state.reset(key, data.start_offset, now_ms=clock.now_ms())
-            partitions.append(make("PartitionResult", partition=data.partition, error_code=code, error_message=None))
-        results.append(make("InitializeStateResult", topic_id=topic.topic_id, partitions=tuple(partitions)))
-    return make("InitializeShareGroupStateResponse", results=tuple(results))
+    async def serve(key, data) -> tuple[ErrorCode, dict]:
+        if data.start_offset < 0:
+            return ErrorCode.invalid_request, {}
+        return await ctx.broker.share_state.reset(key, data.start_offset, now_ms=clock.now_ms()), {}
+
+    results = await each_partition(ctx, request, "InitializeStateResult", serve)
+    return ctx.response.make("InitializeShareGroupStateResponse", results=results)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from oncelog import clock
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._share_state import key_of, refusal
+from oncelog.broker.handlers._share_state import each_partition
 from oncelog.coordinator.share.persister import NO_STATE
 from oncelog.protocol.messages import ErrorCode
 
@@ -23,25 +23,15 @@ from oncelog.protocol.messages import ErrorCode
 @api(84, "ReadShareGroupState", range(0, 1))
 async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
-    refused = refusal(ctx, request.group_id)
-    results = []
-    async for topic in ctx.paced(request.topics):
-        partitions = []
-        async for wanted in ctx.paced(topic.partitions):
-            code, state = refused, None
-            key = key_of(request.group_id, topic.topic_id, wanted.partition)
-            if code is ErrorCode.none:
-                if key is None:
-                    code = ErrorCode.unknown_topic_id
-                else:
-                    code, state = await ctx.broker.share_state.read_for_leader(key, wanted.leader_epoch,
-                                                                              now_ms=clock.now_ms())
-            partitions.append(make(
-                "PartitionResult", partition=wanted.partition, error_code=code, error_message=None,
-                state_epoch=-1 if state is None else state.state_epoch,
-                start_offset=NO_STATE if state is None else state.start_offset,
-                state_batches=() if state is None else tuple(
-                    make("StateBatch", first_offset=b.first, last_offset=b.last, delivery_state=int(b.state),
-                         delivery_count=b.delivery_count) for b in state.batches)))
-        results.append(make("ReadStateResult", topic_id=topic.topic_id, partitions=tuple(partitions)))
-    return make("ReadShareGroupStateResponse", results=tuple(results))
+
+    async def serve(key, wanted) -> tuple[ErrorCode, dict]:
+        code, state = await ctx.broker.share_state.read_for_leader(key, wanted.leader_epoch, now_ms=clock.now_ms())
+        if state is None:
+            return code, {}
+        return code, {"state_epoch": state.state_epoch, "start_offset": state.start_offset, "state_batches": tuple(
+            make("StateBatch", first_offset=b.first, last_offset=b.last, delivery_state=int(b.state),
+                 delivery_count=b.delivery_count) for b in state.batches)}
+
+    results = await each_partition(ctx, request, "ReadStateResult", serve, refused_fields={
+        "state_epoch": -1, "start_offset": NO_STATE, "state_batches": ()})
+    return make("ReadShareGroupStateResponse", results=results)

@@ -18,21 +18,23 @@ from __future__ import annotations
 import datetime
 
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._share import acknowledge_code, by_topic, leader_and_epoch, partitions_of
+from oncelog.broker.handlers._share import (
+    acknowledge_code,
+    by_topic,
+    leader_and_epoch,
+    partitions_of,
+    request_refusal,
+)
 from oncelog.coordinator.share.manager import FINAL_EPOCH
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
-from oncelog.security.acl import AclOperation, ResourceType
 
 
 @api(79, "ShareAcknowledge", range(1, 3))
 async def handle(ctx: RequestContext, request) -> object:
-    group_id = request.group_id or ""
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _error(ctx, ErrorCode.group_authorization_failed)
-    if not group_id:
-        return _error(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
-    if not request.member_id:
-        return _error(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    refused = request_refusal(ctx, request)
+    if refused is not None:
+        return _error(ctx, *refused)
+    group_id = request.group_id
     manager = ctx.broker.share_partitions
     outcome = manager.open_session(group_id, request.member_id, request.share_session_epoch, ctx.principal,
                                    fetching=False)

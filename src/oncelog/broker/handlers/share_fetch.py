@@ -40,6 +40,7 @@ from oncelog.broker.handlers._share import (
     has_acknowledgements,
     leader_and_epoch,
     partitions_of,
+    request_refusal,
 )
 from oncelog.coordinator.share.manager import FINAL_EPOCH, INITIAL_EPOCH, PartitionResult
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
@@ -48,13 +49,10 @@ from oncelog.security.acl import AclOperation, ResourceType
 
 @api(78, "ShareFetch", range(1, 3))
 async def handle(ctx: RequestContext, request) -> object:
-    group_id = request.group_id or ""
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _error(ctx, ErrorCode.group_authorization_failed)
-    if not group_id:
-        return _error(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
-    if not request.member_id:
-        return _error(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    refused = request_refusal(ctx, request)
+    if refused is not None:
+        return _error(ctx, *refused)
+    group_id = request.group_id
     epoch = request.share_session_epoch
     if epoch == INITIAL_EPOCH and has_acknowledgements(request.topics):
         return _error(ctx, ErrorCode.invalid_request, "Acknowledge data present on initial fetch request.")

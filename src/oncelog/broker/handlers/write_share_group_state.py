@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from oncelog import clock
 from oncelog.broker.dispatch import RequestContext, api
-from oncelog.broker.handlers._share_state import key_of, refusal
+from oncelog.broker.handlers._share_state import each_partition
 from oncelog.coordinator.share.partition import RecordState, ShareState, StateBatch
 from oncelog.protocol.messages import ErrorCode
 
@@ -24,29 +24,19 @@ _STATES = {int(state) for state in RecordState}
 
 @api(85, "WriteShareGroupState", range(0, 2))
 async def handle(ctx: RequestContext, request) -> object:
-    make = ctx.response.make
-    refused = refusal(ctx, request.group_id)
     limit = ctx.broker.config["group.share.partition.max.record.locks"]
-    results = []
-    async for topic in ctx.paced(request.topics):
-        partitions = []
-        async for data in ctx.paced(topic.partitions):
-            code = refused
-            key = key_of(request.group_id, topic.topic_id, data.partition)
-            if code is ErrorCode.none:
-                batches = data.state_batches
-                if key is None:
-                    code = ErrorCode.unknown_topic_id
-                elif not _valid(data.start_offset, batches, limit):
-                    code = ErrorCode.invalid_request
-                else:
-                    state = ShareState(data.start_offset, tuple(
-                        StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
-                        for b in batches), data.state_epoch)
-                    code = await ctx.broker.share_state.write(key, state, data.leader_epoch, now_ms=clock.now_ms())
-            partitions.append(make("PartitionResult", partition=data.partition, error_code=code, error_message=None))
-        results.append(make("WriteStateResult", topic_id=topic.topic_id, partitions=tuple(partitions)))
-    return make("WriteShareGroupStateResponse", results=tuple(results))
+
+    async def serve(key, data) -> tuple[ErrorCode, dict]:
+        batches = data.state_batches
+        if not _valid(data.start_offset, batches, limit):
+            return ErrorCode.invalid_request, {}
+        state = ShareState(data.start_offset, tuple(
+            StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
+            for b in batches), data.state_epoch)
+        return await ctx.broker.share_state.write(key, state, data.leader_epoch, now_ms=clock.now_ms()), {}
+
+    results = await each_partition(ctx, request, "WriteStateResult", serve)
+    return ctx.response.make("WriteShareGroupStateResponse", results=results)
 
 
 def _valid(start_offset: int, batches, limit: int) -> bool:
