@@ -197,7 +197,8 @@ class SharePartitions:
                     results[tp] = PartitionResult(error)
                     continue
                 before = held.partition.changes
-                result = self._acquire(held, member_id, settings, budget_records, budget_bytes, first=not written)
+                result = self._acquire(held, member_id, settings, budget_records, budget_bytes,
+                                       first=budget_bytes == max_bytes)  # no records in the answer yet
                 results[tp] = result
                 if held.partition.changes != before:  # acquired, or archived, expired, moved on
                     written.append((tp, held, self._writer.changed(held)))
