@@ -8,6 +8,7 @@ twice, and the new leader hands out only what the old one had not finished.
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import threading
 import time
@@ -19,9 +20,13 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_share_group_offsets.v1 import request as describe_offsets
 from kio.schema.errors import ErrorCode
-from kio.schema.types import GroupId
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.share_fetch.v2 import request as share_fetch
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from oncelog.local.cluster import ClusterProcess
+from oncelog.protocol.client import WireClient
 from tests.support.cluster import create
 
 TOPIC = GROUP = "share-failover"
@@ -137,3 +142,41 @@ def test_share_consumers_get_every_record_once_through_a_partition_leaders_kill(
     [result] = cluster.ask(coordinator, DeleteGroupsRequest(groups_names=(GroupId(GROUP),))).results
     assert result.error_code == ErrorCode.none
     assert described() == {}
+
+
+def test_a_share_fetch_while_the_share_state_topic_is_made_gets_no_error_clients_take_as_fatal(cluster):
+    """The first share fetch of a cluster makes `__share_group_state`, which takes a while:
+    meanwhile the fetch must answer with no records, not COORDINATOR_NOT_AVAILABLE, which
+    the Java and librdkafka share consumers raise to the application."""
+    create(cluster, "share-first", 1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = ConfigResource("group", "share-first", incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    producer.produce("share-first", b"x")
+    assert producer.flush(30) == 0
+    leader = cluster.leader_of("share-first", 0)
+    metadata = cluster.ask(leader, MetadataRequest(
+        topics=(MetadataRequestTopic(name=TopicName("share-first"), topic_id=None),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    topic_id = metadata.topics[0].topic_id
+    seen = []
+    with WireClient.connect(cluster.nodes[leader].bootstrap_servers) as client:
+        for epoch in range(200):
+            response = client.request(share_fetch.ShareFetchRequest(
+                group_id=GroupId("share-first"), member_id="m1", share_session_epoch=i32(epoch),
+                max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=100)), min_bytes=i32(1),
+                max_records=i32(10), batch_size=i32(10), topics=(share_fetch.FetchTopic(
+                    topic_id=topic_id, partitions=(share_fetch.FetchPartition(partition_index=i32(0),
+                                                                              acknowledgement_batches=()),)),),
+                forgotten_topics_data=()))
+            assert response.error_code == ErrorCode.none
+            for topic in response.responses:
+                for partition in topic.partitions:
+                    assert partition.error_code == ErrorCode.none, partition
+                    seen.extend(partition.acquired_records)
+            if seen:
+                break
+    assert [(r.first_offset, r.last_offset) for r in seen] == [(0, 0)]

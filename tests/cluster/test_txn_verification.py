@@ -157,7 +157,8 @@ def test_the_cluster_finalizes_transaction_version_2_and_offers_produce_v12(clus
         response = client.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     versions = {key.api_key: key.max_version for key in response.api_keys}
     assert (versions[0], versions[24], versions[26], versions[28]) == (12, 5, 5, 5)
-    assert [(f.name, f.max_version_level) for f in response.finalized_features] == [("transaction.version", 2)]
+    assert [(f.name, f.max_version_level) for f in response.finalized_features] == [
+        ("share.version", 1), ("transaction.version", 2)]
 
 
 def test_produce_v12_to_a_leader_that_is_not_the_coordinator_adds_the_partition_there_and_the_commit_shows_it(

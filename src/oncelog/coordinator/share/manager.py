@@ -13,8 +13,10 @@ ShareAcknowledge do.
   written in order by the partition's `StateWriter` (writer.py), and a fetch or an
   acknowledgement is answered once its changes are persisted. A write that fails (the
   share coordinator moved, a newer leader, an admin reset) drops the partition from
-  memory: the next use reloads what was persisted, and the client gets the error
-  (COORDINATOR_NOT_AVAILABLE or the like, which it retries).
+  memory: the next use reloads what was persisted. A fetch retries such a partition
+  while it waits and answers it with no records rather than the share coordinator's
+  error, which Kafka's share consumers take as fatal; an acknowledgement reports the
+  error (the records come again).
 - When this broker stops leading a partition (cluster mode), its share partitions are
   dropped; the new leader loads them from the share coordinator.
 - A fetch reads the log from the partition's first AVAILABLE record (or its end), up to
@@ -194,7 +196,7 @@ class SharePartitions:
             for tp, topic_id in wanted:
                 held, error = await self._partition(group_id, tp, topic_id, settings)
                 if held is None:
-                    results[tp] = PartitionResult(error)
+                    results[tp] = PartitionResult(_fetch_error(error))
                     continue
                 before = held.partition.changes
                 result = self._acquire(held, member_id, settings, budget_records, budget_bytes,
@@ -210,7 +212,7 @@ class SharePartitions:
             for tp, held, version in written:
                 code = await self._writer.written(held, version)
                 if code is not ErrorCode.none:
-                    results[tp] = PartitionResult(_client_error(code))
+                    results[tp] = PartitionResult(_fetch_error(_client_error(code)))
             remaining = deadline - loop.time()
             if remaining <= 0 or any(r.acquired or r.error is not ErrorCode.none for r in results.values()):
                 return results, settings.lock_duration_ms
@@ -473,6 +475,21 @@ _CLIENT_ERRORS = {
 
 def _client_error(code: ErrorCode) -> ErrorCode:
     return _CLIENT_ERRORS.get(code, code)
+
+
+# A share coordinator that cannot be reached now, or a state an admin just reset, is the
+# broker's to retry: a fetch answers the partition with no records and no error (and
+# tries again while it waits), since the share consumers of both Java and librdkafka
+# treat any fetch error but the leadership and topic ones as fatal for the application
+# ("Unexpected error code ... while fetching"). Acknowledgements still report them.
+_RETRIED_BY_THE_BROKER = frozenset({
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.fenced_state_epoch, ErrorCode.request_timed_out, ErrorCode.network_exception,
+})
+
+
+def _fetch_error(code: ErrorCode) -> ErrorCode:
+    return ErrorCode.none if code in _RETRIED_BY_THE_BROKER else code
 
 
 def _spans(log_: PartitionLog, headers: Iterable[record_batch.BatchHeader], read_committed: bool, start: int,
