@@ -9,7 +9,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from oncelog.broker.dispatch import RequestContext
-from oncelog.coordinator.share.manager import PartitionResult
 from oncelog.coordinator.share.partition import Acknowledgement
 from oncelog.names import TopicPartition
 from oncelog.protocol.messages import ErrorCode
@@ -17,7 +16,7 @@ from oncelog.security.acl import AclOperation, ResourceType
 
 
 @dataclass(slots=True)
-class SharePartitions:
+class RequestPartitions:
     """A request's partitions: those it may use, by name, and those refused."""
 
     usable: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)
@@ -26,12 +25,12 @@ class SharePartitions:
 
 
 async def partitions_of(ctx: RequestContext, topics, *, batches_field: str = "acknowledgement_batches"
-                        ) -> SharePartitions:
+                        ) -> RequestPartitions:
     """The request's topics (ShareFetch's FetchTopic or ShareAcknowledge's
     AcknowledgeTopic): each topic id resolved (UNKNOWN_TOPIC_ID), READ on each topic
     (TOPIC_AUTHORIZATION_FAILED), each partition known to this broker
     (UNKNOWN_TOPIC_OR_PARTITION) and led here (NOT_LEADER_OR_FOLLOWER)."""
-    found = SharePartitions()
+    found = RequestPartitions()
     logs = ctx.broker.logs
     async for topic in ctx.paced(topics):
         info = logs.topic_by_id(topic.topic_id) if topic.topic_id is not None else None
@@ -72,17 +71,12 @@ def leader_and_epoch(ctx: RequestContext, topic: str | None, partition: int) -> 
     return make("LeaderIdAndEpoch", leader_id=-1 if leader is None else leader, leader_epoch=epoch)
 
 
-def by_topic(ctx: RequestContext, entries: dict[tuple[uuid.UUID | None, int], tuple[str | None, object]]
-             ) -> list[tuple[uuid.UUID | None, list[object]]]:
+def by_topic(entries: dict[tuple[uuid.UUID | None, int], object]) -> list[tuple[uuid.UUID | None, list[object]]]:
     """(topic id, its partition entries) in the order the entries came."""
     topics: dict[uuid.UUID | None, list[object]] = defaultdict(list)
-    for (topic_id, _partition), (_name, entry) in entries.items():
+    for (topic_id, _partition), entry in entries.items():
         topics[topic_id].append(entry)
     return list(topics.items())
-
-
-def acknowledge_code(result: PartitionResult) -> ErrorCode:
-    return result.acknowledge_error if result.acknowledged else ErrorCode.none
 
 
 def request_refusal(ctx: RequestContext, request) -> tuple[ErrorCode, str | None] | None:

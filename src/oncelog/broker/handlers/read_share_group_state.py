@@ -16,7 +16,7 @@ from __future__ import annotations
 from oncelog import clock
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._share_state import each_partition
-from oncelog.coordinator.share.persister import NO_STATE
+from oncelog.coordinator.share.partition import UNINITIALIZED
 from oncelog.protocol.messages import ErrorCode
 
 
@@ -33,5 +33,5 @@ async def handle(ctx: RequestContext, request) -> object:
                  delivery_count=b.delivery_count) for b in state.batches)}
 
     results = await each_partition(ctx, request, "ReadStateResult", serve, refused_fields={
-        "state_epoch": -1, "start_offset": NO_STATE, "state_batches": ()})
+        "state_epoch": -1, "start_offset": UNINITIALIZED, "state_batches": ()})
     return make("ReadShareGroupStateResponse", results=results)

@@ -19,7 +19,6 @@ import datetime
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._share import (
-    acknowledge_code,
     by_topic,
     leader_and_epoch,
     partitions_of,
@@ -48,13 +47,13 @@ async def handle(ctx: RequestContext, request) -> object:
         ctx.session.forget_at_close(("share-session", group_id, request.member_id))
     entries: dict = {}
     for (topic_id, partition), code in found.refused.items():
-        entries[(topic_id, partition)] = (None, _partition(ctx, None, partition, code, None))
+        entries[(topic_id, partition)] = _partition(ctx, None, partition, code, None)
     for tp, result in results.items():
         await ctx.pace()
-        entries[(found.usable[tp], tp[1])] = (tp[0], _partition(ctx, tp[0], tp[1], acknowledge_code(result),
-                                                                result.acknowledge_message))
+        entries[(found.usable[tp], tp[1])] = _partition(ctx, tp[0], tp[1], result.acknowledge_error,
+                                                        result.acknowledge_message)
     for tp in found.usable:  # partitions named without acknowledgements
-        entries.setdefault((found.usable[tp], tp[1]), (tp[0], _partition(ctx, tp[0], tp[1], ErrorCode.none, None)))
+        entries.setdefault((found.usable[tp], tp[1]), _partition(ctx, tp[0], tp[1], ErrorCode.none, None))
     make = ctx.response.make
     return make(
         "ShareAcknowledgeResponse",
@@ -63,7 +62,7 @@ async def handle(ctx: RequestContext, request) -> object:
         error_message=None,
         acquisition_lock_timeout=datetime.timedelta(milliseconds=manager.lock_duration_ms(group_id)),
         responses=tuple(make("ShareAcknowledgeTopicResponse", topic_id=topic_id, partitions=tuple(partitions))
-                        for topic_id, partitions in by_topic(ctx, entries)),
+                        for topic_id, partitions in by_topic(entries)),
         node_endpoints=(),
     )
 

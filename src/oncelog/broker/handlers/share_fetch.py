@@ -35,7 +35,6 @@ import datetime
 
 from oncelog.broker.dispatch import RequestContext, api
 from oncelog.broker.handlers._share import (
-    acknowledge_code,
     by_topic,
     has_acknowledgements,
     leader_and_epoch,
@@ -91,7 +90,7 @@ async def handle(ctx: RequestContext, request) -> object:
     make = ctx.response.make
     entries: dict = {}
     for (topic_id, partition), code in found.refused.items():
-        entries[(topic_id, partition)] = (None, _partition(ctx, None, partition, PartitionResult(code)))
+        entries[(topic_id, partition)] = _partition(ctx, None, partition, PartitionResult(code))
     answered = set(found.usable) if epoch == INITIAL_EPOCH else set()
     answered.update(acknowledged)
     answered.update(tp for tp, result in fetched.items() if result.acquired or result.error is not ErrorCode.none)
@@ -102,9 +101,9 @@ async def handle(ctx: RequestContext, request) -> object:
         result = fetched.get(tp) or PartitionResult()
         ack = acknowledged.get(tp)
         if ack is not None:
-            result.acknowledge_error, result.acknowledge_message = acknowledge_code(ack), ack.acknowledge_message
+            result.acknowledge_error, result.acknowledge_message = ack.acknowledge_error, ack.acknowledge_message
         topic_id = session.partitions.get(tp) or found.usable.get(tp)
-        entries[(topic_id, tp[1])] = (tp[0], _partition(ctx, tp[0], tp[1], result))
+        entries[(topic_id, tp[1])] = _partition(ctx, tp[0], tp[1], result)
         if result.records:
             stats.of(tp[0]).bytes_out += len(result.records)
     return make(
@@ -114,7 +113,7 @@ async def handle(ctx: RequestContext, request) -> object:
         error_message=None,
         acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
         responses=tuple(make("ShareFetchableTopicResponse", topic_id=topic_id, partitions=tuple(partitions))
-                        for topic_id, partitions in by_topic(ctx, entries)),
+                        for topic_id, partitions in by_topic(entries)),
         node_endpoints=(),
     )
 

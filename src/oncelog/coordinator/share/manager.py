@@ -97,7 +97,6 @@ class PartitionResult:
     acknowledge_message: str | None = None
     records: bytes | memoryview = b""
     acquired: list[Acquired] = field(default_factory=list)
-    acknowledged: bool = False
 
 
 class SharePartitions:
@@ -274,21 +273,20 @@ class SharePartitions:
         for tp, (topic_id, acknowledgements) in batches.items():
             held, error = await self._partition(group_id, tp, topic_id, settings)
             if held is None:
-                results[tp] = PartitionResult(error, acknowledge_error=error, acknowledged=True)
+                results[tp] = PartitionResult(error, acknowledge_error=error)
                 continue
             try:
                 held.partition.acknowledge(member_id, acknowledgements, now_ms=clock.now_ms(),
                                            lock_ms=settings.lock_duration_ms, renew_allowed=renew_allowed)
             except AcknowledgeError as error:
-                results[tp] = PartitionResult(acknowledge_error=error.code, acknowledge_message=str(error),
-                                              acknowledged=True)
+                results[tp] = PartitionResult(acknowledge_error=error.code, acknowledge_message=str(error))
                 continue
-            results[tp] = PartitionResult(acknowledged=True)
+            results[tp] = PartitionResult()
             written.append((tp, held, self._writer.changed(held)))
         for tp, held, version in written:
             code = await self._writer.written(held, version)
             if code is not ErrorCode.none:
-                results[tp] = PartitionResult(acknowledge_error=_client_error(code), acknowledged=True)
+                results[tp] = PartitionResult(acknowledge_error=_client_error(code))
         return results
 
     # ---- the share partitions --------------------------------------------------------------

@@ -230,9 +230,6 @@ class SharePartition:
         """In-flight records acknowledged or archived (past the start, behind others)."""
         return sum(1 for r in self._records.values() if r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
 
-    def acquired_by(self, member: str) -> int:
-        return sum(1 for r in self._records.values() if r.state is RecordState.ACQUIRED and r.member == member)
-
     # ---- changes ---------------------------------------------------------------------------
 
     def acquire(self, member: str, spans: Iterable[Span], *, max_records: int, now_ms: int,

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from oncelog.kernel.peer import PeerConnection
 
 log = logging.getLogger("oncelog.share")
-NO_STATE = -1  # ReadShareGroupState's start offset for a share partition never initialized
 
 
 class SharePersister:
@@ -57,7 +56,7 @@ class SharePersister:
         [result] = [p for t in response.results for p in t.partitions]
         if result.error_code != ErrorCode.none:
             return ErrorCode(result.error_code), None
-        if result.start_offset == NO_STATE and result.state_epoch < 0:
+        if result.start_offset == UNINITIALIZED and result.state_epoch < 0:  # never initialized
             return ErrorCode.none, None
         return ErrorCode.none, ShareState(result.start_offset, tuple(
             StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
