@@ -477,7 +477,7 @@ class Broker:
                 log.info("%s: expired %d idle producer(s)", partition_log.name, len(expired))
 
     def _start_share_groups(self) -> None:
-        settings = ShareGroupSettings(self.config, lambda group_id: self.group_configs.current().of(group_id))
+        settings = ShareGroupSettings(self.config, self.group_configs.current)
         coordinator = self.group_coordinator
 
         def other_group(group_id: str) -> bool:

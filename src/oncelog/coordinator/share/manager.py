@@ -346,12 +346,8 @@ class SharePartitions:
         key = StateKey(group_id, info.topic_id, partition)
         share = held.partition if held is not None and held.key == key else None
         if share is None:
-            if self._store.owns(key):
-                state = self._store.read(key)
-            else:
-                code, state = await self._persister.read(key, SUMMARY)
-                state = state if code is ErrorCode.none else None
-            if state is None or not state.initialized:
+            code, state = await self._persister.read(key, SUMMARY)  # kept here or by another broker
+            if code is not ErrorCode.none or state is None or not state.initialized:
                 return None
             settings = self._settings(group_id)
             share = SharePartition.restore(state, delivery_limit=settings.delivery_limit,

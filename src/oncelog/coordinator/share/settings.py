@@ -3,7 +3,7 @@ group.share.* keys, read at each use so an IncrementalAlterConfigs applies at on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,24 +31,19 @@ class Config(Protocol):
 
 
 class ShareGroupSettings:
-    """`configs(group_id)`: the group's own configs (the broker's GroupConfigStore);
+    """`current()`: every group's own configs (the broker's GroupConfigStore);
     `broker`: the broker's config."""
 
-    def __init__(self, broker: Config, configs: Callable[[str], Mapping[str, str]]) -> None:
+    def __init__(self, broker: Config, current: Callable[[], keys.GroupConfigs]) -> None:
         self._broker = broker
-        self._configs = configs
+        self._current = current
 
     def _int(self, group_id: str, key: str) -> int:
-        own = self._configs(group_id).get(key)
-        if own is not None:
-            try:
-                return int(own.strip())
-            except ValueError:
-                pass
-        return int(self._broker[keys.GROUP_KEYS[key].broker_key or key])
+        own = self._current().int_value(group_id, key)
+        return own if own is not None else int(self._broker[keys.GROUP_KEYS[key].broker_key or key])
 
     def _str(self, group_id: str, key: str) -> str:
-        own = self._configs(group_id).get(key)
+        own = self._current().of(group_id).get(key)
         return own.strip() if own is not None else str(keys.GROUP_KEYS[key].default)
 
     def settings(self, group_id: str) -> ShareSettings:
