@@ -299,6 +299,9 @@ def test_indexes_are_rebuilt_when_their_files_were_deleted(tmp_path):
         for offset in range(0, 120, 13):
             assert offsets_of(reopened.read(offset, 1).records)[0][0] == offset - offset % 2
         assert reopened.offset_for_timestamp(10_030) == (60, 10_030)
+        assert reopened.recovery_point == 0  # the rebuilt indexes are written by the next flush
+        reopened.flush()
+        assert reopened.recovery_point == reopened.log_end_offset
         assert sorted(n for n in os.listdir(tmp_path / "orders-0") if n.endswith(".index"))
     finally:
         reopened.close()

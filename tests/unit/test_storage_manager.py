@@ -28,6 +28,7 @@ from oncelog.storage.manager import (
     LOG_START_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     TOPICS_META_FILE,
+    NewTopic,
 )
 
 NOW_MS = 1_700_000_000_000
@@ -420,3 +421,73 @@ def test_broker_properties_supply_defaults_with_the_most_precise_retention_key_w
     with pytest.raises(InvalidConfigError) as raised:
         LogConfig.from_broker_properties({"log.segment.bytes": "big"})
     assert raised.value.key == "log.segment.bytes"
+
+
+# -- many partitions -----------------------------------------------------------------------
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_create_topics_writes_the_metadata_once_and_answers_each_topic_in_order(manager, tmp_path, monkeypatch):
+    writes = []
+    write = manager._write_topics_meta
+    monkeypatch.setattr(manager, "_write_topics_meta", lambda: (writes.append(1), write()))
+    outcomes = manager.create_topics([
+        NewTopic("a.b", 3), NewTopic("a_b", 1), NewTopic("c", 0), NewTopic("a.b", 1), NewTopic("d", 2),
+    ])
+    assert len(writes) == 1
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        "TopicInfo", "InvalidTopicError", "InvalidPartitionsError", "TopicExistsError", "TopicInfo"]
+    assert sorted(manager.topics()) == ["a.b", "d"]
+    assert {(log.topic, log.partition) for log in manager.partitions()} == {
+        ("a.b", 0), ("a.b", 1), ("a.b", 2), ("d", 0), ("d", 1)}
+    again = reopen(manager, tmp_path)
+    assert sorted(again.topics()) == ["a.b", "d"]
+    again.close()
+
+
+def test_more_partitions_than_open_files_allowed_are_written_read_and_reopened(tmp_path):
+    # 300 partitions, at most 128 segment files open: the least recently used close and
+    # reopen at their next use; nothing written is lost, before and after a crash.
+    manager = LogManager([tmp_path / "data"], LogConfig(), max_open_files=128)
+    manager.load()
+    before = _open_descriptors()
+    manager.create_topics([NewTopic(f"t{index}", 10) for index in range(30)])
+    for round_number in range(2):
+        for log in manager.partitions():
+            append(log, 1 + round_number)
+    assert len(manager.open_files) <= 128
+    assert _open_descriptors() - before <= 128
+    assert manager.open_files.released > 0
+    for log in manager.partitions():
+        assert log.log_end_offset == 3
+        assert len(parse_batches(log.read(0, 1 << 20).records)) == 2
+    for log in manager.partitions():
+        log.close_without_flush()  # the process dies: no flush, no clean-shutdown marker
+    manager._unlock_all()
+    again = LogManager([tmp_path / "data"], LogConfig(), max_open_files=128)
+    again.load()
+    assert len(again.open_files) <= 128
+    assert sorted(log.log_end_offset for log in again.partitions()) == [3] * 300
+    again.close()
+    assert len(again.open_files) == 0
+
+
+def test_a_scan_goes_on_when_its_segment_file_was_closed_between_two_reads(tmp_path):
+    manager = LogManager([tmp_path / "data"], LogConfig(), max_open_files=128)
+    manager.load()
+    manager.create_topics([NewTopic("scanned", 1), *(NewTopic(f"other{index}", 1) for index in range(200))])
+    scanned = manager.partition("scanned", 0)
+    for _ in range(3):
+        append(scanned, 2)
+    segment = scanned.segments[0]
+    batches = segment.read_batches(chunk_bytes=12)  # a batch at a time: one larger than a chunk is read whole
+    first = next(batches)
+    for index in range(200):  # every other partition's file used since: the scanned one closes
+        append(manager.partition(f"other{index}", 0))
+    assert segment._fd < 0
+    headers = [*first[1], *(header for _chunk, chunk_headers in batches for header in chunk_headers)]
+    assert [header.base_offset for header in headers] == [0, 2, 4]
+    manager.close()

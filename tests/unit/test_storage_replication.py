@@ -96,8 +96,32 @@ def test_leader_append_assigns_a_new_epoch_at_its_first_offset(tmp_path):
     append(log, 1, leader_epoch=3)
     assert log.leader_epoch_cache.entries() == [(0, 0), (3, 4)]
     assert [h.partition_leader_epoch for h in parse_batches(all_bytes(log))] == [0, 0, 3]
+    log.flush()  # a leader's new epochs are written by the flush that covers them
     assert LeaderEpochCache(log.directory / EPOCH_FILE).entries() == [(0, 0), (3, 4)]
     log.close()
+
+
+def test_a_leaders_new_epoch_unwritten_at_a_crash_comes_back_from_the_batches(tmp_path):
+    log = open_log(tmp_path)
+    append(log, 2, leader_epoch=0)
+    log.flush()
+    append(log, 3, leader_epoch=4)  # not written yet: past the recovery point
+    assert LeaderEpochCache(log.directory / EPOCH_FILE).entries() == [(0, 0)]
+    log.close_without_flush()  # the process dies
+    reopened = open_log(tmp_path, recover=True, recovery_point=log.recovery_point)
+    assert reopened.leader_epoch_cache.entries() == [(0, 0), (4, 2)]
+    reopened.close()
+    assert LeaderEpochCache(log.directory / EPOCH_FILE).entries() == [(0, 0), (4, 2)]
+
+
+def test_a_new_partitions_first_epoch_unwritten_at_a_crash_comes_back_from_the_batches(tmp_path):
+    log = open_log(tmp_path)
+    append(log, 2, leader_epoch=1)
+    assert not (log.directory / EPOCH_FILE).exists()
+    log.close_without_flush()
+    reopened = open_log(tmp_path, recover=True)
+    assert reopened.leader_epoch_cache.entries() == [(1, 0)]
+    reopened.close()
 
 
 def test_leader_append_with_an_older_epoch_leaves_the_cache(tmp_path):
@@ -356,6 +380,7 @@ def test_missing_epoch_checkpoint_is_rebuilt_from_the_batch_headers(tmp_path):
     (log.directory / EPOCH_FILE).unlink()
     reopened = open_log(tmp_path)
     assert reopened.leader_epoch_cache.entries() == [(0, 0), (2, 4), (5, 10)]
+    reopened.flush()  # the rebuilt cache is written by the next flush or the close
     assert LeaderEpochCache(reopened.directory / EPOCH_FILE).entries() == [(0, 0), (2, 4), (5, 10)]
     reopened.close()
 
@@ -416,6 +441,7 @@ def test_recovery_assigns_newer_epochs_of_rescanned_batches(tmp_path):
 def test_delete_removes_the_epoch_checkpoint_with_the_directory(tmp_path):
     log = open_log(tmp_path)
     append(log, 1)
+    log.flush()
     assert (log.directory / EPOCH_FILE).exists()
     log.delete()
     assert not log.directory.exists()

@@ -147,7 +147,7 @@ class Broker:
         self.logs = LogManager(self.config.log_dirs, defaults, ProducerStateConfig(
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
             max_entries=self.config["producer.id.max.entries.per.partition"],
-        ), replicated=self.mode.replicated)
+        ), replicated=self.mode.replicated, threads_per_dir=self.config["num.recovery.threads.per.data.dir"])
         # Before anything touches the log dirs: a second broker on them stops here.
         self.logs.lock()
         try:

@@ -42,7 +42,7 @@ from oncelog.storage.manager import TopicInfo, validate_topic_name
 if TYPE_CHECKING:
     from oncelog.cluster.runtime import ClusterRuntime
     from oncelog.config.broker import BrokerConfig
-    from oncelog.kernel.node import ElectionOutcomes, OverridesChange
+    from oncelog.kernel.node import ElectionOutcomes, OverridesChange, TopicCreation
     from oncelog.storage.manager import LogManager
 
 log = logging.getLogger("oncelog.cluster.topics")
@@ -65,6 +65,20 @@ class ClusterTopics:
             num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
         return await _create_topic(self._runtime, self._logs(), name, num_partitions, replication_factor, configs,
                                    validate_only=validate_only, assignment=assignment, pace=pace)
+
+    async def create_topics(self, creations: Sequence[TopicCreation], *, validate_only: bool = False,
+                            pace: Pace = unpaced) -> list[TopicInfo | TopicRequestError]:
+        """One topic after the other, each through the metadata quorum."""
+        outcomes: list[TopicInfo | TopicRequestError] = []
+        for creation in creations:
+            try:
+                outcomes.append(await self.create(creation.name, creation.num_partitions,
+                                                  creation.replication_factor, dict(creation.configs),
+                                                  validate_only=validate_only, assignment=creation.assignment,
+                                                  pace=pace))
+            except TopicRequestError as error:
+                outcomes.append(error)
+        return outcomes
 
     async def delete(self, name: str) -> None:
         await _delete_topic(self._runtime, name)

@@ -141,6 +141,10 @@ SETTINGS: Mapping[str, Setting] = {
                 "With an authorizer: a resource no ACL names is open to everyone (true) or to super users only."),
         Setting("log.dirs", _str, "/tmp/oncelog-logs", "Comma-separated data directories."),
         Setting("log.dir", _str, "", "Single data directory, used when log.dirs is not set."),
+        Setting("num.recovery.threads.per.data.dir", _int, "1",
+                "Threads per data directory that open, create and close partition logs (at start-up, in "
+                "CreateTopics and CreatePartitions, at shutdown). More overlap a slow disk's waits, but "
+                "the threads share one interpreter lock: on a fast disk one is quickest."),
         Setting("num.partitions", _int, "1", "Partitions of an auto-created topic or a CreateTopics with -1."),
         Setting("default.replication.factor", _int, "1", "Replication factor of auto-created topics."),
         Setting("auto.create.topics.enable", _bool, "true", "Create a topic when Metadata asks for an unknown one."),
@@ -381,7 +385,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "num.io.threads",
         "num.replica.fetchers",
         "replica.socket.timeout.ms",
-        "num.recovery.threads.per.data.dir",
         "background.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
@@ -556,7 +559,8 @@ class BrokerConfig:
                 raise ConfigError(f"listener.name.{name.lower()}.*: there is no listener {name} "
                                   f"(listeners: {', '.join(sorted(names))})")
         self.http_listener = parse_http_listener(self["http.listener"])
-        for key in ("http.max.connections", "http.worker.threads", "http.request.timeout.ms"):
+        for key in ("http.max.connections", "http.worker.threads", "http.request.timeout.ms",
+                    "num.recovery.threads.per.data.dir"):
             if self[key] < 1:
                 raise ConfigError(f"{key}: must be at least 1, got {self[key]}")
         for key in ("message.max.bytes", "socket.request.max.bytes", "log.segment.bytes", "num.partitions",

@@ -26,6 +26,7 @@ peer's user reads of a metadata change is `MetadataChanges`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from oncelog.pacing import Pace, unpaced
 if TYPE_CHECKING:
     from oncelog.config.broker import BrokerConfig
     from oncelog.kernel.leadership import BrokerView, LeadershipListener, PartitionView
+    from oncelog.kernel.topics import TopicRequestError
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
     from oncelog.security.inter_broker import PeerSecurity
@@ -47,6 +49,18 @@ ElectionOutcomes = list[tuple[str, list[PartitionOutcome]]]
 
 # A topic's new override set, from its overrides now (the config APIs' read-modify-write).
 OverridesChange = Callable[[Mapping[str, str]], dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreation:
+    """One topic of a CreateTopics request: -1 partitions or replication factor for the
+    broker's default; `assignment` the explicit replicas of each partition, if given."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    assignment: list[list[int]] | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -88,6 +102,11 @@ class TopicAdmin(Protocol):
     async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
                      validate_only: bool = False, assignment: list[list[int]] | None = None,
                      pace: Pace = unpaced) -> TopicInfo: ...
+    async def create_topics(self, creations: Sequence[TopicCreation], *, validate_only: bool = False,
+                            pace: Pace = unpaced) -> list[TopicInfo | TopicRequestError]:
+        """Each topic's outcome, in order, as `create` would give it (a name given twice
+        exists the second time); the work may be shared between them."""
+        ...
     async def delete(self, name: str) -> None: ...
     async def create_partitions(self, name: str, new_total: int, *, validate_only: bool = False,
                                 assignment: list[list[int]] | None = None, pace: Pace = unpaced) -> None: ...

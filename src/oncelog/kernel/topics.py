@@ -8,13 +8,15 @@ standalone broker's `node.TopicAdmin` (the cluster's is
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from oncelog.kernel.internal_topics import internal_topic_spec
+from oncelog.kernel.node import TopicCreation
 from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage import errors as storage_errors
+from oncelog.storage.manager import NewTopic
 
 if TYPE_CHECKING:
     from oncelog.config.broker import BrokerConfig
@@ -26,6 +28,9 @@ log = logging.getLogger("oncelog.topics")
 
 # Kafka's controller refuses to create more partitions than this in one request.
 MAX_PARTITIONS_PER_REQUEST = 10_000
+# CreateTopics makes its topics this many partitions at a time, giving the loop to other
+# requests in between (about 40 ms per chunk here: bench/partition_scale.py).
+CREATE_CHUNK_PARTITIONS = 500
 
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election_type
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
@@ -109,9 +114,50 @@ class StandaloneTopics:
     async def create(self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str], *,
                      validate_only: bool = False, assignment: list[list[int]] | None = None,
                      pace: Pace = unpaced) -> TopicInfo:
-        if assignment is not None:
-            await self._check_assignment(assignment, pace)
-            num_partitions, replication_factor = len(assignment), 1
+        outcome, = await self.create_topics(
+            [TopicCreation(name, num_partitions, replication_factor, configs, assignment)],
+            validate_only=validate_only, pace=pace)
+        if isinstance(outcome, TopicRequestError):
+            raise outcome
+        return outcome
+
+    async def create_topics(self, creations: Sequence[TopicCreation], *, validate_only: bool = False,
+                            pace: Pace = unpaced) -> list[TopicInfo | TopicRequestError]:
+        """The request's checks for each topic, then the logs make the valid ones a
+        chunk of about `CREATE_CHUNK_PARTITIONS` partitions at a time (one topic metadata
+        write per chunk, the partitions' files made by several threads), `pace` between
+        chunks."""
+        outcomes: list[TopicInfo | TopicRequestError | None] = []
+        valid: list[tuple[int, NewTopic]] = []
+        for creation in creations:
+            await pace()
+            try:
+                num_partitions = await self._checked_partitions(creation, pace)
+            except TopicRequestError as error:
+                outcomes.append(error)
+                continue
+            valid.append((len(outcomes), NewTopic(creation.name, num_partitions, creation.configs)))
+            outcomes.append(None)
+        for chunk in _chunks(valid):
+            await pace()
+            made = self._logs().create_topics([topic for _, topic in chunk], validate_only=validate_only)
+            for (index, topic), outcome in zip(chunk, made, strict=True):
+                if isinstance(outcome, storage_errors.LogError):
+                    outcomes[index] = TopicRequestError(error_code_for(outcome), str(outcome))
+                    continue
+                outcomes[index] = outcome
+                if not validate_only:
+                    log.info("created topic %s with %d partition(s)%s", topic.name, topic.num_partitions,
+                             f" and configs {dict(topic.configs)}" if topic.configs else "")
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    async def _checked_partitions(self, creation: TopicCreation, pace: Pace) -> int:
+        """The topic's partition count, once its counts and assignment pass (a replication
+        factor above 1 cannot: there is one broker)."""
+        num_partitions, replication_factor = creation.num_partitions, creation.replication_factor
+        if creation.assignment is not None:
+            await self._check_assignment(creation.assignment, pace)
+            num_partitions, replication_factor = len(creation.assignment), 1
         num_partitions, replication_factor = checked_counts(self._config, num_partitions, replication_factor)
         if replication_factor > 1:
             raise TopicRequestError(
@@ -119,16 +165,7 @@ class StandaloneTopics:
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                 f"of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
             )
-        logs = self._logs()
-        try:
-            if validate_only:
-                return logs.validate_new_topic(name, num_partitions, configs)
-            info = logs.create_topic(name, num_partitions, configs)
-        except storage_errors.LogError as error:
-            raise TopicRequestError(error_code_for(error), str(error)) from None
-        log.info("created topic %s with %d partition(s)%s", name, num_partitions,
-                 f" and configs {configs}" if configs else "")
-        return info
+        return num_partitions
 
     async def delete(self, name: str) -> None:
         try:
@@ -177,6 +214,20 @@ class StandaloneTopics:
                     ErrorCode.invalid_replica_assignment,
                     f"Replica assignment {replicas} names brokers other than {self._node_id}.",
                 )
+
+
+def _chunks(topics: list[tuple[int, NewTopic]]) -> Iterator[list[tuple[int, NewTopic]]]:
+    """`topics` in runs of about CREATE_CHUNK_PARTITIONS partitions (a topic is never split)."""
+    chunk: list[tuple[int, NewTopic]] = []
+    partitions = 0
+    for entry in topics:
+        chunk.append(entry)
+        partitions += entry[1].num_partitions
+        if partitions >= CREATE_CHUNK_PARTITIONS:
+            yield chunk
+            chunk, partitions = [], 0
+    if chunk:
+        yield chunk
 
 
 def checked_counts(config: BrokerConfig, num_partitions: int, replication_factor: int) -> tuple[int, int]:

@@ -32,11 +32,13 @@ VERSION = 0
 Entry = TypeVar("Entry")
 
 
-def write_checkpoint(path: Path, entries: Iterable[Sequence[object]], version: int = VERSION) -> None:
-    """Replace the file atomically with `entries`, each written as its fields joined by spaces."""
+def write_checkpoint(path: Path, entries: Iterable[Sequence[object]], version: int = VERSION, *,
+                     sync: bool = True) -> None:
+    """Replace the file atomically with `entries`, each written as its fields joined by
+    spaces; without `sync`, not fsynced (see `replace_file`)."""
     lines = [" ".join(str(field) for field in entry) for entry in entries]
     data = "\n".join([str(version), str(len(lines)), *lines, ""]).encode()
-    replace_file(path, data)
+    replace_file(path, data, sync=sync)
 
 
 def read_checkpoint(path: Path, parse_entry: Callable[[list[str]], Entry], version: int = VERSION) -> list[Entry]:

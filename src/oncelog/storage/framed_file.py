@@ -80,19 +80,22 @@ def write_framed_file(path: Path, magic: bytes, version: int, payload: bytes) ->
     replace_file(path, prefix + _CRC.pack(crc32c(payload, crc32c(prefix))) + payload)
 
 
-def replace_file(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace `path` with `data` crash-safely: temporary file, fsync, rename, fsync of
-    the directory. Raises StorageError."""
+    the directory (without `sync`, no fsyncs: the caller has them done later, before it
+    relies on the file). Raises StorageError."""
     temp = path.with_name(path.name + TEMP_SUFFIX)
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             write_fully(fd, data)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
-        fsync_directory(path.parent)
+        if sync:
+            fsync_directory(path.parent)
     except OSError as exc:
         raise StorageError(str(path), f"cannot write: {exc.strerror}", exc.errno) from exc
 

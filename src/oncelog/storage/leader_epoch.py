@@ -8,10 +8,15 @@ diverged after a failover converge on the new leader's log. ListOffsets and KIP-
 clients use `epoch_for_offset`.
 
 Persisted in the partition directory as `leader-epoch-checkpoint`, Kafka's text format
-(checkpoint_file.py: version 0, count, then "epoch startOffset" lines). Every change is
-written at once (tmp, fsync, rename). Kafka writes truncations asynchronously and relies
-on the log's load to truncate again; here they are synchronous, which is simpler and
-costs one small write per truncation or log-start move.
+(checkpoint_file.py: version 0, count, then "epoch startOffset" lines), written whole
+(tmp, fsync, rename). A leader's new epoch, assigned by an append, is written by the
+log's next flush or its close (`persist`), as Kafka does since KAFKA-15046: writing it
+on the append cost a file creation on the produce path, a millisecond per partition's
+first write. Nothing is lost by the wait: the entry starts past the recovery point, and
+a log opened after a crash rescans those batches and assigns their epochs again (or,
+with no file at all, every segment's). Truncations and log-start moves are written at
+once (Kafka writes them asynchronously too and relies on the log's load to truncate
+again; at once is simpler and costs one small write each).
 
 A file that does not parse, or holds a negative epoch or offset, is a CorruptLogError at
 load, as in Kafka (whose checkpoint read fails the log directory): the log does not
@@ -48,9 +53,14 @@ def _parse_entry(fields: list[str]) -> EpochEntry:
 class LeaderEpochCache:
     """Entries ordered by epoch (and so by start offset). Single owner: the partition's log."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, new: bool = False) -> None:
+        """The cache in the checkpoint file at `path` (none when `new`: its partition's
+        directory was just made)."""
         self.path = path
         self._entries: list[EpochEntry] = []
+        self._unsaved = False
+        if new:
+            return
         try:
             stored = read_checkpoint(path, _parse_entry)
         except FileNotFoundError:
@@ -111,23 +121,45 @@ class LeaderEpochCache:
 
     # -- changing ------------------------------------------------------------------------
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
-        """Record that `epoch` starts at `start_offset` and persist; returns whether the
-        cache changed. Nothing changes for the latest epoch at the same or a later offset.
+    def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> bool:
+        """Record that `epoch` starts at `start_offset` and persist (without `persist`:
+        at the next `persist`, see the module's docstring); returns whether the cache
+        changed. Nothing changes for the latest epoch at the same or a later offset.
         Otherwise every entry whose epoch is >= `epoch` or whose start offset is >=
         `start_offset` goes first, so both columns keep increasing."""
         if self._assign(EpochEntry(epoch, start_offset)):
-            self._write()
+            if persist:
+                self._write()
+            else:
+                self._unsaved = True
             return True
         return False
 
-    def assign_all(self, entries: list[tuple[int, int]]) -> bool:
-        """`assign` each (epoch, start offset) in turn, persisting once."""
+    @property
+    def unsaved(self) -> bool:
+        """Whether an assignment waits for `persist`."""
+        return self._unsaved
+
+    def persist(self, *, sync: bool = True) -> bool:
+        """Write the entries if an assignment is not in the file yet; whether it wrote.
+        Without `sync` the file is not fsynced: the caller's flush does it."""
+        if not self._unsaved:
+            return False
+        write_checkpoint(self.path, self._entries, sync=sync)
+        self._unsaved = False
+        return True
+
+    def assign_all(self, entries: list[tuple[int, int]], *, persist: bool = True) -> bool:
+        """`assign` each (epoch, start offset) in turn, persisting once (or, without
+        `persist`, at the next `persist`)."""
         changed = False
         for epoch, start_offset in entries:
             changed = self._assign(EpochEntry(epoch, start_offset)) or changed
         if changed:
-            self._write()
+            if persist:
+                self._write()
+            else:
+                self._unsaved = True
         return changed
 
     def _assign(self, entry: EpochEntry) -> bool:
@@ -177,6 +209,7 @@ class LeaderEpochCache:
 
     def _write(self) -> None:
         write_checkpoint(self.path, self._entries)
+        self._unsaved = False
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.path}, {[tuple(e) for e in self._entries]})"

@@ -92,6 +92,7 @@ from oncelog.storage.errors import (
 from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_descriptor, fsync_directory, open_for_fsync
 from oncelog.storage.leader_epoch import FILE_NAME as LEADER_EPOCH_CHECKPOINT_FILE
 from oncelog.storage.leader_epoch import LeaderEpochCache
+from oncelog.storage.open_files import OpenFiles
 from oncelog.storage.producer_state import (
     CompletedTxn,
     ProducerBatch,
@@ -166,7 +167,7 @@ class LogFlush:
     up_to: int  # the log end offset when taken: the recovery point once finished
     truncations: int
     started: float
-    snapshots: list[tuple[int, Path]] = field(default_factory=list)  # (descriptor, path): producer snapshots
+    unsynced_files: list[tuple[int, Path]] = field(default_factory=list)  # (descriptor, path): see _unsynced_files
     error: StorageError | None = None
 
     def sync(self) -> None:
@@ -176,7 +177,7 @@ class LogFlush:
                 segment.sync()
             if self.txn_index is not None:
                 fsync_descriptor(self.txn_index[0], self.log.txn_index.path)
-            for fd, path in self.snapshots:
+            for fd, path in self.unsynced_files:
                 if fd >= 0:
                     fsync_descriptor(fd, path)
             if self.directory is not None:
@@ -189,10 +190,10 @@ class LogFlush:
     def close_descriptors(self) -> None:
         for segment in self.segments:
             segment.close_descriptors()
-        for fd, _path in self.snapshots:
+        for fd, _path in self.unsynced_files:
             if fd >= 0:
                 close_quietly(fd)
-        self.snapshots = [(-1, path) for _fd, path in self.snapshots]  # the paths, for `discard`
+        self.unsynced_files = [(-1, path) for _fd, path in self.unsynced_files]  # the paths, for `discard`
         for name in ("txn_index", "directory"):
             opened = getattr(self, name)
             if opened is not None and opened[0] >= 0:
@@ -207,7 +208,7 @@ class LogFlush:
     def discard(self) -> None:
         """Give up the flush, synced or not (on the loop): what it wrote is removed, and
         what it covered waits for the next flush."""
-        self.log.keep_unsynced_snapshots(path for _fd, path in self.snapshots)
+        self.log.keep_unsynced_files(path for _fd, path in self.unsynced_files)
         self.close_descriptors()
         for segment in self.segments:
             segment.discard()
@@ -246,8 +247,13 @@ class PartitionLog:
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
                  segments: list[LogSegment], *, log_start_offset: int, now_ms: int,
                  producer_state_config: ProducerStateConfig | None = None, replicated: bool = False,
-                 leader_epoch_cache: LeaderEpochCache | None = None) -> None:
+                 leader_epoch_cache: LeaderEpochCache | None = None, open_files: OpenFiles | None = None,
+                 new: bool = False) -> None:
         self.directory = directory
+        # The budget of open descriptors every segment of this log counts in (None: each keeps its own open).
+        self._open_files = open_files
+        for segment in segments:
+            segment.join(open_files)
         self.topic = topic
         self.partition = partition
         self.name = topic_partition_name(topic, partition)
@@ -263,14 +269,18 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         self._roll_flush_pending = False  # a rolled segment awaits its fsync
-        self._unsynced_snapshots: list[Path] = []  # producer snapshots a roll wrote, for the next flush
+        # Files written without an fsync (producer snapshots a roll wrote, the leader epoch
+        # checkpoint a flush wrote), for the next flush to fsync.
+        self._unsynced_files: list[Path] = []
         # Entries created, renamed or removed in the directory, and how many of them an fsync covered.
         self._directory_changes = self._directory_synced_changes = 0
         self._truncations = 0  # a flush taken before a truncation does not move the recovery point
         self._closed = False
         self.producer_state = ProducerStateManager(self.name, producer_state_config)
-        self.txn_index = TransactionIndex(directory)
-        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
+        # `new`: the directory was just made, there are no files to read.
+        self.txn_index = TransactionIndex(directory, new=new)
+        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE,
+                                                                         new=new)
         self.cleaning: CleaningRound | None = None  # the running cleaning round (cleaner.py)
         # Called with (this log, the error) when a write, flush or delete fails (set by the LogManager).
         self.storage_failed: Callable[[PartitionLog, StorageError], None] | None = None
@@ -280,11 +290,37 @@ class PartitionLog:
     # -- opening and recovery ------------------------------------------------------------
 
     @classmethod
+    def create(cls, directory: Path, topic: str, partition: int, config: LogConfig, *,
+               now_ms: int | None = None, producer_state_config: ProducerStateConfig | None = None,
+               replicated: bool = False, sync_parent: bool = True,
+               open_files: OpenFiles | None = None) -> PartitionLog:
+        """A new, empty log in `directory`, which must not exist yet (else `open` it):
+        its directory and first segment file, nothing to list, read or recover. With
+        `sync_parent` False the caller fsyncs the parent directory (once for many)."""
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            return cls.open(directory, topic, partition, config, recover=False, now_ms=now_ms,
+                            producer_state_config=producer_state_config, replicated=replicated,
+                            open_files=open_files)
+        except OSError as exc:
+            raise StorageError(str(directory), f"cannot create log directory: {exc.strerror}", exc.errno) from exc
+        if sync_parent:
+            fsync_directory(directory.parent)
+        segment = LogSegment.create(directory, 0, fresh=True)
+        return cls(directory, topic, partition, config, [segment], log_start_offset=0,
+                   now_ms=clock.now_ms() if now_ms is None else now_ms,
+                   producer_state_config=producer_state_config, replicated=replicated, open_files=open_files,
+                   new=True)
+
+    @classmethod
     def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, *, recover: bool,
              recovery_point: int | None = None, log_start_offset: int | None = None,
              now_ms: int | None = None, producer_state_config: ProducerStateConfig | None = None,
-             replicated: bool = False, high_watermark: int | None = None) -> PartitionLog:
-        """Open (or create) the log in `directory`.
+             replicated: bool = False, high_watermark: int | None = None,
+             open_files: OpenFiles | None = None) -> PartitionLog:
+        """Open (or create) the log in `directory`; its segments' descriptors count in
+        `open_files` when given.
 
         With `recover` (no clean shutdown), segments from the one holding
         `recovery_point` onwards (only the last one when it is None) are rescanned and
@@ -356,7 +392,7 @@ class PartitionLog:
         start = max(log_start_offset or 0, segments[0].base_offset)
         log = cls(directory, topic, partition, config, segments, log_start_offset=start, now_ms=now_ms,
                   producer_state_config=producer_state_config, replicated=replicated,
-                  leader_epoch_cache=leader_epoch_cache)
+                  leader_epoch_cache=leader_epoch_cache, open_files=open_files)
         if log.log_start_offset > log.log_end_offset:
             logger.warning(
                 "%s: log start offset %d is past the recovered log end offset %d; starting the log there",
@@ -372,11 +408,14 @@ class PartitionLog:
         if swapped:
             log.drop_orphan_aborted_txns()
         if recovered:
-            # Make the recovered state (truncations, rebuilt indexes) durable now.
+            # As Kafka's LogLoader: the recovered state (truncations, rebuilt indexes, the
+            # epochs) is made durable by the next flush, before the recovery point passes
+            # it; a crash before then recovers the same segments again. Opening thousands
+            # of partitions costs no fsyncs and no file creations.
             for segment in recovered:
-                if segment in log._segments:
-                    segment.flush(write_indexes=True)
-            fsync_directory(directory)
+                segment.mark_unsynced()
+            log.recovery_point = min(max(recovered[0].base_offset, log.log_start_offset), log.log_end_offset)
+            log._directory_changes += 1
             logger.info(
                 "%s: recovered %d segment(s); log start offset %d, log end offset %d",
                 name, len(recovered), log.log_start_offset, log.log_end_offset,
@@ -399,7 +438,7 @@ class PartitionLog:
                 if epoch >= 0 and epoch > max(cache.latest_epoch, starts[-1][0] if starts else -1):
                     starts.append((epoch, start_offset))
         if starts:
-            cache.assign_all(starts)
+            cache.assign_all(starts, persist=False)  # written by the next flush, as the segments are
             logger.info("%s: leader epochs %s assigned from the batch headers", self.name, starts)
         cache.truncate_from_start(self.log_start_offset)
 
@@ -529,6 +568,7 @@ class PartitionLog:
             raise ValueError(f"{self.name}: segments to replace are not consecutive inactive segments")
         self._segments[first : first + len(old)] = [new]
         self._segment_bases[first : first + len(old)] = [new.base_offset]
+        new.join(self._open_files)
         self._directory_changes += 1
         for segment in old:
             segment.close_without_flush()
@@ -597,7 +637,7 @@ class PartitionLog:
                     cache.assign(epoch, header.base_offset)
                     latest = epoch
         elif leader_epoch > cache.latest_epoch:
-            cache.assign(leader_epoch, base_offset)
+            cache.assign(leader_epoch, base_offset, persist=False)  # written by the next flush
 
     def _check_producer_state(self, batches: Sequence[BatchHeader]) -> AppendResult | None:
         """Kafka's idempotence checks for client batches. Returns the original offsets
@@ -756,7 +796,7 @@ class PartitionLog:
         path = producer_snapshot.write_snapshot(self.directory, self.log_end_offset,
                                                 self.producer_state.producers, sync=sync)
         if not sync:
-            self._unsynced_snapshots.append(path)
+            self._unsynced_files.append(path)
         offsets = producer_snapshot.snapshot_offsets(self.directory)
         if len(offsets) > SNAPSHOTS_RETAINED:
             producer_snapshot.delete_snapshots(self.directory, below=offsets[-SNAPSHOTS_RETAINED])
@@ -785,6 +825,7 @@ class PartitionLog:
         active.on_become_inactive()
         self.take_producer_snapshot(sync=False)
         segment = LogSegment.create(self.directory, self.log_end_offset)
+        segment.join(self._open_files)
         self._segments.append(segment)
         self._segment_bases.append(segment.base_offset)
         self._roll_flush_pending = True
@@ -808,6 +849,11 @@ class PartitionLog:
         `finish` on the loop; appends may go on in between. Whatever has unsynced changes
         when it is taken is opened and fsynced by it, even if another flush in flight
         took it too: a flush finishes only what it synced itself."""
+        # The epochs of what this flush covers are durable before its recovery point is:
+        # written here, fsynced with the rest on the flush's thread.
+        if self.leader_epoch_cache.persist(sync=False):
+            self._unsynced_files.append(self.leader_epoch_cache.path)
+            self._directory_changes += 1
         flush = LogFlush(self, [], None, None, self._roll_flush_pending, self.log_end_offset, self._truncations,
                          time.perf_counter())
         try:
@@ -820,10 +866,10 @@ class PartitionLog:
             changes = self.txn_index.unsynced_changes
             if changes is not None:
                 flush.txn_index = (open_for_fsync(self.txn_index.path, os.O_WRONLY | os.O_CREAT), changes)
-            for path in self._unsynced_snapshots:
+            for path in self._unsynced_files:
                 if path.exists():  # else pruned meanwhile
-                    flush.snapshots.append((open_for_fsync(path, os.O_RDONLY), path))
-            self._unsynced_snapshots = []
+                    flush.unsynced_files.append((open_for_fsync(path, os.O_RDONLY), path))
+            self._unsynced_files = []
             if self._directory_changes != self._directory_synced_changes:
                 flush.directory = (open_for_fsync(self.directory, os.O_RDONLY | os.O_DIRECTORY),
                                    self._directory_changes)
@@ -862,9 +908,9 @@ class PartitionLog:
         if self.flush_stats is not None:
             self.flush_stats.observe(time.perf_counter() - flush.started)
 
-    def keep_unsynced_snapshots(self, paths: Iterable[Path]) -> None:
-        """Producer snapshots a discarded flush did not fsync: for the next one."""
-        self._unsynced_snapshots[:0] = [path for path in paths if path not in self._unsynced_snapshots]
+    def keep_unsynced_files(self, paths: Iterable[Path]) -> None:
+        """Files a discarded flush did not fsync: for the next one."""
+        self._unsynced_files[:0] = [path for path in paths if path not in self._unsynced_files]
 
     def flush_discarded(self, flush: LogFlush) -> None:
         """What `flush` took waits for the next one."""
@@ -1102,6 +1148,7 @@ class PartitionLog:
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(self.directory, offset)
+        segment.join(self._open_files)
         self._segments[:] = [segment]
         self._segment_bases[:] = [offset]
         self._directory_changes += 1
@@ -1120,6 +1167,7 @@ class PartitionLog:
             return
         self._abort_cleaning("the log is closing")
         self.take_producer_snapshot()
+        self.leader_epoch_cache.persist()
         self.txn_index.flush()
         for segment in self._segments:
             segment.close()

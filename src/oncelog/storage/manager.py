@@ -36,7 +36,8 @@ import os
 import re
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from oncelog.storage.framed_file import (
     write_json_file,
 )
 from oncelog.storage.log import LogFlush, PartitionLog
+from oncelog.storage.open_files import OpenFiles
 from oncelog.storage.producer_state import ProducerStateConfig
 
 logger = logging.getLogger("oncelog.storage")
@@ -115,6 +117,34 @@ class TopicInfo:
     config: LogConfig  # the effective config: broker defaults plus overrides
 
 
+@dataclass(frozen=True)
+class NewTopic:
+    """One topic for `LogManager.create_topics`."""
+
+    name: str
+    num_partitions: int
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+    topic_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Opening:
+    """One partition log to open (`PartitionLog.open`) or, when `new`, to create
+    (`PartitionLog.create`), on any thread: it touches nothing but its own directory."""
+
+    key: tuple[str, int]
+    log_dir: Path
+    config: LogConfig
+    options: Mapping[str, Any]
+    new: bool = False
+
+    def open(self) -> PartitionLog:
+        topic, partition = self.key
+        make = PartitionLog.create if self.new else PartitionLog.open
+        return make(self.log_dir / topic_partition_name(topic, partition), topic, partition, self.config,
+                    **self.options)
+
+
 @dataclass
 class _TopicRecord:
     name: str
@@ -157,10 +187,17 @@ class LogManager:
     """Owns every partition log of the broker. Call `load()` before anything else."""
 
     def __init__(self, log_dirs: list[Path], default_config: LogConfig,
-                 producer_state_config: ProducerStateConfig | None = None, *, replicated: bool = False) -> None:
+                 producer_state_config: ProducerStateConfig | None = None, *, replicated: bool = False,
+                 threads_per_dir: int = 1, max_open_files: int | None = None) -> None:
+        """`threads_per_dir` (Kafka's num.recovery.threads.per.data.dir) opens, creates and
+        closes that many partition logs per log dir at once: their file system calls may
+        overlap. At most `max_open_files` segment files are open at once (default: from
+        the process's descriptor limit, open_files.py); the least recently used close."""
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [Path(directory) for directory in log_dirs]
+        self._threads = max(1, threads_per_dir) * len(self.log_dirs)
+        self.open_files = OpenFiles(max_open_files)  # made on the loop's thread, which alone closes
         self._default_config = default_config
         # Broker-wide (producer.id.expiration.ms, producer.id.max.entries.per.partition).
         self.producer_state_config = producer_state_config or ProducerStateConfig()
@@ -170,6 +207,8 @@ class LogManager:
         self._topic_names_by_id: dict[uuid.UUID, str] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_dir_of: dict[tuple[str, int], Path] = {}
+        self._partitions_in_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
+        self._collision_keys: dict[str, str] = {}  # a name with '.' as '_': the topic that has it
         self._generation = 0
         self._lock_fds: list[int] = []
         self._loaded = False
@@ -191,6 +230,7 @@ class LogManager:
                 log.close_without_flush()
             self._logs.clear()
             self._log_dir_of.clear()
+            self._partitions_in_dir = dict.fromkeys(self.log_dirs, 0)
             self._unlock_all()
             raise
         self._loaded = True
@@ -234,6 +274,7 @@ class LogManager:
         existing = self._partition_directories()
 
         now_ms = clock.now_ms()
+        openings = []
         for record in self._topics.values():
             config = self._effective_config(record, on_load=True)
             for partition in range(record.num_partitions):
@@ -243,18 +284,23 @@ class LogManager:
                     directory = self._least_loaded_dir()
                     logger.warning("%s: no directory found; starting an empty log in %s",
                                    topic_partition_name(*key), directory)
-                self._log_dir_of[key] = directory
-                self._logs[key] = self._watched(PartitionLog.open(
-                    directory / topic_partition_name(*key), record.name, partition, config,
-                    recover=not clean[directory],
+                self._place(key, directory)
+                openings.append(_Opening(key, directory, config, {
+                    "recover": not clean[directory],
                     # no checkpoint entry: rescan everything, as Kafka does (recovery point 0)
-                    recovery_point=recovery_points[directory].get(key, 0),
-                    log_start_offset=log_starts[directory].get(key),
-                    now_ms=now_ms,
-                    producer_state_config=self.producer_state_config,
-                    replicated=self.replicated,
-                    high_watermark=high_watermarks[directory].get(key),
-                ))
+                    "recovery_point": recovery_points[directory].get(key, 0),
+                    "log_start_offset": log_starts[directory].get(key),
+                    "now_ms": now_ms,
+                    "producer_state_config": self.producer_state_config,
+                    "replicated": self.replicated,
+                    "high_watermark": high_watermarks[directory].get(key),
+                    "open_files": self.open_files,
+                }))
+        opened, failures = self._open_all(openings)
+        for key, log in opened.items():
+            self._logs[key] = self._watched(log)
+        if failures:
+            raise failures[0][1]
         for (topic, partition), directory in existing.items():
             self._set_aside_stray(directory, topic_partition_name(topic, partition))
         for directory in self.log_dirs:
@@ -317,8 +363,7 @@ class LogManager:
                     num_partitions=int(entry["partitions"]),
                     config_overrides={str(k): str(v) for k, v in entry["configs"].items()},
                 )
-                self._topics[name] = record
-                self._topic_names_by_id[record.topic_id] = name
+                self._add_record(record)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptLogError(TOPICS_META_FILE, f"malformed topic metadata: {exc!r}") from None
         return generations
@@ -388,11 +433,71 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise StorageError(", ".join(map(str, self.log_dirs)), "every log directory is offline")
-        counts = dict.fromkeys(online, 0)
-        for directory in self._log_dir_of.values():
-            if directory in counts:
-                counts[directory] += 1
-        return min(online, key=lambda directory: counts[directory])
+        return min(online, key=self._partitions_in_dir.__getitem__)
+
+    def _place(self, key: tuple[str, int], directory: Path) -> None:
+        self._log_dir_of[key] = directory
+        self._partitions_in_dir[directory] += 1
+
+    def _unplace(self, key: tuple[str, int]) -> None:
+        directory = self._log_dir_of.pop(key, None)
+        if directory is not None:
+            self._partitions_in_dir[directory] -= 1
+
+    def _close_all(self, logs: Sequence[PartitionLog]) -> list[tuple[PartitionLog, StorageError]]:
+        """Close every log (fsyncs, indexes, producer snapshots), `self._threads` at a
+        time; each failure with its log, to report on this thread."""
+        failures: list[tuple[PartitionLog, StorageError]] = []
+
+        def one(log: PartitionLog) -> None:
+            hook, log.storage_failed = log.storage_failed, None  # reported by the caller
+            try:
+                log.close()
+            except StorageError as error:
+                failures.append((log, error))
+            finally:
+                log.storage_failed = hook
+
+        if self._threads == 1 or len(logs) < 2:
+            for log in logs:
+                one(log)
+        else:
+            with ThreadPoolExecutor(min(self._threads, len(logs)), thread_name_prefix="oncelog-log-dir") as pool:
+                list(pool.map(one, logs))
+        return failures
+
+    def _open_all(self, openings: Sequence[_Opening]
+                  ) -> tuple[dict[tuple[str, int], PartitionLog], list[tuple[tuple[str, int], LogError]]]:
+        """Open every log, `self._threads` at a time: the logs opened, and each failure
+        (a LogError) with its partition. Anything else propagates once the threads are
+        done, the logs opened so far closed unflushed."""
+        opened: dict[tuple[str, int], PartitionLog] = {}
+        failures: list[tuple[tuple[str, int], LogError]] = []
+
+        def one(opening: _Opening) -> None:
+            try:
+                opened[opening.key] = opening.open()
+            except LogError as error:
+                failures.append((opening.key, error))
+
+        try:
+            if self._threads == 1 or len(openings) < 2:
+                for opening in openings:
+                    one(opening)  # on this thread, which closes the least used files as it goes
+            else:
+                # The threads add descriptors; between runs, this thread closes the
+                # least used ones (OpenFiles: only its owner closes).
+                run = max(1, self.open_files.limit // 4)
+                with ThreadPoolExecutor(min(self._threads, len(openings)),
+                                        thread_name_prefix="oncelog-log-dir") as pool:
+                    for start in range(0, len(openings), run):
+                        list(pool.map(one, openings[start:start + run]))
+                        self.open_files.trim()
+        except BaseException:
+            for log in opened.values():
+                log.close_without_flush()
+            raise
+        return opened, failures
 
     def _effective_config(self, record: _TopicRecord, *, on_load: bool = False) -> LogConfig:
         if not on_load:
@@ -419,68 +524,130 @@ class LogManager:
     def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str | None],
                      topic_id: uuid.UUID | None = None, *, validate_only: bool = False) -> TopicInfo:
         """Create a topic with `num_partitions` empty partitions (CreateTopics)."""
-        validate_topic_name(name)
-        if name in self._topics:
-            raise TopicExistsError(name)
-        collision_key = name.replace(".", "_")
-        for existing in self._topics:
-            if existing.replace(".", "_") == collision_key:
-                raise InvalidTopicError(name, f"collides with existing topic {existing!r} ('.' and '_' are alike)")
-        if num_partitions <= 0:
-            raise InvalidPartitionsError(name, f"number of partitions must be larger than 0, got {num_partitions}")
-        overrides = {key: str(value) for key, value in configs.items() if value is not None}
-        config = self._default_config.with_overrides(overrides)
-        if topic_id is None:
-            topic_id = new_topic_id()
-        elif topic_id in self._topic_names_by_id:
-            raise InvalidTopicError(name, f"topic id {topic_id} is used by topic {self._topic_names_by_id[topic_id]!r}")
-        record = _TopicRecord(name, topic_id, num_partitions, overrides)
-        if validate_only:
-            return TopicInfo(name, topic_id, num_partitions, dict(overrides), config)
-        self._topics[name] = record
-        self._topic_names_by_id[topic_id] = name
-        try:
-            self._write_topics_meta()
-        except LogError:
-            del self._topics[name]
-            del self._topic_names_by_id[topic_id]
-            raise
-        self._open_new_partitions(record, range(num_partitions), config)
-        logger.info("created topic %s (id %s) with %d partition(s)", name, topic_id, num_partitions)
-        return TopicInfo(name, topic_id, num_partitions, dict(overrides), config)
+        outcome, = self.create_topics([NewTopic(name, num_partitions, configs, topic_id)],
+                                      validate_only=validate_only)
+        if isinstance(outcome, LogError):
+            raise outcome
+        return outcome
 
     def validate_new_topic(self, name: str, num_partitions: int, configs: Mapping[str, str | None],
                            topic_id: uuid.UUID | None = None) -> TopicInfo:
         """What create_topic would create, raising what it would raise; creates nothing."""
         return self.create_topic(name, num_partitions, configs, topic_id, validate_only=True)
 
-    def _open_new_partitions(self, record: _TopicRecord, partitions: range, config: LogConfig) -> None:
-        for partition in partitions:
-            key = (record.name, partition)
-            directory = self._least_loaded_dir()
-            self._log_dir_of[key] = directory
-            self._logs[key] = self._watched(PartitionLog.open(
-                directory / topic_partition_name(*key), record.name, partition, config, recover=False,
-                producer_state_config=self.producer_state_config, replicated=self.replicated,
-            ))
+    def create_topics(self, topics: Sequence[NewTopic], *, validate_only: bool = False) -> list[TopicInfo | LogError]:
+        """Create each topic with its empty partitions, or say why not: one outcome per
+        topic, in order (a name given twice exists the second time). The topic metadata
+        is written once for them all, then the partitions are created `self._threads` at
+        a time. A topic whose partitions could not all be created is answered with the
+        error; it exists, with the partitions that were."""
+        outcomes: list[TopicInfo | LogError] = []
+        accepted: list[tuple[_TopicRecord, LogConfig]] = []
+        for topic in topics:
+            try:
+                record, config = self._new_record(topic)
+            except LogError as error:
+                outcomes.append(error)
+                continue
+            outcomes.append(TopicInfo(record.name, record.topic_id, record.num_partitions,
+                                      dict(record.config_overrides), config))
+            if not validate_only:
+                self._add_record(record)
+                accepted.append((record, config))
+        if not accepted:
+            return outcomes
+        try:
+            self._write_topics_meta()
+        except LogError as error:
+            for record, _config in accepted:
+                self._remove_record(record)
+            return [error if isinstance(outcome, TopicInfo) else outcome for outcome in outcomes]
+        failed = self._open_new_partitions([(record, range(record.num_partitions), config)
+                                            for record, config in accepted])
+        for index, outcome in enumerate(outcomes):
+            if isinstance(outcome, TopicInfo):
+                if outcome.name in failed:
+                    outcomes[index] = failed[outcome.name]
+                else:
+                    logger.info("created topic %s (id %s) with %d partition(s)", outcome.name, outcome.topic_id,
+                                outcome.num_partitions)
+        return outcomes
+
+    def _new_record(self, topic: NewTopic) -> tuple[_TopicRecord, LogConfig]:
+        name = topic.name
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicExistsError(name)
+        existing = self._collision_keys.get(name.replace(".", "_"))
+        if existing is not None:
+            raise InvalidTopicError(name, f"collides with existing topic {existing!r} ('.' and '_' are alike)")
+        if topic.num_partitions <= 0:
+            raise InvalidPartitionsError(
+                name, f"number of partitions must be larger than 0, got {topic.num_partitions}")
+        overrides = {key: str(value) for key, value in topic.configs.items() if value is not None}
+        config = self._default_config.with_overrides(overrides)
+        topic_id = topic.topic_id
+        if topic_id is None:
+            topic_id = new_topic_id()
+        elif topic_id in self._topic_names_by_id:
+            raise InvalidTopicError(name, f"topic id {topic_id} is used by topic {self._topic_names_by_id[topic_id]!r}")
+        return _TopicRecord(name, topic_id, topic.num_partitions, overrides), config
+
+    def _add_record(self, record: _TopicRecord) -> None:
+        self._topics[record.name] = record
+        self._topic_names_by_id[record.topic_id] = record.name
+        self._collision_keys[record.name.replace(".", "_")] = record.name
+
+    def _remove_record(self, record: _TopicRecord) -> None:
+        del self._topics[record.name]
+        del self._topic_names_by_id[record.topic_id]
+        del self._collision_keys[record.name.replace(".", "_")]
+
+    def _open_new_partitions(self, growth: Sequence[tuple[_TopicRecord, range, LogConfig]]) -> dict[str, LogError]:
+        """Create the empty partitions of each (topic, indexes, config); the first error
+        of each topic whose partitions were not all created, by topic name."""
+        openings = []
+        for record, partitions, config in growth:
+            for partition in partitions:
+                key = (record.name, partition)
+                directory = self._least_loaded_dir()
+                self._place(key, directory)
+                openings.append(_Opening(key, directory, config, {
+                    "producer_state_config": self.producer_state_config, "replicated": self.replicated,
+                    "sync_parent": False, "open_files": self.open_files,
+                }, new=True))
+        opened, failures = self._open_all(openings)
+        for key, log in opened.items():
+            self._logs[key] = self._watched(log)
+        failed: dict[str, LogError] = {}
+        for directory in {opening.log_dir for opening in openings}:  # the new directories' entries
+            try:
+                fsync_directory(directory)
+            except StorageError as sync_error:
+                self._report(directory, sync_error)
+                for opening in openings:
+                    if opening.log_dir == directory:
+                        failed.setdefault(opening.key[0], sync_error)
+        for key, error in failures:
+            self._unplace(key)
+            failed.setdefault(key[0], error)
+        return failed
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data (DeleteTopics)."""
         record = self._topics.get(name)
         if record is None:
             raise UnknownTopicError(name)
-        del self._topics[name]
-        del self._topic_names_by_id[record.topic_id]
+        self._remove_record(record)
         try:
             self._write_topics_meta()
         except LogError:
-            self._topics[name] = record
-            self._topic_names_by_id[record.topic_id] = name
+            self._add_record(record)
             raise
         for partition in range(record.num_partitions):
             key = (name, partition)
             log = self._logs.pop(key, None)
-            self._log_dir_of.pop(key, None)
+            self._unplace(key)
             if log is not None:
                 log.delete()
         logger.info("deleted topic %s (id %s)", name, record.topic_id)
@@ -505,7 +672,9 @@ class LogManager:
         except LogError:
             record.num_partitions = current
             raise
-        self._open_new_partitions(record, range(current, new_total), self._effective_config(record))
+        failed = self._open_new_partitions([(record, range(current, new_total), self._effective_config(record))])
+        if failed:
+            raise failed[name]
         return self._info(record)
 
     def alter_topic_config(self, name: str, configs: Mapping[str, str | None], *, replace: bool = False,
@@ -717,11 +886,17 @@ class LogManager:
         if not self._loaded:
             self._unlock_all()
             return
+        closing = []
         for key, log in self._logs.items():
             if self._log_dir_of[key] in self.offline_dirs:
                 log.close_without_flush()  # recovered at the next start: no marker for its dir
             else:
-                log.close()
+                closing.append(log)
+        failures = self._close_all(closing)
+        if failures:
+            for log, error in failures:
+                self._log_failed(log, error)
+            raise failures[0][1]  # no clean-shutdown marker: the next start recovers
         self.checkpoint()
         for directory in self.online_dirs:
             marker = directory / CLEAN_SHUTDOWN_MARKER
@@ -736,6 +911,7 @@ class LogManager:
                 ) from exc
         self._logs.clear()
         self._log_dir_of.clear()
+        self._partitions_in_dir = dict.fromkeys(self.log_dirs, 0)
         self._loaded = False
         self._unlock_all()
 

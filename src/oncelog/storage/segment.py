@@ -55,6 +55,7 @@ from oncelog.storage.batch_records import decode_records
 from oncelog.storage.errors import CorruptLogError, StorageError
 from oncelog.storage.framed_file import write_fully
 from oncelog.storage.index import INDEX_ENTRY_SIZE, NO_TIMESTAMP, TIME_INDEX_ENTRY_SIZE, OffsetIndex, TimeIndex
+from oncelog.storage.open_files import OpenFiles
 from oncelog.storage.producer_state import ProducerBatch
 
 logger = logging.getLogger("oncelog.storage")
@@ -142,7 +143,9 @@ class LogSegment:
     __slots__ = (
         "_bytes_since_index_entry",
         "_changes",
+        "_closed",
         "_fd",
+        "_files",
         "_indexes_dirty",
         "_log_dirty",
         "_offset_index",
@@ -173,10 +176,48 @@ class LogSegment:
         self.offset_of_max_timestamp = -1
         self.rolling_base_ms: int | None = None  # segment.ms counts from here
         self._fd = fd
+        self._files: OpenFiles | None = None  # the budget this segment's descriptor counts in
+        self._closed = False
         self._reset_indexes()
         self._log_dirty = False
         self._indexes_dirty = False
         self._changes = 0  # writes and truncations so far: a `SegmentFlush` is current while equal
+
+    def join(self, files: OpenFiles | None) -> None:
+        """Count this segment's descriptor in `files`, which may close it when others are
+        used more recently (it reopens at the next use); None: keep it open."""
+        if files is self._files:
+            return
+        if self._files is not None:
+            self._files.discard(self)
+        self._files = files
+        if files is not None and self._fd >= 0:
+            files.add(self)
+
+    def release_descriptor(self) -> None:
+        """Close the descriptor until the next use (OpenFiles)."""
+        if self._fd >= 0:
+            close_quietly(self._fd)
+            self._fd = -1
+
+    def _descriptor(self) -> int:
+        """The log file's descriptor, reopened if `OpenFiles` closed it (-1 once the
+        segment is closed: the call then fails with EBADF, a StorageError)."""
+        fd = self._fd
+        files = self._files
+        if fd >= 0:
+            if files is not None:
+                files.use(self)
+            return fd
+        if self._closed:
+            return -1
+        try:
+            fd = self._fd = os.open(self.log_path, os.O_RDWR)
+        except OSError as exc:
+            raise _storage_error(self.log_path, "reopen segment", exc) from exc
+        if files is not None:
+            files.add(self)
+        return fd
 
     def use_file_suffix(self, file_suffix: str) -> None:
         """Name the segment's files `<base>.log<file_suffix>` and so on. The log cleaner
@@ -197,11 +238,14 @@ class LogSegment:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int) -> LogSegment:
-        """A new, empty segment; fails if a log file with this base offset exists."""
+    def create(cls, directory: Path, base_offset: int, *, fresh: bool = False) -> LogSegment:
+        """A new, empty segment; fails if a log file with this base offset exists. Index
+        files left at this base offset go first, unless the directory is `fresh` (just
+        made: there are none)."""
         log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            (directory / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
+        if not fresh:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (directory / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
         try:
             fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
@@ -289,7 +333,7 @@ class LogSegment:
         the number of bytes removed.
         """
         try:
-            file_size = os.fstat(self._fd).st_size
+            file_size = os.fstat(self._descriptor()).st_size
         except OSError as exc:
             raise _storage_error(self.log_path, "stat segment", exc) from exc
         self._reset_indexes()
@@ -303,7 +347,7 @@ class LogSegment:
         while position < file_size:
             want = min(max(_RECOVERY_CHUNK, needed), file_size - position)
             try:
-                chunk = os.pread(self._fd, want, position)
+                chunk = os.pread(self._descriptor(), want, position)
             except OSError as exc:
                 raise _storage_error(self.log_path, "read segment", exc) from exc
             headers, valid_length = scan_valid_prefix(chunk)
@@ -343,7 +387,7 @@ class LogSegment:
                 self.log_path, removed, truncate_at, expected_offset - 1, reason,
             )
             try:
-                os.ftruncate(self._fd, truncate_at)
+                os.ftruncate(self._descriptor(), truncate_at)
             except OSError as exc:
                 raise _storage_error(self.log_path, "truncate segment", exc) from exc
             self._forget_reads()
@@ -392,18 +436,18 @@ class LogSegment:
 
     def _write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
         try:
-            written = os.pwrite(self._fd, data, position)
+            written = os.pwrite(self._descriptor(), data, position)
             if written < len(data):  # rare: a signal or a nearly full disk
                 view = memoryview(data)
                 while written < len(data):
-                    step = os.pwrite(self._fd, view[written:], position + written)
+                    step = os.pwrite(self._descriptor(), view[written:], position + written)
                     if step == 0:
                         raise OSError(28, "no progress writing segment")
                     written += step
         except OSError as exc:
             # Leave no partial batch behind: the log must stay whole batches.
             try:
-                os.ftruncate(self._fd, position)
+                os.ftruncate(self._descriptor(), position)
             except OSError:
                 pass
             raise _storage_error(self.log_path, f"append {len(data)} bytes at position {position}", exc) from exc
@@ -443,7 +487,7 @@ class LogSegment:
 
     def _read_scan_header(self, position: int) -> tuple:
         try:
-            data = os.pread(self._fd, _SCAN.size, position)
+            data = os.pread(self._descriptor(), _SCAN.size, position)
         except OSError as exc:
             raise _storage_error(self.log_path, "read segment", exc) from exc
         if len(data) < _SCAN.size:
@@ -459,7 +503,6 @@ class LogSegment:
         Reads headers only, a chunk at a time, from a batch boundary to the end.
         """
         end = self.size
-        fd = self._fd
         chunk = b""
         chunk_start = position
         unpack_from = _SCAN.unpack_from
@@ -467,8 +510,8 @@ class LogSegment:
         while position < end:
             relative = position - chunk_start
             if relative + header_size > len(chunk):
-                try:
-                    chunk = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+                try:  # the descriptor fetched for each read: this generator waits between yields
+                    chunk = os.pread(self._descriptor(), min(_SCAN_CHUNK, end - position), position)
                 except OSError as exc:
                     raise _storage_error(self.log_path, "read segment", exc) from exc
                 chunk_start = position
@@ -493,7 +536,7 @@ class LogSegment:
         position = 0
         while position < self.size:
             try:
-                chunk = os.pread(self._fd, min(chunk_bytes, self.size - position), position)
+                chunk = os.pread(self._descriptor(), min(chunk_bytes, self.size - position), position)
             except OSError as exc:
                 raise _storage_error(self.log_path, "read segment", exc) from exc
             headers = []
@@ -556,7 +599,7 @@ class LogSegment:
         """(partition leader epoch, base offset) of each batch whose epoch differs from
         the previous batch's, in log order: what the leader epoch cache is rebuilt from."""
         starts: list[tuple[int, int]] = []
-        fd, end = self._fd, self.size
+        fd, end = self._descriptor(), self.size
         header_size = _EPOCH_SCAN.size
         unpack_from = _EPOCH_SCAN.unpack_from
         position = chunk_start = 0
@@ -587,7 +630,7 @@ class LogSegment:
     def _control_record_at(self, position: int, size: int) -> tuple[int, int]:
         """(marker type, coordinator epoch) of the control batch at `position`."""
         try:
-            data = os.pread(self._fd, min(size - HEADER_SIZE, 64), position + HEADER_SIZE)
+            data = os.pread(self._descriptor(), min(size - HEADER_SIZE, 64), position + HEADER_SIZE)
         except OSError as exc:
             raise _storage_error(self.log_path, "read control record", exc) from exc
         try:
@@ -634,7 +677,7 @@ class LogSegment:
         data = RECENT_READS.get(key)
         if data is None:
             try:
-                data = os.pread(self._fd, end - start, start)
+                data = os.pread(self._descriptor(), end - start, start)
             except OSError as exc:
                 raise _storage_error(self.log_path, "read segment", exc) from exc
             if len(data) != end - start:
@@ -694,7 +737,7 @@ class LogSegment:
     def _record_timestamps(self, position: int, size: int) -> list[tuple[int, int]]:
         """(offset, timestamp) of every record of the batch at `position`."""
         try:
-            data = os.pread(self._fd, size, position)
+            data = os.pread(self._descriptor(), size, position)
         except OSError as exc:
             raise _storage_error(self.log_path, "read segment", exc) from exc
         try:
@@ -713,7 +756,7 @@ class LogSegment:
         if self.max_timestamp >= 0:
             return self.max_timestamp
         try:
-            return int(os.fstat(self._fd).st_mtime * 1000)
+            return int(os.fstat(self._descriptor()).st_mtime * 1000)
         except OSError as exc:
             raise _storage_error(self.log_path, "stat segment", exc) from exc
 
@@ -727,7 +770,7 @@ class LogSegment:
         position, base = found[0], found[1]
         removed = self.size - position
         try:
-            os.ftruncate(self._fd, position)
+            os.ftruncate(self._descriptor(), position)
         except OSError as exc:
             raise _storage_error(self.log_path, f"truncate to position {position}", exc) from exc
         self._forget_reads()
@@ -781,6 +824,11 @@ class LogSegment:
                 raise _storage_error(path, "write index", exc) from exc
         self._indexes_dirty = False
 
+    def mark_unsynced(self) -> None:
+        """The file's contents are not known to be on disk (a recovered segment after a
+        crash): the next flush fsyncs it."""
+        self._log_dirty = True
+
     @property
     def needs_flush(self) -> bool:
         return self._log_dirty
@@ -802,7 +850,7 @@ class LogSegment:
         """What `flush` would do, as a `SegmentFlush` whose `sync` may run on another
         thread while this one goes on writing (None: nothing to flush)."""
         indexes = write_indexes and self._indexes_dirty
-        if not (self._log_dirty or indexes) or self._fd < 0:
+        if not (self._log_dirty or indexes) or self._closed:
             return None
         # A descriptor of its own, not a dup: Linux reports a writeback error to each open
         # file once, so a flush sharing the log's (or another flush's) could miss it.
@@ -816,7 +864,7 @@ class LogSegment:
 
     def flush_is_current(self, flush: SegmentFlush) -> bool:
         """Whether `flush` still describes this segment: not closed or changed since."""
-        return self._fd >= 0 and self._changes == flush.changes
+        return not self._closed and self._changes == flush.changes
 
     def flush_finished(self, flush: SegmentFlush) -> None:
         """Record a synced, current `flush` whose index files are in place."""
@@ -827,17 +875,19 @@ class LogSegment:
 
     def close(self) -> None:
         """Write the indexes (with a final time entry), fsync and close."""
-        if self._fd < 0:
+        if self._closed:
             return
         self._maybe_append_time_entry()
         self.flush(write_indexes=True)
-        os.close(self._fd)
-        self._fd = -1
+        self.close_without_flush()
 
     def close_without_flush(self) -> None:
+        self._closed = True
+        if self._files is not None:
+            self._files.discard(self)
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
     def delete(self) -> None:
         """Close and remove the segment's files."""

@@ -38,12 +38,16 @@ class AbortedTxn:
 
 
 class TransactionIndex:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, new: bool = False) -> None:
+        """The index of the log in `directory`, read from its file (none when `new`: the
+        directory was just made)."""
         self.path = directory / FILE_NAME
         self.entries: list[AbortedTxn] = []
         self._last_offsets: list[int] = []  # parallel to entries, for bisection
         self._changes = 0  # writes to the file so far
         self._synced_changes = 0  # how many of them an fsync covered
+        if new:
+            return
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:

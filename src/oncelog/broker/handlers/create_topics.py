@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 from oncelog.broker.dispatch import RequestContext, api
+from oncelog.kernel.node import TopicCreation
 from oncelog.kernel.topics import TopicRequestError
 from oncelog.protocol.messages import NO_THROTTLE, ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
@@ -44,35 +45,33 @@ async def handle(ctx: RequestContext, request) -> object:
         named.add(topic.name)
     may_create_any = ctx.authorize_cluster(AclOperation.CREATE)
     has_configs = ctx.response.has("CreatableTopicConfigs")  # v5+
-    results = []
+    # Each topic's request checks first; the valid ones are then created together.
+    outcomes: list[TopicCreation | TopicRequestError] = []
     for topic in request.topics:
         await ctx.pace()
         try:
-            if topic.name in duplicated:
-                raise TopicRequestError(
-                    ErrorCode.invalid_request, f"Create topics request contains duplicate topic {topic.name}"
-                )
-            if not (may_create_any or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic.name)):
-                raise TopicRequestError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
-            assignment = None
-            if topic.assignments:
-                replication_factor, num_partitions, assignment = await _from_assignments(ctx, topic)
-            configs = await _configs_asked(ctx, topic)
-            info = await ctx.broker.topics.create(
-                topic.name, num_partitions, replication_factor, configs,
-                validate_only=request.validate_only, assignment=assignment, pace=ctx.pace,
-            )
-            if replication_factor == -1:
-                replication_factor = ctx.broker.config["default.replication.factor"]
+            outcomes.append(await _creation(ctx, topic, duplicated, may_create_any))
         except TopicRequestError as error:
+            outcomes.append(error)
+    creations = [outcome for outcome in outcomes if isinstance(outcome, TopicCreation)]
+    created = iter(await ctx.broker.topics.create_topics(creations, validate_only=request.validate_only,
+                                                          pace=ctx.pace))
+    results = []
+    for topic, outcome in zip(request.topics, outcomes, strict=True):
+        await ctx.pace()
+        info = next(created) if isinstance(outcome, TopicCreation) else outcome
+        if isinstance(info, TopicRequestError):
             results.append(
                 make(
-                    "CreatableTopicResult", name=topic.name, topic_id=None, error_code=error.code,
-                    error_message=str(error), num_partitions=-1, replication_factor=-1, configs=None,
+                    "CreatableTopicResult", name=topic.name, topic_id=None, error_code=info.code,
+                    error_message=str(info), num_partitions=-1, replication_factor=-1, configs=None,
                 )
             )
             continue
+        assert isinstance(outcome, TopicCreation)
+        replication_factor = outcome.replication_factor
+        if replication_factor == -1:
+            replication_factor = ctx.broker.config["default.replication.factor"]
         topic_id = None if request.validate_only else info.topic_id
         if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
             results.append(make(
@@ -94,6 +93,20 @@ async def handle(ctx: RequestContext, request) -> object:
             )
         )
     return make("CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def _creation(ctx: RequestContext, topic, duplicated: set[str], may_create_any: bool) -> TopicCreation:
+    """The topic as the topic admin creates it, once the request's own checks pass."""
+    if topic.name in duplicated:
+        raise TopicRequestError(ErrorCode.invalid_request,
+                                f"Create topics request contains duplicate topic {topic.name}")
+    if not (may_create_any or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic.name)):
+        raise TopicRequestError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+    replication_factor, num_partitions = topic.replication_factor, topic.num_partitions
+    assignment = None
+    if topic.assignments:
+        replication_factor, num_partitions, assignment = await _from_assignments(ctx, topic)
+    return TopicCreation(topic.name, num_partitions, replication_factor, await _configs_asked(ctx, topic), assignment)
 
 
 async def _from_assignments(ctx: RequestContext, topic) -> tuple[int, int, list[list[int]] | None]:
