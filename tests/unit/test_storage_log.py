@@ -299,7 +299,9 @@ def test_indexes_are_rebuilt_when_their_files_were_deleted(tmp_path):
         for offset in range(0, 120, 13):
             assert offsets_of(reopened.read(offset, 1).records)[0][0] == offset - offset % 2
         assert reopened.offset_for_timestamp(10_030) == (60, 10_030)
-        assert reopened.recovery_point == 0  # the rebuilt indexes are written by the next flush
+        # The rebuilt indexes of the inactive segments are written at the open, the active
+        # one's by the next flush: the recovery point waits at its base until then.
+        assert reopened.recovery_point == reopened._segments[-1].base_offset
         reopened.flush()
         assert reopened.recovery_point == reopened.log_end_offset
         assert sorted(n for n in os.listdir(tmp_path / "orders-0") if n.endswith(".index"))
@@ -874,7 +876,11 @@ def test_recovery_keeps_exactly_the_whole_batches_before_a_torn_tail(tmp_path_fa
     os.truncate(path, cut)
     with open(path, "ab") as file:
         file.write(garbage)
-    kept_bytes, kept_end = max(((end, offset) for end, offset in ends if end <= cut), default=(0, 0))
+    # A batch is kept when its bytes are whole: the garbage may give a cut batch its own
+    # last bytes back (a record's last byte is often 0, the headers count).
+    damaged = records[:cut] + garbage
+    kept_bytes, kept_end = max(((end, offset) for end, offset in ends if damaged[:end] == records[:end]),
+                               default=(0, 0))
     recovered = open_log(directory, recover=True)
     try:
         assert recovered.log_end_offset == kept_end
@@ -882,3 +888,24 @@ def test_recovery_keeps_exactly_the_whole_batches_before_a_torn_tail(tmp_path_fa
         assert append(recovered).base_offset == kept_end
     finally:
         recovered.close()
+
+
+def test_recovery_from_the_log_start_makes_inactive_segments_durable_at_once_and_leaves_the_active_one(tmp_path):
+    # A crash with no recovery-point checkpoint rescans every segment: the inactive ones
+    # are written at the open, one at a time (a later flush would hold descriptors for
+    # all of them at once); only the active one waits for the next flush.
+    config = LogConfig(segment_bytes=1000, index_interval_bytes=100)
+    log = open_log(tmp_path, config)
+    for number in range(60):
+        append(log, 2, timestamp_ms=10_000 + number)
+    bases = [segment.base_offset for segment in log._segments]
+    assert len(bases) > 3
+    log.close_without_flush()
+    reopened = PartitionLog.open(tmp_path / "orders-0", "orders", 0, config, recover=True, recovery_point=0)
+    try:
+        assert reopened.recovery_point == bases[-1]
+        assert not any(segment.needs_flush for segment in reopened._segments[:-1])
+        assert reopened._segments[-1].needs_flush
+        assert {f"{base:020d}.index" for base in bases[:-1]} <= set(os.listdir(tmp_path / "orders-0"))
+    finally:
+        reopened.close()

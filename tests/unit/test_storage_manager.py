@@ -1,7 +1,9 @@
 """LogManager (topics, log dirs, checkpoints, clean shutdown) and LogConfig."""
 
+import dataclasses
 import os
 import re
+import resource
 import subprocess
 import sys
 import textwrap
@@ -491,3 +493,38 @@ def test_a_scan_goes_on_when_its_segment_file_was_closed_between_two_reads(tmp_p
     headers = [*first[1], *(header for _chunk, chunk_headers in batches for header in chunk_headers)]
     assert [header.base_offset for header in headers] == [0, 2, 4]
     manager.close()
+
+
+def test_logs_of_many_segments_load_on_several_threads_within_the_open_files_allowed(tmp_path):
+    config = LogConfig(segment_bytes=50)  # a segment per batch
+    manager = LogManager([tmp_path / "data"], config)
+    manager.load()
+    manager.create_topics([NewTopic(f"t{index}", 10) for index in range(20)])
+    for log in manager.partitions():
+        for _ in range(6):
+            append(log)
+    assert all(len(log.segments) >= 6 for log in manager.partitions())
+    manager.close()
+    # 1,200 segments, at most 128 open, and a process limit that leaves room for about
+    # 250 more descriptors: the threads must not hold a run's segments open.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_open_descriptors() + 250, hard))
+    try:
+        again = LogManager([tmp_path / "data"], config, threads_per_dir=4, max_open_files=128)
+        again.load()
+        assert len(again.open_files) <= 128
+        assert sorted(log.log_end_offset for log in again.partitions()) == [6] * 200
+        again.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_topic_colliding_with_two_others_is_refused_after_one_of_them_is_deleted(manager):
+    # Two colliding names can exist (created before the check, or by another broker's
+    # metadata); deleting one still leaves the other guarding the name.
+    manager._add_record(manager._new_record(NewTopic("a.b", 1))[0])
+    record = dataclasses.replace(manager._topics["a.b"], name="a_b", topic_id=uuid.uuid4())
+    manager._add_record(record)  # as a load of such metadata would
+    manager._remove_record(record)
+    with pytest.raises(InvalidTopicError, match="collides"):
+        manager.create_topic("a_b", 1, {})

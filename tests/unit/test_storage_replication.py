@@ -638,3 +638,16 @@ def test_a_follower_takes_a_marker_the_leaders_cleaner_emptied(tmp_path):
     assert follower.log_end_offset == 3
     [last] = parse_batches(all_bytes(follower))[-1:]
     assert (last.base_offset, last.is_control, last.record_count) == (2, True, 0)
+
+
+def test_an_empty_epoch_checkpoint_left_by_a_crash_is_rebuilt_from_the_batch_headers(tmp_path):
+    log = open_log(tmp_path, config=LogConfig(segment_bytes=2 * len(batch(2))))
+    for epoch in (1, 1, 3, 5):
+        append(log, 2, leader_epoch=epoch)
+    log.flush()
+    log.close_without_flush()
+    (log.directory / EPOCH_FILE).write_bytes(b"")  # the rename was durable, the data not
+    reopened = open_log(tmp_path, config=LogConfig(segment_bytes=2 * len(batch(2))), recover=True,
+                        recovery_point=log.recovery_point)
+    assert reopened.leader_epoch_cache.entries() == [(1, 0), (3, 4), (5, 6)]
+    reopened.close()

@@ -21,7 +21,9 @@ again; at once is simpler and costs one small write each).
 A file that does not parse, or holds a negative epoch or offset, is a CorruptLogError at
 load, as in Kafka (whose checkpoint read fails the log directory): the log does not
 guess. The owner (PartitionLog) rebuilds the cache from the batch headers only when the
-file is missing, e.g. in data directories written before the cache existed.
+file is missing (data directories written before the cache existed) or empty (what a
+crash leaves on file systems that make the rename of a file written without fsync
+durable before its data).
 """
 
 from __future__ import annotations
@@ -69,6 +71,21 @@ class LeaderEpochCache:
             if entry.epoch < 0 or entry.start_offset < 0:
                 raise CorruptLogError(str(path), f"invalid leader epoch entry {tuple(entry)}")
             self._assign(entry)  # drops entries that break monotonicity, as Kafka's load does
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[LeaderEpochCache, bool]:
+        """The cache in `path`, and whether its owner must rebuild it from the batch
+        headers: the file is missing, or empty (a crash between the rename of a file
+        written without fsync and its fsync, on file systems that make the rename
+        durable first)."""
+        try:
+            empty = path.stat().st_size == 0
+        except FileNotFoundError:
+            return cls(path, new=True), True
+        if empty:
+            logger.warning("%s: empty leader epoch checkpoint; rebuilding it from the batch headers", path)
+            return cls(path, new=True), True
+        return cls(path), False
 
     # -- reading -------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ from oncelog.storage.errors import (
     UnexpectedAppendOffsetError,
     topic_partition_name,
 )
-from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_descriptor, fsync_directory, open_for_fsync
+from oncelog.storage.framed_file import TEMP_SUFFIX, fsync_descriptor, fsync_directory, fsync_file, open_for_fsync
 from oncelog.storage.leader_epoch import FILE_NAME as LEADER_EPOCH_CHECKPOINT_FILE
 from oncelog.storage.leader_epoch import LeaderEpochCache
 from oncelog.storage.open_files import OpenFiles
@@ -345,8 +345,7 @@ class PartitionLog:
         bases = _clean_directory(directory)
         # A corrupt epoch checkpoint fails the open here, before any segment is opened.
         epoch_checkpoint = directory / LEADER_EPOCH_CHECKPOINT_FILE
-        rebuild_epochs = not epoch_checkpoint.exists()
-        leader_epoch_cache = LeaderEpochCache(epoch_checkpoint)
+        leader_epoch_cache, rebuild_epochs = LeaderEpochCache.load(epoch_checkpoint)
         if not recover:
             first_to_recover = len(bases)
         elif recovery_point is None:
@@ -408,14 +407,23 @@ class PartitionLog:
         if swapped:
             log.drop_orphan_aborted_txns()
         if recovered:
-            # As Kafka's LogLoader: the recovered state (truncations, rebuilt indexes, the
-            # epochs) is made durable by the next flush, before the recovery point passes
-            # it; a crash before then recovers the same segments again. Opening thousands
-            # of partitions costs no fsyncs and no file creations.
+            # A recovered inactive segment (a crash far from its last flush, a missing
+            # checkpoint, a damaged index) is made durable now, one at a time, as before:
+            # a later flush would hold descriptors for them all at once. The active one,
+            # what a crash usually leaves to recover, waits for the next flush, as in
+            # Kafka's LogLoader: the recovery point stays at its base until then, so a
+            # crash before it recovers the segment again. Opening thousands of
+            # partitions after a crash costs no fsync and no file creation each.
+            active = log._segments[-1]
             for segment in recovered:
-                segment.mark_unsynced()
-            log.recovery_point = min(max(recovered[0].base_offset, log.log_start_offset), log.log_end_offset)
-            log._directory_changes += 1
+                if segment is not active and segment in log._segments:
+                    segment.flush(write_indexes=True)
+            if any(segment is not active for segment in recovered):
+                fsync_directory(directory)
+            if active in recovered:
+                active.mark_unsynced()
+                log.recovery_point = min(max(active.base_offset, log.log_start_offset), log.log_end_offset)
+                log._directory_changes += 1
             logger.info(
                 "%s: recovered %d segment(s); log start offset %d, log end offset %d",
                 name, len(recovered), log.log_start_offset, log.log_end_offset,
@@ -441,6 +449,12 @@ class PartitionLog:
             cache.assign_all(starts, persist=False)  # written by the next flush, as the segments are
             logger.info("%s: leader epochs %s assigned from the batch headers", self.name, starts)
         cache.truncate_from_start(self.log_start_offset)
+
+    def release_inactive_descriptors(self) -> None:
+        """Close the descriptors of every segment but the active one (they reopen at
+        their next use): a log opened on a log dir thread, before its owner uses it."""
+        for segment in self._segments[:-1]:
+            segment.release_descriptor(counted=True)
 
     # -- properties ----------------------------------------------------------------------
 
@@ -1169,6 +1183,10 @@ class PartitionLog:
         self.take_producer_snapshot()
         self.leader_epoch_cache.persist()
         self.txn_index.flush()
+        for path in self._unsynced_files:  # written by a roll or a flush since discarded
+            if path.exists():
+                fsync_file(path)
+        self._unsynced_files = []
         for segment in self._segments:
             segment.close()
         fsync_directory(self.directory)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import json
 import logging
 import os
 import re
@@ -61,6 +62,7 @@ from oncelog.storage.framed_file import (
     fsync_directory,
     read_json_file,
     read_partition_offsets,
+    write_framed_file,
     write_json_file,
 )
 from oncelog.storage.log import LogFlush, PartitionLog
@@ -151,6 +153,9 @@ class _TopicRecord:
     topic_id: uuid.UUID
     num_partitions: int
     config_overrides: dict[str, str] = field(default_factory=dict)
+    # The JSON text of the entry, and the (partitions, configs) it was made from: the
+    # topic metadata is written whole for each change, and most entries never change.
+    _encoded: tuple[tuple[int, dict[str, str]], str] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {
@@ -158,6 +163,14 @@ class _TopicRecord:
             "partitions": self.num_partitions,
             "configs": dict(self.config_overrides),
         }
+
+    def json_text(self) -> str:
+        """`to_json()` as JSON text (`"name":{...}`), encoded again only after a change."""
+        made_from = (self.num_partitions, self.config_overrides)
+        if self._encoded is None or self._encoded[0] != made_from:
+            text = json.dumps(self.name) + ":" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+            self._encoded = ((self.num_partitions, dict(self.config_overrides)), text)
+        return self._encoded[1]
 
 
 @dataclass(slots=True)
@@ -208,7 +221,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._log_dir_of: dict[tuple[str, int], Path] = {}
         self._partitions_in_dir: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
-        self._collision_keys: dict[str, str] = {}  # a name with '.' as '_': the topic that has it
+        self._collision_keys: dict[str, set[str]] = {}  # a name with '.' as '_': the topics that have it
         self._generation = 0
         self._lock_fds: list[int] = []
         self._loaded = False
@@ -370,16 +383,15 @@ class LogManager:
 
     def _write_topics_meta(self) -> None:
         self._generation += 1
-        document = {
-            "generation": self._generation,
-            "topics": {name: record.to_json() for name, record in sorted(self._topics.items())},
-        }
+        # {"generation": ..., "topics": {name: entry, ...}} from each entry's kept text.
+        entries = ",".join(self._topics[name].json_text() for name in sorted(self._topics))
+        payload = f'{{"generation":{self._generation},"topics":{{{entries}}}}}'.encode()
         online = self.online_dirs
         if not online:
             raise StorageError(", ".join(map(str, self.log_dirs)), "every log directory is offline")
         for directory in online:  # an offline dir's older copy loses to the newer generation at load
             try:
-                write_json_file(directory / TOPICS_META_FILE, _TOPICS_META_MAGIC, _TOPICS_META_VERSION, document)
+                write_framed_file(directory / TOPICS_META_FILE, _TOPICS_META_MAGIC, _TOPICS_META_VERSION, payload)
             except StorageError as error:
                 self._report(directory, error)
                 raise
@@ -476,9 +488,12 @@ class LogManager:
 
         def one(opening: _Opening) -> None:
             try:
-                opened[opening.key] = opening.open()
+                log = opened[opening.key] = opening.open()
             except LogError as error:
                 failures.append((opening.key, error))
+                return
+            if self._threads > 1:  # on a log dir thread: one descriptor per log until the run's trim
+                log.release_inactive_descriptors()
 
         try:
             if self._threads == 1 or len(openings) < 2:
@@ -579,8 +594,8 @@ class LogManager:
         if name in self._topics:
             raise TopicExistsError(name)
         existing = self._collision_keys.get(name.replace(".", "_"))
-        if existing is not None:
-            raise InvalidTopicError(name, f"collides with existing topic {existing!r} ('.' and '_' are alike)")
+        if existing:
+            raise InvalidTopicError(name, f"collides with existing topic {min(existing)!r} ('.' and '_' are alike)")
         if topic.num_partitions <= 0:
             raise InvalidPartitionsError(
                 name, f"number of partitions must be larger than 0, got {topic.num_partitions}")
@@ -596,12 +611,15 @@ class LogManager:
     def _add_record(self, record: _TopicRecord) -> None:
         self._topics[record.name] = record
         self._topic_names_by_id[record.topic_id] = record.name
-        self._collision_keys[record.name.replace(".", "_")] = record.name
+        self._collision_keys.setdefault(record.name.replace(".", "_"), set()).add(record.name)
 
     def _remove_record(self, record: _TopicRecord) -> None:
         del self._topics[record.name]
         del self._topic_names_by_id[record.topic_id]
-        del self._collision_keys[record.name.replace(".", "_")]
+        key = record.name.replace(".", "_")
+        self._collision_keys[key].discard(record.name)
+        if not self._collision_keys[key]:
+            del self._collision_keys[key]
 
     def _open_new_partitions(self, growth: Sequence[tuple[_TopicRecord, range, LogConfig]]) -> dict[str, LogError]:
         """Create the empty partitions of each (topic, indexes, config); the first error

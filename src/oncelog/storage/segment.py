@@ -194,8 +194,11 @@ class LogSegment:
         if files is not None and self._fd >= 0:
             files.add(self)
 
-    def release_descriptor(self) -> None:
-        """Close the descriptor until the next use (OpenFiles)."""
+    def release_descriptor(self, *, counted: bool = False) -> None:
+        """Close the descriptor until the next use (OpenFiles does; with `counted`, the
+        segment's own owner, which also takes it out of OpenFiles' count)."""
+        if counted and self._files is not None:
+            self._files.discard(self)
         if self._fd >= 0:
             close_quietly(self._fd)
             self._fd = -1
