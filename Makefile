@@ -7,6 +7,8 @@
 #                contract (import-linter, [tool.importlinter] in pyproject.toml); .ci/run runs it first
 #   make demo    the main job: `oncelog demo` (exactly-once Spark order enrichment, with faults)
 #   make bench   benchmarks (bench/run.py; BENCH_ARGS=--quick for a smoke run), never part of the tests
+#   make partition-scale  one broker at 1,000, 10,000 and 100,000 partitions: creation, write rounds, restart after
+#                      kill -9 (bench/partition_scale.py; PARTITIONS=1000,10000 for a shorter run)
 #   make soak    `oncelog chaos --minutes 10`: broker kills and dropped responses, judged by the history checker
 #   make soak-cluster  the same on a 3-broker cluster (`--brokers 3`): kills, pauses, partitions, full disks
 #   make soak-faults   long pauses, network partitions, full disks and lease losses on a cluster with Kafka's 9 s sessions
@@ -44,7 +46,7 @@ PYTHON ?= $(shell for candidate in python3 python3.13 python3.12 python3.11 pyth
 	    echo $$candidate; break; \
 	  fi; done)
 
-.PHONY: help setup test lint demo bench soak soak-share soak-cluster soak-faults soak-secure cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
+.PHONY: help setup test lint demo bench partition-scale soak soak-share soak-cluster soak-faults soak-secure cluster-faults groups-faults iceberg-faults sink-faults compat clean distclean
 
 help:
 	@sed -n 's/^#   //p' $(firstword $(MAKEFILE_LIST))
@@ -112,6 +114,10 @@ $(BENCH_STAMP): pyproject.toml
 	@echo "bench: installing the benchmark extras (tansu peer, py-spy) into $(VENV) with pip (pip's output follows)"
 	@$(VENV_PYTHON) -m pip install --disable-pip-version-check --progress-bar off -e '.[test,lint,bench]'
 	@touch $@
+
+PARTITIONS ?= 1000,10000,100000
+partition-scale: setup $(BENCH_STAMP)
+	$(VENV_PYTHON) -m bench.partition_scale --partitions $(PARTITIONS)
 
 soak: setup
 	$(VENV)/bin/oncelog chaos --minutes 10
