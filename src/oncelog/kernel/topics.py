@@ -29,7 +29,8 @@ log = logging.getLogger("oncelog.topics")
 # Kafka's controller refuses to create more partitions than this in one request.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 # CreateTopics makes its topics this many partitions at a time, giving the loop to other
-# requests in between (about 40 ms per chunk here: bench/partition_scale.py).
+# requests in between (a chunk holds the loop 35 ms on tmpfs, up to about 0.5 s on this
+# machine's slowest disk minutes: bench/partition_scale.py).
 CREATE_CHUNK_PARTITIONS = 500
 
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election_type
