@@ -37,7 +37,7 @@ from oncelog.pacing import Pace, unpaced
 if TYPE_CHECKING:
     from oncelog.config.broker import BrokerConfig
     from oncelog.kernel.leadership import BrokerView, LeadershipListener, PartitionView
-    from oncelog.kernel.topics import TopicRequestError
+    from oncelog.kernel.topic_errors import TopicRequestError
     from oncelog.names import TopicPartition
     from oncelog.protocol.messages import ErrorCode
     from oncelog.security.inter_broker import PeerSecurity

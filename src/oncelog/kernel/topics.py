@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.kernel.internal_topics import internal_topic_spec
 from oncelog.kernel.node import TopicCreation
+from oncelog.kernel.topic_errors import TopicRequestError
 from oncelog.pacing import Pace, unpaced
 from oncelog.protocol.messages import ErrorCode
 from oncelog.storage import errors as storage_errors
@@ -35,14 +36,6 @@ CREATE_CHUNK_PARTITIONS = 500
 
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeaders' election_type
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
-
-
-class TopicRequestError(Exception):
-    """A per-topic failure answered with a Kafka error code and message."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 async def elect_each(partition_counts: Mapping[str, int], wanted: Sequence[tuple[str, Sequence[int]]] | None,
